@@ -1,0 +1,238 @@
+//! Ed25519 keys and signatures (ring), stored as PKCS#8 DER files.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use ring::rand::SystemRandom;
+use ring::signature::{ED25519, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey};
+
+/// A key or signature could not be created, loaded or checked.
+#[derive(Debug, thiserror::Error)]
+pub enum CryptoError {
+    /// The key file could not be read.
+    #[error("cannot read key file {path}: {source}")]
+    ReadKey {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The bytes are not an Ed25519 PKCS#8 document.
+    #[error("{what} is not an Ed25519 PKCS#8 key: {reason}")]
+    BadKey {
+        /// Where the bytes came from.
+        what: String,
+        /// ring's reason.
+        reason: String,
+    },
+    /// Key generation failed (no system randomness).
+    #[error("cannot generate an Ed25519 key: no system randomness")]
+    Generate,
+    /// A public key or signature had the wrong length or encoding.
+    #[error("{0}")]
+    Malformed(String),
+    /// The signature does not verify.
+    #[error("signature does not verify")]
+    BadSignature,
+}
+
+/// An Ed25519 signing key.
+pub struct SigningKey {
+    pair: Ed25519KeyPair,
+}
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print key material.
+        write!(f, "SigningKey(public {})", self.public_key())
+    }
+}
+
+impl SigningKey {
+    /// Generates a key; returns it with its PKCS#8 DER encoding (to be written to a file).
+    pub fn generate() -> Result<(SigningKey, Vec<u8>), CryptoError> {
+        let doc = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new())
+            .map_err(|_| CryptoError::Generate)?;
+        let key = SigningKey::from_pkcs8(doc.as_ref(), "generated key")?;
+        Ok((key, doc.as_ref().to_vec()))
+    }
+
+    /// A key from a 32-byte Ed25519 seed (RFC 8032 secret key): deterministic keys for test
+    /// vectors and reproducible test networks. Production keys come from [`SigningKey::generate`].
+    pub fn from_seed(seed: &[u8; 32]) -> SigningKey {
+        // A 32-byte seed is always a valid Ed25519 secret key.
+        let pair = Ed25519KeyPair::from_seed_unchecked(seed)
+            .unwrap_or_else(|_| unreachable!("any 32-byte seed is valid"));
+        SigningKey { pair }
+    }
+
+    /// Parses PKCS#8 DER; `what` names the source in errors.
+    pub fn from_pkcs8(der: &[u8], what: &str) -> Result<SigningKey, CryptoError> {
+        Ed25519KeyPair::from_pkcs8_maybe_unchecked(der)
+            .map(|pair| SigningKey { pair })
+            .map_err(|e| CryptoError::BadKey {
+                what: what.to_owned(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Loads a PKCS#8 DER key file.
+    pub fn load(path: &Path) -> Result<SigningKey, CryptoError> {
+        let der = std::fs::read(path).map_err(|source| CryptoError::ReadKey {
+            path: path.display().to_string(),
+            source,
+        })?;
+        SigningKey::from_pkcs8(&der, &path.display().to_string())
+    }
+
+    /// The matching public key.
+    pub fn public_key(&self) -> PublicKey {
+        let mut pk = [0u8; 32];
+        pk.copy_from_slice(self.pair.public_key().as_ref());
+        PublicKey(pk)
+    }
+
+    /// Signs a message (the canonical encoding of the signed object).
+    pub fn sign(&self, message: &[u8]) -> Signature {
+        let mut sig = [0u8; 64];
+        sig.copy_from_slice(self.pair.sign(message).as_ref());
+        Signature(sig)
+    }
+}
+
+/// An Ed25519 public key (32 bytes; hex in config files).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PublicKey(pub [u8; 32]);
+
+impl PublicKey {
+    /// Verifies `signature` over `message`.
+    pub fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), CryptoError> {
+        UnparsedPublicKey::new(&ED25519, &self.0)
+            .verify(message, &signature.0)
+            .map_err(|_| CryptoError::BadSignature)
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", hex::encode(&self.0[..6]))
+    }
+}
+
+impl FromStr for PublicKey {
+    type Err = CryptoError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bytes = hex::decode(s).map_err(|e| {
+            CryptoError::Malformed(format!(
+                "public key is not hex ({e}); expected 64 hex digits"
+            ))
+        })?;
+        <[u8; 32]>::try_from(bytes.as_slice())
+            .map(PublicKey)
+            .map_err(|_| {
+                CryptoError::Malformed(format!(
+                    "public key has {} bytes; an Ed25519 public key has 32 (64 hex digits)",
+                    bytes.len()
+                ))
+            })
+    }
+}
+
+/// An Ed25519 signature (64 bytes).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Signature(pub [u8; 64]);
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Signature({}…)", hex::encode(&self.0[..6]))
+    }
+}
+
+impl TryFrom<&[u8]> for Signature {
+    type Error = CryptoError;
+    fn try_from(bytes: &[u8]) -> Result<Self, Self::Error> {
+        <[u8; 64]>::try_from(bytes).map(Signature).map_err(|_| {
+            CryptoError::Malformed(format!(
+                "signature has {} bytes; an Ed25519 signature has 64",
+                bytes.len()
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_verify_and_tamper() {
+        let (key, der) = SigningKey::generate().unwrap();
+        let sig = key.sign(b"block 7");
+        let pk = key.public_key();
+        pk.verify(b"block 7", &sig).unwrap();
+        assert!(matches!(
+            pk.verify(b"block 8", &sig),
+            Err(CryptoError::BadSignature)
+        ));
+        let reloaded = SigningKey::from_pkcs8(&der, "test").unwrap();
+        assert_eq!(reloaded.public_key(), pk);
+        assert_eq!(pk.to_string().parse::<PublicKey>().unwrap(), pk);
+    }
+
+    #[test]
+    fn rfc8032_test_vector_1() {
+        let seed = hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+            .unwrap();
+        let key = SigningKey::from_seed(&seed.try_into().unwrap());
+        assert_eq!(
+            key.public_key().to_string(),
+            "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+        );
+        assert_eq!(
+            hex::encode(key.sign(b"").0),
+            "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+        );
+    }
+
+    #[test]
+    fn load_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.pk8");
+        let err = SigningKey::load(&missing).unwrap_err().to_string();
+        assert!(err.contains("nope.pk8"), "{err}");
+        let junk = dir.path().join("junk.pk8");
+        std::fs::write(&junk, b"not a key").unwrap();
+        let err = SigningKey::load(&junk).unwrap_err().to_string();
+        assert!(err.contains("junk.pk8") && err.contains("PKCS#8"), "{err}");
+    }
+
+    #[test]
+    fn malformed_public_keys_and_signatures_are_named() {
+        assert!(
+            "zz".parse::<PublicKey>()
+                .unwrap_err()
+                .to_string()
+                .contains("not hex")
+        );
+        assert!(
+            "abcd"
+                .parse::<PublicKey>()
+                .unwrap_err()
+                .to_string()
+                .contains("2 bytes")
+        );
+        assert!(
+            Signature::try_from(&[0u8; 63][..])
+                .unwrap_err()
+                .to_string()
+                .contains("63 bytes")
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! chainify-core: the domain types every other crate shares, and the pure logic around them.
+//!
+//! - [`tx`]: proposals, early-abort responses, transaction and ledger blocks, votes, certificates;
+//! - [`canonical`]: the one byte encoding that is signed and hashed (documented, with test vectors);
+//! - [`crypto`]: Ed25519 keys (PKCS#8 files) and signatures;
+//! - [`policy`]: agreement and endorsement policies and their evaluation;
+//! - [`config`]: network and organization configuration, validated at load;
+//! - [`rwset`]: primary-key read/write sets, the contract between SQL analysis and scheduling.
+//!
+//! Invariant: no network, database or async runtime here; the only I/O is reading key and config
+//! files when asked to.
+
+pub mod canonical;
+pub mod config;
+pub mod crypto;
+mod digest;
+mod ids;
+pub mod policy;
+pub mod rwset;
+pub mod tx;
+mod value;
+
+pub use digest::{Digest, DigestLengthError, Hasher};
+pub use ids::{BlockNumber, ClientId, InvalidName, MAX_NAME_LEN, NetworkId, OrgId, TxId};
+pub use value::{Decimal, DecimalError, MAX_DECIMAL_DIGITS, Value};

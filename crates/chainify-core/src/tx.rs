@@ -1,0 +1,384 @@
+//! Transactions, blocks, votes and certificates: the domain types of the pipeline, with their
+//! canonical encodings (see [`crate::canonical`]), ids, hashes and signatures.
+
+use crate::canonical::Encoder;
+use crate::crypto::{CryptoError, PublicKey, Signature, SigningKey};
+use crate::{BlockNumber, ClientId, Digest, NetworkId, OrgId, TxId, Value};
+
+/// One SQL statement with its typed parameters.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Statement {
+    /// SQL text in the portable subset with `$1..$n` placeholders.
+    pub sql: String,
+    /// Values for `$1..$n`.
+    pub params: Vec<Value>,
+    /// Abort the transaction unless exactly this many rows are affected.
+    pub expect_rows: Option<u64>,
+}
+
+impl Statement {
+    /// A statement without an `expect_rows` guard.
+    pub fn new(sql: impl Into<String>, params: Vec<Value>) -> Self {
+        Statement {
+            sql: sql.into(),
+            params,
+            expect_rows: None,
+        }
+    }
+
+    /// Adds an `expect_rows` guard.
+    pub fn expect_rows(mut self, rows: u64) -> Self {
+        self.expect_rows = Some(rows);
+        self
+    }
+
+    /// Layout: `string sql, list<value> params, option<u64> expect_rows`.
+    fn encode(&self, e: &mut Encoder) {
+        e.str(&self.sql).count(self.params.len());
+        for p in &self.params {
+            e.value(p);
+        }
+        e.opt_u64(self.expect_rows);
+    }
+}
+
+/// An ordered list of statements executed atomically.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Transaction {
+    /// The statements, in execution order.
+    pub statements: Vec<Statement>,
+}
+
+/// The unsigned content of a proposal: what the client signs and what the transaction id hashes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ProposalBody {
+    /// The proposing client.
+    pub client: ClientId,
+    /// Unique per client; a replayed (client, nonce) is rejected.
+    pub nonce: u64,
+    /// The network the proposal is for.
+    pub network: NetworkId,
+    /// The transaction.
+    pub transaction: Transaction,
+}
+
+impl ProposalBody {
+    /// Domain tag of the proposal encoding.
+    pub const TAG: &'static str = "chainify.v1.Proposal";
+
+    /// Layout: tag, `string client, u64 nonce, string network, list<statement>`.
+    pub fn encode_canonical(&self) -> Vec<u8> {
+        let mut e = Encoder::new(Self::TAG);
+        e.str(self.client.as_str())
+            .u64(self.nonce)
+            .str(self.network.as_str())
+            .count(self.transaction.statements.len());
+        for s in &self.transaction.statements {
+            s.encode(&mut e);
+        }
+        e.finish()
+    }
+
+    /// The transaction id: SHA-256 of the canonical encoding.
+    pub fn tx_id(&self) -> TxId {
+        TxId(Digest::of(&self.encode_canonical()))
+    }
+
+    /// Signs the body with the client's key.
+    pub fn sign(self, key: &SigningKey) -> Proposal {
+        let signature = key.sign(&self.encode_canonical());
+        Proposal {
+            body: self,
+            signature,
+        }
+    }
+}
+
+/// A client-signed proposal.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Proposal {
+    /// What was signed.
+    pub body: ProposalBody,
+    /// The client's signature over `body`'s canonical encoding.
+    pub signature: Signature,
+}
+
+impl Proposal {
+    /// The transaction id.
+    pub fn tx_id(&self) -> TxId {
+        self.body.tx_id()
+    }
+
+    /// Checks the client's signature.
+    pub fn verify(&self, client_key: &PublicKey) -> Result<(), CryptoError> {
+        client_key.verify(&self.body.encode_canonical(), &self.signature)
+    }
+}
+
+/// An organization's early-abort verdict.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Verdict {
+    /// The organization would execute the proposal.
+    Accept,
+    /// The organization rejects it, with the reason.
+    Reject(String),
+}
+
+/// A signed early-abort response.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct EarlyAbortResponse {
+    /// The proposal's transaction id.
+    pub tx_id: TxId,
+    /// The answering organization.
+    pub org: OrgId,
+    /// Accept or reject.
+    pub verdict: Verdict,
+    /// The organization's signature.
+    pub signature: Signature,
+}
+
+impl EarlyAbortResponse {
+    /// Domain tag of the response encoding.
+    pub const TAG: &'static str = "chainify.v1.EarlyAbortResponse";
+
+    /// Layout: tag, `digest tx_id, u32 org, bool accept, string reason` (empty when accepted).
+    pub fn signing_bytes(tx_id: &TxId, org: OrgId, verdict: &Verdict) -> Vec<u8> {
+        let mut e = Encoder::new(Self::TAG);
+        e.digest(&tx_id.0).u32(org.0);
+        match verdict {
+            Verdict::Accept => e.bool(true).str(""),
+            Verdict::Reject(reason) => e.bool(false).str(reason),
+        };
+        e.finish()
+    }
+
+    /// Creates and signs a response.
+    pub fn new_signed(tx_id: TxId, org: OrgId, verdict: Verdict, key: &SigningKey) -> Self {
+        let signature = key.sign(&Self::signing_bytes(&tx_id, org, &verdict));
+        EarlyAbortResponse {
+            tx_id,
+            org,
+            verdict,
+            signature,
+        }
+    }
+
+    /// Checks the organization's signature.
+    pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
+        org_key.verify(
+            &Self::signing_bytes(&self.tx_id, self.org, &self.verdict),
+            &self.signature,
+        )
+    }
+}
+
+/// A proposal with the responses that endorse it: what the orderer orders.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ChainedTransaction {
+    /// The client's proposal.
+    pub proposal: Proposal,
+    /// Early-abort responses (validators check they satisfy the endorsement policy).
+    pub responses: Vec<EarlyAbortResponse>,
+}
+
+/// A block as cut by the orderer. Nothing in it is trusted until validated.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct TransactionBlock {
+    /// The network.
+    pub network: NetworkId,
+    /// The block number.
+    pub number: BlockNumber,
+    /// Transactions in block order.
+    pub transactions: Vec<ChainedTransaction>,
+    /// Orderer position after this block (resume point).
+    pub orderer_position: u64,
+}
+
+/// The record organizations vote on: the effect of one block.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct LedgerBlock {
+    /// The network.
+    pub network: NetworkId,
+    /// The block number.
+    pub number: BlockNumber,
+    /// Transaction ids in block order.
+    pub tx_ids: Vec<TxId>,
+    /// Whether each transaction committed.
+    pub success: Vec<bool>,
+    /// Hash over the block's digest-table rows.
+    pub hash_digest: Digest,
+    /// Hash of the previous LedgerBlock ([`Digest::ZERO`] for block 1).
+    pub hash_previous: Digest,
+    /// Orderer position after this block.
+    pub orderer_position: u64,
+}
+
+impl LedgerBlock {
+    /// Domain tag of the ledger block encoding.
+    pub const TAG: &'static str = "chainify.v1.LedgerBlock";
+
+    /// Layout: tag, `string network, u64 number, list<digest> tx_ids, bitmap success,
+    /// digest hash_digest, digest hash_previous, u64 orderer_position`.
+    pub fn encode_canonical(&self) -> Vec<u8> {
+        let mut e = Encoder::new(Self::TAG);
+        e.str(self.network.as_str())
+            .u64(self.number.0)
+            .count(self.tx_ids.len());
+        for id in &self.tx_ids {
+            e.digest(&id.0);
+        }
+        e.bitmap(&self.success)
+            .digest(&self.hash_digest)
+            .digest(&self.hash_previous)
+            .u64(self.orderer_position);
+        e.finish()
+    }
+
+    /// The hash that is voted on and chained.
+    pub fn hash(&self) -> Digest {
+        Digest::of(&self.encode_canonical())
+    }
+}
+
+/// A signed vote of one organization on one block.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Vote {
+    /// The network.
+    pub network: NetworkId,
+    /// The block voted on.
+    pub block: BlockNumber,
+    /// The voter's LedgerBlock hash.
+    pub ledger_block_hash: Digest,
+    /// The voter.
+    pub org: OrgId,
+    /// The voter's signature.
+    pub signature: Signature,
+}
+
+impl Vote {
+    /// Domain tag of the vote encoding.
+    pub const TAG: &'static str = "chainify.v1.Vote";
+
+    /// Layout: tag, `string network, u64 block, digest ledger_block_hash, u32 org`.
+    pub fn signing_bytes(
+        network: &NetworkId,
+        block: BlockNumber,
+        hash: &Digest,
+        org: OrgId,
+    ) -> Vec<u8> {
+        let mut e = Encoder::new(Self::TAG);
+        e.str(network.as_str()).u64(block.0).digest(hash).u32(org.0);
+        e.finish()
+    }
+
+    /// Creates and signs a vote.
+    pub fn new_signed(
+        network: NetworkId,
+        block: BlockNumber,
+        ledger_block_hash: Digest,
+        org: OrgId,
+        key: &SigningKey,
+    ) -> Vote {
+        let signature = key.sign(&Self::signing_bytes(
+            &network,
+            block,
+            &ledger_block_hash,
+            org,
+        ));
+        Vote {
+            network,
+            block,
+            ledger_block_hash,
+            org,
+            signature,
+        }
+    }
+
+    /// Checks the voter's signature.
+    pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
+        org_key.verify(
+            &Self::signing_bytes(&self.network, self.block, &self.ledger_block_hash, self.org),
+            &self.signature,
+        )
+    }
+}
+
+/// Proof of agreement on a block: matching votes that satisfy the agreement policy.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Certificate {
+    /// The agreed block.
+    pub block: BlockNumber,
+    /// The agreed LedgerBlock hash.
+    pub ledger_block_hash: Digest,
+    /// The matching votes, one per organization, ordered by org id.
+    pub votes: Vec<Vote>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body() -> ProposalBody {
+        ProposalBody {
+            client: ClientId::new("alice").unwrap(),
+            nonce: 7,
+            network: NetworkId::new("net").unwrap(),
+            transaction: Transaction {
+                statements: vec![
+                    Statement::new(
+                        "UPDATE checking SET bal = bal + $2 WHERE custid = $1",
+                        vec![Value::Int(1), Value::Int(50)],
+                    )
+                    .expect_rows(1),
+                ],
+            },
+        }
+    }
+
+    #[test]
+    fn proposal_signature_covers_every_field() {
+        let (key, _) = SigningKey::generate().unwrap();
+        let p = body().sign(&key);
+        p.verify(&key.public_key()).unwrap();
+        let mut tampered = p.clone();
+        tampered.body.transaction.statements[0].expect_rows = Some(2);
+        assert!(tampered.verify(&key.public_key()).is_err());
+        assert_ne!(tampered.tx_id(), p.tx_id());
+        let mut other_nonce = p.clone();
+        other_nonce.body.nonce = 8;
+        assert!(other_nonce.verify(&key.public_key()).is_err());
+    }
+
+    #[test]
+    fn votes_and_responses_verify_only_for_their_content() {
+        let (key, _) = SigningKey::generate().unwrap();
+        let net = NetworkId::new("net").unwrap();
+        let v = Vote::new_signed(net, BlockNumber(3), Digest::of(b"x"), OrgId(2), &key);
+        v.verify(&key.public_key()).unwrap();
+        let mut forged = v.clone();
+        forged.org = OrgId(3);
+        assert!(forged.verify(&key.public_key()).is_err());
+
+        let r = EarlyAbortResponse::new_signed(body().tx_id(), OrgId(1), Verdict::Accept, &key);
+        r.verify(&key.public_key()).unwrap();
+        let mut flipped = r.clone();
+        flipped.verdict = Verdict::Reject(String::new());
+        assert!(flipped.verify(&key.public_key()).is_err());
+    }
+
+    #[test]
+    fn ledger_block_hash_depends_on_success_bits() {
+        let mut b = LedgerBlock {
+            network: NetworkId::new("net").unwrap(),
+            number: BlockNumber(1),
+            tx_ids: vec![body().tx_id()],
+            success: vec![true],
+            hash_digest: Digest::of(b"d"),
+            hash_previous: Digest::ZERO,
+            orderer_position: 1,
+        };
+        let h = b.hash();
+        b.success[0] = false;
+        assert_ne!(b.hash(), h);
+    }
+}

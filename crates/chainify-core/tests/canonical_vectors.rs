@@ -1,0 +1,134 @@
+//! Pins the canonical encoding (see `chainify_core::canonical`) with checked-in test vectors: the
+//! bytes, SHA-256 and Ed25519 signature of representative objects built with the RFC 8032 test key.
+//! Another implementation of the encoding can check itself against `vectors/canonical.json`.
+//!
+//! To regenerate after an *intentional* format change: `CHAINIFY_BLESS=1 cargo test -p chainify-core
+//! --test canonical_vectors`, and bump the domain tags' version.
+#![allow(clippy::unwrap_used)]
+
+use chainify_core::canonical::Encoder;
+use chainify_core::crypto::SigningKey;
+use chainify_core::tx::{
+    EarlyAbortResponse, LedgerBlock, ProposalBody, Statement, Transaction, Verdict, Vote,
+};
+use chainify_core::{BlockNumber, ClientId, Decimal, Digest, NetworkId, OrgId, Value};
+use serde_json::{Value as Json, json};
+
+const RFC8032_SEED: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+
+fn key() -> SigningKey {
+    SigningKey::from_seed(&hex::decode(RFC8032_SEED).unwrap().try_into().unwrap())
+}
+
+fn awkward_values() -> Vec<Value> {
+    vec![
+        Value::Null,
+        Value::Int(i64::MIN),
+        Value::Int(i64::MAX),
+        Value::Int(-1),
+        Value::Decimal("-12.50".parse::<Decimal>().unwrap()),
+        Value::Decimal("0.000".parse::<Decimal>().unwrap()),
+        Value::Text(String::new()),
+        Value::Text("Zürich 東京 🚀".into()),
+        Value::Bool(true),
+        Value::Bytes(vec![0, 255, 16]),
+    ]
+}
+
+fn proposal() -> ProposalBody {
+    ProposalBody {
+        client: ClientId::new("client1").unwrap(),
+        nonce: 42,
+        network: NetworkId::new("chainify-test").unwrap(),
+        transaction: Transaction {
+            statements: vec![
+                Statement::new(
+                    "UPDATE checking SET bal = bal - $3 WHERE custid = $1 AND bal >= $3",
+                    vec![Value::Int(1), Value::Int(2), Value::Int(500)],
+                )
+                .expect_rows(1),
+                Statement::new("INSERT INTO t (k, v) VALUES ($1, $2)", awkward_values()),
+            ],
+        },
+    }
+}
+
+fn vectors() -> Json {
+    let key = key();
+    let mut values = Encoder::untagged();
+    for v in awkward_values() {
+        values.value(&v);
+    }
+    let p = proposal();
+    let p_bytes = p.encode_canonical();
+    let tx_id = p.tx_id();
+    let block = LedgerBlock {
+        network: NetworkId::new("chainify-test").unwrap(),
+        number: BlockNumber(7),
+        tx_ids: vec![tx_id, tx_id],
+        success: vec![true, false],
+        hash_digest: Digest::of(b"digest rows"),
+        hash_previous: Digest::of(b"block 6"),
+        orderer_position: 1234,
+    };
+    let vote = Vote::new_signed(
+        block.network.clone(),
+        block.number,
+        block.hash(),
+        OrgId(2),
+        &key,
+    );
+    let reject = EarlyAbortResponse::new_signed(
+        tx_id,
+        OrgId(3),
+        Verdict::Reject("statement 1: NOW() reads the clock".into()),
+        &key,
+    );
+    json!({
+        "key": { "seed": RFC8032_SEED, "public_key": key.public_key().to_string() },
+        "values": { "bytes": hex::encode(values.finish()) },
+        "proposal": {
+            "bytes": hex::encode(&p_bytes),
+            "tx_id": tx_id.to_string(),
+            "signature": hex::encode(p.clone().sign(&key).signature.0),
+        },
+        "ledger_block": {
+            "bytes": hex::encode(block.encode_canonical()),
+            "hash": block.hash().to_string(),
+        },
+        "vote": {
+            "bytes": hex::encode(Vote::signing_bytes(&vote.network, vote.block, &vote.ledger_block_hash, vote.org)),
+            "signature": hex::encode(vote.signature.0),
+        },
+        "early_abort_reject": {
+            "bytes": hex::encode(EarlyAbortResponse::signing_bytes(&reject.tx_id, reject.org, &reject.verdict)),
+            "signature": hex::encode(reject.signature.0),
+        },
+    })
+}
+
+#[test]
+fn canonical_encoding_matches_checked_in_vectors() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/canonical.json");
+    let actual = vectors();
+    if std::env::var_os("CHAINIFY_BLESS").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&actual).unwrap() + "\n").unwrap();
+    }
+    let expected: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        actual, expected,
+        "canonical encoding changed; see this file's docs"
+    );
+}
+
+#[test]
+fn vector_prefix_is_the_domain_tag() {
+    // Hand check of the layout's first fields: u32 length 20, "chainify.v1.Proposal", u32 length 7, "client1".
+    let bytes = proposal().encode_canonical();
+    assert_eq!(&bytes[..4], &[0, 0, 0, 20]);
+    assert_eq!(&bytes[4..24], b"chainify.v1.Proposal");
+    assert_eq!(&bytes[24..28], &[0, 0, 0, 7]);
+    assert_eq!(&bytes[28..35], b"client1");
+    assert_eq!(&bytes[35..43], &42u64.to_be_bytes());
+}

@@ -1,0 +1,22 @@
+//! chainify's wire protocol: prost messages and tonic services generated from `proto/` (package
+//! `chainify.v1`), the encoded file descriptor set for gRPC reflection, and the conversions between
+//! wire messages and `chainify-core` domain types.
+//!
+//! Conversions run once, on receive: `TryFrom<pb::X> for Y` validates required fields, sizes and
+//! ranges and yields a [`ProtocolError`] naming the field, which servers map to
+//! `Status::invalid_argument`. Core crates never import this crate.
+
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    missing_debug_implementations,
+    clippy::all
+)]
+pub mod pb {
+    //! Generated code for package `chainify.v1`.
+    tonic::include_proto!("chainify.v1");
+}
+
+/// The encoded `FileDescriptorSet` of every file under `proto/`, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/chainify_descriptor.bin"));
