@@ -2,9 +2,15 @@
 //! `chainify.v1`), the encoded file descriptor set for gRPC reflection, and the conversions between
 //! wire messages and `chainify-core` domain types.
 //!
-//! Conversions run once, on receive: `TryFrom<pb::X> for Y` validates required fields, sizes and
-//! ranges and yields a [`ProtocolError`] naming the field, which servers map to
-//! `Status::invalid_argument`. Core crates never import this crate.
+//! Conversions ([`convert`]) run once, on receive: `TryFrom<pb::X> for Y` validates required
+//! fields, sizes and ranges and yields a [`ProtocolError`] naming the field by its dotted path
+//! (`proposal.transaction.statements[2].params[0].decimal`), which servers map to
+//! `Status::invalid_argument`. Sending uses the infallible `From<&Y> for pb::X`. Core crates never
+//! import this crate.
+
+pub mod convert;
+
+pub use convert::ProtocolError;
 
 #[allow(
     missing_docs,

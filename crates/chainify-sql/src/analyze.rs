@@ -1,0 +1,899 @@
+//! From a parsed statement to a [`StatementPlan`]: the portable-subset checks and the symbolic
+//! read/write accesses.
+//!
+//! Soundness rests on two rules:
+//! 1. Predicates are turned into a disjunction of conjunctions of *key-column atoms*; anything not
+//!    understood (a non-key column, `NOT`, `<>`, a function, a column on the other side) becomes
+//!    TRUE. Since AND and OR are monotone, replacing a sub-predicate by TRUE only widens.
+//! 2. Every relation occurrence in the statement is counted by sqlparser's visitor; occurrences the
+//!    precise analysis did not handle (some subquery form we do not walk) become whole-table reads.
+//!    New SQL syntax can therefore cost precision, never soundness.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use chainify_core::Value;
+use chainify_core::config::StatementKind;
+use chainify_core::rwset::Resource;
+use sqlparser::ast::{
+    AssignmentTarget, BinaryOperator, Delete, Expr, FromTable, Insert, JoinConstraint,
+    JoinOperator, LimitClause, ObjectName, OrderByKind, Query, Select, SetExpr,
+    Statement as SqlStatement, TableFactor, TableObject, TableWithJoins, UnaryOperator, Update,
+    Value as SqlValue, Visit, Visitor, visit_relations,
+};
+
+use crate::ident::object_name;
+use crate::plan::{Access, Atom, Conj, KeyPlan, Term};
+use crate::schema::{KeySpace, RefAction, Schema, Table};
+
+/// Most conjunctions a predicate's normal form may have before it is treated as TRUE.
+const MAX_CONJUNCTIONS: usize = 64;
+
+/// The analysis of one SQL statement text, independent of its parameter values.
+#[derive(Debug)]
+pub struct StatementPlan {
+    /// SELECT, INSERT, UPDATE or DELETE.
+    pub kind: StatementKind,
+    /// Every (table, kind) the statement needs a grant for: its target with the statement's kind,
+    /// every other table it reads with `select`.
+    pub grants_needed: Vec<(String, StatementKind)>,
+    /// Highest placeholder number used (`$3` → 3).
+    pub param_count: usize,
+    /// The parsed statement (for per-dialect rendering by the executor).
+    pub statement: SqlStatement,
+    pub(crate) accesses: Vec<Access>,
+}
+
+/// Why a statement is rejected (without the statement number; the caller adds it).
+pub(crate) type Reject = String;
+
+struct Scope<'a> {
+    /// (alias or table name, table) for each table in FROM.
+    tables: Vec<(String, &'a Table)>,
+}
+
+impl Scope<'_> {
+    /// Resolves a column reference to (table index in scope, key position) if it names a key column.
+    fn key_column(&self, expr: &Expr) -> Option<(usize, usize)> {
+        let (qualifier, column) = match expr {
+            Expr::Identifier(id) => (None, id.value.to_lowercase()),
+            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => (
+                Some(parts[parts.len() - 2].value.to_lowercase()),
+                parts[parts.len() - 1].value.to_lowercase(),
+            ),
+            Expr::Nested(e) => return self.key_column(e),
+            _ => return None,
+        };
+        let mut found = None;
+        for (i, (alias, table)) in self.tables.iter().enumerate() {
+            if qualifier.as_ref().is_some_and(|q| q != alias) {
+                continue;
+            }
+            if let Some(col) = table.column(&column) {
+                if found.is_some() {
+                    return None; // ambiguous: SQL would reject it; we constrain nothing
+                }
+                found = Some((i, table.primary_key.iter().position(|c| *c == col)));
+            }
+        }
+        found.and_then(|(i, pos)| pos.map(|p| (i, p)))
+    }
+}
+
+/// A conjunction of atoms tagged with the scope table they constrain.
+type ScopedConj = Vec<(usize, usize, Atom)>;
+
+pub(crate) fn literal(v: &SqlValue) -> Option<Value> {
+    match v {
+        SqlValue::Number(n, _) => {
+            if n.contains('.') {
+                n.parse().ok().map(Value::Decimal)
+            } else {
+                n.parse::<i64>()
+                    .ok()
+                    .map(Value::Int)
+                    .or_else(|| n.parse().ok().map(Value::Decimal))
+            }
+        }
+        SqlValue::SingleQuotedString(s) => Some(Value::Text(s.clone())),
+        SqlValue::Boolean(b) => Some(Value::Bool(*b)),
+        SqlValue::Null => Some(Value::Null),
+        SqlValue::HexStringLiteral(h) => hex_bytes(h).map(Value::Bytes),
+        _ => None,
+    }
+}
+
+fn hex_bytes(h: &str) -> Option<Vec<u8>> {
+    if !h.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+pub(crate) fn placeholder_index(p: &str) -> Option<usize> {
+    let n = p.strip_prefix('$')?;
+    if n.starts_with('0') || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse::<usize>().ok().filter(|n| *n >= 1)
+}
+
+fn term(expr: &Expr) -> Term {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Placeholder(p) => {
+                placeholder_index(p).map_or(Term::Unknown, |n| Term::Param(n - 1))
+            }
+            other => literal(other).map_or(Term::Unknown, Term::Const),
+        },
+        Expr::Nested(e) => term(e),
+        Expr::UnaryOp {
+            op: UnaryOperator::Plus,
+            expr,
+        } => term(expr),
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match term(expr) {
+            Term::Unknown => Term::Unknown,
+            t => Term::Neg(Box::new(t)),
+        },
+        _ => Term::Unknown,
+    }
+}
+
+/// The predicate as a disjunction of conjunctions; `vec![vec![]]` is TRUE.
+fn dnf(expr: &Expr, scope: &Scope<'_>) -> Vec<ScopedConj> {
+    let truth = || vec![Vec::new()];
+    let atom = |col: &Expr, a: Atom| match scope.key_column(col) {
+        Some((t, p)) => vec![vec![(t, p, a)]],
+        None => truth(),
+    };
+    match expr {
+        Expr::Nested(e) => dnf(e, scope),
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            let (l, r) = (dnf(left, scope), dnf(right, scope));
+            if l.len() * r.len() > MAX_CONJUNCTIONS {
+                // Keep the narrower side: dropping a conjunct only widens.
+                return if l.len() <= r.len() { l } else { r };
+            }
+            l.iter()
+                .flat_map(|a| r.iter().map(move |b| a.iter().chain(b).cloned().collect()))
+                .collect()
+        }
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Or,
+            right,
+        } => {
+            let mut l = dnf(left, scope);
+            let r = dnf(right, scope);
+            if l.len() + r.len() > MAX_CONJUNCTIONS {
+                return truth();
+            }
+            l.extend(r);
+            l
+        }
+        Expr::BinaryOp { left, op, right } => {
+            let (col, value, flipped) = match (scope.key_column(left), scope.key_column(right)) {
+                (Some(_), None) => (left, right, false),
+                (None, Some(_)) => (right, left, true),
+                _ => return truth(),
+            };
+            let t = term(value);
+            let a = match (op, flipped) {
+                (BinaryOperator::Eq, _) => Atom::Eq(t),
+                (BinaryOperator::Lt, false) | (BinaryOperator::Gt, true) => Atom::Lt(t),
+                (BinaryOperator::LtEq, false) | (BinaryOperator::GtEq, true) => Atom::Le(t),
+                (BinaryOperator::Gt, false) | (BinaryOperator::Lt, true) => Atom::Gt(t),
+                (BinaryOperator::GtEq, false) | (BinaryOperator::LtEq, true) => Atom::Ge(t),
+                _ => return truth(),
+            };
+            atom(col, a)
+        }
+        Expr::InList {
+            expr,
+            list,
+            negated: false,
+        } => atom(expr, Atom::In(list.iter().map(term).collect())),
+        Expr::Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        } => match scope.key_column(expr) {
+            Some((t, p)) => vec![vec![
+                (t, p, Atom::Ge(term(low))),
+                (t, p, Atom::Le(term(high))),
+            ]],
+            None => truth(),
+        },
+        _ => truth(),
+    }
+}
+
+/// Projects a scoped DNF onto one table of the scope.
+fn project(conjs: &[ScopedConj], table: usize) -> Vec<Conj> {
+    conjs
+        .iter()
+        .map(|c| Conj {
+            atoms: c
+                .iter()
+                .filter(|(t, _, _)| *t == table)
+                .map(|(_, p, a)| (*p, a.clone()))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Collects the subqueries directly inside a node (not those nested in other subqueries).
+#[derive(Default)]
+struct TopLevelQueries {
+    depth: usize,
+    found: Vec<Query>,
+}
+
+impl Visitor for TopLevelQueries {
+    type Break = ();
+    fn pre_visit_query(&mut self, q: &Query) -> ControlFlow<()> {
+        if self.depth == 0 {
+            self.found.push(q.clone());
+        }
+        self.depth += 1;
+        ControlFlow::Continue(())
+    }
+    fn post_visit_query(&mut self, _q: &Query) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+}
+
+fn subqueries<V: Visit>(node: &V) -> Vec<Query> {
+    let mut v = TopLevelQueries::default();
+    let _ = node.visit(&mut v);
+    v.found
+}
+
+/// The result of [`Analysis::statement`].
+pub(crate) struct Analyzed {
+    pub(crate) kind: StatementKind,
+    pub(crate) accesses: Vec<Access>,
+    pub(crate) grants: Vec<(String, StatementKind)>,
+}
+
+pub(crate) struct Analysis<'s> {
+    schema: &'s Schema,
+    accesses: Vec<Access>,
+    /// Relation occurrences handled precisely, by table name.
+    handled: BTreeMap<String, usize>,
+    grants: Vec<(String, StatementKind)>,
+}
+
+fn table_resource(t: &Table) -> (Resource, Vec<crate::schema::ColumnType>) {
+    (
+        Resource {
+            name: Arc::from(t.name.as_str()),
+            arity: t.primary_key.len(),
+        },
+        t.primary_key
+            .iter()
+            .map(|c| t.columns[*c].ty.clone())
+            .collect(),
+    )
+}
+
+fn unique_resource(t: &Table, i: usize) -> (Resource, Vec<crate::schema::ColumnType>) {
+    (
+        Resource {
+            name: Arc::from(t.unique_space_name(i)),
+            arity: t.uniques[i].len(),
+        },
+        t.uniques[i]
+            .iter()
+            .map(|c| t.columns[*c].ty.clone())
+            .collect(),
+    )
+}
+
+impl<'s> Analysis<'s> {
+    pub(crate) fn new(schema: &'s Schema) -> Self {
+        Analysis {
+            schema,
+            accesses: Vec::new(),
+            handled: BTreeMap::new(),
+            grants: Vec::new(),
+        }
+    }
+
+    fn table(&self, name: &ObjectName) -> Result<&'s Table, Reject> {
+        let n = object_name(name);
+        let t = self
+            .schema
+            .table(&n)
+            .ok_or_else(|| format!("table {n} is not a registered shared table"))?;
+        if t.primary_key.is_empty() {
+            return Err(format!(
+                "table {n} has no primary key; only tables with one can be shared"
+            ));
+        }
+        Ok(t)
+    }
+
+    fn access(
+        &mut self,
+        (resource, key_types): (Resource, Vec<crate::schema::ColumnType>),
+        write: bool,
+        keys: KeyPlan,
+    ) {
+        self.accesses.push(Access {
+            resource,
+            key_types,
+            write,
+            keys,
+        });
+    }
+
+    fn handle(&mut self, t: &Table, kind: StatementKind) {
+        *self.handled.entry(t.name.clone()).or_default() += 1;
+        if !self.grants.contains(&(t.name.clone(), kind)) {
+            self.grants.push((t.name.clone(), kind));
+        }
+    }
+
+    pub(crate) fn statement(mut self, st: &SqlStatement) -> Result<Analyzed, Reject> {
+        let kind = match st {
+            SqlStatement::Query(q) => {
+                self.query(q)?;
+                StatementKind::Select
+            }
+            SqlStatement::Insert(i) => {
+                self.insert(i)?;
+                StatementKind::Insert
+            }
+            SqlStatement::Update(u) => {
+                self.update(u)?;
+                StatementKind::Update
+            }
+            SqlStatement::Delete(d) => {
+                self.delete(d)?;
+                StatementKind::Delete
+            }
+            other => return Err(crate::determinism::statement_kind_rejection(other)),
+        };
+        // Safety net: every relation occurrence not handled above is read whole.
+        let mut total: BTreeMap<String, usize> = BTreeMap::new();
+        let _ = visit_relations(st, |name| {
+            *total.entry(object_name(name)).or_default() += 1;
+            ControlFlow::<()>::Continue(())
+        });
+        for (name, n) in total {
+            if n > self.handled.get(&name).copied().unwrap_or(0) {
+                let t = self.table(&ObjectName::from(vec![sqlparser::ast::Ident::new(name)]))?;
+                self.access(table_resource(t), false, KeyPlan::All);
+                self.handle(t, StatementKind::Select);
+            }
+        }
+        Ok(Analyzed {
+            kind,
+            accesses: self.accesses,
+            grants: self.grants,
+        })
+    }
+
+    fn subqueries_of<V: Visit>(&mut self, node: &V) -> Result<(), Reject> {
+        for q in subqueries(node) {
+            self.query(&q)?;
+        }
+        Ok(())
+    }
+
+    fn query(&mut self, q: &Query) -> Result<(), Reject> {
+        if q.with.is_some() {
+            return Err("WITH (common table expressions) is not supported".into());
+        }
+        if q.fetch.is_some() {
+            return Err("FETCH is not portable; use LIMIT with a total ORDER BY".into());
+        }
+        if !q.locks.is_empty() {
+            return Err("FOR UPDATE/FOR SHARE is not needed: chainify already orders conflicting transactions".into());
+        }
+        if q.for_clause.is_some()
+            || q.settings.is_some()
+            || q.format_clause.is_some()
+            || !q.pipe_operators.is_empty()
+        {
+            return Err("query clause is not in the portable subset".into());
+        }
+        if let Some(limit) = &q.limit_clause {
+            self.check_total_order(q, limit)?;
+        }
+        // Subqueries in ORDER BY and LIMIT expressions.
+        if let Some(ob) = &q.order_by {
+            self.subqueries_of(ob)?;
+        }
+        self.set_expr(&q.body)
+    }
+
+    fn check_total_order(&self, q: &Query, limit: &LimitClause) -> Result<(), Reject> {
+        let what = match limit {
+            LimitClause::LimitOffset { limit: Some(_), .. }
+            | LimitClause::OffsetCommaLimit { .. } => "LIMIT",
+            _ => "OFFSET",
+        };
+        let err = || -> Reject {
+            format!(
+                "{what} without an ORDER BY over the full primary key of every table is non-deterministic"
+            )
+        };
+        let SetExpr::Select(select) = q.body.as_ref() else {
+            return Err(err());
+        };
+        let scope = self.scope(select)?;
+        let Some(OrderByKind::Expressions(exprs)) = q.order_by.as_ref().map(|o| &o.kind) else {
+            return Err(err());
+        };
+        let covered: Vec<(usize, usize)> = exprs
+            .iter()
+            .filter_map(|o| scope.key_column(&o.expr))
+            .collect();
+        let total = scope
+            .tables
+            .iter()
+            .enumerate()
+            .all(|(i, (_, t))| (0..t.primary_key.len()).all(|p| covered.contains(&(i, p))));
+        if total && !scope.tables.is_empty() {
+            Ok(())
+        } else {
+            Err(err())
+        }
+    }
+
+    fn set_expr(&mut self, body: &SetExpr) -> Result<(), Reject> {
+        match body {
+            SetExpr::Select(s) => self.select(s),
+            SetExpr::Query(q) => self.query(q),
+            SetExpr::SetOperation { left, right, .. } => {
+                self.set_expr(left)?;
+                self.set_expr(right)
+            }
+            SetExpr::Values(v) => self.subqueries_of(v),
+            _ => Err("only SELECT, VALUES and set operations are allowed in queries".into()),
+        }
+    }
+
+    /// The tables of a SELECT's FROM clause (with their aliases).
+    fn scope(&self, select: &Select) -> Result<Scope<'s>, Reject> {
+        let mut tables = Vec::new();
+        for twj in &select.from {
+            self.collect_tables(twj, &mut tables)?;
+        }
+        Ok(Scope { tables })
+    }
+
+    fn collect_tables(
+        &self,
+        twj: &TableWithJoins,
+        out: &mut Vec<(String, &'s Table)>,
+    ) -> Result<(), Reject> {
+        for factor in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
+            match factor {
+                TableFactor::Table {
+                    name,
+                    alias,
+                    args: None,
+                    with_hints,
+                    version: None,
+                    partitions,
+                    sample: None,
+                    index_hints,
+                    ..
+                } if with_hints.is_empty() && partitions.is_empty() && index_hints.is_empty() => {
+                    let t = self.table(name)?;
+                    let a = alias
+                        .as_ref()
+                        .map_or_else(|| t.name.clone(), |a| a.name.value.to_lowercase());
+                    out.push((a, t));
+                }
+                TableFactor::Derived { .. } => {} // analysed as a subquery
+                TableFactor::NestedJoin {
+                    table_with_joins,
+                    alias: None,
+                } => self.collect_tables(table_with_joins, out)?,
+                other => return Err(format!("FROM item `{other}` is not in the portable subset")),
+            }
+        }
+        Ok(())
+    }
+
+    fn select(&mut self, s: &Select) -> Result<(), Reject> {
+        let unsupported = s.top.is_some()
+            || s.into.is_some()
+            || !s.lateral_views.is_empty()
+            || s.prewhere.is_some()
+            || !s.connect_by.is_empty()
+            || !s.cluster_by.is_empty()
+            || !s.distribute_by.is_empty()
+            || !s.sort_by.is_empty()
+            || !s.named_window.is_empty()
+            || s.qualify.is_some()
+            || s.value_table_mode.is_some()
+            || matches!(s.distinct, Some(sqlparser::ast::Distinct::On(_)));
+        if unsupported {
+            return Err("SELECT clause is not in the portable subset".into());
+        }
+        let scope = self.scope(s)?;
+        // WHERE and the ON conditions of inner joins restrict every table's contributing rows.
+        let mut preds: Vec<&Expr> = s.selection.iter().collect();
+        for twj in &s.from {
+            for j in &twj.joins {
+                if let JoinOperator::Join(JoinConstraint::On(e))
+                | JoinOperator::Inner(JoinConstraint::On(e)) = &j.join_operator
+                {
+                    preds.push(e);
+                }
+            }
+        }
+        let mut conjs: Vec<ScopedConj> = vec![Vec::new()];
+        for p in preds {
+            let d = dnf(p, &scope);
+            if conjs.len() * d.len() <= MAX_CONJUNCTIONS {
+                conjs = conjs
+                    .iter()
+                    .flat_map(|a| d.iter().map(move |b| a.iter().chain(b).cloned().collect()))
+                    .collect();
+            }
+        }
+        for (i, (_, t)) in scope.tables.iter().enumerate() {
+            self.access(table_resource(t), false, KeyPlan::Dnf(project(&conjs, i)));
+            self.handle(t, StatementKind::Select);
+        }
+        self.subqueries_of(s)
+    }
+
+    fn single_table(
+        &self,
+        twj: &TableWithJoins,
+        what: &str,
+    ) -> Result<(&'s Table, String), Reject> {
+        if !twj.joins.is_empty() {
+            return Err(format!("{what} of joined tables is not portable"));
+        }
+        let mut tables = Vec::new();
+        self.collect_tables(twj, &mut tables)?;
+        match tables.pop() {
+            Some((alias, t)) if tables.is_empty() => Ok((t, alias)),
+            _ => Err(format!("{what} must name one table")),
+        }
+    }
+
+    fn update(&mut self, u: &Update) -> Result<(), Reject> {
+        if u.from.is_some() {
+            return Err("UPDATE … FROM is not portable".into());
+        }
+        if u.returning.is_some() || u.output.is_some() {
+            return Err("RETURNING is not portable".into());
+        }
+        if u.or.is_some() || !u.order_by.is_empty() || u.limit.is_some() {
+            return Err("UPDATE with OR/ORDER BY/LIMIT is not portable".into());
+        }
+        let (t, alias) = self.single_table(&u.table, "UPDATE")?;
+        let mut assigned: Vec<(usize, Term)> = Vec::new();
+        for a in &u.assignments {
+            let AssignmentTarget::ColumnName(name) = &a.target else {
+                return Err("tuple assignments are not portable; assign columns one by one".into());
+            };
+            let col_name = name
+                .0
+                .last()
+                .map(|p| p.to_string().trim_matches('"').to_lowercase())
+                .unwrap_or_default();
+            let col = t.column(&col_name).ok_or_else(|| {
+                format!("UPDATE sets unknown column {col_name} of table {}", t.name)
+            })?;
+            if assigned.iter().any(|(c, _)| *c == col) {
+                return Err(format!("UPDATE sets column {col_name} twice"));
+            }
+            assigned.push((col, term(&a.value)));
+        }
+        let scope = Scope {
+            tables: vec![(alias, t)],
+        };
+        let where_dnf = u
+            .selection
+            .as_ref()
+            .map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope));
+        let old = project(&where_dnf, 0);
+        self.handle(t, StatementKind::Update);
+        self.access(table_resource(t), false, KeyPlan::Dnf(old.clone()));
+        self.access(table_resource(t), true, KeyPlan::Dnf(old.clone()));
+        let key_assign: Vec<(usize, Term)> = assigned
+            .iter()
+            .filter_map(|(c, term)| {
+                t.primary_key
+                    .iter()
+                    .position(|k| k == c)
+                    .map(|p| (p, term.clone()))
+            })
+            .collect();
+        let changes = |cols: &[usize]| cols.iter().any(|c| assigned.iter().any(|(a, _)| a == c));
+        if !key_assign.is_empty() {
+            self.access(
+                table_resource(t),
+                true,
+                KeyPlan::Rekey {
+                    old,
+                    assign: key_assign,
+                },
+            );
+            self.parent_change(t, &t.primary_key.clone(), KeyPlan::All, |fk| fk.on_update)?;
+        }
+        for i in 0..t.uniques.len() {
+            if changes(&t.uniques[i]) {
+                // The old value is freed and is not known statically.
+                self.access(unique_resource(t, i), true, KeyPlan::All);
+                self.parent_change(t, &t.uniques[i].clone(), KeyPlan::All, |fk| fk.on_update)?;
+            }
+        }
+        for fk in &t.foreign_keys {
+            if changes(&fk.columns) {
+                let row: Option<Vec<Term>> = fk
+                    .columns
+                    .iter()
+                    .map(|c| {
+                        assigned
+                            .iter()
+                            .find(|(a, _)| a == c)
+                            .map(|(_, term)| term.clone())
+                    })
+                    .collect();
+                self.parent_lookup(fk, row)?;
+            }
+        }
+        self.subqueries_of(&u.assignments)?;
+        if let Some(sel) = &u.selection {
+            self.subqueries_of(sel)?;
+        }
+        Ok(())
+    }
+
+    /// A child row's foreign key is checked against the parent: a read of the referenced key.
+    fn parent_lookup(
+        &mut self,
+        fk: &crate::schema::ForeignKey,
+        row: Option<Vec<Term>>,
+    ) -> Result<(), Reject> {
+        let parent = self
+            .schema
+            .table(&fk.parent)
+            .ok_or_else(|| format!("foreign key references unknown table {}", fk.parent))?;
+        let keys = row.map_or(KeyPlan::All, |r| KeyPlan::Rows(vec![r]));
+        match self.schema.referenced_space(fk) {
+            Some(KeySpace::Primary) => self.access(table_resource(parent), false, keys),
+            Some(KeySpace::Unique(i)) => {
+                self.access(unique_resource(parent, i), false, keys);
+                // The lookup also depends on which parent row holds the value.
+                self.access(table_resource(parent), false, KeyPlan::All);
+            }
+            None => self.access(table_resource(parent), false, KeyPlan::All),
+        }
+        Ok(())
+    }
+
+    /// Deleting parent rows or changing their referenced columns checks (RESTRICT) or modifies
+    /// (CASCADE, SET NULL, SET DEFAULT) the children that reference them, recursively for
+    /// modifications.
+    fn parent_change(
+        &mut self,
+        parent: &Table,
+        changed_cols: &[usize],
+        parent_keys: KeyPlan,
+        action: fn(&crate::schema::ForeignKey) -> RefAction,
+    ) -> Result<(), Reject> {
+        let mut stack: Vec<(String, Vec<usize>, KeyPlan)> =
+            vec![(parent.name.clone(), changed_cols.to_vec(), parent_keys)];
+        let mut visited: Vec<String> = Vec::new();
+        while let Some((pname, cols, keys)) = stack.pop() {
+            let Some(p) = self.schema.table(&pname) else {
+                continue;
+            };
+            for (child, fk_idx) in self.schema.children_of(&p.name).collect::<Vec<_>>() {
+                let fk = &child.foreign_keys[fk_idx];
+                let referenced: Vec<usize> = fk
+                    .parent_columns
+                    .iter()
+                    .filter_map(|c| p.column(c))
+                    .collect();
+                if !referenced.iter().any(|c| cols.contains(c)) {
+                    continue;
+                }
+                // Children keyed by the parent's key (FK = leading child key columns, referencing
+                // the parent's primary key in order) inherit the parent's key predicate.
+                let inherits = fk.parent_columns.len() <= child.primary_key.len()
+                    && child.primary_key[..fk.columns.len()] == fk.columns[..]
+                    && self.schema.referenced_space(fk) == Some(KeySpace::Primary)
+                    && referenced == p.primary_key;
+                let child_keys = match (&keys, inherits) {
+                    (KeyPlan::Dnf(d), true) => KeyPlan::Dnf(d.clone()),
+                    _ => KeyPlan::All,
+                };
+                let modify = action(fk) == RefAction::Modify;
+                self.access(table_resource(child), modify, child_keys.clone());
+                if modify {
+                    for i in 0..child.uniques.len() {
+                        self.access(unique_resource(child, i), true, KeyPlan::All);
+                    }
+                    if !visited.contains(&child.name) {
+                        visited.push(child.name.clone());
+                        // A cascaded change may in turn affect the child's children.
+                        let all_cols: Vec<usize> = (0..child.columns.len()).collect();
+                        stack.push((child.name.clone(), all_cols, KeyPlan::All));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, d: &Delete) -> Result<(), Reject> {
+        if !d.tables.is_empty() || d.using.is_some() {
+            return Err("multi-table DELETE is not portable".into());
+        }
+        if d.returning.is_some() || d.output.is_some() {
+            return Err("RETURNING is not portable".into());
+        }
+        if !d.order_by.is_empty() || d.limit.is_some() {
+            return Err("DELETE with ORDER BY/LIMIT is not portable".into());
+        }
+        let from = match &d.from {
+            FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+        };
+        let [twj] = from.as_slice() else {
+            return Err("DELETE must name one table".into());
+        };
+        let (t, alias) = self.single_table(twj, "DELETE")?;
+        let scope = Scope {
+            tables: vec![(alias, t)],
+        };
+        let keys = project(
+            &d.selection
+                .as_ref()
+                .map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope)),
+            0,
+        );
+        self.handle(t, StatementKind::Delete);
+        self.access(table_resource(t), false, KeyPlan::Dnf(keys.clone()));
+        self.access(table_resource(t), true, KeyPlan::Dnf(keys.clone()));
+        for i in 0..t.uniques.len() {
+            self.access(unique_resource(t, i), true, KeyPlan::All);
+        }
+        let all_cols: Vec<usize> = (0..t.columns.len()).collect();
+        self.parent_change(t, &all_cols, KeyPlan::Dnf(keys), |fk| fk.on_delete)?;
+        if let Some(sel) = &d.selection {
+            self.subqueries_of(sel)?;
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, ins: &Insert) -> Result<(), Reject> {
+        if ins.or.is_some() || ins.ignore || ins.replace_into || ins.overwrite {
+            return Err("INSERT OR/IGNORE/REPLACE is not portable".into());
+        }
+        if ins.on.is_some() {
+            return Err("INSERT … ON CONFLICT / ON DUPLICATE KEY UPDATE is not portable".into());
+        }
+        if ins.returning.is_some() || ins.output.is_some() {
+            return Err("RETURNING is not portable".into());
+        }
+        if !ins.assignments.is_empty() {
+            return Err("INSERT … SET is not portable; use a column list and VALUES".into());
+        }
+        if ins.partitioned.is_some()
+            || !ins.after_columns.is_empty()
+            || ins.priority.is_some()
+            || ins.insert_alias.is_some()
+            || ins.settings.is_some()
+            || ins.format_clause.is_some()
+            || ins.multi_table_insert_type.is_some()
+            || !ins.multi_table_into_clauses.is_empty()
+            || ins.table_alias.is_some()
+        {
+            return Err("INSERT clause is not in the portable subset".into());
+        }
+        let TableObject::TableName(name) = &ins.table else {
+            return Err("INSERT into a table function is not portable".into());
+        };
+        let t = self.table(name)?;
+        if ins.columns.is_empty() {
+            return Err(format!("INSERT into {} must list its columns", t.name));
+        }
+        let mut cols = Vec::new();
+        for c in &ins.columns {
+            let n =
+                c.0.last()
+                    .map(|p| p.to_string().trim_matches('"').to_lowercase())
+                    .unwrap_or_default();
+            let i = t
+                .column(&n)
+                .ok_or_else(|| format!("INSERT into {} names unknown column {n}", t.name))?;
+            if cols.contains(&i) {
+                return Err(format!("INSERT into {} names column {n} twice", t.name));
+            }
+            cols.push(i);
+        }
+        if let Some(missing) = t.primary_key.iter().find(|k| !cols.contains(k)) {
+            return Err(format!(
+                "INSERT into {} must give primary key column {} (generated keys are not deterministic)",
+                t.name, t.columns[*missing].name
+            ));
+        }
+        self.handle(t, StatementKind::Insert);
+        let source = ins
+            .source
+            .as_ref()
+            .ok_or_else(|| format!("INSERT into {} has no VALUES or SELECT", t.name))?;
+        let rows = match source.body.as_ref() {
+            SetExpr::Values(v)
+                if source.order_by.is_none()
+                    && source.limit_clause.is_none()
+                    && source.with.is_none() =>
+            {
+                let mut rows = Vec::new();
+                for (r, row) in v.rows.iter().enumerate() {
+                    if row.content.len() != cols.len() {
+                        return Err(format!(
+                            "VALUES row {} has {} values for {} columns",
+                            r + 1,
+                            row.content.len(),
+                            cols.len()
+                        ));
+                    }
+                    rows.push(row.content.iter().map(term).collect::<Vec<Term>>());
+                }
+                self.subqueries_of(v)?;
+                Some(rows)
+            }
+            _ => {
+                self.query(source)?;
+                None
+            }
+        };
+        // Key tuples of `key_cols` for every row, when every column is given.
+        let tuples = |key_cols: &[usize]| -> Option<Vec<Vec<Term>>> {
+            let rows = rows.as_ref()?;
+            let pos: Option<Vec<usize>> = key_cols
+                .iter()
+                .map(|k| cols.iter().position(|c| c == k))
+                .collect();
+            let pos = pos?;
+            Some(
+                rows.iter()
+                    .map(|r| pos.iter().map(|p| r[*p].clone()).collect())
+                    .collect(),
+            )
+        };
+        let plan = |rows: Option<Vec<Vec<Term>>>| rows.map_or(KeyPlan::All, KeyPlan::Rows);
+        self.access(table_resource(t), true, plan(tuples(&t.primary_key)));
+        for i in 0..t.uniques.len() {
+            self.access(unique_resource(t, i), true, plan(tuples(&t.uniques[i])));
+        }
+        for fk in &t.foreign_keys {
+            match tuples(&fk.columns) {
+                Some(rows) => {
+                    for row in rows {
+                        self.parent_lookup(fk, Some(row))?;
+                    }
+                }
+                None => self.parent_lookup(fk, None)?,
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,562 @@
+//! The shared tables' schema as the analyser needs it: columns and their portable types, primary
+//! key, UNIQUE constraints and foreign keys. Built from `CREATE TABLE` text ([`Schema::from_sql`],
+//! for `chainify analyze` and tests) or programmatically from a database catalog (the storage
+//! crate). Identifiers are case-folded to lower case.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use sqlparser::ast::{
+    ColumnOption, CreateTable, DataType, ExactNumberInfo, ForeignKeyConstraint, IndexColumn,
+    ReferentialAction, Statement as SqlStatement, TableConstraint,
+};
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::Parser;
+
+/// A column type as far as key comparison and portability are concerned.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum ColumnType {
+    /// SMALLINT, INT, INTEGER, BIGINT.
+    Int,
+    /// DECIMAL/NUMERIC with a declared scale (`None`: unconstrained NUMERIC).
+    Decimal {
+        /// Declared digits after the point.
+        scale: Option<u8>,
+    },
+    /// TEXT, VARCHAR, CHAR.
+    Text,
+    /// BOOLEAN.
+    Bool,
+    /// BYTEA, BLOB, VARBINARY.
+    Bytes,
+    /// REAL, FLOAT, DOUBLE: allowed only with documented digest risk; never a portable key.
+    Float,
+    /// Anything else (dates, JSON, …): not portable.
+    Other(String),
+}
+
+impl ColumnType {
+    fn from_sql(t: &DataType) -> ColumnType {
+        use DataType as D;
+        match t {
+            D::SmallInt(_)
+            | D::Int(_)
+            | D::Integer(_)
+            | D::BigInt(_)
+            | D::Int2(_)
+            | D::Int4(_)
+            | D::Int8(_)
+            | D::TinyInt(_)
+            | D::MediumInt(_) => ColumnType::Int,
+            D::Decimal(info) | D::Numeric(info) | D::Dec(info) => ColumnType::Decimal {
+                scale: match info {
+                    ExactNumberInfo::PrecisionAndScale(_, s) => u8::try_from(*s).ok(),
+                    ExactNumberInfo::Precision(_) => Some(0),
+                    ExactNumberInfo::None => None,
+                },
+            },
+            D::Text
+            | D::Varchar(_)
+            | D::Char(_)
+            | D::Character(_)
+            | D::CharVarying(_)
+            | D::CharacterVarying(_)
+            | D::String(_)
+            | D::Nvarchar(_) => ColumnType::Text,
+            D::Boolean | D::Bool => ColumnType::Bool,
+            D::Bytea | D::Blob(_) | D::Varbinary(_) | D::Binary(_) => ColumnType::Bytes,
+            D::Real
+            | D::Float(_)
+            | D::Double(_)
+            | D::DoublePrecision
+            | D::Float4
+            | D::Float8
+            | D::Float64 => ColumnType::Float,
+            other => ColumnType::Other(other.to_string().to_lowercase()),
+        }
+    }
+
+    /// Whether values of this type are stored and compared identically on every engine.
+    pub fn is_portable(&self) -> bool {
+        !matches!(
+            self,
+            ColumnType::Float | ColumnType::Other(_) | ColumnType::Decimal { scale: None }
+        )
+    }
+}
+
+impl fmt::Display for ColumnType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ColumnType::Int => f.write_str("integer"),
+            ColumnType::Decimal { scale: Some(s) } => write!(f, "decimal(scale {s})"),
+            ColumnType::Decimal { scale: None } => f.write_str("numeric"),
+            ColumnType::Text => f.write_str("text"),
+            ColumnType::Bool => f.write_str("boolean"),
+            ColumnType::Bytes => f.write_str("bytes"),
+            ColumnType::Float => f.write_str("floating point"),
+            ColumnType::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// What a foreign key does to referencing rows when the referenced row is deleted or its key changes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum RefAction {
+    /// RESTRICT / NO ACTION: the parent change is checked against children (a read of the child).
+    #[default]
+    Restrict,
+    /// CASCADE / SET NULL / SET DEFAULT: the parent change modifies children (a write of the child).
+    Modify,
+}
+
+impl From<Option<&ReferentialAction>> for RefAction {
+    fn from(a: Option<&ReferentialAction>) -> Self {
+        match a {
+            None | Some(ReferentialAction::Restrict | ReferentialAction::NoAction) => {
+                RefAction::Restrict
+            }
+            Some(_) => RefAction::Modify,
+        }
+    }
+}
+
+/// A column.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Column {
+    /// Lower-case name.
+    pub name: String,
+    /// Type.
+    pub ty: ColumnType,
+}
+
+/// A foreign key of a child table.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ForeignKey {
+    /// Referencing columns (indexes into the child's columns).
+    pub columns: Vec<usize>,
+    /// Referenced table.
+    pub parent: String,
+    /// Referenced columns by name (the parent's primary key or one of its UNIQUE constraints).
+    pub parent_columns: Vec<String>,
+    /// Effect of deleting a parent row.
+    pub on_delete: RefAction,
+    /// Effect of changing a parent's referenced key.
+    pub on_update: RefAction,
+}
+
+/// A table.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Table {
+    /// Lower-case name.
+    pub name: String,
+    /// Columns in declaration order.
+    pub columns: Vec<Column>,
+    /// Primary-key columns (indexes into `columns`), in key order; empty when the table has none.
+    pub primary_key: Vec<usize>,
+    /// UNIQUE constraints other than the primary key.
+    pub uniques: Vec<Vec<usize>>,
+    /// Foreign keys.
+    pub foreign_keys: Vec<ForeignKey>,
+}
+
+impl Table {
+    /// Index of a column by (case-insensitive) name.
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Name of the unique-key space of constraint `i` (`table#unique(a,b)`).
+    pub fn unique_space_name(&self, i: usize) -> String {
+        let cols: Vec<&str> = self.uniques[i]
+            .iter()
+            .map(|c| self.columns[*c].name.as_str())
+            .collect();
+        format!("{}#unique({})", self.name, cols.join(","))
+    }
+}
+
+/// A schema problem, naming the table and column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The SQL text did not parse.
+    #[error("schema does not parse: {0}")]
+    Parse(String),
+    /// A statement other than CREATE TABLE.
+    #[error("schema statement {index}: only CREATE TABLE statements are allowed, found `{found}`")]
+    NotCreateTable {
+        /// 1-based statement number.
+        index: usize,
+        /// The statement's first words.
+        found: String,
+    },
+    /// Something inside a table definition is wrong.
+    #[error("table {table}: {problem}")]
+    Table {
+        /// The table.
+        table: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// The shared tables.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schema {
+    tables: BTreeMap<String, Table>,
+}
+
+impl Schema {
+    /// An empty schema.
+    pub fn new() -> Self {
+        Schema::default()
+    }
+
+    /// Parses `CREATE TABLE` statements (PRIMARY KEY, UNIQUE, REFERENCES / FOREIGN KEY, inline or
+    /// as table constraints) and validates the result.
+    pub fn from_sql(sql: &str) -> Result<Schema, SchemaError> {
+        let statements = Parser::parse_sql(&GenericDialect {}, sql)
+            .map_err(|e| SchemaError::Parse(e.to_string()))?;
+        let mut schema = Schema::new();
+        for (i, st) in statements.iter().enumerate() {
+            match st {
+                SqlStatement::CreateTable(ct) => schema.add(table_from_create(ct)?)?,
+                other => {
+                    let text = other.to_string();
+                    return Err(SchemaError::NotCreateTable {
+                        index: i + 1,
+                        found: text
+                            .split_whitespace()
+                            .take(3)
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    });
+                }
+            }
+        }
+        resolve_implicit_references(&mut schema);
+        schema.validate()?;
+        Ok(schema)
+    }
+
+    /// Adds a table (not yet cross-validated: call [`Schema::validate`] after adding all).
+    pub fn add(&mut self, table: Table) -> Result<(), SchemaError> {
+        if self.tables.contains_key(&table.name) {
+            return Err(SchemaError::Table {
+                table: table.name,
+                problem: "defined twice".into(),
+            });
+        }
+        self.tables.insert(table.name.clone(), table);
+        Ok(())
+    }
+
+    /// Checks foreign keys: the parent exists and the referenced columns are its primary key or
+    /// one of its UNIQUE constraints, with as many columns as the foreign key.
+    pub fn validate(&self) -> Result<(), SchemaError> {
+        for t in self.tables.values() {
+            for fk in &t.foreign_keys {
+                let err = |problem: String| SchemaError::Table {
+                    table: t.name.clone(),
+                    problem,
+                };
+                let parent = self.tables.get(&fk.parent).ok_or_else(|| {
+                    err(format!(
+                        "foreign key references unknown table {}",
+                        fk.parent
+                    ))
+                })?;
+                if fk.parent_columns.len() != fk.columns.len() {
+                    return Err(err(format!(
+                        "foreign key to {} has {} columns but references {}",
+                        fk.parent,
+                        fk.columns.len(),
+                        fk.parent_columns.len()
+                    )));
+                }
+                if self.referenced_space(fk).is_none() {
+                    return Err(err(format!(
+                        "foreign key references {}({}), which is neither its primary key nor a UNIQUE constraint",
+                        parent.name,
+                        fk.parent_columns.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A table by (case-insensitive) name.
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables
+            .get(name)
+            .or_else(|| self.tables.get(&name.to_lowercase()))
+    }
+
+    /// All tables.
+    pub fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.tables.values()
+    }
+
+    /// Which key space of the parent a foreign key points at: `None` for the primary key itself
+    /// as `Some(KeySpace::Primary)`, or a unique constraint index.
+    pub fn referenced_space(&self, fk: &ForeignKey) -> Option<KeySpace> {
+        let parent = self.tables.get(&fk.parent)?;
+        let cols: Option<Vec<usize>> = fk.parent_columns.iter().map(|c| parent.column(c)).collect();
+        let cols = cols?;
+        if cols == parent.primary_key {
+            return Some(KeySpace::Primary);
+        }
+        parent
+            .uniques
+            .iter()
+            .position(|u| *u == cols)
+            .map(KeySpace::Unique)
+    }
+
+    /// Child tables with a foreign key to `parent`: (child, index of the foreign key).
+    pub fn children_of<'a>(
+        &'a self,
+        parent: &'a str,
+    ) -> impl Iterator<Item = (&'a Table, usize)> + 'a {
+        self.tables.values().flat_map(move |t| {
+            t.foreign_keys
+                .iter()
+                .enumerate()
+                .filter(move |(_, fk)| fk.parent == parent)
+                .map(move |(i, _)| (t, i))
+        })
+    }
+}
+
+/// A key space of a table: its primary key or one of its UNIQUE constraints.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum KeySpace {
+    /// The primary key.
+    Primary,
+    /// UNIQUE constraint by index into [`Table::uniques`].
+    Unique(usize),
+}
+
+fn index_columns(cols: &[IndexColumn]) -> Vec<String> {
+    cols.iter()
+        .map(|c| c.column.expr.to_string().trim_matches('"').to_lowercase())
+        .collect()
+}
+
+fn table_from_create(ct: &CreateTable) -> Result<Table, SchemaError> {
+    let name = crate::ident::object_name(&ct.name);
+    let err = |problem: String| SchemaError::Table {
+        table: name.clone(),
+        problem,
+    };
+    let mut table = Table {
+        name: name.clone(),
+        columns: Vec::new(),
+        primary_key: Vec::new(),
+        uniques: Vec::new(),
+        foreign_keys: Vec::new(),
+    };
+    let mut pending_fks: Vec<(Vec<String>, &ForeignKeyConstraint)> = Vec::new();
+    let mut pks: Vec<Vec<String>> = Vec::new();
+    let mut uniques: Vec<Vec<String>> = Vec::new();
+    for col in &ct.columns {
+        let cname = col.name.value.to_lowercase();
+        if table.column(&cname).is_some() {
+            return Err(err(format!("column {cname} is defined twice")));
+        }
+        table.columns.push(Column {
+            name: cname.clone(),
+            ty: ColumnType::from_sql(&col.data_type),
+        });
+        for opt in &col.options {
+            match &opt.option {
+                ColumnOption::PrimaryKey(_) => pks.push(vec![cname.clone()]),
+                ColumnOption::Unique(_) => uniques.push(vec![cname.clone()]),
+                ColumnOption::ForeignKey(fk) => pending_fks.push((vec![cname.clone()], fk)),
+                _ => {}
+            }
+        }
+    }
+    for c in &ct.constraints {
+        match c {
+            TableConstraint::PrimaryKey(pk) => pks.push(index_columns(&pk.columns)),
+            TableConstraint::Unique(u) => uniques.push(index_columns(&u.columns)),
+            TableConstraint::ForeignKey(fk) => {
+                pending_fks.push((
+                    fk.columns.iter().map(|c| c.value.to_lowercase()).collect(),
+                    fk,
+                ));
+            }
+            _ => {}
+        }
+    }
+    let resolve = |cols: &[String], what: &str| -> Result<Vec<usize>, SchemaError> {
+        cols.iter()
+            .map(|c| {
+                table
+                    .column(c)
+                    .ok_or_else(|| err(format!("{what} names unknown column {c}")))
+            })
+            .collect()
+    };
+    if pks.len() > 1 {
+        return Err(err("has more than one PRIMARY KEY".into()));
+    }
+    let primary_key = match pks.first() {
+        Some(cols) => resolve(cols, "PRIMARY KEY")?,
+        None => Vec::new(),
+    };
+    let mut unique_idx = Vec::new();
+    for u in &uniques {
+        let cols = resolve(u, "UNIQUE")?;
+        if cols != primary_key && !unique_idx.contains(&cols) {
+            unique_idx.push(cols);
+        }
+    }
+    let mut fks = Vec::new();
+    for (cols, fk) in &pending_fks {
+        let columns = resolve(cols, "FOREIGN KEY")?;
+        let parent = crate::ident::object_name(&fk.foreign_table);
+        let mut parent_columns: Vec<String> = fk
+            .referred_columns
+            .iter()
+            .map(|c| c.value.to_lowercase())
+            .collect();
+        if parent_columns.is_empty() {
+            // `REFERENCES parent` without columns means the parent's primary key; resolved below.
+            parent_columns.push(String::new());
+        }
+        fks.push(ForeignKey {
+            columns,
+            parent,
+            parent_columns,
+            on_delete: fk.on_delete.as_ref().into(),
+            on_update: fk.on_update.as_ref().into(),
+        });
+    }
+    table.primary_key = primary_key;
+    table.uniques = unique_idx;
+    table.foreign_keys = fks;
+    Ok(table)
+}
+
+/// Fills in `REFERENCES parent` foreign keys that named no columns (the parent's primary key).
+pub(crate) fn resolve_implicit_references(schema: &mut Schema) {
+    let pk_names: BTreeMap<String, Vec<String>> = schema
+        .tables
+        .values()
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.primary_key
+                    .iter()
+                    .map(|c| t.columns[*c].name.clone())
+                    .collect(),
+            )
+        })
+        .collect();
+    for t in schema.tables.values_mut() {
+        for fk in &mut t.foreign_keys {
+            if fk.parent_columns.len() == 1
+                && fk.parent_columns[0].is_empty()
+                && let Some(pk) = pk_names.get(&fk.parent)
+            {
+                fk.parent_columns = pk.clone();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALLBANK: &str = "
+        CREATE TABLE accounts (custid BIGINT PRIMARY KEY, name VARCHAR(64) NOT NULL UNIQUE);
+        CREATE TABLE savings (custid BIGINT PRIMARY KEY REFERENCES accounts(custid), bal BIGINT NOT NULL);
+        CREATE TABLE checking (custid BIGINT NOT NULL, bal BIGINT NOT NULL, PRIMARY KEY (custid),
+                               FOREIGN KEY (custid) REFERENCES accounts (custid) ON DELETE CASCADE);";
+
+    #[test]
+    fn parses_smallbank() {
+        let s = Schema::from_sql(SMALLBANK).unwrap();
+        let acc = s.table("ACCOUNTS").unwrap();
+        assert_eq!(acc.primary_key, vec![0]);
+        assert_eq!(acc.uniques, vec![vec![1]]);
+        assert_eq!(acc.unique_space_name(0), "accounts#unique(name)");
+        let chk = s.table("checking").unwrap();
+        assert_eq!(chk.foreign_keys[0].on_delete, RefAction::Modify);
+        assert_eq!(
+            s.table("savings").unwrap().foreign_keys[0].on_delete,
+            RefAction::Restrict
+        );
+        assert_eq!(s.children_of("accounts").count(), 2);
+    }
+
+    #[test]
+    fn column_types() {
+        let s = Schema::from_sql(
+            "CREATE TABLE t (a INT PRIMARY KEY, b DECIMAL(10,2), c NUMERIC, d TEXT, e BOOLEAN, f BYTEA, g DOUBLE PRECISION, h DATE)",
+        )
+        .unwrap();
+        let types: Vec<String> = s
+            .table("t")
+            .unwrap()
+            .columns
+            .iter()
+            .map(|c| c.ty.to_string())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "integer",
+                "decimal(scale 2)",
+                "numeric",
+                "text",
+                "boolean",
+                "bytes",
+                "floating point",
+                "date"
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_table_and_column() {
+        let e = |sql: &str| Schema::from_sql(sql).unwrap_err().to_string();
+        assert_eq!(
+            e("CREATE TABLE t (a INT, PRIMARY KEY (b))"),
+            "table t: PRIMARY KEY names unknown column b"
+        );
+        assert_eq!(
+            e("CREATE TABLE t (a INT, a INT)"),
+            "table t: column a is defined twice"
+        );
+        assert!(
+            e("CREATE TABLE t (a INT REFERENCES nope(x))")
+                .contains("table t: foreign key references unknown table nope")
+        );
+        assert!(
+            e("CREATE TABLE p (a INT PRIMARY KEY, b INT); CREATE TABLE c (x INT REFERENCES p(b))")
+                .contains("neither its primary key nor a UNIQUE constraint")
+        );
+        assert!(e("DROP TABLE t").contains("only CREATE TABLE"));
+        assert!(e("CREATE TABLE").contains("does not parse"));
+        assert!(e("CREATE TABLE t (a INT); CREATE TABLE T (b INT)").contains("defined twice"));
+    }
+
+    #[test]
+    fn references_without_columns_mean_the_primary_key() {
+        let s = Schema::from_sql(
+            "CREATE TABLE p (a INT PRIMARY KEY); CREATE TABLE c (x INT PRIMARY KEY REFERENCES p)",
+        )
+        .unwrap();
+        assert_eq!(
+            s.table("c").unwrap().foreign_keys[0].parent_columns,
+            vec!["a".to_string()]
+        );
+    }
+}
