@@ -1,1 +1,60 @@
-//! placeholder
+//! chainify-sched: the dependency DAG of a block and the scheduler that runs it in parallel with
+//! the same effect as running it serially in block order.
+//!
+//! # The algorithm
+//!
+//! Two transactions *conflict* when a write of one overlaps a read or a write of the other
+//! ([`ReadWriteSet::conflicts_with`]); transactions that do not conflict commute. So a parallel
+//! execution has the effect of the serial one in block order as long as, for every conflicting
+//! pair `i < j`, `j` starts only after `i` has finished: every conflict is then resolved the way the
+//! serial order resolves it, and the execution is conflict-equivalent to that order. Nothing else
+//! needs to be ordered.
+//!
+//! "`j` after `i`" need not be a direct edge. If the graph has a path `i → k → j`, then `j` waits
+//! for `k`, which waited for `i`. [`DependencyGraph::build`] therefore adds only enough edges that
+//! *reachability* covers every conflicting pair, in one scan of the block in order:
+//!
+//! - for each full key (a point access: [`KeyRange::is_point`]), it remembers the last writer and
+//!   the readers since that write. A read waits for the last writer. A write waits for the last
+//!   writer and the readers since, then becomes the last writer. The writers of a key form a
+//!   chain, every reader hangs between two consecutive writers, and so every read-write,
+//!   write-read and write-write pair on the key is joined by a path. A hot key written by 1000
+//!   transactions costs 999 edges, not 499 500;
+//! - ranges and whole-table accesses ([`KeySet::All`]) are handled conservatively: each waits
+//!   directly for every earlier range access of its resource it conflicts with, and for the last
+//!   writer (a write also for the readers since) of every full key it covers; each point access
+//!   waits for every earlier range access that covers it and conflicts. Point accesses keep their
+//!   chains, so a conflict between a point and a later range is reached through the chain.
+//!
+//! Every edge joins a conflicting pair and goes from a lower to a higher index, so the graph is
+//! acyclic by construction. [`conflict_pairs`] computes the full, unreduced conflict relation with
+//! the same indexes; it is what the graph is checked against.
+//!
+//! The [`Scheduler`] has no stages and no barriers. Running the DAG level by level would make
+//! every transaction of a level wait for the slowest one of the level before it, although most of
+//! them depend on nothing there. Instead each transaction keeps a count of predecessors that have
+//! not finished; it becomes ready the moment its count reaches zero, which is exactly the condition
+//! above and nothing more. [`run_block`] drives the scheduler with any async executor (at most `k`
+//! transactions in flight, e.g. one per pooled connection); [`run_serial`] is the reference it
+//! must agree with.
+//!
+//! All of this is only as good as the read/write sets: analysis must never under-approximate.
+//!
+//! # Invariant
+//!
+//! No I/O and no async runtime: the library is plain data structures and runtime-agnostic futures.
+//!
+//! [`ReadWriteSet::conflicts_with`]: chainify_core::rwset::ReadWriteSet::conflicts_with
+//! [`KeyRange::is_point`]: chainify_core::rwset::KeyRange::is_point
+//! [`KeySet::All`]: chainify_core::rwset::KeySet::All
+
+mod driver;
+mod graph;
+mod index;
+mod pairs;
+mod scheduler;
+
+pub use driver::{TxExecutor, run_block, run_serial};
+pub use graph::DependencyGraph;
+pub use pairs::conflict_pairs;
+pub use scheduler::{ScheduleError, Scheduler};

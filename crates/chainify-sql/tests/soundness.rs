@@ -13,7 +13,7 @@ use proptest::prelude::*;
 #[derive(Clone, Debug)]
 enum Lit {
     Int(i64),
-    Dec(i64, u8), // value*10 with one decimal digit, e.g. (15, 1) = 1.5
+    Dec(i64), // value×10 with one decimal digit: Dec(15) is 1.5
     Str(i64),
     Null,
     Param(i64),
@@ -34,7 +34,7 @@ const COLS: [&str; 3] = ["a", "b", "v"];
 fn lit() -> impl Strategy<Value = Lit> {
     prop_oneof![
         6 => (-3i64..4).prop_map(Lit::Int),
-        1 => (-35i64..36).prop_map(|x| Lit::Dec(x, 1)),
+        1 => (-35i64..36).prop_map(Lit::Dec),
         1 => (-3i64..4).prop_map(Lit::Str),
         1 => Just(Lit::Null),
         2 => (-3i64..4).prop_map(Lit::Param),
@@ -66,7 +66,7 @@ fn pred() -> impl Strategy<Value = Pred> {
 fn sql_lit(l: &Lit, params: &mut Vec<Value>) -> String {
     match l {
         Lit::Int(i) => i.to_string(),
-        Lit::Dec(x, _) => format!(
+        Lit::Dec(x) => format!(
             "{}{}.{}",
             if *x < 0 { "-" } else { "" },
             x.abs() / 10,
@@ -111,7 +111,7 @@ fn sql(p: &Pred, params: &mut Vec<Value>) -> String {
 fn num(l: &Lit) -> Option<i64> {
     match l {
         Lit::Int(i) | Lit::Str(i) | Lit::Param(i) => Some(i * 10),
-        Lit::Dec(x, _) => Some(*x),
+        Lit::Dec(x) => Some(*x),
         Lit::Null => None,
     }
 }
