@@ -154,9 +154,10 @@ fn eval(p: &Pred, row: [i64; 3]) -> Option<bool> {
         }
         Pred::In(c, list, n) => {
             let x = row[*c] * 10;
-            let r = list
-                .iter()
-                .fold(Some(false), |acc, l| or3(acc, num(l).map(|y| x == y)));
+            let mut r = Some(false);
+            for l in list {
+                r = or3(r, num(l).map(|y| x == y));
+            }
             if *n { r.map(|b| !b) } else { r }
         }
         Pred::Not(p) => eval(p, row).map(|b| !b),
