@@ -1,1 +1,165 @@
-fn main() {}
+//! Criterion benchmarks of the pure pipeline stages on the paper's 4096-transaction Smallbank
+//! block (100k accounts): SQL analysis cold and cached, DAG build, conflict pairs, scheduler
+//! overhead, Ed25519 signing and verification, and policy evaluation.
+//!
+//! Run: `cargo bench -p chainify-bench` (or `just bench-pure`). Target from issue #2: cached
+//! analysis + DAG for one block ≤ 5 ms on one core.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hint::black_box;
+
+use chainify_bench::{
+    BLOCK_TXS, smallbank_analyzer, smallbank_block_uniform, smallbank_block_zipf,
+};
+use chainify_core::crypto::SigningKey;
+use chainify_core::policy::{AgreementPolicy, PolicySpec};
+use chainify_core::rwset::ReadWriteSet;
+use chainify_core::tx::{Proposal, ProposalBody};
+use chainify_core::{ClientId, Digest, NetworkId, OrgId};
+use chainify_sched::{DependencyGraph, TxExecutor, conflict_pairs, run_block};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+
+fn analysis(c: &mut Criterion) {
+    let block = smallbank_block_zipf(1);
+    let mut g = c.benchmark_group("analysis");
+    g.throughput(Throughput::Elements(BLOCK_TXS as u64));
+    g.bench_function("smallbank_4096_cold", |b| {
+        b.iter_batched(
+            smallbank_analyzer,
+            |an| {
+                for tx in &block {
+                    black_box(an.analyze(tx).ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    let an = smallbank_analyzer();
+    g.bench_function("smallbank_4096_cached", |b| {
+        b.iter(|| {
+            for tx in &block {
+                black_box(an.analyze(tx).ok());
+            }
+        })
+    });
+    g.finish();
+}
+
+fn rwsets(block: &[chainify_core::tx::Transaction]) -> Vec<ReadWriteSet> {
+    let an = smallbank_analyzer();
+    block
+        .iter()
+        .filter_map(|tx| an.analyze(tx).ok().map(|a| a.rwset))
+        .collect()
+}
+
+fn dag(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dag");
+    g.throughput(Throughput::Elements(BLOCK_TXS as u64));
+    for (name, block) in [
+        ("zipf", smallbank_block_zipf(2)),
+        ("uniform", smallbank_block_uniform(2)),
+    ] {
+        let sets = rwsets(&block);
+        let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Some).collect();
+        g.bench_function(format!("build_smallbank_4096_{name}"), |b| {
+            b.iter(|| black_box(DependencyGraph::build(&refs)))
+        });
+        g.bench_function(format!("conflict_pairs_smallbank_4096_{name}"), |b| {
+            b.iter(|| black_box(conflict_pairs(&refs)))
+        });
+        let an = smallbank_analyzer();
+        g.bench_function(format!("cached_analysis_plus_build_4096_{name}"), |b| {
+            b.iter(|| {
+                let sets: Vec<Option<ReadWriteSet>> = block
+                    .iter()
+                    .map(|tx| an.analyze(tx).ok().map(|a| a.rwset))
+                    .collect();
+                let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Option::as_ref).collect();
+                black_box(DependencyGraph::build(&refs))
+            })
+        });
+    }
+    g.finish();
+}
+
+struct Noop;
+
+impl TxExecutor for Noop {
+    type Error = ();
+    async fn execute(&self, _index: usize) -> Result<(), ()> {
+        Ok(())
+    }
+}
+
+fn scheduler(c: &mut Criterion) {
+    let sets = rwsets(&smallbank_block_zipf(3));
+    let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Some).collect();
+    let graph = DependencyGraph::build(&refs);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let mut g = c.benchmark_group("scheduler");
+    g.throughput(Throughput::Elements(BLOCK_TXS as u64));
+    for k in [1usize, 8, 64] {
+        g.bench_function(format!("run_block_noop_4096_k{k}"), |b| {
+            b.iter(|| rt.block_on(run_block(&graph, &Noop, k)))
+        });
+    }
+    g.finish();
+}
+
+fn signatures(c: &mut Criterion) {
+    let key = SigningKey::from_seed(&[9; 32]);
+    let pk = key.public_key();
+    let block = smallbank_block_zipf(4);
+    let proposals: Vec<Proposal> = block
+        .iter()
+        .enumerate()
+        .map(|(i, tx)| {
+            ProposalBody {
+                client: ClientId::new("bench").unwrap_or_else(|e| panic!("{e}")),
+                nonce: i as u64,
+                network: NetworkId::new("bench").unwrap_or_else(|e| panic!("{e}")),
+                transaction: tx.clone(),
+            }
+            .sign(&key)
+        })
+        .collect();
+    let mut g = c.benchmark_group("ed25519");
+    let msg = proposals[0].body.encode_canonical();
+    g.bench_function("sign_proposal", |b| b.iter(|| black_box(key.sign(&msg))));
+    g.bench_function("verify_proposal", |b| {
+        b.iter(|| pk.verify(&msg, &proposals[0].signature))
+    });
+    g.throughput(Throughput::Elements(BLOCK_TXS as u64));
+    g.bench_function("verify_block_4096_with_encoding", |b| {
+        b.iter(|| proposals.iter().all(|p| p.verify(&pk).is_ok()))
+    });
+    g.finish();
+}
+
+fn policy(c: &mut Criterion) {
+    let mut g = c.benchmark_group("policy");
+    let cases = [
+        ("any-2_of_3", "any-2", 3u32),
+        ("all_of_3", "all", 3),
+        ("majority_of_7", "majority", 7),
+        ("explicit_of_3", "[[1,2],[1,3]]", 3),
+    ];
+    for (name, spec, n) in cases {
+        let orgs: BTreeSet<OrgId> = (1..=n).map(OrgId).collect();
+        let p = AgreementPolicy::new(
+            &spec.parse::<PolicySpec>().unwrap_or_else(|e| panic!("{e}")),
+            &orgs,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let h = Digest::of(b"block");
+        let votes: BTreeMap<OrgId, Digest> = orgs.iter().map(|o| (*o, h)).collect();
+        g.bench_function(name, |b| b.iter(|| black_box(p.evaluate(&votes))));
+    }
+    g.finish();
+}
+
+criterion_group!(benches, analysis, dag, scheduler, signatures, policy);
+criterion_main!(benches);

@@ -223,22 +223,32 @@ pub struct ReadWriteSet {
 impl ReadWriteSet {
     /// Records a read.
     pub fn read(&mut self, resource: &Resource, keys: &KeySet) {
-        Self::add(&mut self.reads, resource, keys);
+        Self::add(&mut self.reads, resource, keys.clone());
     }
 
     /// Records a write.
     pub fn write(&mut self, resource: &Resource, keys: &KeySet) {
+        Self::add(&mut self.writes, resource, keys.clone());
+    }
+
+    /// Records a read of keys the caller no longer needs (no copy).
+    pub fn read_owned(&mut self, resource: &Resource, keys: KeySet) {
+        Self::add(&mut self.reads, resource, keys);
+    }
+
+    /// Records a write of keys the caller no longer needs (no copy).
+    pub fn write_owned(&mut self, resource: &Resource, keys: KeySet) {
         Self::add(&mut self.writes, resource, keys);
     }
 
-    fn add(map: &mut BTreeMap<Resource, KeySet>, resource: &Resource, keys: &KeySet) {
+    fn add(map: &mut BTreeMap<Resource, KeySet>, resource: &Resource, keys: KeySet) {
         if keys.is_empty() {
             return;
         }
         match map.get_mut(resource) {
-            Some(existing) => existing.union(keys),
+            Some(existing) => existing.union(&keys),
             None => {
-                map.insert(resource.clone(), keys.clone());
+                map.insert(resource.clone(), keys);
             }
         }
     }

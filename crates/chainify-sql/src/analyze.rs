@@ -24,7 +24,7 @@ use sqlparser::ast::{
 };
 
 use crate::ident::object_name;
-use crate::plan::{Access, Atom, Conj, KeyPlan, Term};
+use crate::plan::{Access, Atom, Conj, KeyPlan, Mode, Term};
 use crate::schema::{KeySpace, RefAction, Schema, Table};
 
 /// Most conjunctions a predicate's normal form may have before it is treated as TRUE.
@@ -333,10 +333,25 @@ impl<'s> Analysis<'s> {
         write: bool,
         keys: KeyPlan,
     ) {
+        let mode = if write { Mode::Write } else { Mode::Read };
         self.accesses.push(Access {
             resource,
             key_types,
-            write,
+            mode,
+            keys,
+        });
+    }
+
+    /// Reads and writes the same keys (the rows an UPDATE or DELETE selects), bound once.
+    fn access_rw(
+        &mut self,
+        (resource, key_types): (Resource, Vec<crate::schema::ColumnType>),
+        keys: KeyPlan,
+    ) {
+        self.accesses.push(Access {
+            resource,
+            key_types,
+            mode: Mode::ReadWrite,
             keys,
         });
     }
@@ -612,8 +627,7 @@ impl<'s> Analysis<'s> {
             .map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope));
         let old = project(&where_dnf, 0);
         self.handle(t, StatementKind::Update);
-        self.access(table_resource(t), false, KeyPlan::Dnf(old.clone()));
-        self.access(table_resource(t), true, KeyPlan::Dnf(old.clone()));
+        self.access_rw(table_resource(t), KeyPlan::Dnf(old.clone()));
         let key_assign: Vec<(usize, Term)> = assigned
             .iter()
             .filter_map(|(c, term)| {
@@ -769,8 +783,7 @@ impl<'s> Analysis<'s> {
             0,
         );
         self.handle(t, StatementKind::Delete);
-        self.access(table_resource(t), false, KeyPlan::Dnf(keys.clone()));
-        self.access(table_resource(t), true, KeyPlan::Dnf(keys.clone()));
+        self.access_rw(table_resource(t), KeyPlan::Dnf(keys.clone()));
         for i in 0..t.uniques.len() {
             self.access(unique_resource(t, i), true, KeyPlan::All);
         }

@@ -6,6 +6,7 @@
 //! a value that cannot be coerced drops its constraint, a constraint that cannot be represented is
 //! ignored, so a bound set always contains every key the statement can touch.
 
+use std::borrow::Cow;
 use std::ops::Bound;
 
 use chainify_core::rwset::{KeyRange, KeySet, KeyValue, MAX_RANGES, ReadWriteSet, Resource};
@@ -26,15 +27,16 @@ pub(crate) enum Term {
 }
 
 impl Term {
-    fn bind(&self, params: &[Value]) -> Option<Value> {
+    fn bind<'a>(&'a self, params: &'a [Value]) -> Option<Cow<'a, Value>> {
         match self {
-            Term::Const(v) => Some(v.clone()),
-            Term::Param(i) => params.get(*i).cloned(),
-            Term::Neg(t) => match t.bind(params)? {
+            Term::Const(v) => Some(Cow::Borrowed(v)),
+            Term::Param(i) => params.get(*i).map(Cow::Borrowed),
+            Term::Neg(t) => match t.bind(params)?.as_ref() {
                 Value::Int(i) => i.checked_neg().map(Value::Int),
                 Value::Decimal(d) => Decimal::new(-d.mantissa(), d.scale()).map(Value::Decimal),
                 _ => None,
-            },
+            }
+            .map(Cow::Owned),
             Term::Unknown => None,
         }
     }
@@ -74,23 +76,35 @@ pub(crate) enum KeyPlan {
     },
 }
 
-/// One read or write of a resource.
+/// Whether an access reads, writes or both (an UPDATE or DELETE reads and writes the same keys,
+/// which are then bound once).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// One access to a resource.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub(crate) struct Access {
     pub(crate) resource: Resource,
     /// Types of the key columns, for coercion.
     pub(crate) key_types: Vec<ColumnType>,
-    pub(crate) write: bool,
+    pub(crate) mode: Mode,
     pub(crate) keys: KeyPlan,
 }
 
 impl Access {
     pub(crate) fn bind_into(&self, params: &[Value], out: &mut ReadWriteSet) {
         let keys = bind_keys(&self.keys, &self.key_types, params);
-        if self.write {
-            out.write(&self.resource, &keys);
-        } else {
-            out.read(&self.resource, &keys);
+        match self.mode {
+            Mode::Read => out.read_owned(&self.resource, keys),
+            Mode::Write => out.write_owned(&self.resource, keys),
+            Mode::ReadWrite => {
+                out.read(&self.resource, &keys);
+                out.write_owned(&self.resource, keys);
+            }
         }
     }
 }
@@ -109,10 +123,9 @@ fn coerce(v: &Value, ty: &ColumnType) -> Result<Option<KeyValue>, ()> {
         // A numeric string compares as a number against numeric columns on every engine; anything
         // else (e.g. MySQL's '5abc' = 5) is engine-specific, so it constrains nothing.
         (Value::Text(s), ColumnType::Int | ColumnType::Decimal { .. }) => {
-            let d = s.trim().parse::<Decimal>().ok();
-            return match d {
-                Some(d) => coerce(&Value::Decimal(d), ty),
-                None => Ok(None),
+            return match s.trim().parse::<Decimal>() {
+                Ok(d) => coerce(&Value::Decimal(d), ty),
+                Err(_) => Ok(None),
             };
         }
         (Value::Text(s), ColumnType::Text) => Some(KeyValue::Text(s.clone())),
@@ -230,6 +243,28 @@ fn apply_atom(c: &mut ColumnConstraint, atom: &Atom, ty: &ColumnType, params: &[
 /// extend the prefix (a cross product for IN lists, capped at [`MAX_RANGES`]); the first column
 /// with only an interval ends the range; anything after is unconstrained.
 fn bind_conj(conj: &Conj, types: &[ColumnType], params: &[Value], out: &mut KeySet) {
+    // Fast path for the OLTP shape: one equality per key column, in key order.
+    if conj.atoms.len() == types.len()
+        && conj
+            .atoms
+            .iter()
+            .enumerate()
+            .all(|(i, (p, a))| *p == i && matches!(a, Atom::Eq(_)))
+    {
+        let mut key = Vec::with_capacity(types.len());
+        for ((_, atom), ty) in conj.atoms.iter().zip(types) {
+            let Atom::Eq(t) = atom else { break };
+            match t.bind(params).map(|v| coerce(&v, ty)) {
+                Some(Ok(Some(k))) => key.push(k),
+                Some(Err(())) => return, // NULL: no row matches
+                _ => break,              // not decidable here: take the general path
+            }
+        }
+        if key.len() == types.len() {
+            out.insert(KeyRange::point(key));
+            return;
+        }
+    }
     let mut cols: Vec<ColumnConstraint> =
         (0..types.len()).map(|_| ColumnConstraint::new()).collect();
     for (pos, atom) in &conj.atoms {
@@ -287,7 +322,7 @@ fn bind_dnf(dnf: &[Conj], types: &[ColumnType], params: &[Value]) -> KeySet {
 fn bind_row(row: &[Term], types: &[ColumnType], params: &[Value]) -> Option<Option<Vec<KeyValue>>> {
     let mut key = Vec::with_capacity(row.len());
     for (t, ty) in row.iter().zip(types) {
-        match coerce(&t.bind(params)?, ty) {
+        match coerce(t.bind(params)?.as_ref(), ty) {
             Ok(Some(k)) => key.push(k),
             Ok(None) => return None,
             Err(()) => return Some(None), // a NULL component: no key (and no FK check)

@@ -1,0 +1,33 @@
+# Everyday commands. `just` is optional: every recipe is a plain cargo command.
+
+# Format check, clippy (warnings denied) and all tests: the README's and CI's test command.
+test:
+    cargo xtask test
+
+# Format check and clippy only.
+lint:
+    cargo xtask lint
+
+# Format the workspace.
+fmt:
+    cargo fmt --all
+
+# Criterion micro-benchmarks of the pure crates (analysis, DAG, scheduler, signatures, policy).
+bench-pure:
+    cargo bench -p chainify-bench
+
+# Compile and run every benchmark once, as a test.
+bench-check:
+    cargo bench --workspace -- --test
+
+# Read/write sets and conflicts of a block of SQL transactions.
+analyze schema block:
+    cargo run --quiet -- analyze --schema {{schema}} {{block}}
+
+# Keys and configs for a local network.
+init dir orgs="3":
+    cargo run --quiet -- init --orgs {{orgs}} --out {{dir}}
+
+# Fuzz the SQL parser and analyser (needs nightly and `cargo install cargo-fuzz`).
+fuzz seconds="60":
+    cd crates/chainify-sql && cargo +nightly fuzz run analyze -- -max_total_time={{seconds}}
