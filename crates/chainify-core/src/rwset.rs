@@ -9,7 +9,6 @@
 //! that widening is always possible ([`KeySet::All`]) and cheap.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -183,6 +182,14 @@ impl KeySet {
         }
     }
 
+    /// Adds every key of `other`, moving its ranges instead of copying them.
+    pub fn absorb(&mut self, other: KeySet) {
+        match other {
+            KeySet::All => *self = KeySet::All,
+            KeySet::Ranges(r) => r.into_iter().for_each(|x| self.insert(x)),
+        }
+    }
+
     /// Whether the two sets share a key.
     pub fn overlaps(&self, other: &KeySet) -> bool {
         match (self, other) {
@@ -211,46 +218,112 @@ pub struct Resource {
     pub arity: usize,
 }
 
+/// Key sets per resource, sorted by resource. A transaction touches a handful of resources, so a
+/// sorted vector beats a tree map here: one allocation instead of a tree node per map, and the
+/// scheduler's hot loop walks it linearly.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct AccessMap(Vec<(Resource, KeySet)>);
+
+impl AccessMap {
+    fn position(&self, resource: &Resource) -> Result<usize, usize> {
+        self.0.binary_search_by(|(r, _)| r.cmp(resource))
+    }
+
+    /// The keys of `resource`, if it is accessed.
+    pub fn get(&self, resource: &Resource) -> Option<&KeySet> {
+        self.position(resource).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Sets the keys of `resource`, returning the previous ones.
+    pub fn insert(&mut self, resource: Resource, keys: KeySet) -> Option<KeySet> {
+        match self.position(&resource) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, keys)),
+            Err(i) => {
+                self.0.insert(i, (resource, keys));
+                None
+            }
+        }
+    }
+
+    /// (resource, keys) in resource order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Resource, &KeySet)> {
+        self.0.iter().map(|(r, k)| (r, k))
+    }
+
+    /// Number of resources.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no resource is accessed.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn add(&mut self, resource: &Resource, keys: KeySet) {
+        if keys.is_empty() {
+            return;
+        }
+        match self.position(resource) {
+            Ok(i) => self.0[i].1.absorb(keys),
+            Err(i) => self.0.insert(i, (resource.clone(), keys)),
+        }
+    }
+}
+
+impl FromIterator<(Resource, KeySet)> for AccessMap {
+    /// Collects key sets (empty ones included), merging those of the same resource.
+    fn from_iter<I: IntoIterator<Item = (Resource, KeySet)>>(iter: I) -> Self {
+        let mut map = AccessMap::default();
+        for (r, k) in iter {
+            match map.position(&r) {
+                Ok(i) => map.0[i].1.union(&k),
+                Err(i) => map.0.insert(i, (r, k)),
+            }
+        }
+        map
+    }
+}
+
+impl<'a> IntoIterator for &'a AccessMap {
+    type Item = (&'a Resource, &'a KeySet);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (Resource, KeySet)>,
+        fn(&'a (Resource, KeySet)) -> Self::Item,
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(r, k)| (r, k))
+    }
+}
+
 /// Everything one transaction reads and writes.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct ReadWriteSet {
     /// Keys read, per resource.
-    pub reads: BTreeMap<Resource, KeySet>,
+    pub reads: AccessMap,
     /// Keys written, per resource.
-    pub writes: BTreeMap<Resource, KeySet>,
+    pub writes: AccessMap,
 }
 
 impl ReadWriteSet {
     /// Records a read.
     pub fn read(&mut self, resource: &Resource, keys: &KeySet) {
-        Self::add(&mut self.reads, resource, keys.clone());
+        self.reads.add(resource, keys.clone());
     }
 
     /// Records a write.
     pub fn write(&mut self, resource: &Resource, keys: &KeySet) {
-        Self::add(&mut self.writes, resource, keys.clone());
+        self.writes.add(resource, keys.clone());
     }
 
     /// Records a read of keys the caller no longer needs (no copy).
     pub fn read_owned(&mut self, resource: &Resource, keys: KeySet) {
-        Self::add(&mut self.reads, resource, keys);
+        self.reads.add(resource, keys);
     }
 
     /// Records a write of keys the caller no longer needs (no copy).
     pub fn write_owned(&mut self, resource: &Resource, keys: KeySet) {
-        Self::add(&mut self.writes, resource, keys);
-    }
-
-    fn add(map: &mut BTreeMap<Resource, KeySet>, resource: &Resource, keys: KeySet) {
-        if keys.is_empty() {
-            return;
-        }
-        match map.get_mut(resource) {
-            Some(existing) => existing.union(&keys),
-            None => {
-                map.insert(resource.clone(), keys);
-            }
-        }
+        self.writes.add(resource, keys);
     }
 
     /// Adds everything `other` reads and writes.
@@ -266,7 +339,7 @@ impl ReadWriteSet {
     /// Whether executing the two transactions in different orders could give different results:
     /// a write of one overlaps a read or a write of the other.
     pub fn conflicts_with(&self, other: &ReadWriteSet) -> bool {
-        let hit = |a: &BTreeMap<Resource, KeySet>, b: &BTreeMap<Resource, KeySet>| {
+        let hit = |a: &AccessMap, b: &AccessMap| {
             a.iter()
                 .any(|(r, ka)| b.get(r).is_some_and(|kb| ka.overlaps(kb)))
         };
@@ -330,6 +403,43 @@ mod tests {
         let mut w = ReadWriteSet::default();
         w.write(&t, &KeySet::All);
         assert!(w.conflicts_with(&r1) && r1.conflicts_with(&w));
+    }
+
+    #[test]
+    fn access_map_stays_sorted_and_merges() {
+        let a = Resource {
+            name: "a".into(),
+            arity: 1,
+        };
+        let b = Resource {
+            name: "b".into(),
+            arity: 1,
+        };
+        let p = |k: i64| KeySet::Ranges(vec![KeyRange::point(vec![i(k)])]);
+        let mut set = ReadWriteSet::default();
+        set.write_owned(&b, p(1));
+        set.write_owned(&a, p(2));
+        set.write_owned(&b, p(3));
+        set.write_owned(&a, KeySet::empty());
+        let names: Vec<&str> = set.writes.iter().map(|(r, _)| &*r.name).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            set.writes.get(&b),
+            Some(&KeySet::Ranges(vec![
+                KeyRange::point(vec![i(1)]),
+                KeyRange::point(vec![i(3)])
+            ]))
+        );
+        let collected: AccessMap = [
+            (b.clone(), p(1)),
+            (a.clone(), KeySet::empty()),
+            (b.clone(), KeySet::All),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(collected.len(), 2);
+        assert_eq!(collected.get(&a), Some(&KeySet::empty()));
+        assert_eq!(collected.get(&b), Some(&KeySet::All));
     }
 
     #[test]

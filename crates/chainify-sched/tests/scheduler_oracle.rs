@@ -295,7 +295,10 @@ fn any_set() -> impl Strategy<Value = ReadWriteSet> {
         10 => proptest::collection::vec(range, 0..3).prop_map(KeySet::Ranges),
     ];
     let map = proptest::collection::btree_map(resource, keys, 0..3);
-    (map.clone(), map).prop_map(|(reads, writes)| ReadWriteSet { reads, writes })
+    (map.clone(), map).prop_map(|(reads, writes)| ReadWriteSet {
+        reads: reads.into_iter().collect(),
+        writes: writes.into_iter().collect(),
+    })
 }
 
 proptest! {
