@@ -104,7 +104,8 @@ pub(crate) fn literal(v: &SqlValue) -> Option<Value> {
     }
 }
 
-fn hex_bytes(h: &str) -> Option<Vec<u8>> {
+/// Decodes hex digits (an `X'…'` literal or a `{"hex": …}` JSON value).
+pub(crate) fn hex_bytes(h: &str) -> Option<Vec<u8>> {
     if !h.len().is_multiple_of(2) {
         return None;
     }

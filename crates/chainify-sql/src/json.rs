@@ -30,7 +30,10 @@ pub fn value_from_json(j: &Json) -> Result<Value, String> {
         Json::String(s) => Value::Text(s.clone()),
         Json::Object(o) if o.len() == 1 && o.get("hex").is_some_and(Json::is_string) => {
             let h = o.get("hex").and_then(Json::as_str).unwrap_or_default();
-            Value::Bytes(hex_decode(h).ok_or_else(|| format!("{{\"hex\": {h:?}}} is not hex"))?)
+            Value::Bytes(
+                crate::analyze::hex_bytes(h)
+                    .ok_or_else(|| format!("{{\"hex\": {h:?}}} is not hex"))?,
+            )
         }
         other => {
             return Err(format!(
@@ -38,16 +41,6 @@ pub fn value_from_json(j: &Json) -> Result<Value, String> {
             ));
         }
     })
-}
-
-fn hex_decode(h: &str) -> Option<Vec<u8>> {
-    if !h.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// A value as JSON.
@@ -124,4 +117,41 @@ fn side_json<'a>(m: impl Iterator<Item = (&'a Resource, &'a KeySet)>) -> Json {
 /// `{"reads": {...}, "writes": {...}}` for a read/write set.
 pub fn rwset_json(s: &ReadWriteSet) -> (Json, Json) {
     (side_json(s.reads.iter()), side_json(s.writes.iter()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_values_from_json() {
+        let v = |s: &str| value_from_json(&serde_json::from_str(s).unwrap());
+        assert_eq!(v("null"), Ok(Value::Null));
+        assert_eq!(v("-7"), Ok(Value::Int(-7)));
+        // Exact decimal text is kept (serde_json's arbitrary_precision), scale included.
+        assert_eq!(v("1.50"), Ok(Value::Decimal("1.50".parse().unwrap())));
+        assert_eq!(
+            v("9223372036854775808"),
+            Ok(Value::Decimal("9223372036854775808".parse().unwrap()))
+        );
+        assert_eq!(v("\"5\""), Ok(Value::Text("5".into())));
+        assert_eq!(v("{\"hex\": \"00ff\"}"), Ok(Value::Bytes(vec![0, 255])));
+        assert!(v("{\"hex\": \"0\"}").unwrap_err().contains("is not hex"));
+        assert!(v("[1]").unwrap_err().contains("is not a parameter value"));
+        assert!(v("1e5").is_err());
+    }
+
+    #[test]
+    fn values_round_trip_through_json() {
+        for value in [
+            Value::Null,
+            Value::Int(i64::MIN),
+            Value::Decimal("-0.125".parse().unwrap()),
+            Value::Text("Zürich".into()),
+            Value::Bool(false),
+            Value::Bytes(vec![1, 2]),
+        ] {
+            assert_eq!(value_from_json(&value_to_json(&value)), Ok(value));
+        }
+    }
 }
