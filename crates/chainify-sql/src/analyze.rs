@@ -25,7 +25,7 @@ use sqlparser::ast::{
 
 use crate::ident::object_name;
 use crate::plan::{Access, Atom, Conj, KeyPlan, Mode, Term};
-use crate::schema::{KeySpace, RefAction, Schema, Table};
+use crate::schema::{ColumnType, KeySpace, RefAction, Schema, Table};
 
 /// Most conjunctions a predicate's normal form may have before it is treated as TRUE.
 const MAX_CONJUNCTIONS: usize = 64;
@@ -79,10 +79,27 @@ impl Scope<'_> {
         }
         found.and_then(|(i, pos)| pos.map(|p| (i, p)))
     }
+
+    fn key_type(&self, (t, p): KeyCol) -> &ColumnType {
+        let table = self.tables[t].1;
+        &table.columns[table.primary_key[p]].ty
+    }
 }
 
-/// A conjunction of atoms tagged with the scope table they constrain.
-type ScopedConj = Vec<(usize, usize, Atom)>;
+/// A key column of a scope: (table index in scope, key position).
+type KeyCol = (usize, usize);
+
+/// One conjunct over the scope's key columns.
+#[derive(Clone, Debug)]
+enum ScopedAtom {
+    /// An atom on one key column.
+    On(KeyCol, Atom),
+    /// Two key columns of the same type are equal (a join condition): atoms on one hold for the other.
+    Same(KeyCol, KeyCol),
+}
+
+/// A conjunction of scoped atoms.
+type ScopedConj = Vec<ScopedAtom>;
 
 pub(crate) fn literal(v: &SqlValue) -> Option<Value> {
     match v {
@@ -151,7 +168,7 @@ fn term(expr: &Expr) -> Term {
 fn dnf(expr: &Expr, scope: &Scope<'_>) -> Vec<ScopedConj> {
     let truth = || vec![Vec::new()];
     let atom = |col: &Expr, a: Atom| match scope.key_column(col) {
-        Some((t, p)) => vec![vec![(t, p, a)]],
+        Some(kc) => vec![vec![ScopedAtom::On(kc, a)]],
         None => truth(),
     };
     match expr {
@@ -187,6 +204,12 @@ fn dnf(expr: &Expr, scope: &Scope<'_>) -> Vec<ScopedConj> {
             let (col, value, flipped) = match (scope.key_column(left), scope.key_column(right)) {
                 (Some(_), None) => (left, right, false),
                 (None, Some(_)) => (right, left, true),
+                // Equal key columns of one type (coercions differ between engines otherwise).
+                (Some(a), Some(b))
+                    if *op == BinaryOperator::Eq && scope.key_type(a) == scope.key_type(b) =>
+                {
+                    return vec![vec![ScopedAtom::Same(a, b)]];
+                }
                 _ => return truth(),
             };
             let t = term(value);
@@ -211,9 +234,9 @@ fn dnf(expr: &Expr, scope: &Scope<'_>) -> Vec<ScopedConj> {
             low,
             high,
         } => match scope.key_column(expr) {
-            Some((t, p)) => vec![vec![
-                (t, p, Atom::Ge(term(low))),
-                (t, p, Atom::Le(term(high))),
+            Some(kc) => vec![vec![
+                ScopedAtom::On(kc, Atom::Ge(term(low))),
+                ScopedAtom::On(kc, Atom::Le(term(high))),
             ]],
             None => truth(),
         },
@@ -221,16 +244,42 @@ fn dnf(expr: &Expr, scope: &Scope<'_>) -> Vec<ScopedConj> {
     }
 }
 
-/// Projects a scoped DNF onto one table of the scope.
+/// The key columns equal to `col` within a conjunction (itself included), following `Same` links.
+fn equal_columns(conj: &ScopedConj, col: KeyCol) -> Vec<KeyCol> {
+    let mut class = vec![col];
+    let mut i = 0;
+    while i < class.len() {
+        for a in conj {
+            if let ScopedAtom::Same(x, y) = a {
+                for (from, to) in [(x, y), (y, x)] {
+                    if *from == class[i] && !class.contains(to) {
+                        class.push(*to);
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    class
+}
+
+/// Projects a scoped DNF onto one table of the scope: its own atoms, plus the atoms of key columns
+/// joined to its key columns by equality (`s.custid = c.custid AND c.custid = $1` bounds `s`).
 fn project(conjs: &[ScopedConj], table: usize) -> Vec<Conj> {
     conjs
         .iter()
-        .map(|c| Conj {
-            atoms: c
-                .iter()
-                .filter(|(t, _, _)| *t == table)
-                .map(|(_, p, a)| (*p, a.clone()))
-                .collect(),
+        .map(|c| {
+            let mut atoms = Vec::new();
+            for a in c {
+                if let ScopedAtom::On(col, atom) = a {
+                    for (t, p) in equal_columns(c, *col) {
+                        if t == table {
+                            atoms.push((p, atom.clone()));
+                        }
+                    }
+                }
+            }
+            Conj { atoms }
         })
         .collect()
 }

@@ -29,8 +29,6 @@ enum Pred {
     Or(Box<Pred>, Box<Pred>),
 }
 
-const COLS: [&str; 3] = ["a", "b", "v"];
-
 fn lit() -> impl Strategy<Value = Lit> {
     prop_oneof![
         6 => (-3i64..4).prop_map(Lit::Int),
@@ -41,7 +39,7 @@ fn lit() -> impl Strategy<Value = Lit> {
     ]
 }
 
-fn pred() -> impl Strategy<Value = Pred> {
+fn pred(ncols: usize) -> impl Strategy<Value = Pred> {
     let leaf = prop_oneof![
         (
             0usize..3,
@@ -49,7 +47,7 @@ fn pred() -> impl Strategy<Value = Pred> {
             lit()
         )
             .prop_map(|(c, op, l)| Pred::Cmp(c, op, l)),
-        (0usize..3, lit(), lit(), any::<bool>()).prop_map(|(c, l, h, n)| Pred::Between(c, l, h, n)),
+        (0..ncols, lit(), lit(), any::<bool>()).prop_map(|(c, l, h, n)| Pred::Between(c, l, h, n)),
         (0usize..3, prop::collection::vec(lit(), 1..4), any::<bool>())
             .prop_map(|(c, l, n)| Pred::In(c, l, n)),
     ];
@@ -81,14 +79,14 @@ fn sql_lit(l: &Lit, params: &mut Vec<Value>) -> String {
     }
 }
 
-fn sql(p: &Pred, params: &mut Vec<Value>) -> String {
+fn sql(p: &Pred, cols: &[&str], params: &mut Vec<Value>) -> String {
     match p {
-        Pred::Cmp(c, op, l) => format!("{} {op} {}", COLS[*c], sql_lit(l, params)),
+        Pred::Cmp(c, op, l) => format!("{} {op} {}", cols[*c], sql_lit(l, params)),
         Pred::Between(c, l, h, n) => {
             let (l, h) = (sql_lit(l, params), sql_lit(h, params));
             format!(
                 "{} {}BETWEEN {l} AND {h}",
-                COLS[*c],
+                cols[*c],
                 if *n { "NOT " } else { "" }
             )
         }
@@ -96,14 +94,14 @@ fn sql(p: &Pred, params: &mut Vec<Value>) -> String {
             let items: Vec<String> = list.iter().map(|l| sql_lit(l, params)).collect();
             format!(
                 "{} {}IN ({})",
-                COLS[*c],
+                cols[*c],
                 if *n { "NOT " } else { "" },
                 items.join(", ")
             )
         }
-        Pred::Not(p) => format!("NOT ({})", sql(p, params)),
-        Pred::And(a, b) => format!("({}) AND ({})", sql(a, params), sql(b, params)),
-        Pred::Or(a, b) => format!("({}) OR ({})", sql(a, params), sql(b, params)),
+        Pred::Not(p) => format!("NOT ({})", sql(p, cols, params)),
+        Pred::And(a, b) => format!("({}) AND ({})", sql(a, cols, params), sql(b, cols, params)),
+        Pred::Or(a, b) => format!("({}) OR ({})", sql(a, cols, params), sql(b, cols, params)),
     }
 }
 
@@ -132,7 +130,7 @@ fn or3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
     }
 }
 
-fn eval(p: &Pred, row: [i64; 3]) -> Option<bool> {
+fn eval(p: &Pred, row: &[i64]) -> Option<bool> {
     match p {
         Pred::Cmp(c, op, l) => {
             let (x, y) = (row[*c] * 10, num(l)?);
@@ -187,12 +185,12 @@ fn written(rw: &ReadWriteSet, table: &str) -> Option<KeySet> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
     #[test]
-    fn every_selected_row_is_in_the_key_set(p in pred(), vs in prop::collection::vec(-3i64..4, 49)) {
+    fn every_selected_row_is_in_the_key_set(p in pred(3), vs in prop::collection::vec(-3i64..4, 49)) {
         let analyzer = Analyzer::new(Schema::from_sql(
             "CREATE TABLE t (a INT, b INT, v INT, PRIMARY KEY (a, b)); CREATE TABLE u (a INT PRIMARY KEY, b INT, v INT)",
         ).unwrap());
         let mut params = Vec::new();
-        let where_sql = sql(&p, &mut params);
+        let where_sql = sql(&p, &["a", "b", "v"], &mut params);
         for table in ["t", "u"] {
             let text = format!("UPDATE {table} SET v = 0 WHERE {where_sql}");
             let tx = Transaction { statements: vec![Statement::new(text.clone(), params.clone())] };
@@ -200,9 +198,41 @@ proptest! {
             let keys = written(&analysis.rwset, table);
             for (i, (a, b)) in (-3i64..4).flat_map(|a| (-3i64..4).map(move |b| (a, b))).enumerate() {
                 let row = [a, b, vs[i]];
-                if eval(&p, row) == Some(true) {
+                if eval(&p, &row) == Some(true) {
                     let key = if table == "t" { vec![KeyValue::Int(a), KeyValue::Int(b)] } else { vec![KeyValue::Int(a)] };
                     prop_assert!(contains(keys.as_ref(), key), "row {row:?} selected by `{text}` {params:?} but not in {keys:?}");
+                }
+            }
+        }
+    }
+
+    /// Joins: `t JOIN u ON t.a = u.a` with a random WHERE over both tables. Every pair of rows the
+    /// query combines must have both keys inside the respective read sets (the join equality
+    /// carries bounds from one table's key to the other's).
+    #[test]
+    fn every_joined_row_is_in_the_read_sets(p in pred(4), join_on_key in any::<bool>()) {
+        let analyzer = Analyzer::new(Schema::from_sql(
+            "CREATE TABLE t (a INT, b INT, v INT, PRIMARY KEY (a, b)); CREATE TABLE u (a INT PRIMARY KEY, b INT, v INT)",
+        ).unwrap());
+        let mut params = Vec::new();
+        let where_sql = sql(&p, &["t.a", "t.b", "u.a", "u.v"], &mut params);
+        // Joining on a non-key column (u.v) must not carry any bound.
+        let on = if join_on_key { "t.a = u.a" } else { "t.a = u.v" };
+        let text = format!("SELECT t.v FROM t JOIN u ON {on} WHERE {where_sql}");
+        let analysis = analyzer.analyze(&Transaction { statements: vec![Statement::new(text.clone(), params.clone())] }).unwrap();
+        let read = |name: &str| analysis.rwset.reads.iter().find(|(r, _)| &*r.name == name).map(|(_, k)| k.clone());
+        let (t_keys, u_keys) = (read("t"), read("u"));
+        for ta in -2i64..3 {
+            for tb in -2i64..3 {
+                for ua in -2i64..3 {
+                    let uv = (ta + ua).rem_euclid(5) - 2;
+                    let joined = if join_on_key { ta == ua } else { ta == uv };
+                    if joined && eval(&p, &[ta, tb, ua, uv]) == Some(true) {
+                        prop_assert!(contains(t_keys.as_ref(), vec![KeyValue::Int(ta), KeyValue::Int(tb)]),
+                            "t row ({ta},{tb}) used by `{text}` {params:?} but not in {t_keys:?}");
+                        prop_assert!(contains(u_keys.as_ref(), vec![KeyValue::Int(ua)]),
+                            "u row {ua} used by `{text}` {params:?} but not in {u_keys:?}");
+                    }
                 }
             }
         }
