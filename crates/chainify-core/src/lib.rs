@@ -4,6 +4,7 @@
 //! - [`canonical`]: the one byte encoding that is signed and hashed (documented, with test vectors);
 //! - [`crypto`]: Ed25519 keys (PKCS#8 files) and signatures;
 //! - [`policy`]: agreement and endorsement policies and their evaluation;
+//! - [`votes`]: counting signed votes (forgeries, equivocations) and verifying certificates;
 //! - [`config`]: network and organization configuration, validated at load;
 //! - [`rwset`]: primary-key read/write sets, the contract between SQL analysis and scheduling.
 //!
@@ -19,6 +20,7 @@ pub mod policy;
 pub mod rwset;
 pub mod tx;
 mod value;
+pub mod votes;
 
 pub use digest::{Digest, DigestLengthError, Hasher};
 pub use ids::{BlockNumber, ClientId, InvalidName, MAX_NAME_LEN, NetworkId, OrgId, TxId};

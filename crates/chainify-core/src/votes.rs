@@ -1,0 +1,392 @@
+//! Counting the signed votes on one block: signatures and fields are checked, forgeries and
+//! equivocations are set aside with a reason, and the agreement policy decides. An agreement comes
+//! with its [`Certificate`]: the matching signed votes, which anyone holding the network's public
+//! keys can check offline ([`verify_certificate`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::crypto::PublicKey;
+use crate::policy::{Agreement, AgreementPolicy};
+use crate::tx::{Certificate, Vote};
+use crate::{BlockNumber, Digest, NetworkId, OrgId};
+
+/// Why a vote was not counted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VoteRejection {
+    /// The voter is not an organization of the network.
+    #[error("vote from unknown organization {0}")]
+    UnknownOrg(OrgId),
+    /// The vote is for another network.
+    #[error("vote from {org} is for network {network}, not this one")]
+    WrongNetwork {
+        /// The voter.
+        org: OrgId,
+        /// The network named in the vote.
+        network: String,
+    },
+    /// The vote is for another block.
+    #[error("vote from {org} is for block {got}, not {expected}")]
+    WrongBlock {
+        /// The voter.
+        org: OrgId,
+        /// The block named in the vote.
+        got: BlockNumber,
+        /// The block being counted.
+        expected: BlockNumber,
+    },
+    /// The signature does not verify with the voter's key.
+    #[error("vote from {0} has a bad signature")]
+    BadSignature(OrgId),
+    /// The same vote was received again (harmless, not counted twice).
+    #[error("duplicate vote from {0}")]
+    Duplicate(OrgId),
+    /// The voter signed two different hashes for the block: it is Byzantine and none of its votes
+    /// count.
+    #[error("{org} equivocated: voted {first} and {second}")]
+    Equivocation {
+        /// The voter.
+        org: OrgId,
+        /// Its first hash.
+        first: Digest,
+        /// Its conflicting hash.
+        second: Digest,
+    },
+}
+
+/// What an organization's votes amount to.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Choice {
+    Hash(Digest),
+    /// Signed two hashes: counts as voted, agreeing with nobody.
+    Equivocated(OrgId),
+}
+
+/// The votes received for one block.
+#[derive(Debug)]
+pub struct VoteTally<'a> {
+    network: &'a NetworkId,
+    block: BlockNumber,
+    policy: &'a AgreementPolicy,
+    keys: &'a BTreeMap<OrgId, PublicKey>,
+    votes: BTreeMap<OrgId, Vote>,
+    equivocators: BTreeSet<OrgId>,
+}
+
+impl<'a> VoteTally<'a> {
+    /// An empty tally for `block`.
+    pub fn new(
+        network: &'a NetworkId,
+        block: BlockNumber,
+        policy: &'a AgreementPolicy,
+        keys: &'a BTreeMap<OrgId, PublicKey>,
+    ) -> Self {
+        VoteTally {
+            network,
+            block,
+            policy,
+            keys,
+            votes: BTreeMap::new(),
+            equivocators: BTreeSet::new(),
+        }
+    }
+
+    /// Checks and counts a vote.
+    pub fn add(&mut self, vote: Vote) -> Result<(), VoteRejection> {
+        check_vote(&vote, self.network, self.block, self.keys)?;
+        if self.equivocators.contains(&vote.org) {
+            return Err(VoteRejection::Duplicate(vote.org));
+        }
+        match self.votes.get(&vote.org) {
+            Some(prev) if prev.ledger_block_hash == vote.ledger_block_hash => {
+                Err(VoteRejection::Duplicate(vote.org))
+            }
+            Some(prev) => {
+                let err = VoteRejection::Equivocation {
+                    org: vote.org,
+                    first: prev.ledger_block_hash,
+                    second: vote.ledger_block_hash,
+                };
+                self.votes.remove(&vote.org);
+                self.equivocators.insert(vote.org);
+                Err(err)
+            }
+            None => {
+                self.votes.insert(vote.org, vote);
+                Ok(())
+            }
+        }
+    }
+
+    /// The policy's verdict on the votes counted so far.
+    pub fn outcome(&self) -> Agreement<Digest> {
+        let choices: BTreeMap<OrgId, Choice> = self
+            .votes
+            .iter()
+            .map(|(o, v)| (*o, Choice::Hash(v.ledger_block_hash)))
+            .chain(
+                self.equivocators
+                    .iter()
+                    .map(|o| (*o, Choice::Equivocated(*o))),
+            )
+            .collect();
+        match self.policy.evaluate(&choices) {
+            Agreement::Agreed {
+                hash: Choice::Hash(h),
+                voters,
+            } => Agreement::Agreed { hash: h, voters },
+            // Only a one-organization combination can be met by an equivocator alone; accepted
+            // policies have pairwise intersecting combinations, so every combination then contains
+            // that organization and none can be met any more.
+            Agreement::Agreed { .. } | Agreement::Impossible => Agreement::Impossible,
+            Agreement::Pending => Agreement::Pending,
+        }
+    }
+
+    /// The certificate, once the policy is met: every counted vote for the agreed hash.
+    pub fn certificate(&self) -> Option<Certificate> {
+        let Agreement::Agreed { hash, voters } = self.outcome() else {
+            return None;
+        };
+        Some(Certificate {
+            block: self.block,
+            ledger_block_hash: hash,
+            votes: voters
+                .iter()
+                .filter_map(|o| self.votes.get(o).cloned())
+                .collect(),
+        })
+    }
+}
+
+fn check_vote(
+    vote: &Vote,
+    network: &NetworkId,
+    block: BlockNumber,
+    keys: &BTreeMap<OrgId, PublicKey>,
+) -> Result<(), VoteRejection> {
+    let key = keys
+        .get(&vote.org)
+        .ok_or(VoteRejection::UnknownOrg(vote.org))?;
+    if &vote.network != network {
+        return Err(VoteRejection::WrongNetwork {
+            org: vote.org,
+            network: vote.network.to_string(),
+        });
+    }
+    if vote.block != block {
+        return Err(VoteRejection::WrongBlock {
+            org: vote.org,
+            got: vote.block,
+            expected: block,
+        });
+    }
+    vote.verify(key)
+        .map_err(|_| VoteRejection::BadSignature(vote.org))
+}
+
+/// Why a certificate does not prove agreement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertificateError {
+    /// A vote in it is invalid.
+    #[error("certificate for block {block}: {source}")]
+    BadVote {
+        /// The certified block.
+        block: BlockNumber,
+        /// The problem with the vote.
+        source: VoteRejection,
+    },
+    /// A vote is for another hash than the certified one.
+    #[error("certificate for block {block}: vote from {org} is for another hash")]
+    HashMismatch {
+        /// The certified block.
+        block: BlockNumber,
+        /// The voter.
+        org: OrgId,
+    },
+    /// The voters do not satisfy the agreement policy.
+    #[error("certificate for block {block}: voters {voters:?} do not satisfy the agreement policy")]
+    PolicyNotMet {
+        /// The certified block.
+        block: BlockNumber,
+        /// The distinct valid voters.
+        voters: Vec<u32>,
+    },
+}
+
+/// Checks a certificate offline: every vote is valid, for the certified block and hash, from a
+/// distinct organization, and together they satisfy the agreement policy.
+pub fn verify_certificate(
+    cert: &Certificate,
+    network: &NetworkId,
+    policy: &AgreementPolicy,
+    keys: &BTreeMap<OrgId, PublicKey>,
+) -> Result<(), CertificateError> {
+    let mut voters = BTreeSet::new();
+    for vote in &cert.votes {
+        check_vote(vote, network, cert.block, keys).map_err(|source| {
+            CertificateError::BadVote {
+                block: cert.block,
+                source,
+            }
+        })?;
+        if vote.ledger_block_hash != cert.ledger_block_hash {
+            return Err(CertificateError::HashMismatch {
+                block: cert.block,
+                org: vote.org,
+            });
+        }
+        if !voters.insert(vote.org) {
+            return Err(CertificateError::BadVote {
+                block: cert.block,
+                source: VoteRejection::Duplicate(vote.org),
+            });
+        }
+    }
+    if policy.is_satisfied_by(&voters) {
+        Ok(())
+    } else {
+        Err(CertificateError::PolicyNotMet {
+            block: cert.block,
+            voters: voters.iter().map(|o| o.0).collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::SigningKey;
+    use crate::policy::PolicySpec;
+
+    struct Net {
+        id: NetworkId,
+        keys: Vec<SigningKey>,
+        public: BTreeMap<OrgId, PublicKey>,
+        policy: AgreementPolicy,
+    }
+
+    fn net(policy: &str) -> Net {
+        let keys: Vec<SigningKey> = (1..=3u8).map(|i| SigningKey::from_seed(&[i; 32])).collect();
+        let public = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (OrgId(i as u32 + 1), k.public_key()))
+            .collect();
+        let orgs = (1..=3).map(OrgId).collect();
+        Net {
+            id: NetworkId::new("net").unwrap(),
+            keys,
+            public,
+            policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs).unwrap(),
+        }
+    }
+
+    impl Net {
+        fn vote(&self, org: u32, block: u64, hash: &[u8]) -> Vote {
+            Vote::new_signed(
+                self.id.clone(),
+                BlockNumber(block),
+                Digest::of(hash),
+                OrgId(org),
+                &self.keys[org as usize - 1],
+            )
+        }
+    }
+
+    #[test]
+    fn agreement_yields_a_verifiable_certificate() {
+        let n = net("any-2");
+        let mut t = VoteTally::new(&n.id, BlockNumber(5), &n.policy, &n.public);
+        t.add(n.vote(1, 5, b"h")).unwrap();
+        assert_eq!(t.outcome(), Agreement::Pending);
+        assert_eq!(t.certificate(), None);
+        t.add(n.vote(2, 5, b"x")).unwrap();
+        t.add(n.vote(3, 5, b"h")).unwrap();
+        let cert = t.certificate().unwrap();
+        assert_eq!(cert.ledger_block_hash, Digest::of(b"h"));
+        assert_eq!(
+            cert.votes.iter().map(|v| v.org.0).collect::<Vec<_>>(),
+            [1, 3]
+        );
+        verify_certificate(&cert, &n.id, &n.policy, &n.public).unwrap();
+    }
+
+    #[test]
+    fn forged_misdirected_and_duplicate_votes_are_not_counted() {
+        let n = net("all");
+        let mut t = VoteTally::new(&n.id, BlockNumber(5), &n.policy, &n.public);
+        let mut forged = n.vote(2, 5, b"h");
+        forged.org = OrgId(3);
+        assert_eq!(t.add(forged), Err(VoteRejection::BadSignature(OrgId(3))));
+        assert!(matches!(
+            t.add(n.vote(1, 6, b"h")),
+            Err(VoteRejection::WrongBlock { .. })
+        ));
+        let mut unknown = n.vote(1, 5, b"h");
+        unknown.org = OrgId(9);
+        assert_eq!(t.add(unknown), Err(VoteRejection::UnknownOrg(OrgId(9))));
+        t.add(n.vote(1, 5, b"h")).unwrap();
+        assert_eq!(
+            t.add(n.vote(1, 5, b"h")),
+            Err(VoteRejection::Duplicate(OrgId(1)))
+        );
+        assert_eq!(t.outcome(), Agreement::Pending);
+    }
+
+    #[test]
+    fn an_equivocator_agrees_with_nobody() {
+        let n = net("any-2");
+        let mut t = VoteTally::new(&n.id, BlockNumber(1), &n.policy, &n.public);
+        t.add(n.vote(1, 1, b"h")).unwrap();
+        assert!(matches!(
+            t.add(n.vote(1, 1, b"x")),
+            Err(VoteRejection::Equivocation { .. })
+        ));
+        t.add(n.vote(2, 1, b"h")).unwrap();
+        // Org 1's earlier vote for h no longer counts: only org 2 voted h so far.
+        assert_eq!(t.outcome(), Agreement::Pending);
+        t.add(n.vote(3, 1, b"y")).unwrap();
+        assert_eq!(t.outcome(), Agreement::Impossible);
+    }
+
+    #[test]
+    fn tampered_certificates_are_rejected() {
+        let n = net("any-2");
+        let cert = Certificate {
+            block: BlockNumber(2),
+            ledger_block_hash: Digest::of(b"h"),
+            votes: vec![n.vote(1, 2, b"h"), n.vote(2, 2, b"h")],
+        };
+        verify_certificate(&cert, &n.id, &n.policy, &n.public).unwrap();
+        let mut short = cert.clone();
+        short.votes.pop();
+        assert!(matches!(
+            verify_certificate(&short, &n.id, &n.policy, &n.public),
+            Err(CertificateError::PolicyNotMet { .. })
+        ));
+        let mut doubled = cert.clone();
+        doubled.votes[1] = doubled.votes[0].clone();
+        assert!(matches!(
+            verify_certificate(&doubled, &n.id, &n.policy, &n.public),
+            Err(CertificateError::BadVote { .. })
+        ));
+        let mut other_hash = cert.clone();
+        other_hash.ledger_block_hash = Digest::of(b"x");
+        assert!(matches!(
+            verify_certificate(&other_hash, &n.id, &n.policy, &n.public),
+            Err(CertificateError::HashMismatch { .. })
+        ));
+        let mut forged = cert;
+        // Re-pointing the votes at another hash without re-signing them.
+        for v in &mut forged.votes {
+            v.ledger_block_hash = Digest::of(b"h2");
+        }
+        forged.ledger_block_hash = Digest::of(b"h2");
+        assert!(
+            verify_certificate(&forged, &n.id, &n.policy, &n.public)
+                .unwrap_err()
+                .to_string()
+                .contains("bad signature")
+        );
+    }
+}
