@@ -115,6 +115,42 @@ impl Proposal {
     }
 }
 
+/// A client's read-only query, as signed (reads are subject to grants too).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct QueryBody {
+    /// The querying client.
+    pub client: ClientId,
+    /// The network queried (the server's own; not sent on the wire, but signed).
+    pub network: NetworkId,
+    /// One SELECT.
+    pub sql: String,
+    /// Values for `$1..$n`.
+    pub params: Vec<Value>,
+}
+
+impl QueryBody {
+    /// Domain tag of the query encoding.
+    pub const TAG: &'static str = "chainify.v1.Query";
+
+    /// Layout: tag, `string client, string network, string sql, list<value> params`.
+    pub fn encode_canonical(&self) -> Vec<u8> {
+        let mut e = Encoder::new(Self::TAG);
+        e.str(self.client.as_str())
+            .str(self.network.as_str())
+            .str(&self.sql)
+            .count(self.params.len());
+        for p in &self.params {
+            e.value(p);
+        }
+        e.finish()
+    }
+
+    /// Checks the client's signature over the query.
+    pub fn verify(&self, client_key: &PublicKey, signature: &Signature) -> Result<(), CryptoError> {
+        client_key.verify(&self.encode_canonical(), signature)
+    }
+}
+
 /// An organization's early-abort verdict.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Verdict {
@@ -364,6 +400,25 @@ mod tests {
         let mut flipped = r.clone();
         flipped.verdict = Verdict::Reject(String::new());
         assert!(flipped.verify(&key.public_key()).is_err());
+    }
+
+    #[test]
+    fn query_signature_binds_network_and_params() {
+        let (key, _) = SigningKey::generate().unwrap();
+        let q = QueryBody {
+            client: ClientId::new("alice").unwrap(),
+            network: NetworkId::new("net").unwrap(),
+            sql: "SELECT bal FROM checking WHERE custid = $1".into(),
+            params: vec![Value::Int(1)],
+        };
+        let sig = key.sign(&q.encode_canonical());
+        q.verify(&key.public_key(), &sig).unwrap();
+        let mut other_net = q.clone();
+        other_net.network = NetworkId::new("net2").unwrap();
+        assert!(other_net.verify(&key.public_key(), &sig).is_err());
+        let mut other_param = q;
+        other_param.params[0] = Value::Int(2);
+        assert!(other_param.verify(&key.public_key(), &sig).is_err());
     }
 
     #[test]

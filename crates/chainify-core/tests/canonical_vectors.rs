@@ -9,7 +9,7 @@
 use chainify_core::canonical::Encoder;
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::{
-    EarlyAbortResponse, LedgerBlock, ProposalBody, Statement, Transaction, Verdict, Vote,
+    EarlyAbortResponse, LedgerBlock, ProposalBody, QueryBody, Statement, Transaction, Verdict, Vote,
 };
 use chainify_core::{BlockNumber, ClientId, Decimal, Digest, NetworkId, OrgId, Value};
 use serde_json::{Value as Json, json};
@@ -84,7 +84,17 @@ fn vectors() -> Json {
         Verdict::Reject("statement 1: NOW() reads the clock".into()),
         &key,
     );
+    let query = QueryBody {
+        client: ClientId::new("client1").unwrap(),
+        network: NetworkId::new("chainify-test").unwrap(),
+        sql: "SELECT bal FROM checking WHERE custid = $1".into(),
+        params: vec![Value::Int(7)],
+    };
     json!({
+        "query": {
+            "bytes": hex::encode(query.encode_canonical()),
+            "signature": hex::encode(key.sign(&query.encode_canonical()).0),
+        },
         "key": { "seed": RFC8032_SEED, "public_key": key.public_key().to_string() },
         "values": { "bytes": hex::encode(values.finish()) },
         "proposal": {
