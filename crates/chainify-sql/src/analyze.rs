@@ -49,8 +49,10 @@ pub struct StatementPlan {
 pub(crate) type Reject = String;
 
 struct Scope<'a> {
-    /// (alias or table name, table) for each table in FROM.
+    /// (alias or table name, table) for each table in FROM, then those of enclosing queries.
     tables: Vec<(String, &'a Table)>,
+    /// Nesting level of each table: 0 for the query's own FROM, 1 for the enclosing query, ….
+    levels: Vec<usize>,
 }
 
 impl Scope<'_> {
@@ -65,8 +67,14 @@ impl Scope<'_> {
             Expr::Nested(e) => return self.key_column(e),
             _ => return None,
         };
+        // SQL binds a reference to the innermost level that has a matching table and column.
         let mut found = None;
         for (i, (alias, table)) in self.tables.iter().enumerate() {
+            if let Some((j, _)) = found
+                && self.levels[i] > self.levels[j]
+            {
+                break;
+            }
             if qualifier.as_ref().is_some_and(|q| q != alias) {
                 continue;
             }
@@ -284,6 +292,53 @@ fn project(conjs: &[ScopedConj], table: usize) -> Vec<Conj> {
         .collect()
 }
 
+/// What a correlated subquery knows about the query around it: the enclosing scope's tables and
+/// the enclosing predicate over them. A subquery in a WHERE, a SET or a projection only matters for
+/// rows the enclosing predicate can select (the predicate with every unknown part read as TRUE is
+/// monotone, so a row it rejects is rejected whatever the subquery yields).
+#[derive(Clone)]
+struct Outer<'s> {
+    tables: Vec<(String, &'s Table)>,
+    levels: Vec<usize>,
+    conjs: Vec<ScopedConj>,
+}
+
+/// Conjoins two normal forms; `None` past [`MAX_CONJUNCTIONS`].
+fn conjoin(a: &[ScopedConj], b: &[ScopedConj]) -> Option<Vec<ScopedConj>> {
+    (a.len() * b.len() <= MAX_CONJUNCTIONS).then(|| {
+        a.iter()
+            .flat_map(|x| b.iter().map(move |y| x.iter().chain(y).cloned().collect()))
+            .collect()
+    })
+}
+
+/// Renumbers the scope indexes of a normal form by `offset` (the enclosing tables come after the
+/// subquery's own in the subquery's scope).
+fn shift(conjs: &[ScopedConj], offset: usize) -> Vec<ScopedConj> {
+    let mv = |(t, p): KeyCol| (t + offset, p);
+    conjs
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|a| match a {
+                    ScopedAtom::On(k, atom) => ScopedAtom::On(mv(*k), atom.clone()),
+                    ScopedAtom::Same(x, y) => ScopedAtom::Same(mv(*x), mv(*y)),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Removes one occurrence of each of `these` from `all` (a multiset difference).
+fn without(mut all: Vec<Query>, these: &[Query]) -> Vec<Query> {
+    for q in these {
+        if let Some(i) = all.iter().position(|x| x == q) {
+            all.remove(i);
+        }
+    }
+    all
+}
+
 /// Collects the subqueries directly inside a node (not those nested in other subqueries).
 #[derive(Default)]
 struct TopLevelQueries {
@@ -416,7 +471,7 @@ impl<'s> Analysis<'s> {
     pub(crate) fn statement(mut self, st: &SqlStatement) -> Result<Analyzed, Reject> {
         let kind = match st {
             SqlStatement::Query(q) => {
-                self.query(q)?;
+                self.query(q, None)?;
                 StatementKind::Select
             }
             SqlStatement::Insert(i) => {
@@ -455,12 +510,25 @@ impl<'s> Analysis<'s> {
 
     fn subqueries_of<V: Visit>(&mut self, node: &V) -> Result<(), Reject> {
         for q in subqueries(node) {
-            self.query(&q)?;
+            self.query(&q, None)?;
         }
         Ok(())
     }
 
-    fn query(&mut self, q: &Query) -> Result<(), Reject> {
+    /// Subqueries of a WHERE, SET or projection: analysed knowing the enclosing predicate.
+    fn correlated_subqueries_of<V: Visit>(
+        &mut self,
+        node: &V,
+        outer: &Outer<'s>,
+    ) -> Result<Vec<Query>, Reject> {
+        let found = subqueries(node);
+        for q in &found {
+            self.query(q, Some(outer))?;
+        }
+        Ok(found)
+    }
+
+    fn query(&mut self, q: &Query, outer: Option<&Outer<'s>>) -> Result<(), Reject> {
         if q.with.is_some() {
             return Err("WITH (common table expressions) is not supported".into());
         }
@@ -484,7 +552,7 @@ impl<'s> Analysis<'s> {
         if let Some(ob) = &q.order_by {
             self.subqueries_of(ob)?;
         }
-        self.set_expr(&q.body)
+        self.set_expr(&q.body, outer)
     }
 
     fn check_total_order(&self, q: &Query, limit: &LimitClause) -> Result<(), Reject> {
@@ -521,13 +589,13 @@ impl<'s> Analysis<'s> {
         }
     }
 
-    fn set_expr(&mut self, body: &SetExpr) -> Result<(), Reject> {
+    fn set_expr(&mut self, body: &SetExpr, outer: Option<&Outer<'s>>) -> Result<(), Reject> {
         match body {
-            SetExpr::Select(s) => self.select(s),
-            SetExpr::Query(q) => self.query(q),
+            SetExpr::Select(s) => self.select(s, outer),
+            SetExpr::Query(q) => self.query(q, outer),
             SetExpr::SetOperation { left, right, .. } => {
-                self.set_expr(left)?;
-                self.set_expr(right)
+                self.set_expr(left, outer)?;
+                self.set_expr(right, outer)
             }
             SetExpr::Values(v) => self.subqueries_of(v),
             _ => Err("only SELECT, VALUES and set operations are allowed in queries".into()),
@@ -540,7 +608,8 @@ impl<'s> Analysis<'s> {
         for twj in &select.from {
             self.collect_tables(twj, &mut tables)?;
         }
-        Ok(Scope { tables })
+        let levels = vec![0; tables.len()];
+        Ok(Scope { tables, levels })
     }
 
     fn collect_tables(
@@ -578,7 +647,7 @@ impl<'s> Analysis<'s> {
         Ok(())
     }
 
-    fn select(&mut self, s: &Select) -> Result<(), Reject> {
+    fn select(&mut self, s: &Select, outer: Option<&Outer<'s>>) -> Result<(), Reject> {
         let unsupported = s.top.is_some()
             || s.into.is_some()
             || !s.lateral_views.is_empty()
@@ -594,7 +663,14 @@ impl<'s> Analysis<'s> {
         if unsupported {
             return Err("SELECT clause is not in the portable subset".into());
         }
-        let scope = self.scope(s)?;
+        let mut scope = self.scope(s)?;
+        let own = scope.tables.len();
+        // Enclosing tables come after the own ones, one level further out: a reference binds to
+        // the innermost level that has it, as in SQL.
+        if let Some(o) = outer {
+            scope.tables.extend(o.tables.iter().cloned());
+            scope.levels.extend(o.levels.iter().map(|l| l + 1));
+        }
         // WHERE and the ON conditions of inner joins restrict every table's contributing rows.
         let mut preds: Vec<&Expr> = s.selection.iter().collect();
         for twj in &s.from {
@@ -616,11 +692,26 @@ impl<'s> Analysis<'s> {
                     .collect();
             }
         }
-        for (i, (_, t)) in scope.tables.iter().enumerate() {
+        if let Some(o) = outer
+            && let Some(c) = conjoin(&conjs, &shift(&o.conjs, own))
+        {
+            conjs = c;
+        }
+        for (i, (_, t)) in scope.tables.iter().take(own).enumerate() {
             self.access(table_resource(t), false, KeyPlan::Dnf(project(&conjs, i)));
             self.handle(t, StatementKind::Select);
         }
-        self.subqueries_of(s)
+        let context = Outer {
+            tables: scope.tables.clone(),
+            levels: scope.levels.clone(),
+            conjs,
+        };
+        let mut done = self.correlated_subqueries_of(&s.selection, &context)?;
+        done.extend(self.correlated_subqueries_of(&s.projection, &context)?);
+        for q in without(subqueries(s), &done) {
+            self.query(&q, None)?;
+        }
+        Ok(())
     }
 
     fn single_table(
@@ -670,6 +761,7 @@ impl<'s> Analysis<'s> {
         }
         let scope = Scope {
             tables: vec![(alias, t)],
+            levels: vec![0],
         };
         let where_dnf = u
             .selection
@@ -721,10 +813,13 @@ impl<'s> Analysis<'s> {
                 self.parent_lookup(fk, row)?;
             }
         }
-        self.subqueries_of(&u.assignments)?;
-        if let Some(sel) = &u.selection {
-            self.subqueries_of(sel)?;
-        }
+        let context = Outer {
+            tables: scope.tables.clone(),
+            levels: scope.levels.clone(),
+            conjs: where_dnf,
+        };
+        self.correlated_subqueries_of(&u.assignments, &context)?;
+        self.correlated_subqueries_of(&u.selection, &context)?;
         Ok(())
     }
 
@@ -825,13 +920,13 @@ impl<'s> Analysis<'s> {
         let (t, alias) = self.single_table(twj, "DELETE")?;
         let scope = Scope {
             tables: vec![(alias, t)],
+            levels: vec![0],
         };
-        let keys = project(
-            &d.selection
-                .as_ref()
-                .map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope)),
-            0,
-        );
+        let where_dnf = d
+            .selection
+            .as_ref()
+            .map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope));
+        let keys = project(&where_dnf, 0);
         self.handle(t, StatementKind::Delete);
         self.access_rw(table_resource(t), KeyPlan::Dnf(keys.clone()));
         for i in 0..t.uniques.len() {
@@ -839,9 +934,12 @@ impl<'s> Analysis<'s> {
         }
         let all_cols: Vec<usize> = (0..t.columns.len()).collect();
         self.parent_change(t, &all_cols, KeyPlan::Dnf(keys), |fk| fk.on_delete)?;
-        if let Some(sel) = &d.selection {
-            self.subqueries_of(sel)?;
-        }
+        let context = Outer {
+            tables: scope.tables,
+            levels: scope.levels,
+            conjs: where_dnf,
+        };
+        self.correlated_subqueries_of(&d.selection, &context)?;
         Ok(())
     }
 
@@ -924,7 +1022,7 @@ impl<'s> Analysis<'s> {
                 Some(rows)
             }
             _ => {
-                self.query(source)?;
+                self.query(source, None)?;
                 None
             }
         };

@@ -42,13 +42,13 @@ fn lit() -> impl Strategy<Value = Lit> {
 fn pred(ncols: usize) -> impl Strategy<Value = Pred> {
     let leaf = prop_oneof![
         (
-            0usize..3,
+            0..ncols,
             prop::sample::select(vec!["=", "<", "<=", ">", ">=", "<>"]),
             lit()
         )
             .prop_map(|(c, op, l)| Pred::Cmp(c, op, l)),
         (0..ncols, lit(), lit(), any::<bool>()).prop_map(|(c, l, h, n)| Pred::Between(c, l, h, n)),
-        (0usize..3, prop::collection::vec(lit(), 1..4), any::<bool>())
+        (0..ncols, prop::collection::vec(lit(), 1..4), any::<bool>())
             .prop_map(|(c, l, n)| Pred::In(c, l, n)),
     ];
     leaf.prop_recursive(4, 24, 2, |inner| {
@@ -232,6 +232,39 @@ proptest! {
                             "t row ({ta},{tb}) used by `{text}` {params:?} but not in {t_keys:?}");
                         prop_assert!(contains(u_keys.as_ref(), vec![KeyValue::Int(ua)]),
                             "u row {ua} used by `{text}` {params:?} but not in {u_keys:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Correlated subqueries: `UPDATE u SET v = (SELECT max(t.v) FROM t WHERE t.a = u.a AND <pt>)
+    /// WHERE <pu>`. Every `t` row the subquery can see for an updated `u` row must be in the read set.
+    #[test]
+    fn correlated_subquery_rows_are_in_the_read_set(pt in pred(3), pu in pred(2), correlate_on_key in any::<bool>()) {
+        let analyzer = Analyzer::new(Schema::from_sql(
+            "CREATE TABLE t (a INT, b INT, v INT, PRIMARY KEY (a, b)); CREATE TABLE u (a INT PRIMARY KEY, b INT, v INT)",
+        ).unwrap());
+        let mut params = Vec::new();
+        let inner = sql(&pt, &["t.a", "t.b", "t.v"], &mut params);
+        let outer = sql(&pu, &["u.a", "u.b"], &mut params);
+        // Correlating on a non-key column (u.b) must not carry a bound.
+        let corr = if correlate_on_key { "t.a = u.a" } else { "t.a = u.b" };
+        let text = format!("UPDATE u SET v = (SELECT max(t.v) FROM t WHERE {corr} AND ({inner})) WHERE {outer}");
+        let analysis = analyzer.analyze(&Transaction { statements: vec![Statement::new(text.clone(), params.clone())] }).unwrap();
+        let t_keys = analysis.rwset.reads.iter().find(|(r, _)| &*r.name == "t").map(|(_, k)| k.clone());
+        for ua in -2i64..3 {
+            let ub = (ua * 3).rem_euclid(5) - 2;
+            if eval(&pu, &[ua, ub]) != Some(true) {
+                continue;
+            }
+            for ta in -2i64..3 {
+                for tb in -2i64..3 {
+                    let tv = (ta + tb).rem_euclid(3);
+                    let correlated = if correlate_on_key { ta == ua } else { ta == ub };
+                    if correlated && eval(&pt, &[ta, tb, tv]) == Some(true) {
+                        prop_assert!(contains(t_keys.as_ref(), vec![KeyValue::Int(ta), KeyValue::Int(tb)]),
+                            "t row ({ta},{tb}) seen for u row {ua} by `{text}` {params:?} but not in {t_keys:?}");
                     }
                 }
             }
