@@ -8,6 +8,16 @@ test:
 lint:
     cargo xtask lint
 
+# Throw-away PostgreSQL, MariaDB and Kafka on private ports (data under target/services/).
+services-start *which:
+    cargo xtask services start {{which}}
+
+services-stop *which:
+    cargo xtask services stop {{which}}
+
+services-status:
+    cargo xtask services status
+
 # Format the workspace.
 fmt:
     cargo fmt --all

@@ -3,6 +3,11 @@
 //!
 //! - `test`: format check, clippy with warnings denied, every test of the workspace.
 //! - `lint`: the format check and clippy only.
+//! - `services start|stop [postgres|mariadb|kafka|all]`, `services status`, `services env`:
+//!   throw-away database and Kafka servers for the integration tests, on private ports of
+//!   127.0.0.1 with their data under `target/services/` (see `services.rs`).
+
+mod services;
 
 use std::process::{Command, ExitCode};
 
@@ -32,12 +37,14 @@ fn lint() -> bool {
 }
 
 fn main() -> ExitCode {
-    let task = std::env::args().nth(1).unwrap_or_default();
-    let ok = match task.as_str() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = args.first().map_or("", String::as_str);
+    let ok = match task {
         "test" => lint() && cargo(&["test", "--workspace", "--locked"]),
         "lint" => lint(),
+        "services" => services::main(&args[1..]),
         other => {
-            eprintln!("xtask: unknown task {other:?}; tasks: test, lint");
+            eprintln!("xtask: unknown task {other:?}; tasks: test, lint, services");
             false
         }
     };
