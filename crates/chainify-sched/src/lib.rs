@@ -56,5 +56,5 @@ mod scheduler;
 
 pub use driver::{TxExecutor, run_block, run_serial};
 pub use graph::DependencyGraph;
-pub use pairs::conflict_pairs;
+pub use pairs::{conflict_pairs, conflict_pairs_reference};
 pub use scheduler::{ScheduleError, Scheduler};

@@ -5,6 +5,22 @@ use rustc_hash::FxHashMap;
 
 use crate::index::{PointIndex, Span, SpanAccess};
 
+/// The definition [`conflict_pairs`] implements, in O(n²) pairwise checks: every `i < j` whose
+/// sets conflict ([`ReadWriteSet::conflicts_with`]). The oracle of the tests; too slow for blocks.
+pub fn conflict_pairs_reference(sets: &[Option<&ReadWriteSet>]) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    for (i, a) in sets.iter().enumerate() {
+        for (j, b) in sets.iter().enumerate().skip(i + 1) {
+            if let (Some(a), Some(b)) = (a, b)
+                && a.conflicts_with(b)
+            {
+                pairs.push((i, j));
+            }
+        }
+    }
+    pairs
+}
+
 /// Every pair `(i, j)`, `i < j`, of transactions whose read/write sets conflict (a write of one
 /// overlaps a read or a write of the other), sorted ascending and without duplicates.
 ///
@@ -153,20 +169,6 @@ mod tests {
 
     use super::*;
 
-    fn naive(sets: &[Option<&ReadWriteSet>]) -> Vec<(usize, usize)> {
-        let mut pairs = Vec::new();
-        for (i, a) in sets.iter().enumerate() {
-            for (j, b) in sets.iter().enumerate().skip(i + 1) {
-                if let (Some(a), Some(b)) = (a, b)
-                    && a.conflicts_with(b)
-                {
-                    pairs.push((i, j));
-                }
-            }
-        }
-        pairs
-    }
-
     fn res(name: &str, arity: usize) -> Resource {
         Resource {
             name: name.into(),
@@ -205,7 +207,7 @@ mod tests {
     fn check(sets: &[Option<ReadWriteSet>], expected: &[(usize, usize)]) {
         let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Option::as_ref).collect();
         assert_eq!(
-            naive(&refs),
+            conflict_pairs_reference(&refs),
             expected,
             "the hand-written expectation is wrong"
         );

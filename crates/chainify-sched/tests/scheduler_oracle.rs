@@ -257,20 +257,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-fn naive(sets: &[Option<&ReadWriteSet>]) -> Vec<(usize, usize)> {
-    let mut pairs = Vec::new();
-    for (i, a) in sets.iter().enumerate() {
-        for (j, b) in sets.iter().enumerate().skip(i + 1) {
-            if let (Some(a), Some(b)) = (a, b)
-                && a.conflicts_with(b)
-            {
-                pairs.push((i, j));
-            }
-        }
-    }
-    pairs
-}
-
 /// Random sets over `a` (key arity 1) and `b` (arity 2), keys 0..4: mostly points, some
 /// composite-key prefixes, ranges (some malformed: longer than the key), whole tables, empty
 /// range lists.
@@ -345,7 +331,7 @@ proptest! {
     ) {
         let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Option::as_ref).collect();
         let pairs = conflict_pairs(&refs);
-        prop_assert_eq!(&pairs, &naive(&refs));
+        prop_assert_eq!(&pairs, &chainify_sched::conflict_pairs_reference(&refs));
 
         let graph = DependencyGraph::build(&refs);
         prop_assert_eq!(graph.len(), sets.len());
@@ -368,7 +354,7 @@ proptest! {
         let sets: Vec<ReadWriteSet> = txs.iter().map(|tx| rwset(&tx.ops)).collect();
         let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Some).collect();
         let pairs = conflict_pairs(&refs);
-        prop_assert_eq!(&pairs, &naive(&refs));
+        prop_assert_eq!(&pairs, &chainify_sched::conflict_pairs_reference(&refs));
         let graph = DependencyGraph::build(&refs);
         let ancestors = ancestors(&graph);
         for &(i, j) in &pairs {
