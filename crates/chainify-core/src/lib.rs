@@ -6,7 +6,8 @@
 //! - [`policy`]: agreement and endorsement policies and their evaluation;
 //! - [`votes`]: counting signed votes (forgeries, equivocations) and verifying certificates;
 //! - [`config`]: network and organization configuration, validated at load;
-//! - [`rwset`]: primary-key read/write sets, the contract between SQL analysis and scheduling.
+//! - [`rwset`]: primary-key read/write sets, the contract between SQL analysis and scheduling;
+//! - [`effect`]: a block's effect on the shared tables and its order-independent digest.
 //!
 //! Invariant: no network, database or async runtime here; the only I/O is reading key and config
 //! files when asked to.
@@ -15,6 +16,7 @@ pub mod canonical;
 pub mod config;
 pub mod crypto;
 mod digest;
+pub mod effect;
 mod ids;
 pub mod policy;
 pub mod rwset;

@@ -90,7 +90,23 @@ fn vectors() -> Json {
         sql: "SELECT bal FROM checking WHERE custid = $1".into(),
         params: vec![Value::Int(7)],
     };
+    let effects = vec![
+        chainify_core::effect::RowEffect {
+            table: "checking".into(),
+            key: vec![Value::Int(2)],
+            image: Some(vec![
+                Value::Int(2),
+                Value::Decimal("-500.25".parse::<Decimal>().unwrap()),
+            ]),
+        },
+        chainify_core::effect::RowEffect {
+            table: "accounts".into(),
+            key: vec![Value::Int(7)],
+            image: None,
+        },
+    ];
     json!({
+        "block_effect_digest": chainify_core::effect::block_digest(&effects).to_string(),
         "query": {
             "bytes": hex::encode(query.encode_canonical()),
             "signature": hex::encode(key.sign(&query.encode_canonical()).0),
