@@ -20,6 +20,7 @@ mod determinism;
 mod ident;
 pub mod json;
 mod plan;
+pub mod render;
 pub mod schema;
 
 use std::collections::HashMap;
