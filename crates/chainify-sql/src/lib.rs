@@ -55,6 +55,45 @@ pub struct TxAnalysis {
     pub plans: Vec<Arc<StatementPlan>>,
 }
 
+/// A statement needs a grant the client does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("statement {statement}: client {client} may not {kind} table {table}")]
+pub struct MissingGrant {
+    /// 1-based statement number.
+    pub statement: usize,
+    /// The client.
+    pub client: String,
+    /// The statement kind needed (`select` for tables only read).
+    pub kind: chainify_core::config::StatementKind,
+    /// The table.
+    pub table: String,
+}
+
+impl TxAnalysis {
+    /// Checks every (table, kind) the transaction needs against the client's grants: each
+    /// statement's target with the statement's kind, every other table its text reads (FROM,
+    /// subqueries) with `select`. Foreign-key checks and cascades are implied by the write and need
+    /// no grant of their own.
+    pub fn check_grants(
+        &self,
+        client: &chainify_core::config::ClientInfo,
+    ) -> Result<(), MissingGrant> {
+        for (i, plan) in self.plans.iter().enumerate() {
+            for (table, kind) in &plan.grants_needed {
+                if !client.may(*kind, table) {
+                    return Err(MissingGrant {
+                        statement: i + 1,
+                        client: client.id.to_string(),
+                        kind: *kind,
+                        table: table.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Most distinct statement texts kept in the plan cache; the cache is cleared when full (the
 /// working set of an application is a handful of shapes).
 pub const PLAN_CACHE_CAPACITY: usize = 16_384;
@@ -156,6 +195,70 @@ impl Analyzer {
             plans.push(plan);
         }
         Ok(TxAnalysis { rwset, plans })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use chainify_core::config::{ClientInfo, StatementKind};
+    use chainify_core::crypto::SigningKey;
+    use chainify_core::tx::Statement;
+    use chainify_core::{ClientId, Value};
+
+    use super::*;
+
+    fn client(grants: &[(&str, &[StatementKind])]) -> ClientInfo {
+        ClientInfo {
+            id: ClientId::new("alice").unwrap(),
+            public_key: SigningKey::from_seed(&[1; 32]).public_key(),
+            grants: grants
+                .iter()
+                .map(|(t, k)| (t.to_string(), k.iter().copied().collect::<BTreeSet<_>>()))
+                .collect::<BTreeMap<_, _>>(),
+        }
+    }
+
+    #[test]
+    fn grants_cover_targets_and_tables_read() {
+        let an = Analyzer::new(
+            Schema::from_sql("CREATE TABLE c (k INT PRIMARY KEY, v INT); CREATE TABLE s (k INT PRIMARY KEY, v INT)").unwrap(),
+        );
+        let tx = Transaction {
+            statements: vec![
+                Statement::new("UPDATE c SET v = v + 1 WHERE k = $1", vec![Value::Int(1)]),
+                Statement::new(
+                    "UPDATE c SET v = (SELECT v FROM s WHERE k = $1) WHERE k = $1",
+                    vec![Value::Int(1)],
+                ),
+            ],
+        };
+        let a = an.analyze(&tx).unwrap();
+        let writer = client(&[("c", &[StatementKind::Update])]);
+        let err = a.check_grants(&writer).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "statement 2: client alice may not select table s"
+        );
+        assert!(
+            a.check_grants(&client(&[
+                ("c", &[StatementKind::Update]),
+                ("s", &[StatementKind::Select])
+            ]))
+            .is_ok()
+        );
+        assert!(
+            a.check_grants(&client(&[(
+                "*",
+                &[StatementKind::Update, StatementKind::Select]
+            )]))
+            .is_ok()
+        );
+        assert!(
+            a.check_grants(&client(&[("c", &[StatementKind::Select])]))
+                .is_err()
+        );
     }
 }
 
