@@ -198,6 +198,27 @@ impl Analyzer {
     }
 }
 
+fn check_params(plan: &StatementPlan, params: &[Value]) -> Result<(), String> {
+    if params.len() != plan.param_count {
+        return Err(format!(
+            "uses {} parameter{} ($1..${}) but {} {} given",
+            plan.param_count,
+            if plan.param_count == 1 { "" } else { "s" },
+            plan.param_count,
+            params.len(),
+            if params.len() == 1 { "was" } else { "were" }
+        ));
+    }
+    Ok(())
+}
+
+/// Binds a plan's accesses to parameter values, adding them to `out`.
+pub fn bind_into(plan: &StatementPlan, params: &[Value], out: &mut ReadWriteSet) {
+    for a in &plan.accesses {
+        a.bind_into(params, out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
@@ -259,26 +280,5 @@ mod tests {
             a.check_grants(&client(&[("c", &[StatementKind::Select])]))
                 .is_err()
         );
-    }
-}
-
-fn check_params(plan: &StatementPlan, params: &[Value]) -> Result<(), String> {
-    if params.len() != plan.param_count {
-        return Err(format!(
-            "uses {} parameter{} ($1..${}) but {} {} given",
-            plan.param_count,
-            if plan.param_count == 1 { "" } else { "s" },
-            plan.param_count,
-            params.len(),
-            if params.len() == 1 { "was" } else { "were" }
-        ));
-    }
-    Ok(())
-}
-
-/// Binds a plan's accesses to parameter values, adding them to `out`.
-pub fn bind_into(plan: &StatementPlan, params: &[Value], out: &mut ReadWriteSet) {
-    for a in &plan.accesses {
-        a.bind_into(params, out);
     }
 }
