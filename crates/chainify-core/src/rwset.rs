@@ -175,14 +175,6 @@ impl KeySet {
     }
 
     /// Adds every key of `other`.
-    pub fn union(&mut self, other: &KeySet) {
-        match other {
-            KeySet::All => *self = KeySet::All,
-            KeySet::Ranges(r) => r.iter().cloned().for_each(|x| self.insert(x)),
-        }
-    }
-
-    /// Adds every key of `other`, moving its ranges instead of copying them.
     pub fn absorb(&mut self, other: KeySet) {
         match other {
             KeySet::All => *self = KeySet::All,
@@ -277,7 +269,7 @@ impl FromIterator<(Resource, KeySet)> for AccessMap {
         let mut map = AccessMap::default();
         for (r, k) in iter {
             match map.position(&r) {
-                Ok(i) => map.0[i].1.union(&k),
+                Ok(i) => map.0[i].1.absorb(k),
                 Err(i) => map.0.insert(i, (r, k)),
             }
         }

@@ -271,6 +271,21 @@ fn equal_columns(conj: &ScopedConj, col: KeyCol) -> Vec<KeyCol> {
     class
 }
 
+/// The scope of an UPDATE or DELETE (its one target table) and its WHERE clause in normal form
+/// (TRUE without a WHERE).
+fn target_predicate<'s>(
+    alias: String,
+    t: &'s Table,
+    selection: Option<&Expr>,
+) -> (Scope<'s>, Vec<ScopedConj>) {
+    let scope = Scope {
+        tables: vec![(alias, t)],
+        levels: vec![0],
+    };
+    let conjs = selection.map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope));
+    (scope, conjs)
+}
+
 /// Projects a scoped DNF onto one table of the scope: its own atoms, plus the atoms of key columns
 /// joined to its key columns by equality (`s.custid = c.custid AND c.custid = $1` bounds `s`).
 fn project(conjs: &[ScopedConj], table: usize) -> Vec<Conj> {
@@ -759,14 +774,7 @@ impl<'s> Analysis<'s> {
             }
             assigned.push((col, term(&a.value)));
         }
-        let scope = Scope {
-            tables: vec![(alias, t)],
-            levels: vec![0],
-        };
-        let where_dnf = u
-            .selection
-            .as_ref()
-            .map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope));
+        let (scope, where_dnf) = target_predicate(alias, t, u.selection.as_ref());
         let old = project(&where_dnf, 0);
         self.handle(t, StatementKind::Update);
         self.access_rw(table_resource(t), KeyPlan::Dnf(old.clone()));
@@ -918,14 +926,7 @@ impl<'s> Analysis<'s> {
             return Err("DELETE must name one table".into());
         };
         let (t, alias) = self.single_table(twj, "DELETE")?;
-        let scope = Scope {
-            tables: vec![(alias, t)],
-            levels: vec![0],
-        };
-        let where_dnf = d
-            .selection
-            .as_ref()
-            .map_or_else(|| vec![Vec::new()], |e| dnf(e, &scope));
+        let (scope, where_dnf) = target_predicate(alias, t, d.selection.as_ref());
         let keys = project(&where_dnf, 0);
         self.handle(t, StatementKind::Delete);
         self.access_rw(table_resource(t), KeyPlan::Dnf(keys.clone()));
