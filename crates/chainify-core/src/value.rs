@@ -126,6 +126,25 @@ impl Decimal {
         Decimal::new(n.mantissa.checked_mul(factor)?, scale)
     }
 
+    /// The number at exactly `scale` digits, rounding half away from zero as PostgreSQL and
+    /// MySQL do when a value is stored into `DECIMAL(p, scale)`; `None` when the result would
+    /// exceed 38 digits.
+    pub fn round_to(self, scale: u8) -> Option<Decimal> {
+        if self.scale <= scale {
+            let factor = 10i128.checked_pow(u32::from(scale - self.scale))?;
+            return Decimal::new(self.mantissa.checked_mul(factor)?, scale);
+        }
+        let divisor = 10i128.pow(u32::from(self.scale - scale));
+        let (quotient, remainder) = (self.mantissa / divisor, self.mantissa % divisor);
+        let away = remainder.unsigned_abs() * 2 >= divisor.unsigned_abs();
+        let rounded = if away {
+            quotient + self.mantissa.signum()
+        } else {
+            quotient
+        };
+        Decimal::new(rounded, scale)
+    }
+
     /// Numeric comparison (`1.5` equals `1.50`).
     pub fn cmp_numeric(&self, other: &Decimal) -> Ordering {
         match (self.mantissa.signum(), other.mantissa.signum()) {
@@ -277,5 +296,23 @@ mod tests {
             prop_assert_eq!(x.cmp_numeric(&y), ax.cmp(&by));
             prop_assert_eq!(x.to_string().parse::<Decimal>().unwrap(), x);
         }
+    }
+
+    #[test]
+    fn round_to_rounds_half_away_from_zero() {
+        let r = |text: &str, scale| {
+            text.parse::<Decimal>()
+                .unwrap()
+                .round_to(scale)
+                .map(|d| d.to_string())
+        };
+        assert_eq!(r("1.005", 2).as_deref(), Some("1.01"));
+        assert_eq!(r("-1.005", 2).as_deref(), Some("-1.01"));
+        assert_eq!(r("1.0049", 2).as_deref(), Some("1.00"));
+        assert_eq!(r("-0.004", 2).as_deref(), Some("0.00"));
+        assert_eq!(r("2.5", 0).as_deref(), Some("3"));
+        assert_eq!(r("7", 3).as_deref(), Some("7.000"));
+        assert_eq!(r("1.50", 2).as_deref(), Some("1.50"));
+        assert_eq!(r("99999999999999999999999999999999999999", 1), None);
     }
 }

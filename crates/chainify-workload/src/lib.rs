@@ -95,9 +95,39 @@ impl KeySampler {
 /// The Smallbank schema (portable SQL; balances in cents).
 pub const SMALLBANK_SCHEMA: &str = "\
 CREATE TABLE accounts (custid BIGINT NOT NULL PRIMARY KEY, name VARCHAR(64) NOT NULL UNIQUE);
-CREATE TABLE savings (custid BIGINT NOT NULL PRIMARY KEY REFERENCES accounts (custid), bal BIGINT NOT NULL);
-CREATE TABLE checking (custid BIGINT NOT NULL PRIMARY KEY REFERENCES accounts (custid), bal BIGINT NOT NULL);
+CREATE TABLE savings (custid BIGINT NOT NULL PRIMARY KEY, bal BIGINT NOT NULL, FOREIGN KEY (custid) REFERENCES accounts (custid));
+CREATE TABLE checking (custid BIGINT NOT NULL PRIMARY KEY, bal BIGINT NOT NULL, FOREIGN KEY (custid) REFERENCES accounts (custid));
 ";
+
+/// Initial balance of every Smallbank account, in cents.
+pub const SMALLBANK_INITIAL_BALANCE: i64 = 100_000;
+
+/// Portable `INSERT` statements that load accounts `1..=accounts` with
+/// [`SMALLBANK_INITIAL_BALANCE`] in savings and checking, `rows_per_statement` rows at a time.
+pub fn smallbank_load_sql(accounts: u64, rows_per_statement: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let ids: Vec<u64> = (1..=accounts).collect();
+    for chunk in ids.chunks(rows_per_statement.max(1)) {
+        let names: Vec<String> = chunk.iter().map(|i| format!("({i}, 'cust{i}')")).collect();
+        let bals: Vec<String> = chunk
+            .iter()
+            .map(|i| format!("({i}, {SMALLBANK_INITIAL_BALANCE})"))
+            .collect();
+        out.push(format!(
+            "INSERT INTO accounts (custid, name) VALUES {}",
+            names.join(", ")
+        ));
+        out.push(format!(
+            "INSERT INTO savings (custid, bal) VALUES {}",
+            bals.join(", ")
+        ));
+        out.push(format!(
+            "INSERT INTO checking (custid, bal) VALUES {}",
+            bals.join(", ")
+        ));
+    }
+    out
+}
 
 /// The four transaction kinds of the evaluation mix.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -1,7 +1,8 @@
 //! `cargo xtask <task>`: project automation that needs nothing but cargo, so it works on a fresh
 //! machine.
 //!
-//! - `test`: format check, clippy with warnings denied, every test of the workspace.
+//! - `test`: format check, clippy with warnings denied, then the PostgreSQL and MariaDB test
+//!   servers (started if not running), then every test of the workspace.
 //! - `lint`: the format check and clippy only.
 //! - `services start|stop [postgres|mariadb|kafka|all]`, `services status`, `services env`:
 //!   throw-away database and Kafka servers for the integration tests, on private ports of
@@ -12,9 +13,18 @@ mod services;
 use std::process::{Command, ExitCode};
 
 fn cargo(args: &[&str]) -> bool {
+    cargo_with_env(args, &[])
+}
+
+fn cargo_with_env(args: &[&str], env: &[(&str, String)]) -> bool {
     eprintln!("xtask: cargo {}", args.join(" "));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    match Command::new(cargo).args(args).status() {
+    let mut command = Command::new(cargo);
+    command.args(args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    match command.status() {
         Ok(status) => status.success(),
         Err(e) => {
             eprintln!("xtask: cannot run cargo: {e}");
@@ -40,7 +50,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let task = args.first().map_or("", String::as_str);
     let ok = match task {
-        "test" => lint() && cargo(&["test", "--workspace", "--locked"]),
+        // The storage tests run against real PostgreSQL and MariaDB servers, started here
+        // (installed first on a fresh machine) and left running for the next run.
+        "test" => {
+            lint()
+                && services::start_for_tests()
+                    .is_some_and(|env| cargo_with_env(&["test", "--workspace", "--locked"], &env))
+        }
         "lint" => lint(),
         "services" => services::main(&args[1..]),
         other => {

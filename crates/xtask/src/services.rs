@@ -416,6 +416,21 @@ fn status(ctx: &Ctx) -> Result<()> {
 }
 
 /// Shell exports for `eval "$(cargo xtask services env)"`.
+/// Starts the servers the test suite needs (idempotent, quick when they already run) and
+/// returns the environment variables that point the tests at them.
+pub(crate) fn start_for_tests() -> Option<Vec<(&'static str, String)>> {
+    let services = [Service::Postgres, Service::MariaDb];
+    let ctx = Ctx::new().map_err(|e| eprintln!("services: {e}")).ok()?;
+    let started = ctx
+        .lock()
+        .map(|_lock| start(&ctx, &services))
+        .unwrap_or_else(|e| {
+            eprintln!("services: {e}");
+            false
+        });
+    started.then(|| services.iter().map(|s| s.env()).collect())
+}
+
 fn env() -> Result<()> {
     let mut out = std::io::stdout().lock();
     for service in Service::ALL {

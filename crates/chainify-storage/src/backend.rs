@@ -1,0 +1,119 @@
+//! The backend trait: the few engine-specific operations everything else is written against.
+//! A fourth engine implements [`Backend`] and [`Conn`] and runs [`crate::conformance`].
+
+use std::future::Future;
+
+use chainify_core::Value;
+use chainify_sql::render::Dialect;
+
+use crate::catalog::CatalogTable;
+use crate::ddl::ReadType;
+use crate::error::{DbError, DbErrorKind, StorageError};
+
+/// One SQL engine behind a connection pool whose connections are pinned to chainify's session
+/// settings (UTC, strict modes, binary comparison, READ COMMITTED).
+pub trait Backend: Send + Sync + 'static {
+    /// A pooled connection.
+    type Conn: Conn;
+
+    /// The SQL dialect (placeholders, DDL syntax).
+    fn dialect(&self) -> Dialect;
+
+    /// The database URL without its password, for messages.
+    fn url(&self) -> &str;
+
+    /// Whether transactions may run on several connections at once (false for SQLite, whose
+    /// single writer runs a block serially in one database transaction).
+    fn concurrent_writers(&self) -> bool;
+
+    /// Whether DDL is transactional (PostgreSQL, SQLite); MySQL commits each DDL statement.
+    fn transactional_ddl(&self) -> bool;
+
+    /// A connection from the pool.
+    fn acquire(&self) -> impl Future<Output = Result<Self::Conn, DbError>> + Send;
+
+    /// Applies chainify's system-table migrations (`migrations/<dialect>`).
+    fn migrate(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+    /// Reads `table`'s definition from the catalog; `None` if there is no such table.
+    fn introspect(
+        &self,
+        table: &str,
+    ) -> impl Future<Output = Result<Option<CatalogTable>, StorageError>> + Send;
+
+    /// Closes the pool.
+    fn close(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// A pooled connection. A connection dropped inside a transaction is closed rather than
+/// returned to the pool, so the next user never inherits a half-done transaction.
+pub trait Conn: Send {
+    /// Runs a (prepared, cached) statement with parameters already in bind order. Returns the
+    /// rows it affected, or for a query the number of rows it returned.
+    fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        returns_rows: bool,
+    ) -> impl Future<Output = Result<u64, DbError>> + Send;
+
+    /// Runs a query and decodes each row's columns as `types`.
+    fn query(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> impl Future<Output = Result<Vec<Vec<Value>>, DbError>> + Send;
+
+    /// Runs unprepared SQL (DDL); no parameters, no result.
+    fn batch(&mut self, sql: &str) -> impl Future<Output = Result<(), DbError>> + Send;
+
+    /// Starts a READ COMMITTED transaction (the engine's lowest safe level; SQLite: an
+    /// immediate write transaction).
+    fn begin(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
+
+    /// Starts a transaction that sees one consistent snapshot for all its reads (checkpoints).
+    fn begin_snapshot(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
+
+    /// Commits the open transaction.
+    fn commit(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
+
+    /// Rolls the open transaction back.
+    fn rollback(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
+}
+
+/// Classifies an sqlx error; `engine` maps a database error to its kind and the code to report.
+pub(crate) fn classify(
+    error: sqlx::Error,
+    engine: fn(&dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String>),
+) -> DbError {
+    match error {
+        sqlx::Error::Database(e) => {
+            let (kind, code) = engine(e.as_ref());
+            DbError {
+                kind,
+                code,
+                message: e.message().to_owned(),
+            }
+        }
+        e @ (sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::BeginFailed
+        | sqlx::Error::Configuration(_)) => DbError::connection(e.to_string()),
+        other => DbError {
+            kind: DbErrorKind::Statement,
+            code: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Tracks whether a pooled connection is inside a transaction, to close it if dropped there.
+#[derive(Debug, Default)]
+pub(crate) struct TxState {
+    pub(crate) open: bool,
+}

@@ -1,0 +1,409 @@
+//! A table as the engine's catalog describes it, and the (pure) rules that decide whether it can
+//! be a shared table. Each backend fills a [`CatalogTable`] from its own catalog; everything after
+//! that is engine-independent.
+
+use chainify_core::Hasher;
+use chainify_sql::ColumnType;
+use chainify_sql::schema::{Column, ForeignKey, RefAction, Table};
+
+use crate::error::RegistrationError;
+
+/// Longest shared-table name: the generated names (`chainify_dg_<t>_ai`, …) must stay within
+/// PostgreSQL's 63 and MySQL's 64 characters.
+pub const MAX_TABLE_NAME: usize = 48;
+
+/// A column as the catalog reports it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CatalogColumn {
+    /// Name as stored in the catalog.
+    pub name: String,
+    /// The type as the engine prints it (reused verbatim for digest and snapshot tables).
+    pub native_type: String,
+    /// The portable classification of the type.
+    pub ty: ColumnType,
+    /// Declared NOT NULL (or implied by the primary key).
+    pub not_null: bool,
+    /// Declared precision of a DECIMAL, when the engine keeps one.
+    pub precision: Option<u32>,
+    /// Why this engine cannot store the type portably, when the generic rules are not enough
+    /// (set by the backend: a case-insensitive MySQL collation, SQLite precision limits, …).
+    pub engine_problem: Option<String>,
+}
+
+/// A foreign key as the catalog reports it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CatalogForeignKey {
+    /// Referencing columns, in order.
+    pub columns: Vec<String>,
+    /// Referenced table.
+    pub parent: String,
+    /// Referenced columns, in order.
+    pub parent_columns: Vec<String>,
+    /// ON DELETE action as the catalog spells it (`CASCADE`, `RESTRICT`, `NO ACTION`, …).
+    pub on_delete: String,
+    /// ON UPDATE action.
+    pub on_update: String,
+}
+
+/// A table as the catalog reports it.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct CatalogTable {
+    /// Name.
+    pub name: String,
+    /// Columns in declaration order.
+    pub columns: Vec<CatalogColumn>,
+    /// Primary-key column names in key order (empty: none).
+    pub primary_key: Vec<String>,
+    /// UNIQUE constraints and unique indexes other than the primary key, by column names.
+    pub uniques: Vec<Vec<String>>,
+    /// Foreign keys.
+    pub foreign_keys: Vec<CatalogForeignKey>,
+    /// Things the backend found that make the table unusable (an expression index, …).
+    pub problems: Vec<String>,
+}
+
+impl CatalogTable {
+    /// The columns of the primary key, in key order.
+    pub fn key_columns(&self) -> impl Iterator<Item = &CatalogColumn> {
+        self.primary_key
+            .iter()
+            .filter_map(|k| self.columns.iter().find(|c| &c.name == k))
+    }
+
+    /// A fingerprint of everything registration depends on, to notice a table that changed
+    /// after it was registered.
+    pub fn fingerprint(&self) -> String {
+        let mut h = Hasher::new();
+        let mut field = |s: &str| {
+            h.update(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_be_bytes());
+            h.update(s.as_bytes());
+        };
+        field(&self.name);
+        for c in &self.columns {
+            field(&c.name);
+            field(&c.native_type);
+            field(if c.not_null { "not null" } else { "null" });
+        }
+        field(&self.primary_key.join(","));
+        for u in &self.uniques {
+            field(&u.join(","));
+        }
+        for f in &self.foreign_keys {
+            field(&format!(
+                "{}>{}({}) {} {}",
+                f.columns.join(","),
+                f.parent,
+                f.parent_columns.join(","),
+                f.on_delete,
+                f.on_update
+            ));
+        }
+        h.finish().to_hex()
+    }
+
+    /// Checks the rules for shared tables and converts to the analyser's table description.
+    pub fn to_shared(&self) -> Result<Table, RegistrationError> {
+        let def = |problem: String| RegistrationError::Definition {
+            table: self.name.clone(),
+            problem,
+        };
+        if !is_plain_name(&self.name) {
+            return Err(def(
+                "shared table names must be lower case letters, digits and '_', starting with a letter or '_'".into(),
+            ));
+        }
+        if self.name.len() > MAX_TABLE_NAME {
+            return Err(def(format!(
+                "name has {} characters; shared table names have at most {MAX_TABLE_NAME} (the generated digest objects add a prefix)",
+                self.name.len()
+            )));
+        }
+        if let Some(p) = self.problems.first() {
+            return Err(def(p.clone()));
+        }
+        if self.primary_key.is_empty() {
+            return Err(RegistrationError::NoPrimaryKey {
+                table: self.name.clone(),
+            });
+        }
+        for c in &self.columns {
+            if !is_plain_name(&c.name) {
+                return Err(def(format!(
+                    "column {:?}: column names must be lower case letters, digits and '_'",
+                    c.name
+                )));
+            }
+            let unsupported = |hint: &str| RegistrationError::UnsupportedType {
+                table: self.name.clone(),
+                column: c.name.clone(),
+                ty: c.native_type.clone(),
+                hint: hint.to_owned(),
+            };
+            match &c.ty {
+                ColumnType::Float => {
+                    return Err(unsupported(
+                        "floating point is rounded differently by each engine; use DECIMAL(p, s)",
+                    ));
+                }
+                ColumnType::Decimal { scale: None } => {
+                    return Err(unsupported(
+                        "declare the scale, e.g. DECIMAL(18, 2), so every engine stores the same digits",
+                    ));
+                }
+                ColumnType::Other(_) => {
+                    return Err(unsupported(
+                        "portable types are integers, DECIMAL(p, s), VARCHAR/TEXT, BOOLEAN and bytes",
+                    ));
+                }
+                _ => {}
+            }
+            if let Some(problem) = &c.engine_problem {
+                return Err(unsupported(problem));
+            }
+        }
+        let index = |name: &str| -> Result<usize, RegistrationError> {
+            self.columns
+                .iter()
+                .position(|c| c.name == name)
+                .ok_or_else(|| def(format!("constraint names unknown column {name}")))
+        };
+        let primary_key = self
+            .primary_key
+            .iter()
+            .map(|k| index(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        for k in &primary_key {
+            let c = &self.columns[*k];
+            if !c.not_null {
+                return Err(def(format!(
+                    "primary-key column {} must be declared NOT NULL (this engine would accept NULL keys)",
+                    c.name
+                )));
+            }
+        }
+        let mut uniques = Vec::new();
+        for u in &self.uniques {
+            let cols = u.iter().map(|c| index(c)).collect::<Result<Vec<_>, _>>()?;
+            if !uniques.contains(&cols) && cols != primary_key {
+                uniques.push(cols);
+            }
+        }
+        let foreign_keys = self
+            .foreign_keys
+            .iter()
+            .map(|f| {
+                Ok(ForeignKey {
+                    columns: f
+                        .columns
+                        .iter()
+                        .map(|c| index(c))
+                        .collect::<Result<_, _>>()?,
+                    parent: f.parent.clone(),
+                    parent_columns: f.parent_columns.clone(),
+                    on_delete: ref_action(&f.on_delete),
+                    on_update: ref_action(&f.on_update),
+                })
+            })
+            .collect::<Result<Vec<_>, RegistrationError>>()?;
+        Ok(Table {
+            name: self.name.clone(),
+            columns: self
+                .columns
+                .iter()
+                .map(|c| Column {
+                    name: c.name.clone(),
+                    ty: c.ty.clone(),
+                })
+                .collect(),
+            primary_key,
+            uniques,
+            foreign_keys,
+        })
+    }
+}
+
+/// RESTRICT and NO ACTION read the children; everything else (CASCADE, SET NULL, SET DEFAULT)
+/// writes them. Unknown spellings count as writes, the safe side for conflict analysis.
+fn ref_action(action: &str) -> RefAction {
+    let a = action.trim().to_ascii_uppercase().replace('_', " ");
+    if a.is_empty() || a == "RESTRICT" || a == "NO ACTION" || a == "A" || a == "R" {
+        RefAction::Restrict
+    } else {
+        RefAction::Modify
+    }
+}
+
+/// `[a-z_][a-z0-9_]*`: needs no quoting on any engine and means the same everywhere.
+pub fn is_plain_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+/// Classifies a type name in the SQL spelling most engines share (`INTEGER`, `DECIMAL(10,2)`,
+/// `VARCHAR(20)`, …). Returns the type and the declared precision of a decimal.
+pub fn classify_declared_type(declared: &str) -> (ColumnType, Option<u32>) {
+    let upper = declared.trim().to_ascii_uppercase();
+    let (base, args) = match upper.split_once('(') {
+        Some((b, rest)) => (b.trim(), rest.trim_end_matches(')').trim()),
+        None => (upper.as_str(), ""),
+    };
+    let nums: Vec<u32> = args
+        .split(',')
+        .filter_map(|a| a.trim().parse().ok())
+        .collect();
+    let words: Vec<&str> = base.split_whitespace().collect();
+    let first = words.first().copied().unwrap_or("");
+    let ty = match first {
+        "INT" | "INTEGER" | "BIGINT" | "SMALLINT" | "TINYINT" | "MEDIUMINT" | "INT2" | "INT4"
+        | "INT8" => ColumnType::Int,
+        "DECIMAL" | "NUMERIC" | "DEC" => {
+            let scale = match nums.as_slice() {
+                [_, s] => u8::try_from(*s).ok(),
+                [_] => Some(0),
+                _ => None,
+            };
+            ColumnType::Decimal { scale }
+        }
+        "TEXT" | "VARCHAR" | "CLOB" => ColumnType::Text,
+        "CHARACTER" if words.get(1) == Some(&"VARYING") => ColumnType::Text,
+        "BOOLEAN" | "BOOL" => ColumnType::Bool,
+        "BLOB" | "BYTEA" | "VARBINARY" => ColumnType::Bytes,
+        "REAL" | "FLOAT" | "DOUBLE" => ColumnType::Float,
+        _ => ColumnType::Other(declared.trim().to_lowercase()),
+    };
+    let precision = match ty {
+        ColumnType::Decimal { .. } => nums.first().copied(),
+        _ => None,
+    };
+    (ty, precision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(name: &str, native: &str) -> CatalogColumn {
+        let (ty, precision) = classify_declared_type(native);
+        CatalogColumn {
+            name: name.into(),
+            native_type: native.into(),
+            ty,
+            not_null: true,
+            precision,
+            engine_problem: None,
+        }
+    }
+
+    fn table() -> CatalogTable {
+        CatalogTable {
+            name: "checking".into(),
+            columns: vec![col("custid", "BIGINT"), col("bal", "DECIMAL(18,2)")],
+            primary_key: vec!["custid".into()],
+            uniques: vec![vec!["custid".into()]],
+            foreign_keys: vec![CatalogForeignKey {
+                columns: vec!["custid".into()],
+                parent: "accounts".into(),
+                parent_columns: vec!["custid".into()],
+                on_delete: "CASCADE".into(),
+                on_update: "NO ACTION".into(),
+            }],
+            problems: vec![],
+        }
+    }
+
+    #[test]
+    fn a_good_table_converts() {
+        let t = table().to_shared().unwrap();
+        assert_eq!(t.primary_key, vec![0]);
+        assert!(t.uniques.is_empty(), "a UNIQUE equal to the key is dropped");
+        assert_eq!(t.columns[1].ty, ColumnType::Decimal { scale: Some(2) });
+        assert_eq!(t.foreign_keys[0].on_delete, RefAction::Modify);
+        assert_eq!(t.foreign_keys[0].on_update, RefAction::Restrict);
+    }
+
+    #[test]
+    fn each_rule_names_table_and_column() {
+        let mut t = table();
+        t.primary_key.clear();
+        assert_eq!(
+            t.to_shared().unwrap_err().to_string(),
+            "table checking has no primary key; shared tables need one (rows are identified by it in read/write sets and digests)"
+        );
+        for (native, needle) in [
+            ("DOUBLE PRECISION", "floating point"),
+            ("NUMERIC", "declare the scale"),
+            ("TIMESTAMP", "portable types are"),
+        ] {
+            let mut t = table();
+            t.columns[1] = col("bal", native);
+            let msg = t.to_shared().unwrap_err().to_string();
+            assert!(
+                msg.starts_with(&format!(
+                    "table checking column bal: unsupported type {native}:"
+                )),
+                "{msg}"
+            );
+            assert!(msg.contains(needle), "{msg}");
+        }
+        let mut t = table();
+        t.columns[0].not_null = false;
+        assert!(
+            t.to_shared()
+                .unwrap_err()
+                .to_string()
+                .contains("primary-key column custid must be declared NOT NULL")
+        );
+        let mut t = table();
+        t.name = "Checking".into();
+        assert!(
+            t.to_shared()
+                .unwrap_err()
+                .to_string()
+                .contains("lower case")
+        );
+        let mut t = table();
+        t.name = "t".repeat(49);
+        assert!(
+            t.to_shared()
+                .unwrap_err()
+                .to_string()
+                .contains("at most 48")
+        );
+        let mut t = table();
+        t.columns[1].engine_problem = Some("collation utf8mb4_general_ci ignores case".into());
+        assert!(t.to_shared().unwrap_err().to_string().ends_with(
+            "unsupported type DECIMAL(18,2): collation utf8mb4_general_ci ignores case"
+        ));
+    }
+
+    #[test]
+    fn fingerprint_sees_definition_changes() {
+        let a = table().fingerprint();
+        assert_eq!(a, table().fingerprint());
+        let mut t = table();
+        t.columns[1].native_type = "DECIMAL(18,3)".into();
+        assert_ne!(t.fingerprint(), a);
+        let mut t = table();
+        t.uniques.push(vec!["bal".into()]);
+        assert_ne!(t.fingerprint(), a);
+    }
+
+    #[test]
+    fn declared_types() {
+        assert_eq!(classify_declared_type("bigint"), (ColumnType::Int, None));
+        assert_eq!(
+            classify_declared_type("numeric(12, 3)"),
+            (ColumnType::Decimal { scale: Some(3) }, Some(12))
+        );
+        assert_eq!(
+            classify_declared_type("character varying(20)").0,
+            ColumnType::Text
+        );
+        assert_eq!(classify_declared_type("BLOB").0, ColumnType::Bytes);
+        assert_eq!(
+            classify_declared_type("datetime").0,
+            ColumnType::Other("datetime".into())
+        );
+    }
+}

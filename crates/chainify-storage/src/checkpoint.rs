@@ -1,0 +1,380 @@
+//! Checkpoints (DESIGN §2.5): SQL-level snapshots of the shared tables at an applied block,
+//! restore, replay and pruning.
+//!
+//! A checkpoint copies only the tables changed since their last snapshot (`INSERT … SELECT` into
+//! `chainify_cp_<t>`, tagged with the block); `chainify_checkpoint_tables` records which
+//! snapshot holds each table for each checkpoint. Restoring empties every shared table and
+//! copies its snapshot back in one database transaction, then clears the recorded changes the
+//! copy produced, so the restore itself never reaches a digest.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use chainify_core::{BlockNumber, Value};
+
+use crate::backend::{Backend, Conn};
+use crate::ddl::{self, ReadType};
+use crate::error::StorageError;
+use crate::exec::{BlockOutcome, ExecBlock, ExecMode};
+use crate::store::{Store, parents_first};
+
+/// What a checkpoint or restore did.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CheckpointInfo {
+    /// The checkpoint's block.
+    pub block: BlockNumber,
+    /// Tables copied (snapshot) or rewritten (restore).
+    pub tables: Vec<String>,
+    /// Rows copied.
+    pub rows: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+fn int(b: BlockNumber) -> Result<Value, StorageError> {
+    i64::try_from(b.0)
+        .map(Value::Int)
+        .map_err(|_| StorageError::Checkpoint(format!("block {b} does not fit a BIGINT")))
+}
+
+impl<B: Backend> Store<B> {
+    /// Takes a checkpoint of the shared tables as of `block`, which must be the last applied
+    /// block with no changes from outside chainify pending (they belong to the next block's
+    /// digest; a snapshot must not capture them).
+    pub async fn checkpoint(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
+        let started = Instant::now();
+        let last = self.last_applied_block().await?;
+        if last != Some(block) {
+            return Err(StorageError::Checkpoint(format!(
+                "block {block} is not the last applied block ({})",
+                last.map_or_else(|| "none".to_owned(), |b| b.to_string())
+            )));
+        }
+        let dialect = self.backend.dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        let b = int(block)?;
+        let during = format!("taking the checkpoint at block {block}");
+        let tables = self.tables();
+        let mut conn = self.acquire(&during).await?;
+        self.db(conn.begin_snapshot().await, &during)?;
+        let result = async {
+            for t in tables.values() {
+                let rows = self.db(
+                    conn.query(
+                        &format!("SELECT COUNT(*) FROM {}", ddl::digest_table(&t.name)),
+                        &[],
+                        &[ReadType::Int],
+                    )
+                    .await,
+                    &during,
+                )?;
+                if !matches!(rows.first().and_then(|r| r.first()), Some(Value::Int(0))) {
+                    return Err(StorageError::Checkpoint(format!(
+                        "table {} has changes made outside chainify since block {block}; they go into the next block's digest first",
+                        t.name
+                    )));
+                }
+            }
+            let exists = self.db(
+                conn.query(
+                    &format!("SELECT COUNT(*) FROM chainify_checkpoints WHERE block = {}", p(1)),
+                    &[&b],
+                    &[ReadType::Int],
+                )
+                .await,
+                &during,
+            )?;
+            if !matches!(exists.first().and_then(|r| r.first()), Some(Value::Int(0))) {
+                return Err(StorageError::Checkpoint(format!(
+                    "a checkpoint at block {block} already exists"
+                )));
+            }
+            let state = self.db(
+                conn.query(
+                    "SELECT table_name, last_changed_block, last_snapshot_block FROM chainify_shared_tables",
+                    &[],
+                    &[ReadType::Text, ReadType::Int, ReadType::Int],
+                )
+                .await,
+                &during,
+            )?;
+            let mut copied = Vec::new();
+            let mut rows = 0;
+            for row in state {
+                let (Value::Text(name), Value::Int(changed), Value::Int(snapshot)) =
+                    (&row[0], &row[1], &row[2])
+                else {
+                    continue;
+                };
+                let Some(t) = tables.get(name) else { continue };
+                let holder = if *snapshot < 0 || changed > snapshot {
+                    rows += self.db(
+                        conn.execute(&ddl::snapshot(dialect, t), &[&b], false).await,
+                        &during,
+                    )?;
+                    self.db(
+                        conn.execute(
+                            &format!(
+                                "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE table_name = {}",
+                                p(1),
+                                p(2)
+                            ),
+                            &[&b, &Value::Text(name.clone())],
+                            false,
+                        )
+                        .await,
+                        &during,
+                    )?;
+                    copied.push(name.clone());
+                    b.clone()
+                } else {
+                    Value::Int(*snapshot)
+                };
+                self.db(
+                    conn.execute(
+                        &format!(
+                            "INSERT INTO chainify_checkpoint_tables (block, table_name, snapshot_block) VALUES ({}, {}, {})",
+                            p(1),
+                            p(2),
+                            p(3)
+                        ),
+                        &[&b, &Value::Text(name.clone()), &holder],
+                        false,
+                    )
+                    .await,
+                    &during,
+                )?;
+            }
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_checkpoints (block, created_unix_ms) VALUES ({}, {})",
+                        p(1),
+                        p(2)
+                    ),
+                    &[&b, &Value::Int(now_ms)],
+                    false,
+                )
+                .await,
+                &during,
+            )?;
+            Ok((copied, rows))
+        }
+        .await;
+        match result {
+            Ok((tables, rows)) => {
+                self.db(conn.commit().await, &during)?;
+                Ok(CheckpointInfo {
+                    block,
+                    tables,
+                    rows,
+                    elapsed: started.elapsed(),
+                })
+            }
+            Err(e) => {
+                let _ = conn.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The blocks that have checkpoints, oldest first.
+    pub async fn checkpoints(&self) -> Result<Vec<BlockNumber>, StorageError> {
+        let rows = self
+            .query(
+                "listing checkpoints",
+                "SELECT block FROM chainify_checkpoints ORDER BY block",
+                &[],
+                &[ReadType::Int],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| match r.first() {
+                Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Restores the shared tables to checkpoint `block`. Afterwards the last applied block is
+    /// `block`; applied blocks and checkpoints after it are forgotten (they belong to the state
+    /// being discarded), and nothing the restore changed is recorded for a digest.
+    pub async fn restore(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
+        let started = Instant::now();
+        let dialect = self.backend.dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        let b = int(block)?;
+        let during = format!("restoring the checkpoint at block {block}");
+        let tables = self.tables();
+        let order = parents_first(&tables);
+        let holders = self
+            .query(
+                &during,
+                &format!(
+                    "SELECT table_name, snapshot_block FROM chainify_checkpoint_tables WHERE block = {}",
+                    p(1)
+                ),
+                &[&b],
+                &[ReadType::Text, ReadType::Int],
+            )
+            .await?;
+        if holders.is_empty() {
+            return Err(StorageError::Checkpoint(format!(
+                "there is no checkpoint at block {block}"
+            )));
+        }
+        let holder = |name: &str| {
+            holders.iter().find_map(|r| match (&r[0], &r[1]) {
+                (Value::Text(n), Value::Int(s)) if n == name => Some(*s),
+                _ => None,
+            })
+        };
+        // Every shared table must be in the checkpoint (a table registered after it cannot be
+        // restored to that point).
+        for t in &order {
+            if holder(&t.name).is_none() {
+                return Err(StorageError::Checkpoint(format!(
+                    "table {} was registered after the checkpoint at block {block}",
+                    t.name
+                )));
+            }
+        }
+        let mut conn = self.acquire(&during).await?;
+        let mysql = dialect == chainify_sql::render::Dialect::MySql;
+        if mysql {
+            // Tables are emptied and refilled in one transaction; checks would fail midway.
+            self.db(conn.batch("SET FOREIGN_KEY_CHECKS = 0").await, &during)?;
+        }
+        self.db(conn.begin().await, &during)?;
+        let result = async {
+            if dialect == chainify_sql::render::Dialect::Sqlite {
+                self.db(conn.batch("PRAGMA defer_foreign_keys = ON").await, &during)?;
+            }
+            for t in order.iter().rev() {
+                self.db(conn.batch(&format!("DELETE FROM {}", t.name)).await, &during)?;
+            }
+            let mut rows = 0;
+            for t in &order {
+                let s = Value::Int(holder(&t.name).unwrap_or(-1));
+                rows += self.db(
+                    conn.execute(&ddl::restore(dialect, t), &[&s], false).await,
+                    &during,
+                )?;
+                self.db(
+                    conn.execute(
+                        &format!(
+                            "UPDATE chainify_shared_tables SET last_changed_block = {}, last_snapshot_block = {} WHERE table_name = {}",
+                            p(1),
+                            p(2),
+                            p(3)
+                        ),
+                        &[&s, &s, &Value::Text(t.name.clone())],
+                        false,
+                    )
+                    .await,
+                    &during,
+                )?;
+            }
+            for t in &order {
+                self.db(
+                    conn.batch(&format!("DELETE FROM {}", ddl::digest_table(&t.name)))
+                        .await,
+                    &during,
+                )?;
+            }
+            for sql in [
+                format!("DELETE FROM chainify_applied_blocks WHERE block > {}", p(1)),
+                format!("DELETE FROM chainify_applied_txs WHERE block > {}", p(1)),
+                format!("DELETE FROM chainify_checkpoint_tables WHERE block > {}", p(1)),
+                format!("DELETE FROM chainify_checkpoints WHERE block > {}", p(1)),
+            ] {
+                self.db(conn.execute(&sql, &[&b], false).await, &during)?;
+            }
+            Ok(rows)
+        }
+        .await;
+        let outcome = match result {
+            Ok(rows) => self.db(conn.commit().await, &during).map(|()| rows),
+            Err(e) => {
+                let _ = conn.rollback().await;
+                Err(e)
+            }
+        };
+        if mysql {
+            self.db(conn.batch("SET FOREIGN_KEY_CHECKS = 1").await, &during)?;
+        }
+        let rows = outcome?;
+        // Snapshots taken after the checkpoint are unreferenced now.
+        self.drop_unreferenced_snapshots().await?;
+        Ok(CheckpointInfo {
+            block,
+            tables: order.iter().map(|t| t.name.clone()).collect(),
+            rows,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Applies `blocks` in order on top of the current state (after a restore).
+    pub async fn replay(
+        &self,
+        blocks: &[ExecBlock],
+        mode: ExecMode,
+    ) -> Result<Vec<BlockOutcome>, StorageError> {
+        let mut outcomes = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            outcomes.push(self.execute_block(b, mode).await?);
+        }
+        Ok(outcomes)
+    }
+
+    /// Keeps the newest `keep` checkpoints and drops older ones with the snapshots only they
+    /// used. Returns the dropped checkpoint blocks.
+    pub async fn prune_checkpoints(&self, keep: usize) -> Result<Vec<BlockNumber>, StorageError> {
+        let all = self.checkpoints().await?;
+        let drop_count = all.len().saturating_sub(keep);
+        let dropped: Vec<BlockNumber> = all[..drop_count].to_vec();
+        let Some(newest_dropped) = dropped.last() else {
+            return Ok(dropped);
+        };
+        let p = |n| ddl::placeholder(self.backend.dialect(), n);
+        let b = int(*newest_dropped)?;
+        let during = "pruning checkpoints";
+        let mut conn = self.acquire(during).await?;
+        self.db(conn.begin().await, during)?;
+        let result = async {
+            for sql in [
+                format!(
+                    "DELETE FROM chainify_checkpoint_tables WHERE block <= {}",
+                    p(1)
+                ),
+                format!("DELETE FROM chainify_checkpoints WHERE block <= {}", p(1)),
+            ] {
+                self.db(conn.execute(&sql, &[&b], false).await, during)?;
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => self.db(conn.commit().await, during)?,
+            Err(e) => {
+                let _ = conn.rollback().await;
+                return Err(e);
+            }
+        }
+        drop(conn);
+        self.drop_unreferenced_snapshots().await?;
+        Ok(dropped)
+    }
+
+    async fn drop_unreferenced_snapshots(&self) -> Result<(), StorageError> {
+        let during = "dropping unreferenced snapshots";
+        let mut conn = self.acquire(during).await?;
+        for t in self.tables().values() {
+            self.db(conn.batch(&ddl::prune_snapshots(t)).await, during)?;
+        }
+        Ok(())
+    }
+}

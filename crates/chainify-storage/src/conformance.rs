@@ -1,0 +1,889 @@
+//! The conformance suite every backend runs against a real server: install, digest, execute,
+//! abort, retry, outside changes, checkpoint, restore, replay. A new engine implements
+//! [`crate::Backend`], a [`Fixture`] that creates empty databases, and expands
+//! [`conformance_tests!`](crate::conformance_tests) in an integration test.
+//!
+//! The cases panic with a message on failure (they are tests); each case uses its own database.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chainify_core::effect::{RowEffect, block_digest};
+use chainify_core::tx::{Statement, Transaction};
+use chainify_core::{BlockNumber, Decimal, Value};
+use chainify_sql::Analyzer;
+use chainify_sql::render::Dialect;
+
+use crate::StoreOptions;
+use crate::backend::{Backend, Conn};
+use crate::ddl;
+use crate::error::StorageError;
+use crate::exec::{BlockOutcome, ExecBlock, ExecMode};
+use crate::store::Store;
+
+/// Creates empty databases of one engine for the suite.
+pub trait Fixture: Send + Sync {
+    /// The backend under test.
+    type B: Backend;
+
+    /// A new, empty database named after `test` (an earlier one of that name is dropped),
+    /// connected with `options`.
+    fn backend(&self, test: &str, options: &StoreOptions) -> impl Future<Output = Self::B> + Send;
+
+    /// Another connection pool to the database `backend(test, …)` created, keeping its content.
+    fn reconnect(&self, test: &str, options: &StoreOptions)
+    -> impl Future<Output = Self::B> + Send;
+
+    /// The engine's column type for bytes (`BYTEA`, `VARBINARY(…)`, `BLOB`).
+    fn bytes_type(&self) -> &'static str;
+}
+
+/// Expands to one `#[tokio::test]` per conformance case for the fixture expression.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($fixture:expr) => {
+        $crate::conformance_tests!(@cases $fixture;
+            install_is_idempotent_and_rejects_bad_tables,
+            digest_of_awkward_values,
+            parallel_execution_matches_serial,
+            aborts_roll_back_the_whole_transaction,
+            transient_lock_conflicts_are_retried,
+            outside_changes_reach_the_next_digest,
+            checkpoint_restore_and_replay,
+            blocks_apply_once_and_in_order);
+    };
+    (@cases $fixture:expr; $($case:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::conformance::$case(&$fixture).await;
+            }
+        )*
+    };
+}
+
+/// The tables every case starts from (portable DDL; `{bytes}` is the fixture's bytes type).
+const SCHEMA: &str = "\
+CREATE TABLE accounts (custid BIGINT NOT NULL PRIMARY KEY, name VARCHAR(64) NOT NULL UNIQUE);
+CREATE TABLE savings (custid BIGINT NOT NULL PRIMARY KEY, bal BIGINT NOT NULL, FOREIGN KEY (custid) REFERENCES accounts (custid));
+CREATE TABLE checking (custid BIGINT NOT NULL PRIMARY KEY, bal BIGINT NOT NULL, FOREIGN KEY (custid) REFERENCES accounts (custid));
+CREATE TABLE kv (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL);
+CREATE TABLE awkward (id BIGINT NOT NULL, sub INTEGER NOT NULL, amount DECIMAL(12,2), big BIGINT, note TEXT, flag BOOLEAN, data {bytes}, PRIMARY KEY (id, sub))";
+
+const SHARED: [&str; 5] = ["accounts", "savings", "checking", "kv", "awkward"];
+
+/// Accounts (and kv keys) loaded before registration.
+pub const ACCOUNTS: i64 = 40;
+
+/// Runs DDL or DML directly on the database, outside chainify.
+pub async fn outside<B: Backend>(backend: &B, sql: &str) {
+    let mut conn = backend.acquire().await.expect("a connection");
+    for statement in sql.split(";\n").filter(|s| !s.trim().is_empty()) {
+        conn.batch(statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
+
+/// A fresh database with the suite's tables and data, registered.
+pub async fn setup<F: Fixture>(f: &F, test: &str, options: StoreOptions) -> Store<F::B> {
+    let backend = f.backend(test, &options).await;
+    outside(&backend, &SCHEMA.replace("{bytes}", f.bytes_type())).await;
+    let mut load = Vec::new();
+    for i in 1..=ACCOUNTS {
+        load.push(format!(
+            "INSERT INTO accounts (custid, name) VALUES ({i}, 'cust{i}')"
+        ));
+        load.push(format!(
+            "INSERT INTO savings (custid, bal) VALUES ({i}, 1000)"
+        ));
+        load.push(format!(
+            "INSERT INTO checking (custid, bal) VALUES ({i}, 1000)"
+        ));
+        load.push(format!("INSERT INTO kv (k, v) VALUES ({i}, {})", i * 10));
+    }
+    outside(&backend, &load.join(";\n")).await;
+    let store = Store::open(backend, options).await.expect("store opens");
+    store.register(&SHARED).await.expect("tables register");
+    store
+}
+
+/// The rows of a shared table in key order.
+pub async fn dump<B: Backend>(store: &Store<B>, table: &str) -> Vec<Vec<Value>> {
+    let tables = store.tables();
+    let t = tables.get(table).expect("a registered table");
+    let (sql, types) = ddl::select_all(store.backend().dialect(), t);
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    conn.query(&sql, &[], &types).await.expect("dump")
+}
+
+/// Every shared table's rows.
+pub async fn dump_all<B: Backend>(store: &Store<B>) -> Vec<Vec<Vec<Value>>> {
+    let mut out = Vec::new();
+    for t in SHARED {
+        out.push(dump(store, t).await);
+    }
+    out
+}
+
+fn st(sql: &str, params: Vec<Value>) -> Statement {
+    Statement::new(sql, params)
+}
+
+fn tx(statements: Vec<Statement>) -> Option<Transaction> {
+    Some(Transaction { statements })
+}
+
+/// Analyses `txs` against the store's schema into block `number`.
+pub fn block<B: Backend>(
+    store: &Store<B>,
+    number: u64,
+    txs: Vec<Option<Transaction>>,
+) -> ExecBlock {
+    let analyzer = Analyzer::new(store.schema().expect("schema"));
+    let (block, rejected) = ExecBlock::analyze(BlockNumber(number), txs, &analyzer);
+    assert!(rejected.is_empty(), "analysis rejected {rejected:?}");
+    block
+}
+
+async fn run<B: Backend>(store: &Store<B>, b: &ExecBlock, mode: ExecMode) -> BlockOutcome {
+    store
+        .execute_block(b, mode)
+        .await
+        .unwrap_or_else(|e| panic!("block {}: {e}", b.number))
+}
+
+fn dec(s: &str) -> Value {
+    Value::Decimal(s.parse::<Decimal>().expect("decimal"))
+}
+
+/// Case: registration installs the digest objects, is idempotent, survives reopening, and
+/// rejects bad tables with errors that name them, leaving nothing behind.
+pub async fn install_is_idempotent_and_rejects_bad_tables<F: Fixture>(f: &F) {
+    let store = setup(f, "install", StoreOptions::default()).await;
+    store
+        .register(&SHARED)
+        .await
+        .expect("registering again is fine");
+    assert_eq!(store.tables().len(), SHARED.len());
+    let backend = store.backend();
+    outside(
+        backend,
+        "CREATE TABLE nokey (a BIGINT, b BIGINT);\n\
+         CREATE TABLE floaty (k BIGINT NOT NULL PRIMARY KEY, x DOUBLE PRECISION);\n\
+         CREATE TABLE parentx (k BIGINT NOT NULL PRIMARY KEY);\n\
+         CREATE TABLE orphan (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES parentx (k));\n\
+         CREATE TABLE fine (k BIGINT NOT NULL PRIMARY KEY, v BIGINT)",
+    )
+    .await;
+    let err = |e: StorageError| e.to_string();
+    let unknown = err(store
+        .register(&["nosuch"])
+        .await
+        .expect_err("unknown table"));
+    assert!(
+        unknown.starts_with("table nosuch does not exist in "),
+        "{unknown}"
+    );
+    let nokey = err(store.register(&["nokey"]).await.expect_err("no key"));
+    assert!(
+        nokey.starts_with("table nokey has no primary key"),
+        "{nokey}"
+    );
+    let floaty = err(store
+        .register(&["fine", "floaty"])
+        .await
+        .expect_err("float"));
+    assert!(
+        floaty.starts_with("table floaty column x: unsupported type "),
+        "{floaty}"
+    );
+    let orphan = err(store.register(&["orphan"]).await.expect_err("orphan"));
+    assert!(
+        orphan.contains("table orphan") && orphan.contains("parentx"),
+        "{orphan}"
+    );
+    // Nothing of the rejected registrations was installed, not even the valid `fine`.
+    let mut conn = backend.acquire().await.expect("conn");
+    for t in ["fine", "floaty", "orphan", "nokey"] {
+        assert!(
+            conn.batch(&format!("SELECT COUNT(*) FROM {}", ddl::digest_table(t)))
+                .await
+                .is_err(),
+            "digest table of {t} exists"
+        );
+    }
+    drop(conn);
+    assert_eq!(store.tables().len(), SHARED.len());
+    // Reopening finds the registered tables again.
+    let options = store.options().clone();
+    store.close().await;
+    let reopened = Store::open(f.reconnect("install", &options).await, options)
+        .await
+        .expect("reopen");
+    assert_eq!(reopened.tables().len(), SHARED.len());
+}
+
+/// The awkward rows after blocks 0 and 1 of [`digest_of_awkward_values`], with the digest
+/// effects each block must produce.
+fn awkward_blocks() -> (Vec<Vec<Option<Transaction>>>, Vec<Vec<RowEffect>>) {
+    let ins = "INSERT INTO awkward (id, sub, amount, big, note, flag, data) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    let long: String = "ä漢🙂x".repeat(300);
+    let row =
+        |id: i64, sub: i64, amount: Value, big: Value, note: Value, flag: Value, data: Value| {
+            vec![
+                Value::Int(id),
+                Value::Int(sub),
+                amount,
+                big,
+                note,
+                flag,
+                data,
+            ]
+        };
+    let r1 = row(
+        i64::MIN,
+        0,
+        dec("-9999999999.99"),
+        Value::Int(i64::MAX),
+        Value::Text(String::new()),
+        Value::Bool(false),
+        Value::Bytes(vec![]),
+    );
+    let r2 = row(
+        i64::MAX,
+        -1,
+        dec("0.00"),
+        Value::Int(i64::MIN),
+        Value::Text(long.clone()),
+        Value::Bool(true),
+        Value::Bytes(vec![0, 255, 10, 0]),
+    );
+    let r3 = row(
+        0,
+        7,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+    );
+    let r4 = row(
+        -5,
+        2,
+        dec("1.5"),
+        Value::Int(-1),
+        Value::Text("O'Brien \"q\" \\ %_".into()),
+        Value::Bool(true),
+        Value::Bytes(b"bytes".to_vec()),
+    );
+    let block0 = vec![
+        tx(vec![st(ins, r1.clone())]),
+        tx(vec![st(ins, r2.clone())]),
+        tx(vec![st(ins, r3.clone()), st(ins, r4.clone())]),
+        // Beyond the scale: stored rounded half away from zero.
+        tx(vec![st(
+            ins,
+            row(
+                9,
+                9,
+                dec("1.005"),
+                Value::Int(0),
+                Value::Text("r".into()),
+                Value::Bool(false),
+                Value::Null,
+            ),
+        )]),
+        tx(vec![st(
+            ins,
+            row(
+                10,
+                10,
+                dec("-0.125"),
+                Value::Int(0),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ),
+        )]),
+        // Inserted and deleted in the same block: recorded, absent.
+        tx(vec![st(
+            ins,
+            row(
+                11,
+                11,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ),
+        )]),
+        tx(vec![
+            st(
+                "DELETE FROM awkward WHERE id = $1 AND sub = $2",
+                vec![Value::Int(11), Value::Int(11)],
+            )
+            .expect_rows(1),
+        ]),
+    ];
+    let image = |v: Vec<Value>| {
+        let mut v = v;
+        if let Value::Decimal(d) = &v[2] {
+            v[2] = Value::Decimal(d.round_to(2).expect("scale"));
+        }
+        v
+    };
+    let effect = |v: Vec<Value>, present: bool| RowEffect {
+        table: "awkward".into(),
+        key: v[..2].to_vec(),
+        image: present.then(|| image(v)),
+    };
+    let e0 = vec![
+        effect(r1.clone(), true),
+        effect(r2.clone(), true),
+        effect(r3.clone(), true),
+        effect(r4.clone(), true),
+        effect(
+            row(
+                9,
+                9,
+                dec("1.01"),
+                Value::Int(0),
+                Value::Text("r".into()),
+                Value::Bool(false),
+                Value::Null,
+            ),
+            true,
+        ),
+        effect(
+            row(
+                10,
+                10,
+                dec("-0.13"),
+                Value::Int(0),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ),
+            true,
+        ),
+        effect(
+            row(
+                11,
+                11,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ),
+            false,
+        ),
+    ];
+    let upd = "UPDATE awkward SET amount = amount + $3, note = $4 WHERE id = $1 AND sub = $2";
+    let block1 = vec![
+        // Several changes to one row in one block: only the final image counts.
+        tx(vec![
+            st(
+                upd,
+                vec![
+                    Value::Int(-5),
+                    Value::Int(2),
+                    dec("0.25"),
+                    Value::Text("first".into()),
+                ],
+            )
+            .expect_rows(1),
+        ]),
+        tx(vec![
+            st(
+                upd,
+                vec![
+                    Value::Int(-5),
+                    Value::Int(2),
+                    dec("-3.75"),
+                    Value::Text("".into()),
+                ],
+            )
+            .expect_rows(1),
+        ]),
+        tx(vec![
+            st(
+                "UPDATE awkward SET flag = NOT flag, big = big + 1 WHERE id = $1 AND sub = $2",
+                vec![Value::Int(i64::MAX), Value::Int(-1)],
+            )
+            .expect_rows(1),
+        ]),
+        tx(vec![
+            st(
+                "DELETE FROM awkward WHERE id = $1 AND sub = $2",
+                vec![Value::Int(i64::MIN), Value::Int(0)],
+            )
+            .expect_rows(1),
+        ]),
+        // A key update: the old key disappears, the new one appears.
+        tx(vec![
+            st(
+                "UPDATE awkward SET sub = $2 WHERE id = $1 AND sub = 7",
+                vec![Value::Int(0), Value::Int(8)],
+            )
+            .expect_rows(1),
+        ]),
+        // Fails its guard: no effect at all.
+        tx(vec![
+            st(
+                upd,
+                vec![Value::Int(9), Value::Int(9), dec("1"), Value::Null],
+            )
+            .expect_rows(1),
+            st("DELETE FROM awkward WHERE id = 424242", vec![]).expect_rows(1),
+        ]),
+    ];
+    let e1 = vec![
+        effect(
+            row(
+                -5,
+                2,
+                dec("-2.00"),
+                Value::Int(-1),
+                Value::Text(String::new()),
+                Value::Bool(true),
+                Value::Bytes(b"bytes".to_vec()),
+            ),
+            true,
+        ),
+        effect(
+            row(
+                i64::MAX,
+                -1,
+                dec("0.00"),
+                Value::Int(i64::MIN + 1),
+                Value::Text(long),
+                Value::Bool(false),
+                Value::Bytes(vec![0, 255, 10, 0]),
+            ),
+            true,
+        ),
+        effect(r1, false),
+        effect(
+            row(
+                0,
+                7,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ),
+            false,
+        ),
+        effect(
+            row(
+                0,
+                8,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ),
+            true,
+        ),
+    ];
+    (vec![block0, block1], vec![e0, e1])
+}
+
+/// The digests of the awkward blocks on `store` (blocks 0 and 1).
+pub async fn awkward_digests<B: Backend>(store: &Store<B>) -> Vec<BlockOutcome> {
+    let (blocks, _) = awkward_blocks();
+    let mut out = Vec::new();
+    for (i, txs) in blocks.into_iter().enumerate() {
+        let b = block(store, i as u64, txs);
+        out.push(run(store, &b, ExecMode::Parallel(4)).await);
+    }
+    out
+}
+
+/// Case: awkward values (extreme integers, decimals at and beyond their scale, NULLs, empty and
+/// long multi-byte text, bytes, booleans; several changes to one row; key updates) digest to
+/// exactly the bytes computed from the expected effects — so every engine agrees.
+pub async fn digest_of_awkward_values<F: Fixture>(f: &F) {
+    let store = setup(f, "awkward", StoreOptions::default()).await;
+    let (_, expected) = awkward_blocks();
+    let outcomes = awkward_digests(&store).await;
+    assert_eq!(outcomes[0].success, vec![true; 7]);
+    assert_eq!(
+        outcomes[1].success,
+        vec![true, true, true, true, true, false]
+    );
+    for (outcome, effects) in outcomes.iter().zip(&expected) {
+        if outcome.digest != block_digest(effects) {
+            for e in effects {
+                eprintln!("expected {:?}", e.image);
+            }
+            for r in dump(&store, "awkward").await {
+                eprintln!("row      {r:?}");
+            }
+        }
+        assert_eq!(
+            outcome.changed_rows,
+            effects.len(),
+            "block {}",
+            outcome.block
+        );
+        assert_eq!(
+            outcome.digest,
+            block_digest(effects),
+            "block {} digest differs from the expected effects",
+            outcome.block
+        );
+    }
+    let rows = dump(&store, "awkward").await;
+    assert_eq!(rows.len(), 5);
+    assert!(rows.contains(&vec![
+        Value::Int(10),
+        Value::Int(10),
+        dec("-0.13"),
+        Value::Int(0),
+        Value::Null,
+        Value::Null,
+        Value::Null
+    ]));
+}
+
+/// A random high-conflict block over kv and the Smallbank tables: inserts (some colliding),
+/// deletes, range updates, guarded transfers, reads.
+pub fn random_block<B: Backend>(store: &Store<B>, number: u64, seed: u64, len: usize) -> ExecBlock {
+    let mut rng = chainify_workload_rng(seed);
+    let mut txs = Vec::with_capacity(len);
+    let keys = 2 * ACCOUNTS as u64;
+    for _ in 0..len {
+        let k = Value::Int(1 + (rng.next() % keys) as i64);
+        let k2 = Value::Int(1 + (rng.next() % keys) as i64);
+        let a = Value::Int(1 + (rng.next() % ACCOUNTS as u64) as i64);
+        let b = Value::Int(1 + (rng.next() % ACCOUNTS as u64) as i64);
+        let v = Value::Int((rng.next() % 200) as i64 - 50);
+        let t = match rng.next() % 8 {
+            0 => tx(vec![st("INSERT INTO kv (k, v) VALUES ($1, $2)", vec![k, v])]),
+            1 => tx(vec![st("DELETE FROM kv WHERE k = $1", vec![k]).expect_rows(1)]),
+            2 => {
+                let lo = 1 + (rng.next() % keys) as i64;
+                tx(vec![st("UPDATE kv SET v = v + $1 WHERE k BETWEEN $2 AND $3", vec![v, Value::Int(lo), Value::Int(lo + 5)])])
+            }
+            3 => tx(vec![
+                st("UPDATE kv SET v = v - 7 WHERE k = $1 AND v >= 7", vec![k.clone()]).expect_rows(1),
+                st("UPDATE kv SET v = v + 7 WHERE k = $1", vec![k2]).expect_rows(1),
+            ]),
+            4 => tx(vec![st("SELECT v FROM kv WHERE k = $1", vec![k]).expect_rows(1), st("UPDATE checking SET bal = bal + 1 WHERE custid = $1", vec![a]).expect_rows(1)]),
+            5 => tx(vec![
+                st("UPDATE checking SET bal = bal - $3 WHERE custid = $1 AND bal >= $3", vec![a.clone(), b.clone(), v.clone()]).expect_rows(1),
+                st("UPDATE checking SET bal = bal + $3 WHERE custid = $2", vec![a, b, v]).expect_rows(1),
+            ]),
+            6 => tx(vec![st(
+                "UPDATE checking SET bal = bal - $2 - CASE WHEN bal + (SELECT bal FROM savings WHERE custid = $1) < $2 THEN 1 ELSE 0 END WHERE custid = $1",
+                vec![a, v],
+            ).expect_rows(1)]),
+            _ => tx(vec![st("UPDATE savings SET bal = bal + $2 WHERE custid = $1 AND bal + $2 >= 0", vec![a, v]).expect_rows(1)]),
+        };
+        txs.push(t);
+    }
+    block(store, number, txs)
+}
+
+/// SplitMix64, so the suite needs no workload crate.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+fn chainify_workload_rng(seed: u64) -> SplitMix {
+    SplitMix(seed)
+}
+
+/// Case (the oracle): on random high-conflict blocks, parallel execution gives exactly the
+/// success bitmap, digest and final table contents of serial execution in block order.
+pub async fn parallel_execution_matches_serial<F: Fixture>(f: &F) {
+    let parallel = setup(f, "oracle_parallel", StoreOptions::default()).await;
+    let serial = setup(f, "oracle_serial", StoreOptions::default()).await;
+    for (number, seed) in [11u64, 12, 13, 14, 15].into_iter().enumerate() {
+        let bp = random_block(&parallel, number as u64, seed, 150);
+        let bs = random_block(&serial, number as u64, seed, 150);
+        let p = run(&parallel, &bp, ExecMode::Parallel(8)).await;
+        let s = run(&serial, &bs, ExecMode::Serial).await;
+        assert_eq!(
+            p.success, s.success,
+            "block {number}: success bitmaps differ"
+        );
+        assert!(
+            p.success.contains(&false) && p.success.contains(&true),
+            "block {number}: the workload should both commit and abort"
+        );
+        assert_eq!(p.digest, s.digest, "block {number}: digests differ");
+        assert_eq!(
+            dump_all(&parallel).await,
+            dump_all(&serial).await,
+            "block {number}: tables differ"
+        );
+    }
+}
+
+/// Case: a failing statement or guard rolls back the whole transaction (earlier statements
+/// included); later transactions see the state without it.
+pub async fn aborts_roll_back_the_whole_transaction<F: Fixture>(f: &F) {
+    let store = setup(f, "aborts", StoreOptions::default()).await;
+    let b = block(
+        &store,
+        0,
+        vec![
+            // Guard fails after a successful first statement.
+            tx(vec![
+                st("UPDATE kv SET v = 0 WHERE k = 1", vec![]),
+                st("UPDATE kv SET v = 0 WHERE k = 999", vec![]).expect_rows(1),
+            ]),
+            // Duplicate key.
+            tx(vec![
+                st("UPDATE kv SET v = 1 WHERE k = 2", vec![]),
+                st("INSERT INTO kv (k, v) VALUES (3, 3)", vec![]),
+            ]),
+            // Foreign-key violation.
+            tx(vec![st(
+                "INSERT INTO savings (custid, bal) VALUES (777, 1)",
+                vec![],
+            )]),
+            // Unique violation on a secondary key.
+            tx(vec![st(
+                "INSERT INTO accounts (custid, name) VALUES (500, 'cust1')",
+                vec![],
+            )]),
+            // Rejected before execution (None): never touches the database.
+            None,
+            // Sees k=1 and k=2 untouched.
+            tx(vec![
+                st(
+                    "UPDATE kv SET v = v + 1 WHERE k IN (1, 2) AND v >= 10",
+                    vec![],
+                )
+                .expect_rows(2),
+            ]),
+        ],
+    );
+    let out = run(&store, &b, ExecMode::Parallel(4)).await;
+    assert_eq!(out.success, vec![false, false, false, false, false, true]);
+    let reasons: Vec<(usize, &str)> = out
+        .failures
+        .iter()
+        .map(|f| (f.index, f.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    assert!(
+        reasons[0]
+            .1
+            .starts_with("statement 2: expected 1 rows, got 0"),
+        "{reasons:?}"
+    );
+    assert!(reasons[1].1.starts_with("statement 2: "), "{reasons:?}");
+    let kv = dump(&store, "kv").await;
+    assert_eq!(kv[0], vec![Value::Int(1), Value::Int(11)]);
+    assert_eq!(kv[1], vec![Value::Int(2), Value::Int(21)]);
+    assert_eq!(
+        out.changed_rows, 2,
+        "only the last transaction changed rows"
+    );
+}
+
+/// Case: a row lock held outside chainify makes the engine time out; the transaction is retried
+/// and commits once the lock is gone, never flagged as aborted.
+pub async fn transient_lock_conflicts_are_retried<F: Fixture>(f: &F) {
+    let options = StoreOptions {
+        lock_timeout: Duration::from_millis(300),
+        ..StoreOptions::default()
+    };
+    let store = setup(f, "retry", options).await;
+    let dialect = store.backend().dialect();
+    let mut holder = store.backend().acquire().await.expect("conn");
+    holder.begin().await.expect("begin");
+    holder
+        .execute("UPDATE kv SET v = v WHERE k = 5", &[], false)
+        .await
+        .expect("lock k=5");
+    // MySQL's lock wait timeout has a one-second minimum.
+    let hold = if dialect == Dialect::MySql { 2500 } else { 900 };
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+        holder.rollback().await.expect("release");
+    };
+    let b = block(
+        &store,
+        0,
+        vec![tx(vec![
+            st("UPDATE kv SET v = v + 1 WHERE k = 5", vec![]).expect_rows(1),
+        ])],
+    );
+    let (out, ()) = tokio::join!(run(&store, &b, ExecMode::Parallel(2)), release);
+    assert_eq!(out.success, vec![true]);
+    assert!(
+        out.retries >= 1,
+        "expected a retried lock timeout, got {out:?}"
+    );
+    assert_eq!(
+        dump(&store, "kv").await[4],
+        vec![Value::Int(5), Value::Int(51)]
+    );
+}
+
+/// Case: a change made directly in the database is recorded by the triggers and changes the
+/// next block's digest.
+pub async fn outside_changes_reach_the_next_digest<F: Fixture>(f: &F) {
+    let honest = setup(f, "outside_honest", StoreOptions::default()).await;
+    let tampered = setup(f, "outside_tampered", StoreOptions::default()).await;
+    let txs = || {
+        vec![tx(vec![
+            st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![]).expect_rows(1),
+        ])]
+    };
+    let h0 = run(&honest, &block(&honest, 0, txs()), ExecMode::Serial).await;
+    let t0 = run(&tampered, &block(&tampered, 0, txs()), ExecMode::Serial).await;
+    assert_eq!(h0.digest, t0.digest);
+    outside(tampered.backend(), "UPDATE kv SET v = 999 WHERE k = 3").await;
+    let h1 = run(&honest, &block(&honest, 1, txs()), ExecMode::Serial).await;
+    let t1 = run(&tampered, &block(&tampered, 1, txs()), ExecMode::Serial).await;
+    assert_ne!(h1.digest, t1.digest, "the tampering must change the digest");
+    assert_eq!(t1.changed_rows, h1.changed_rows + 1);
+    // Consumed: the block after is honest again.
+    let h2 = run(&honest, &block(&honest, 2, txs()), ExecMode::Serial).await;
+    let t2 = run(&tampered, &block(&tampered, 2, txs()), ExecMode::Serial).await;
+    assert_eq!(h2.digest, t2.digest);
+}
+
+/// Case: checkpoints capture the state at a block, restore brings it back without recording,
+/// replay reproduces the original digests, pruning keeps the newest.
+pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
+    let store = setup(f, "checkpoint", StoreOptions::default()).await;
+    let blocks: Vec<ExecBlock> = (0..6)
+        .map(|n| random_block(&store, n, 100 + n, 60))
+        .collect();
+    let mut digests = Vec::new();
+    let mut at_2 = None;
+    for b in &blocks {
+        digests.push(run(&store, b, ExecMode::Parallel(4)).await.digest);
+        if b.number.0 == 0 || b.number.0 == 2 {
+            let info = store.checkpoint(b.number).await.expect("checkpoint");
+            if b.number.0 == 0 {
+                assert_eq!(
+                    info.tables.len(),
+                    SHARED.len(),
+                    "the first checkpoint copies every table"
+                );
+            } else {
+                assert!(
+                    !info.tables.contains(&"awkward".to_owned()),
+                    "unchanged tables are not copied again: {info:?}"
+                );
+                at_2 = Some(dump_all(&store).await);
+            }
+        }
+    }
+    let err = store
+        .checkpoint(BlockNumber(3))
+        .await
+        .expect_err("not the last block");
+    assert!(
+        err.to_string().contains("not the last applied block"),
+        "{err}"
+    );
+    outside(store.backend(), "UPDATE kv SET v = -1 WHERE k = 4").await;
+    let err = store
+        .checkpoint(BlockNumber(5))
+        .await
+        .expect_err("pending outside change");
+    assert!(
+        err.to_string()
+            .contains("table kv has changes made outside chainify"),
+        "{err}"
+    );
+
+    let err = store
+        .restore(BlockNumber(1))
+        .await
+        .expect_err("no such checkpoint");
+    assert!(
+        err.to_string().contains("no checkpoint at block #1"),
+        "{err}"
+    );
+    store.restore(BlockNumber(2)).await.expect("restore");
+    assert_eq!(
+        Some(dump_all(&store).await),
+        at_2,
+        "restore brings back block 2's state"
+    );
+    assert_eq!(
+        store.last_applied_block().await.expect("last"),
+        Some(BlockNumber(2))
+    );
+    // Replaying reproduces every digest: the restore itself was not recorded.
+    let replayed = store
+        .replay(&blocks[3..], ExecMode::Parallel(4))
+        .await
+        .expect("replay");
+    let replayed: Vec<_> = replayed.iter().map(|o| o.digest).collect();
+    assert_eq!(replayed, digests[3..].to_vec());
+
+    store
+        .checkpoint(BlockNumber(5))
+        .await
+        .expect("checkpoint 5");
+    assert_eq!(
+        store.checkpoints().await.expect("list"),
+        vec![BlockNumber(0), BlockNumber(2), BlockNumber(5)]
+    );
+    let dropped = store.prune_checkpoints(2).await.expect("prune");
+    assert_eq!(dropped, vec![BlockNumber(0)]);
+    // Block 2's checkpoint still restores, although some of its tables were snapshotted at 0.
+    store
+        .restore(BlockNumber(2))
+        .await
+        .expect("restore after prune");
+    assert_eq!(Some(dump_all(&store).await), at_2);
+    assert_eq!(
+        store.checkpoints().await.expect("list"),
+        vec![BlockNumber(2)]
+    );
+}
+
+/// Case: a block runs once (a re-run returns the stored outcome) and only after its predecessor.
+pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
+    let store = setup(f, "order", StoreOptions::default()).await;
+    let b0 = block(
+        &store,
+        0,
+        vec![tx(vec![st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![])])],
+    );
+    let first = run(&store, &b0, ExecMode::Parallel(2)).await;
+    let again = run(&store, &b0, ExecMode::Parallel(2)).await;
+    assert_eq!(
+        (again.digest, &again.success),
+        (first.digest, &first.success)
+    );
+    assert_eq!(
+        dump(&store, "kv").await[0],
+        vec![Value::Int(1), Value::Int(11)],
+        "applied once"
+    );
+    let b2 = block(&store, 2, vec![]);
+    let err = store
+        .execute_block(&b2, ExecMode::Serial)
+        .await
+        .expect_err("gap");
+    assert_eq!(
+        err.to_string(),
+        "block #2: the last applied block is #0; blocks must be applied in order"
+    );
+}

@@ -1,0 +1,497 @@
+//! SQL that chainify generates from the catalog, per dialect: digest tables and their triggers,
+//! snapshot tables, and the statements that read, consume, snapshot and restore them. Pure text
+//! generation, so every dialect's output is unit-tested without a server.
+//!
+//! For shared table `t` (names are checked to be plain lower-case identifiers first):
+//! - `chainify_dg_t(<key columns>, chainify_n)`: one row per key changed since the last block
+//!   digest. Row triggers upsert the key (old and new key when an UPDATE moves a row) and bump
+//!   `chainify_n`, so the digest step can delete exactly the rows it hashed and keep a change that
+//!   slipped in meanwhile for the next block. The triggers need no session state: a direct change
+//!   by anyone is recorded like chainify's own.
+//! - `chainify_cp_t(chainify_cp_block, <all columns>)`: checkpoint snapshots of `t`, one set of rows
+//!   per checkpoint block that changed `t`.
+
+use chainify_sql::ColumnType;
+use chainify_sql::render::Dialect;
+
+use crate::catalog::CatalogTable;
+
+/// Digest table of `table`.
+pub fn digest_table(table: &str) -> String {
+    format!("chainify_dg_{table}")
+}
+
+/// Snapshot table of `table`.
+pub fn snapshot_table(table: &str) -> String {
+    format!("chainify_cp_{table}")
+}
+
+/// Placeholder number `n` (1-based) in `dialect`.
+pub fn placeholder(dialect: Dialect, n: usize) -> String {
+    match dialect {
+        Dialect::Postgres => format!("${n}"),
+        Dialect::MySql => "?".into(),
+        Dialect::Sqlite => format!("?{n}"),
+    }
+}
+
+/// How a column is read back so every engine yields the same typed value.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ReadType {
+    /// A 64-bit integer.
+    Int,
+    /// Text of a decimal (PostgreSQL, MySQL) or the stored number (SQLite), normalized to the
+    /// declared scale.
+    Decimal(u8),
+    /// UTF-8 text.
+    Text,
+    /// A boolean (an integer 0/1 on MySQL and SQLite).
+    Bool,
+    /// Bytes.
+    Bytes,
+}
+
+impl ReadType {
+    /// The read type of a portable column type.
+    pub fn of(ty: &ColumnType) -> ReadType {
+        match ty {
+            ColumnType::Int => ReadType::Int,
+            ColumnType::Decimal { scale } => ReadType::Decimal(scale.unwrap_or(0)),
+            ColumnType::Bool => ReadType::Bool,
+            ColumnType::Bytes => ReadType::Bytes,
+            // Registration admits only portable types; text is the safe reading otherwise.
+            _ => ReadType::Text,
+        }
+    }
+}
+
+/// `expr` cast so that the backend decodes it as `ty`.
+fn read_expr(dialect: Dialect, expr: &str, ty: ReadType) -> String {
+    match (dialect, ty) {
+        (Dialect::Postgres, ReadType::Int) => format!("CAST({expr} AS BIGINT)"),
+        (Dialect::Postgres, ReadType::Decimal(_)) => format!("CAST({expr} AS TEXT)"),
+        (Dialect::MySql, ReadType::Int | ReadType::Bool) => format!("CAST({expr} AS SIGNED)"),
+        (Dialect::MySql, ReadType::Decimal(_)) => format!("CAST({expr} AS CHAR)"),
+        _ => expr.to_owned(),
+    }
+}
+
+/// The generated objects of one shared table.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Artifacts {
+    /// Statements that create (or replace) the objects; safe to run again.
+    pub install: Vec<String>,
+    /// Statements that remove them again.
+    pub uninstall: Vec<String>,
+}
+
+/// Digest table, snapshot table and triggers for `t` in `dialect`.
+pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
+    let name = &t.name;
+    let dg = digest_table(name);
+    let cp = snapshot_table(name);
+    let keys: Vec<&str> = t.primary_key.iter().map(String::as_str).collect();
+    let key_list = keys.join(", ");
+    let key_defs: Vec<String> = t
+        .key_columns()
+        .map(|c| format!("{} {} NOT NULL", c.name, c.native_type))
+        .collect();
+    let col_defs: Vec<String> = t
+        .columns
+        .iter()
+        .map(|c| format!("{} {}", c.name, c.native_type))
+        .collect();
+    let suffix = if dialect == Dialect::MySql {
+        " ENGINE=InnoDB"
+    } else {
+        ""
+    };
+    let big = if dialect == Dialect::Sqlite {
+        "INTEGER"
+    } else {
+        "BIGINT"
+    };
+    let mut install = vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {dg} ({}, chainify_n {big} NOT NULL, PRIMARY KEY ({key_list})){suffix}",
+            key_defs.join(", ")
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {cp} (chainify_cp_block {big} NOT NULL, {}, PRIMARY KEY (chainify_cp_block, {key_list})){suffix}",
+            col_defs.join(", ")
+        ),
+    ];
+    let row = |prefix: &str| -> String {
+        keys.iter()
+            .map(|k| format!("{prefix}.{k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let key_moved = |null_safe_ne: &dyn Fn(&str) -> String| -> String {
+        keys.iter()
+            .map(|k| null_safe_ne(k))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    };
+    let mut uninstall = Vec::new();
+    match dialect {
+        Dialect::Postgres => {
+            let upsert = |src: &str| {
+                format!(
+                    "INSERT INTO {dg} AS d ({key_list}, chainify_n) VALUES ({}, 1) ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = d.chainify_n + 1;",
+                    row(src)
+                )
+            };
+            let moved = key_moved(&|k| format!("NEW.{k} IS DISTINCT FROM OLD.{k}"));
+            install.push(format!(
+                "CREATE OR REPLACE FUNCTION {dg}_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify$\n\
+                 BEGIN\n\
+                 IF TG_OP <> 'INSERT' THEN {} END IF;\n\
+                 IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND ({moved})) THEN {} END IF;\n\
+                 RETURN NULL;\n\
+                 END $chainify$",
+                upsert("OLD"),
+                upsert("NEW")
+            ));
+            // TRUNCATE fires no row triggers: forbid it rather than miss the change.
+            install.push(format!(
+                "CREATE OR REPLACE FUNCTION {dg}_truncate_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify$\n\
+                 BEGIN RAISE EXCEPTION 'chainify: shared table {name} cannot be truncated; use DELETE so the change is recorded'; END $chainify$"
+            ));
+            install.push(format!("DROP TRIGGER IF EXISTS {dg} ON {name}"));
+            install.push(format!(
+                "CREATE TRIGGER {dg} AFTER INSERT OR UPDATE OR DELETE ON {name} FOR EACH ROW EXECUTE FUNCTION {dg}_fn()"
+            ));
+            install.push(format!("DROP TRIGGER IF EXISTS {dg}_truncate ON {name}"));
+            install.push(format!(
+                "CREATE TRIGGER {dg}_truncate BEFORE TRUNCATE ON {name} FOR EACH STATEMENT EXECUTE FUNCTION {dg}_truncate_fn()"
+            ));
+            uninstall.push(format!("DROP TRIGGER IF EXISTS {dg} ON {name}"));
+            uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_truncate ON {name}"));
+            uninstall.push(format!("DROP FUNCTION IF EXISTS {dg}_fn()"));
+            uninstall.push(format!("DROP FUNCTION IF EXISTS {dg}_truncate_fn()"));
+        }
+        Dialect::MySql => {
+            let upsert = |src: &str| {
+                format!(
+                    "INSERT INTO {dg} ({key_list}, chainify_n) VALUES ({}, 1) ON DUPLICATE KEY UPDATE chainify_n = chainify_n + 1;",
+                    row(src)
+                )
+            };
+            let moved = key_moved(&|k| format!("NOT (NEW.{k} <=> OLD.{k})"));
+            for (suffix, event, body) in [
+                ("ai", "INSERT", upsert("NEW")),
+                ("ad", "DELETE", upsert("OLD")),
+                (
+                    "au",
+                    "UPDATE",
+                    format!(
+                        "{} IF {moved} THEN {} END IF;",
+                        upsert("OLD"),
+                        upsert("NEW")
+                    ),
+                ),
+            ] {
+                install.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                install.push(format!(
+                    "CREATE TRIGGER {dg}_{suffix} AFTER {event} ON {name} FOR EACH ROW BEGIN {body} END"
+                ));
+                uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+            }
+        }
+        Dialect::Sqlite => {
+            let upsert = |src: &str, condition: &str| {
+                format!(
+                    "INSERT INTO {dg} ({key_list}, chainify_n) SELECT {}, 1 WHERE {condition} ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = chainify_n + 1;",
+                    row(src)
+                )
+            };
+            // SQLite keeps any number in a DECIMAL column as it came (1.005 stays 1.005 in a
+            // DECIMAL(10,2)); round it to the declared scale as PostgreSQL and MySQL do on
+            // store, so later arithmetic sees the same value everywhere. The decimal 1.005 is
+            // the double 1.00499999…, so the value is first nudged away from zero by 1e-15
+            // (relative, a few ulps): that rounds the decimal the user wrote, half away from
+            // zero, for the 15 significant digits SQLite keeps exactly. (Nested trigger firing
+            // is off by default, so this UPDATE is not recorded twice.)
+            let decimals: Vec<(&str, u8)> = t
+                .columns
+                .iter()
+                .filter_map(|c| match c.ty {
+                    ColumnType::Decimal { scale: Some(s) } => Some((c.name.as_str(), s)),
+                    _ => None,
+                })
+                .collect();
+            let normalize = if decimals.is_empty() {
+                String::new()
+            } else {
+                let sets: Vec<String> = decimals
+                    .iter()
+                    .map(|(c, s)| format!("{c} = {}", sqlite_round(c, *s)))
+                    .collect();
+                let differs: Vec<String> = decimals
+                    .iter()
+                    .map(|(c, s)| format!("{c} IS NOT {}", sqlite_round(c, *s)))
+                    .collect();
+                let at_key: Vec<String> = keys.iter().map(|k| format!("{k} = NEW.{k}")).collect();
+                format!(
+                    " UPDATE {name} SET {} WHERE {} AND ({});",
+                    sets.join(", "),
+                    at_key.join(" AND "),
+                    differs.join(" OR ")
+                )
+            };
+            let moved = key_moved(&|k| format!("NEW.{k} IS NOT OLD.{k}"));
+            for (suffix, event, body) in [
+                ("ai", "INSERT", format!("{}{normalize}", upsert("NEW", "1"))),
+                ("ad", "DELETE", upsert("OLD", "1")),
+                (
+                    "au",
+                    "UPDATE",
+                    format!(
+                        "{} {}{normalize}",
+                        upsert("OLD", "1"),
+                        upsert("NEW", &moved)
+                    ),
+                ),
+            ] {
+                install.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                install.push(format!(
+                    "CREATE TRIGGER {dg}_{suffix} AFTER {event} ON {name} FOR EACH ROW BEGIN {body} END"
+                ));
+                uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+            }
+        }
+    }
+    uninstall.push(format!("DROP TABLE IF EXISTS {dg}"));
+    uninstall.push(format!("DROP TABLE IF EXISTS {cp}"));
+    Artifacts { install, uninstall }
+}
+
+/// SQLite: `column` rounded half away from zero at `scale`, as the decimal it was written as.
+fn sqlite_round(column: &str, scale: u8) -> String {
+    format!("round({column} * (1 + 1e-15), {scale})")
+}
+
+/// Reads every recorded key of `t` with its counter and the row's current image (all columns
+/// NULL when the row is gone). Columns: keys…, `chainify_n`, then every column of `t`.
+pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let name = &t.name;
+    let dg = digest_table(name);
+    let mut types = Vec::new();
+    let mut select = Vec::new();
+    for c in t.key_columns() {
+        let ty = ReadType::of(&c.ty);
+        select.push(read_expr(dialect, &format!("d.{}", c.name), ty));
+        types.push(ty);
+    }
+    select.push("d.chainify_n".into());
+    types.push(ReadType::Int);
+    for c in &t.columns {
+        let ty = ReadType::of(&c.ty);
+        select.push(read_expr(dialect, &format!("r.{}", c.name), ty));
+        types.push(ty);
+    }
+    let on: Vec<String> = t
+        .primary_key
+        .iter()
+        .map(|k| format!("r.{k} = d.{k}"))
+        .collect();
+    (
+        format!(
+            "SELECT {} FROM {dg} d LEFT JOIN {name} r ON {}",
+            select.join(", "),
+            on.join(" AND ")
+        ),
+        types,
+    )
+}
+
+/// Every row of `t` in key order, read like the digest reads images (tests, tools).
+pub fn select_all(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
+    let select: Vec<String> = t
+        .columns
+        .iter()
+        .zip(&types)
+        .map(|(c, ty)| read_expr(dialect, &c.name, *ty))
+        .collect();
+    (
+        format!(
+            "SELECT {} FROM {} ORDER BY {}",
+            select.join(", "),
+            t.name,
+            t.primary_key.join(", ")
+        ),
+        types,
+    )
+}
+
+/// Deletes `rows` recorded keys whose counter is unchanged. Parameters per row: the key
+/// values, then the counter read.
+pub fn consume_changes(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
+    let width = t.primary_key.len() + 1;
+    let mut n = 0;
+    let tuples: Vec<String> = (0..rows)
+        .map(|_| {
+            let ps: Vec<String> = (0..width)
+                .map(|_| {
+                    n += 1;
+                    placeholder(dialect, n)
+                })
+                .collect();
+            format!("({})", ps.join(", "))
+        })
+        .collect();
+    let list = match dialect {
+        Dialect::MySql => tuples.join(", "),
+        _ => format!("VALUES {}", tuples.join(", ")),
+    };
+    format!(
+        "DELETE FROM {} WHERE ({}, chainify_n) IN ({list})",
+        digest_table(&t.name),
+        t.primary_key.join(", ")
+    )
+}
+
+/// Copies `t` into its snapshot table under block `$1`.
+pub fn snapshot(dialect: Dialect, t: &CatalogTable) -> String {
+    let cols = column_list(t);
+    format!(
+        "INSERT INTO {} (chainify_cp_block, {cols}) SELECT {}, {cols} FROM {}",
+        snapshot_table(&t.name),
+        placeholder(dialect, 1),
+        t.name
+    )
+}
+
+/// Copies the snapshot of `t` taken at block `$1` back into `t` (after it was emptied).
+pub fn restore(dialect: Dialect, t: &CatalogTable) -> String {
+    let cols = column_list(t);
+    format!(
+        "INSERT INTO {} ({cols}) SELECT {cols} FROM {} WHERE chainify_cp_block = {}",
+        t.name,
+        snapshot_table(&t.name),
+        placeholder(dialect, 1)
+    )
+}
+
+/// Drops the snapshot rows of `t` that no kept checkpoint refers to.
+pub fn prune_snapshots(t: &CatalogTable) -> String {
+    format!(
+        "DELETE FROM {} WHERE chainify_cp_block NOT IN (SELECT snapshot_block FROM chainify_checkpoint_tables WHERE table_name = '{}')",
+        snapshot_table(&t.name),
+        t.name
+    )
+}
+
+fn column_list(t: &CatalogTable) -> String {
+    t.columns
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{CatalogColumn, classify_declared_type};
+
+    fn table() -> CatalogTable {
+        let col = |name: &str, native: &str| {
+            let (ty, precision) = classify_declared_type(native);
+            CatalogColumn {
+                name: name.into(),
+                native_type: native.into(),
+                ty,
+                not_null: true,
+                precision,
+                engine_problem: None,
+            }
+        };
+        CatalogTable {
+            name: "acct".into(),
+            columns: vec![
+                col("bank", "INTEGER"),
+                col("id", "BIGINT"),
+                col("bal", "DECIMAL(12,2)"),
+                col("note", "TEXT"),
+            ],
+            primary_key: vec!["bank".into(), "id".into()],
+            ..CatalogTable::default()
+        }
+    }
+
+    #[test]
+    fn postgres_objects() {
+        let a = artifacts(Dialect::Postgres, &table());
+        assert_eq!(
+            a.install[0],
+            "CREATE TABLE IF NOT EXISTS chainify_dg_acct (bank INTEGER NOT NULL, id BIGINT NOT NULL, chainify_n BIGINT NOT NULL, PRIMARY KEY (bank, id))"
+        );
+        assert!(a.install[2].contains("IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND (NEW.bank IS DISTINCT FROM OLD.bank OR NEW.id IS DISTINCT FROM OLD.id))"));
+        assert!(a.install[2].contains("VALUES (OLD.bank, OLD.id, 1) ON CONFLICT (bank, id) DO UPDATE SET chainify_n = d.chainify_n + 1"));
+        assert!(
+            a.install
+                .iter()
+                .any(|s| s.contains("BEFORE TRUNCATE ON acct"))
+        );
+        assert!(
+            a.uninstall
+                .iter()
+                .any(|s| s == "DROP TABLE IF EXISTS chainify_cp_acct")
+        );
+    }
+
+    #[test]
+    fn mysql_objects() {
+        let a = artifacts(Dialect::MySql, &table());
+        assert!(a.install[0].ends_with("PRIMARY KEY (bank, id)) ENGINE=InnoDB"));
+        let au = a
+            .install
+            .iter()
+            .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_au"))
+            .unwrap();
+        assert!(au.contains("IF NOT (NEW.bank <=> OLD.bank) OR NOT (NEW.id <=> OLD.id) THEN INSERT INTO chainify_dg_acct (bank, id, chainify_n) VALUES (NEW.bank, NEW.id, 1) ON DUPLICATE KEY UPDATE"));
+    }
+
+    #[test]
+    fn sqlite_objects_round_decimals() {
+        let a = artifacts(Dialect::Sqlite, &table());
+        let ai = a
+            .install
+            .iter()
+            .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_ai"))
+            .unwrap();
+        assert!(ai.contains("UPDATE acct SET bal = round(bal * (1 + 1e-15), 2) WHERE bank = NEW.bank AND id = NEW.id AND (bal IS NOT round(bal * (1 + 1e-15), 2));"), "{ai}");
+        let ad = a
+            .install
+            .iter()
+            .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_ad"))
+            .unwrap();
+        assert!(!ad.contains("round"));
+    }
+
+    #[test]
+    fn read_back_and_consume() {
+        let (sql, types) = read_changes(Dialect::MySql, &table());
+        assert_eq!(
+            sql,
+            "SELECT CAST(d.bank AS SIGNED), CAST(d.id AS SIGNED), d.chainify_n, CAST(r.bank AS SIGNED), CAST(r.id AS SIGNED), CAST(r.bal AS CHAR), r.note FROM chainify_dg_acct d LEFT JOIN acct r ON r.bank = d.bank AND r.id = d.id"
+        );
+        assert_eq!(types.len(), 7);
+        assert_eq!(types[5], ReadType::Decimal(2));
+        assert_eq!(
+            consume_changes(Dialect::Postgres, &table(), 2),
+            "DELETE FROM chainify_dg_acct WHERE (bank, id, chainify_n) IN (VALUES ($1, $2, $3), ($4, $5, $6))"
+        );
+        assert_eq!(
+            consume_changes(Dialect::MySql, &table(), 1),
+            "DELETE FROM chainify_dg_acct WHERE (bank, id, chainify_n) IN ((?, ?, ?))"
+        );
+        assert_eq!(
+            restore(Dialect::Sqlite, &table()),
+            "INSERT INTO acct (bank, id, bal, note) SELECT bank, id, bal, note FROM chainify_cp_acct WHERE chainify_cp_block = ?1"
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! Storage errors. Each names what went wrong and where: the table, column, value or URL.
+
+use chainify_core::BlockNumber;
+
+/// How a database error affects the transaction or block that hit it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DbErrorKind {
+    /// The statement failed for a reason every honest engine shares (constraint violation, bad
+    /// value, type error): the transaction aborts deterministically.
+    Statement,
+    /// Deadlock, serialization failure, lock timeout, busy database: not deterministic, so the
+    /// transaction is retried, never flagged as aborted.
+    Transient,
+    /// The connection or the database is gone: the block cannot go on.
+    Connection,
+}
+
+/// An error from the database, classified.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[error("{message}{}", code.as_ref().map(|c| format!(" (code {c})")).unwrap_or_default())]
+pub struct DbError {
+    /// Classification.
+    pub kind: DbErrorKind,
+    /// The engine's error code (SQLSTATE, MySQL error number, SQLite result code).
+    pub code: Option<String>,
+    /// The engine's message.
+    pub message: String,
+}
+
+impl DbError {
+    /// A connection-level error with a message.
+    pub fn connection(message: impl Into<String>) -> DbError {
+        DbError {
+            kind: DbErrorKind::Connection,
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// A problem with a table offered for registration as a shared table.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum RegistrationError {
+    /// No such table in the database.
+    #[error("table {table} does not exist in {database}")]
+    UnknownTable {
+        /// The requested name.
+        table: String,
+        /// The database (redacted URL).
+        database: String,
+    },
+    /// The table has no primary key.
+    #[error(
+        "table {table} has no primary key; shared tables need one (rows are identified by it in read/write sets and digests)"
+    )]
+    NoPrimaryKey {
+        /// The table.
+        table: String,
+    },
+    /// A column's type is not portable across engines.
+    #[error("table {table} column {column}: unsupported type {ty}: {hint}")]
+    UnsupportedType {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+        /// The declared type.
+        ty: String,
+        /// What to use instead.
+        hint: String,
+    },
+    /// Something else about the table's definition.
+    #[error("table {table}: {problem}")]
+    Definition {
+        /// The table.
+        table: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// Everything that can go wrong in the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The database could not be reached or refused the connection.
+    #[error("cannot connect to {url}: {reason}")]
+    Connect {
+        /// The URL with its password removed.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The connection broke while working; the operation can be re-run once the database is back.
+    #[error("lost the connection to {url} while {during}: {reason}")]
+    ConnectionLost {
+        /// The URL with its password removed.
+        url: String,
+        /// What was being done.
+        during: String,
+        /// Why.
+        reason: String,
+    },
+    /// A statement chainify itself issued failed.
+    #[error("{during} on {url}: {source}")]
+    Database {
+        /// The URL with its password removed.
+        url: String,
+        /// What was being done.
+        during: String,
+        /// The database's error.
+        source: DbError,
+    },
+    /// A table cannot be shared.
+    #[error(transparent)]
+    Registration(#[from] RegistrationError),
+    /// The migrations of chainify's system tables failed.
+    #[error("installing chainify's system tables on {url}: {reason}")]
+    Migration {
+        /// The URL with its password removed.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A block was malformed for execution.
+    #[error("block {block}: {problem}")]
+    BadBlock {
+        /// The block.
+        block: BlockNumber,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A transaction kept hitting transient errors (deadlocks, lock timeouts) beyond the retry
+    /// budget; the block is left resumable.
+    #[error("block {block} transaction {index}: still failing after {attempts} attempts: {last}")]
+    RetriesExhausted {
+        /// The block.
+        block: BlockNumber,
+        /// Index of the transaction in the block.
+        index: usize,
+        /// How often it was tried.
+        attempts: u32,
+        /// The last transient error.
+        last: DbError,
+    },
+    /// A checkpoint operation cannot proceed.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    /// A value read from the database does not fit its declared type.
+    #[error(
+        "table {table} column {column}: stored value {value} does not fit the declared type {ty}"
+    )]
+    BadStoredValue {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+        /// The value as read.
+        value: String,
+        /// The declared type.
+        ty: String,
+    },
+}
+
+impl StorageError {
+    /// Whether re-running the same operation later may succeed (the database went away).
+    pub fn is_connection(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Connect { .. } | StorageError::ConnectionLost { .. }
+        )
+    }
+}
+
+/// Removes the password from a database URL for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{tail}")
+            } else {
+                format!("{scheme}://{user}@{host}{tail}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact_url("postgres://alice:s3cret@db:5432/x?sslmode=disable"),
+            "postgres://alice:***@db:5432/x?sslmode=disable"
+        );
+        assert_eq!(
+            redact_url("mysql://root@127.0.0.1:3306/t"),
+            "mysql://root@127.0.0.1:3306/t"
+        );
+        assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+        assert_eq!(
+            redact_url("postgres://u:p@ss@h/db"),
+            "postgres://u:***@h/db"
+        );
+    }
+}

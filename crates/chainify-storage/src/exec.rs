@@ -1,0 +1,639 @@
+//! The block executor (DESIGN §2.3 steps 4–5): runs a validated, analysed block on the engine,
+//! as the dependency graph releases transactions, then digests the block's effects.
+//!
+//! Engines with concurrent writers (PostgreSQL, MySQL) run each transaction in its own
+//! database transaction on one of k pooled connections, at READ COMMITTED: the graph already
+//! orders every conflicting pair, so the engine's isolation has nothing left to order. Each
+//! committed transaction leaves a marker row in the same database transaction, so a block that
+//! fails half-way (the database went away) is re-run by skipping what already committed:
+//! nothing is lost or applied twice. SQLite runs the block serially in one database transaction
+//! with a savepoint per transaction; a failure rolls the whole block back.
+//!
+//! Abort semantics: a statement error or an `expect_rows` mismatch rolls the transaction back
+//! and flags it unsuccessful (deterministic, the same on every honest engine); deadlocks,
+//! serialization failures and lock timeouts are retried and never flagged.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use chainify_core::canonical::{pack_bits, unpack_bits};
+use chainify_core::config::StatementKind;
+use chainify_core::effect::{RowEffect, block_digest};
+use chainify_core::tx::Transaction;
+use chainify_core::{BlockNumber, Digest, Value};
+use chainify_sched::{DependencyGraph, TxExecutor, run_block, run_serial};
+use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
+
+use crate::backend::{Backend, Conn};
+use crate::ddl::{self, ReadType};
+use crate::error::{DbError, DbErrorKind, StorageError};
+use crate::store::Store;
+
+/// Recorded keys deleted per statement after digesting.
+const CONSUME_CHUNK: usize = 256;
+
+/// A transaction ready to execute: its statements and their analysis.
+#[derive(Debug, Clone)]
+pub struct ExecTx {
+    /// The statements with their parameters.
+    pub transaction: Transaction,
+    /// Read/write set and statement plans from the analyser.
+    pub analysis: TxAnalysis,
+}
+
+/// A block ready to execute: `None` marks a transaction that validation or analysis rejected;
+/// it keeps its slot (and a 0 in the success bitmap) but never touches the database.
+#[derive(Debug, Clone)]
+pub struct ExecBlock {
+    /// The block number.
+    pub number: BlockNumber,
+    /// The transactions in block order.
+    pub txs: Vec<Option<ExecTx>>,
+}
+
+impl ExecBlock {
+    /// Analyses valid transactions; those the analyser rejects become `None`, with the reason.
+    pub fn analyze(
+        number: BlockNumber,
+        txs: Vec<Option<Transaction>>,
+        analyzer: &Analyzer,
+    ) -> (ExecBlock, Vec<(usize, AnalysisError)>) {
+        let mut rejected = Vec::new();
+        let txs = txs
+            .into_iter()
+            .enumerate()
+            .map(|(i, tx)| {
+                let tx = tx?;
+                match analyzer.analyze(&tx) {
+                    Ok(analysis) => Some(ExecTx {
+                        transaction: tx,
+                        analysis,
+                    }),
+                    Err(e) => {
+                        rejected.push((i, e));
+                        None
+                    }
+                }
+            })
+            .collect();
+        (ExecBlock { number, txs }, rejected)
+    }
+
+    /// The dependency graph of the block's transactions.
+    pub fn graph(&self) -> DependencyGraph {
+        let sets: Vec<_> = self
+            .txs
+            .iter()
+            .map(|t| t.as_ref().map(|t| &t.analysis.rwset))
+            .collect();
+        DependencyGraph::build(&sets)
+    }
+}
+
+/// How to run a block.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ExecMode {
+    /// Up to k transactions at once as the dependency graph allows (SQLite: serial anyway).
+    Parallel(usize),
+    /// One at a time in block order: the reference, and the benchmark baseline.
+    Serial,
+}
+
+/// Why a transaction was flagged unsuccessful.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct TxFailure {
+    /// Index in the block.
+    pub index: usize,
+    /// The failing statement and the engine's message, or the guard that did not hold.
+    pub reason: String,
+}
+
+/// The result of executing a block.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct BlockOutcome {
+    /// The block.
+    pub block: BlockNumber,
+    /// One flag per transaction: committed (true) or rolled back / not executed (false).
+    pub success: Vec<bool>,
+    /// Digest of the block's effects on the shared tables (`LedgerBlock::hash_digest`).
+    pub digest: Digest,
+    /// Keys whose change the digest covers.
+    pub changed_rows: usize,
+    /// Why transactions failed in this run (empty when the outcome was already stored).
+    pub failures: Vec<TxFailure>,
+    /// Transient errors retried in this run.
+    pub retries: u64,
+    /// Transactions found already committed by an earlier, interrupted run of the block.
+    pub resumed: usize,
+}
+
+enum Failure {
+    Abort(String),
+    Db(DbError),
+}
+
+fn block_param(b: BlockNumber) -> Result<Value, StorageError> {
+    i64::try_from(b.0)
+        .map(Value::Int)
+        .map_err(|_| StorageError::BadBlock {
+            block: b,
+            problem: "block numbers above 2^63-1 do not fit the engines' BIGINT".into(),
+        })
+}
+
+fn index_param(i: usize) -> Value {
+    Value::Int(i64::try_from(i).unwrap_or(i64::MAX))
+}
+
+/// Per-block state shared by the transactions running in parallel.
+struct Run<'a, B: Backend> {
+    store: &'a Store<B>,
+    block: &'a ExecBlock,
+    block_value: Value,
+    /// Outcomes of transactions an earlier run already committed.
+    prior: Vec<Option<bool>>,
+    success: Mutex<Vec<bool>>,
+    failures: Mutex<Vec<TxFailure>>,
+    retries: AtomicU64,
+}
+
+impl<B: Backend> Run<'_, B> {
+    fn record(&self, index: usize, ok: bool, reason: Option<String>) {
+        self.success.lock().unwrap_or_else(|e| e.into_inner())[index] = ok;
+        if let Some(reason) = reason {
+            self.failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(TxFailure { index, reason });
+        }
+    }
+
+    fn marker_sql(&self) -> String {
+        let p = |n| ddl::placeholder(self.store.backend.dialect(), n);
+        format!(
+            "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({}, {}, {})",
+            p(1),
+            p(2),
+            p(3)
+        )
+    }
+
+    /// Runs transaction `index` in its own database transaction, retrying transient errors.
+    async fn run_committing(&self, index: usize) -> Result<(), StorageError> {
+        if let Some(ok) = self.prior[index] {
+            self.record(index, ok, None);
+            return Ok(());
+        }
+        let Some(tx) = &self.block.txs[index] else {
+            self.record(index, false, None);
+            return Ok(());
+        };
+        let store = self.store;
+        let during = format!("executing block {} transaction {index}", self.block.number);
+        let marker = self.marker_sql();
+        let idx = index_param(index);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut conn = store.acquire(&during).await?;
+            let verdict: Result<Option<String>, DbError> = async {
+                conn.begin().await?;
+                match store.run_statements(&mut conn, tx).await {
+                    Ok(()) => {
+                        conn.execute(&marker, &[&self.block_value, &idx, &Value::Int(1)], false)
+                            .await?;
+                        match conn.commit().await {
+                            Ok(()) => Ok(None),
+                            // A deferred constraint failing at commit is a statement error.
+                            Err(e) if e.kind == DbErrorKind::Statement => {
+                                Ok(Some(format!("commit: {e}")))
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Err(Failure::Abort(reason)) => Ok(Some(reason)),
+                    Err(Failure::Db(e)) => Err(e),
+                }
+            }
+            .await;
+            match verdict {
+                Ok(None) => {
+                    self.record(index, true, None);
+                    return Ok(());
+                }
+                Ok(Some(reason)) => {
+                    store.db(conn.rollback().await, &during)?;
+                    store.db(
+                        conn.execute(&marker, &[&self.block_value, &idx, &Value::Int(0)], false)
+                            .await,
+                        &during,
+                    )?;
+                    self.record(index, false, Some(reason));
+                    return Ok(());
+                }
+                Err(e) => {
+                    let _ = conn.rollback().await;
+                    match e.kind {
+                        DbErrorKind::Transient if attempt < store.options.max_attempts => {
+                            self.retries.fetch_add(1, Ordering::Relaxed);
+                            drop(conn);
+                            tokio::time::sleep(backoff(attempt)).await;
+                        }
+                        DbErrorKind::Transient => {
+                            return Err(StorageError::RetriesExhausted {
+                                block: self.block.number,
+                                index,
+                                attempts: attempt,
+                                last: e,
+                            });
+                        }
+                        _ => return store.db(Err(e), &during),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<B: Backend> TxExecutor for Run<'_, B> {
+    type Error = StorageError;
+
+    fn execute(
+        &self,
+        index: usize,
+    ) -> impl std::future::Future<Output = Result<(), StorageError>> + Send {
+        self.run_committing(index)
+    }
+}
+
+/// 1, 2, 4 … 64 ms: transient conflicts clear quickly once the other transaction commits.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(1 << attempt.min(6))
+}
+
+impl<B: Backend> Store<B> {
+    /// Executes `block` and digests its effects. The block must follow the last applied block
+    /// (any number for the first). Running a block that is already applied returns the stored
+    /// outcome; running a block whose earlier run failed half-way resumes it.
+    pub async fn execute_block(
+        &self,
+        block: &ExecBlock,
+        mode: ExecMode,
+    ) -> Result<BlockOutcome, StorageError> {
+        let number = block.number;
+        let block_value = block_param(number)?;
+        if let Some(done) = self.applied_outcome(number).await? {
+            return Ok(done);
+        }
+        if let Some(last) = self.last_applied_block().await?
+            && number.0 != last.0 + 1
+        {
+            return Err(StorageError::BadBlock {
+                block: number,
+                problem: format!(
+                    "the last applied block is {last}; blocks must be applied in order"
+                ),
+            });
+        }
+        if !self.backend.concurrent_writers() {
+            return self.execute_in_one_transaction(block).await;
+        }
+        let p = |n| ddl::placeholder(self.backend.dialect(), n);
+        let mut prior = vec![None; block.txs.len()];
+        for row in self
+            .query(
+                "reading the transactions of an interrupted block",
+                &format!(
+                    "SELECT tx_index, success FROM chainify_applied_txs WHERE block = {}",
+                    p(1)
+                ),
+                &[&block_value],
+                &[ReadType::Int, ReadType::Int],
+            )
+            .await?
+        {
+            if let (Value::Int(i), Value::Int(s)) = (&row[0], &row[1])
+                && let Some(slot) = usize::try_from(*i).ok().and_then(|i| prior.get_mut(i))
+            {
+                *slot = Some(*s != 0);
+            }
+        }
+        let resumed = prior.iter().filter(|p| p.is_some()).count();
+        let run = Run {
+            store: self,
+            block,
+            block_value,
+            prior,
+            success: Mutex::new(vec![false; block.txs.len()]),
+            failures: Mutex::new(Vec::new()),
+            retries: AtomicU64::new(0),
+        };
+        match mode {
+            ExecMode::Parallel(k) => run_block(&block.graph(), &run, k).await?,
+            ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
+        }
+        let success = run.success.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut failures = run.failures.into_inner().unwrap_or_else(|e| e.into_inner());
+        failures.sort_by_key(|f| f.index);
+        let during = format!("digesting block {number}");
+        let mut conn = self.acquire(&during).await?;
+        self.db(conn.begin().await, &during)?;
+        let digested = self.finalize(&mut conn, number, &success).await;
+        let (digest, changed_rows) = match digested {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = conn.rollback().await;
+                return Err(e);
+            }
+        };
+        self.db(conn.commit().await, &during)?;
+        Ok(BlockOutcome {
+            block: number,
+            success,
+            digest,
+            changed_rows,
+            failures,
+            retries: run.retries.into_inner(),
+            resumed,
+        })
+    }
+
+    /// SQLite: the whole block in one database transaction, a savepoint per transaction.
+    async fn execute_in_one_transaction(
+        &self,
+        block: &ExecBlock,
+    ) -> Result<BlockOutcome, StorageError> {
+        let number = block.number;
+        let during = format!("executing block {number}");
+        let mut conn = self.acquire(&during).await?;
+        let mut retries = 0;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match conn.begin().await {
+                Ok(()) => break,
+                Err(e)
+                    if e.kind == DbErrorKind::Transient && attempt < self.options.max_attempts =>
+                {
+                    retries += 1;
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(e) => return self.db(Err(e), &during),
+            }
+        }
+        let result = async {
+            let mut success = vec![false; block.txs.len()];
+            let mut failures = Vec::new();
+            for (index, tx) in block.txs.iter().enumerate() {
+                let Some(tx) = tx else { continue };
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    self.db(conn.batch("SAVEPOINT chainify_tx").await, &during)?;
+                    match self.run_statements(&mut conn, tx).await {
+                        Ok(()) => {
+                            self.db(conn.batch("RELEASE chainify_tx").await, &during)?;
+                            success[index] = true;
+                            break;
+                        }
+                        Err(failure) => {
+                            self.db(
+                                conn.batch("ROLLBACK TO chainify_tx; RELEASE chainify_tx")
+                                    .await,
+                                &during,
+                            )?;
+                            match failure {
+                                Failure::Abort(reason) => {
+                                    failures.push(TxFailure { index, reason });
+                                    break;
+                                }
+                                Failure::Db(e)
+                                    if e.kind == DbErrorKind::Transient
+                                        && attempt < self.options.max_attempts =>
+                                {
+                                    retries += 1;
+                                    tokio::time::sleep(backoff(attempt)).await;
+                                }
+                                Failure::Db(e) if e.kind == DbErrorKind::Transient => {
+                                    return Err(StorageError::RetriesExhausted {
+                                        block: number,
+                                        index,
+                                        attempts: attempt,
+                                        last: e,
+                                    });
+                                }
+                                Failure::Db(e) => return self.db(Err(e), &during),
+                            }
+                        }
+                    }
+                }
+            }
+            let (digest, changed_rows) = self.finalize(&mut conn, number, &success).await?;
+            Ok(BlockOutcome {
+                block: number,
+                success,
+                digest,
+                changed_rows,
+                failures,
+                retries,
+                resumed: 0,
+            })
+        }
+        .await;
+        match result {
+            Ok(outcome) => {
+                self.db(conn.commit().await, &during)?;
+                Ok(outcome)
+            }
+            Err(e) => {
+                let _ = conn.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs a transaction's statements on `conn` inside an open database transaction.
+    async fn run_statements(&self, conn: &mut B::Conn, tx: &ExecTx) -> Result<(), Failure> {
+        let statements = &tx.transaction.statements;
+        for (i, (st, plan)) in statements.iter().zip(&tx.analysis.plans).enumerate() {
+            let n = i + 1;
+            let rendered = self
+                .rendered(&st.sql)
+                .map_err(|e| Failure::Abort(format!("statement {n}: {e}")))?;
+            let mut params = Vec::with_capacity(rendered.bind_order.len());
+            for &p in &rendered.bind_order {
+                params.push(st.params.get(p).ok_or_else(|| {
+                    Failure::Abort(format!(
+                        "statement {n}: uses ${} but has {} parameters",
+                        p + 1,
+                        st.params.len()
+                    ))
+                })?);
+            }
+            let rows = conn
+                .execute(&rendered.sql, &params, plan.kind == StatementKind::Select)
+                .await
+                .map_err(|e| match e.kind {
+                    DbErrorKind::Statement => Failure::Abort(format!("statement {n}: {e}")),
+                    _ => Failure::Db(e),
+                })?;
+            if let Some(expected) = st.expect_rows
+                && rows != expected
+            {
+                return Err(Failure::Abort(format!(
+                    "statement {n}: expected {expected} rows, got {rows}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Inside an open database transaction: reads every recorded change with the row's current
+    /// image, hashes them, consumes exactly the records hashed, and marks the block applied.
+    async fn finalize(
+        &self,
+        conn: &mut B::Conn,
+        number: BlockNumber,
+        success: &[bool],
+    ) -> Result<(Digest, usize), StorageError> {
+        let dialect = self.backend.dialect();
+        let during = format!("digesting block {number}");
+        let block_value = block_param(number)?;
+        let p = |n| ddl::placeholder(dialect, n);
+        let mut effects = Vec::new();
+        for t in self.tables().values() {
+            let (sql, types) = ddl::read_changes(dialect, t);
+            let rows = self.db(conn.query(&sql, &[], &types).await, &during)?;
+            if rows.is_empty() {
+                continue;
+            }
+            let key_len = t.primary_key.len();
+            let first_key = t
+                .columns
+                .iter()
+                .position(|c| c.name == t.primary_key[0])
+                .unwrap_or(0);
+            let mut consumed: Vec<Value> = Vec::with_capacity(rows.len() * (key_len + 1));
+            for mut row in rows {
+                let image = row.split_off(key_len + 1);
+                let counter = row.pop().unwrap_or(Value::Null);
+                let present = !matches!(image.get(first_key), None | Some(Value::Null));
+                consumed.extend(row.iter().cloned());
+                consumed.push(counter);
+                effects.push(RowEffect {
+                    table: t.name.clone(),
+                    key: row,
+                    image: present.then_some(image),
+                });
+            }
+            for chunk in consumed.chunks(CONSUME_CHUNK * (key_len + 1)) {
+                let sql = ddl::consume_changes(dialect, t, chunk.len() / (key_len + 1));
+                let params: Vec<&Value> = chunk.iter().collect();
+                self.db(conn.execute(&sql, &params, false).await, &during)?;
+            }
+            self.db(
+                conn.execute(
+                    &format!(
+                        "UPDATE chainify_shared_tables SET last_changed_block = {} WHERE table_name = {}",
+                        p(1),
+                        p(2)
+                    ),
+                    &[&block_value, &Value::Text(t.name.clone())],
+                    false,
+                )
+                .await,
+                &during,
+            )?;
+        }
+        let digest = block_digest(&effects);
+        self.db(
+            conn.execute(
+                &format!(
+                    "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({}, {}, {}, {})",
+                    p(1),
+                    p(2),
+                    p(3),
+                    p(4)
+                ),
+                &[
+                    &block_value,
+                    &Value::Bytes(digest.as_bytes().to_vec()),
+                    &Value::Bytes(pack_bits(success)),
+                    &index_param(success.len()),
+                ],
+                false,
+            )
+            .await,
+            &during,
+        )?;
+        self.db(
+            conn.execute(
+                &format!("DELETE FROM chainify_applied_txs WHERE block = {}", p(1)),
+                &[&block_value],
+                false,
+            )
+            .await,
+            &during,
+        )?;
+        Ok((digest, effects.len()))
+    }
+
+    /// The stored outcome of an applied block.
+    pub async fn applied_outcome(
+        &self,
+        number: BlockNumber,
+    ) -> Result<Option<BlockOutcome>, StorageError> {
+        let block_value = block_param(number)?;
+        let rows = self
+            .query(
+                "reading an applied block",
+                &format!(
+                    "SELECT digest, success, tx_count FROM chainify_applied_blocks WHERE block = {}",
+                    ddl::placeholder(self.backend.dialect(), 1)
+                ),
+                &[&block_value],
+                &[ReadType::Bytes, ReadType::Bytes, ReadType::Int],
+            )
+            .await?;
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let corrupt = |what: &str| StorageError::BadBlock {
+            block: number,
+            problem: format!("chainify_applied_blocks holds a malformed {what}"),
+        };
+        let (Value::Bytes(d), Value::Bytes(bits), Value::Int(count)) = (&row[0], &row[1], &row[2])
+        else {
+            return Err(corrupt("row"));
+        };
+        let digest = Digest::try_from(d.as_slice()).map_err(|_| corrupt("digest"))?;
+        let count = usize::try_from(*count).map_err(|_| corrupt("count"))?;
+        let success = unpack_bits(bits, count).ok_or_else(|| corrupt("success bitmap"))?;
+        Ok(Some(BlockOutcome {
+            block: number,
+            success,
+            digest,
+            changed_rows: 0,
+            failures: Vec::new(),
+            retries: 0,
+            resumed: 0,
+        }))
+    }
+
+    /// The highest applied block, if any.
+    pub async fn last_applied_block(&self) -> Result<Option<BlockNumber>, StorageError> {
+        let rows = self
+            .query(
+                "reading the last applied block",
+                "SELECT MAX(block) FROM chainify_applied_blocks",
+                &[],
+                &[ReadType::Int],
+            )
+            .await?;
+        Ok(match rows.first().and_then(|r| r.first()) {
+            Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+            _ => None,
+        })
+    }
+}

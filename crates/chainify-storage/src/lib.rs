@@ -1,0 +1,62 @@
+//! chainify-storage: chainify on real SQL engines.
+//!
+//! - [`Backend`]/[`Conn`]: the engine-specific part (connect with pinned session settings,
+//!   catalog introspection, binding and decoding values, error classification), implemented by
+//!   [`Postgres`], [`MySql`] (also MariaDB) and [`Sqlite`];
+//! - [`Store`]: everything else, written once against the trait: shared-table registration with
+//!   generated digest tables and triggers ([`ddl`]), the block executor ([`Store::execute_block`])
+//!   and its digest, checkpoints and restore;
+//! - [`conformance`]: the suite every backend passes.
+//!
+//! The digest is documented in `docs/design/digest.md`; values are normalized as described in
+//! the `value` module so honest engines produce identical bytes.
+
+mod backend;
+pub mod catalog;
+mod checkpoint;
+pub mod conformance;
+pub mod ddl;
+mod error;
+mod exec;
+mod mysql;
+mod postgres;
+mod sqlite;
+mod store;
+mod value;
+
+use std::time::Duration;
+
+pub use backend::{Backend, Conn};
+pub use checkpoint::CheckpointInfo;
+pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};
+pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
+pub use mysql::{MySql, MySqlConn};
+pub use postgres::{PgConn, Postgres};
+pub use sqlite::{Sqlite, SqliteConn};
+pub use store::Store;
+
+/// Connection and execution settings of a store.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Pool size: the most transactions of a block that run at once, plus one.
+    pub max_connections: u32,
+    /// How long to wait for the database when connecting or acquiring a connection.
+    pub connect_timeout: Duration,
+    /// How long a statement waits for a row lock before the engine gives up (the transaction is
+    /// then retried; the scheduler already orders conflicting transactions, so waits are rare).
+    pub lock_timeout: Duration,
+    /// How often a transaction is retried after transient errors before the block fails
+    /// (resumably).
+    pub max_attempts: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 9,
+            connect_timeout: Duration::from_secs(10),
+            lock_timeout: Duration::from_secs(5),
+            max_attempts: 50,
+        }
+    }
+}

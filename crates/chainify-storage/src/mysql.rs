@@ -1,0 +1,467 @@
+//! MySQL and MariaDB.
+
+use std::str::FromStr;
+
+use chainify_core::Value;
+use chainify_sql::ColumnType;
+use chainify_sql::render::Dialect;
+use sqlx::mysql::{
+    MySqlArguments, MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow,
+};
+use sqlx::pool::PoolConnection;
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Executor, Row};
+
+use crate::StoreOptions;
+use crate::backend::{Backend, Conn, TxState, classify};
+use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
+use crate::ddl::ReadType;
+use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
+use crate::value::{bool_from_i64, decimal_param, parse_decimal};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/mysql");
+
+/// The SQL mode every connection runs with: strict (bad values are errors, not warnings),
+/// standard string literals and `||`, `"name"` as an identifier (chainify's SQL is ANSI).
+pub(crate) const SQL_MODE: &str = "STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ZERO_IN_DATE,\
+NO_ENGINE_SUBSTITUTION,ANSI_QUOTES,NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT";
+
+/// Text collations whose comparisons match PostgreSQL's and SQLite's: byte-wise, with trailing
+/// spaces significant.
+const PORTABLE_COLLATIONS: [&str; 2] = ["utf8mb4_nopad_bin", "utf8mb4_0900_bin"];
+
+/// A MySQL or MariaDB database.
+#[derive(Debug)]
+pub struct MySql {
+    pool: MySqlPool,
+    url: String,
+}
+
+impl MySql {
+    /// Connects a pool to `url` (`mysql://…`), pinning every connection to UTC, strict
+    /// `sql_mode`, utf8mb4 and READ COMMITTED.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<MySql, StorageError> {
+        let redacted = redact_url(url);
+        let connect_err = |reason: String| StorageError::Connect {
+            url: redacted.clone(),
+            reason,
+        };
+        let connect = MySqlConnectOptions::from_str(url)
+            .map_err(|e| connect_err(e.to_string()))?
+            .timezone(Some("+00:00".to_owned()))
+            .charset("utf8mb4");
+        let lock_wait = options.lock_timeout.as_secs().max(1);
+        let pool = MySqlPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.connect_timeout)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    conn.execute(AssertSqlSafe(format!(
+                        "SET SESSION sql_mode = '{SQL_MODE}', time_zone = '+00:00', \
+                         innodb_lock_wait_timeout = {lock_wait}"
+                    )))
+                    .await?;
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(connect)
+            .await
+            .map_err(|e| connect_err(e.to_string()))?;
+        Ok(MySql {
+            pool,
+            url: redacted,
+        })
+    }
+
+    /// The underlying pool (tests, tools).
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
+
+fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String>) {
+    let Some(my) = e.try_downcast_ref::<MySqlDatabaseError>() else {
+        return (DbErrorKind::Statement, e.code().map(|c| c.into_owned()));
+    };
+    let kind = match my.number() {
+        // Deadlock, lock wait timeout, NOWAIT lock, too many connections.
+        1213 | 1205 | 3572 | 1040 => DbErrorKind::Transient,
+        // Server shutdown, connection killed, gone away, lost.
+        1053 | 1927 | 2006 | 2013 | 4031 => DbErrorKind::Connection,
+        _ => DbErrorKind::Statement,
+    };
+    (kind, Some(my.number().to_string()))
+}
+
+fn db_err(e: sqlx::Error) -> DbError {
+    classify(e, error_kind)
+}
+
+fn bind<'q>(
+    q: Query<'q, sqlx::MySql, MySqlArguments>,
+    v: &Value,
+) -> Query<'q, sqlx::MySql, MySqlArguments> {
+    match v {
+        Value::Null => q.bind(Option::<String>::None),
+        Value::Int(i) => q.bind(*i),
+        Value::Decimal(d) => q.bind(decimal_param(*d)),
+        Value::Text(s) => q.bind(s.clone()),
+        Value::Bool(b) => q.bind(*b),
+        Value::Bytes(b) => q.bind(b.clone()),
+    }
+}
+
+fn decode(row: &MySqlRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
+    let bad = |e: sqlx::Error| DbError {
+        kind: DbErrorKind::Statement,
+        code: None,
+        message: format!("decoding a row: {e}"),
+    };
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| {
+            Ok(match ty {
+                ReadType::Int => row
+                    .try_get::<Option<i64>, _>(i)
+                    .map_err(bad)?
+                    .map(Value::Int),
+                ReadType::Bool => row
+                    .try_get::<Option<i64>, _>(i)
+                    .map_err(bad)?
+                    .map(bool_from_i64),
+                ReadType::Decimal(scale) => row
+                    .try_get::<Option<String>, _>(i)
+                    .map_err(bad)?
+                    .map(|s| parse_decimal(&s, *scale)),
+                ReadType::Text => match row.try_get::<Option<String>, _>(i) {
+                    Ok(s) => s.map(Value::Text),
+                    Err(_) => row.try_get::<Option<Vec<u8>>, _>(i).map_err(bad)?.map(|b| {
+                        match String::from_utf8(b) {
+                            Ok(s) => Value::Text(s),
+                            Err(e) => Value::Bytes(e.into_bytes()),
+                        }
+                    }),
+                },
+                ReadType::Bytes => row
+                    .try_get::<Option<Vec<u8>>, _>(i)
+                    .map_err(bad)?
+                    .map(Value::Bytes),
+            }
+            .unwrap_or(Value::Null))
+        })
+        .collect()
+}
+
+/// A pooled MySQL connection.
+#[derive(Debug)]
+pub struct MySqlConn {
+    conn: PoolConnection<sqlx::MySql>,
+    tx: TxState,
+}
+
+impl Drop for MySqlConn {
+    fn drop(&mut self) {
+        if self.tx.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+impl MySqlConn {
+    async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
+        self.conn.execute(sql).await.map_err(db_err)?;
+        Ok(())
+    }
+}
+
+impl Conn for MySqlConn {
+    async fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        returns_rows: bool,
+    ) -> Result<u64, DbError> {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for p in params {
+            q = bind(q, p);
+        }
+        if returns_rows {
+            let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+            Ok(rows.len() as u64)
+        } else {
+            let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
+            Ok(done.rows_affected())
+        }
+    }
+
+    async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> Result<Vec<Vec<Value>>, DbError> {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for p in params {
+            q = bind(q, p);
+        }
+        let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+        rows.iter().map(|r| decode(r, types)).collect()
+    }
+
+    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&mut *self.conn)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn begin(&mut self) -> Result<(), DbError> {
+        self.tx.open = true;
+        self.simple("BEGIN").await
+    }
+
+    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
+        self.tx.open = true;
+        self.simple("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .await?;
+        self.simple("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            .await
+    }
+
+    async fn commit(&mut self) -> Result<(), DbError> {
+        self.simple("COMMIT").await?;
+        self.tx.open = false;
+        Ok(())
+    }
+
+    async fn rollback(&mut self) -> Result<(), DbError> {
+        self.simple("ROLLBACK").await?;
+        self.tx.open = false;
+        Ok(())
+    }
+}
+
+const COLUMNS: &str = "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_TYPE USING utf8mb4), \
+     CONVERT(COLUMN_TYPE USING utf8mb4), CONVERT(IS_NULLABLE USING utf8mb4), \
+     CONVERT(CHARACTER_SET_NAME USING utf8mb4), CONVERT(COLLATION_NAME USING utf8mb4) \
+     FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
+     ORDER BY ORDINAL_POSITION";
+
+const INDEXES: &str = "SELECT CONVERT(INDEX_NAME USING utf8mb4), CONVERT(COLUMN_NAME USING utf8mb4), \
+     CAST(SUB_PART AS SIGNED) FROM information_schema.STATISTICS \
+     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
+     ORDER BY INDEX_NAME, SEQ_IN_INDEX";
+
+const FOREIGN_KEYS: &str = "SELECT CONVERT(k.CONSTRAINT_NAME USING utf8mb4), CONVERT(k.COLUMN_NAME USING utf8mb4), \
+     CONVERT(k.REFERENCED_TABLE_NAME USING utf8mb4), CONVERT(k.REFERENCED_COLUMN_NAME USING utf8mb4), \
+     CONVERT(r.DELETE_RULE USING utf8mb4), CONVERT(r.UPDATE_RULE USING utf8mb4) \
+     FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r \
+       ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME \
+       AND r.TABLE_NAME = k.TABLE_NAME \
+     WHERE k.TABLE_SCHEMA = DATABASE() AND k.TABLE_NAME = ? AND k.REFERENCED_TABLE_NAME IS NOT NULL \
+     ORDER BY k.CONSTRAINT_NAME, k.ORDINAL_POSITION";
+
+fn column(
+    name: String,
+    data_type: &str,
+    column_type: &str,
+    nullable: &str,
+    charset: Option<String>,
+    collation: Option<String>,
+) -> CatalogColumn {
+    let unsigned = column_type.contains("unsigned");
+    let mut problem = None;
+    let ty = match data_type {
+        "tinyint" if column_type.starts_with("tinyint(1)") => ColumnType::Bool,
+        "bigint" if unsigned => {
+            problem = Some("BIGINT UNSIGNED exceeds the signed 64-bit range other engines store; use BIGINT or DECIMAL(20,0)".to_owned());
+            ColumnType::Int
+        }
+        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => ColumnType::Int,
+        "decimal" => classify_declared_type(column_type).0,
+        "varchar" | "text" | "tinytext" | "mediumtext" | "longtext" | "char" => {
+            if data_type == "char" {
+                problem = Some("CHAR(n) pads and compares trailing spaces differently on each engine; use VARCHAR(n) or TEXT".to_owned());
+            } else if charset.as_deref() != Some("utf8mb4")
+                || !collation
+                    .as_deref()
+                    .is_some_and(|c| PORTABLE_COLLATIONS.contains(&c))
+            {
+                problem = Some(format!(
+                    "text with character set {} and collation {} compares differently from other engines (case, accents or trailing spaces); use CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
+                    charset.as_deref().unwrap_or("?"),
+                    collation.as_deref().unwrap_or("?")
+                ));
+            }
+            ColumnType::Text
+        }
+        "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => ColumnType::Bytes,
+        "binary" => {
+            problem = Some("BINARY(n) pads with zero bytes; use VARBINARY(n) or BLOB".to_owned());
+            ColumnType::Bytes
+        }
+        "float" | "double" => ColumnType::Float,
+        _ => ColumnType::Other(column_type.to_owned()),
+    };
+    let precision = classify_declared_type(column_type).1;
+    let native_type = match (&ty, &charset, &collation) {
+        (ColumnType::Text, Some(cs), Some(co)) => {
+            format!("{column_type} CHARACTER SET {cs} COLLATE {co}")
+        }
+        _ => column_type.to_owned(),
+    };
+    CatalogColumn {
+        name,
+        native_type,
+        ty,
+        not_null: nullable == "NO",
+        precision,
+        engine_problem: problem,
+    }
+}
+
+impl Backend for MySql {
+    type Conn = MySqlConn;
+
+    fn dialect(&self) -> Dialect {
+        Dialect::MySql
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn concurrent_writers(&self) -> bool {
+        true
+    }
+
+    fn transactional_ddl(&self) -> bool {
+        false
+    }
+
+    async fn acquire(&self) -> Result<MySqlConn, DbError> {
+        let conn = self.pool.acquire().await.map_err(db_err)?;
+        Ok(MySqlConn {
+            conn,
+            tx: TxState::default(),
+        })
+    }
+
+    async fn migrate(&self) -> Result<(), StorageError> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StorageError::Migration {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
+        let err = |during: &str| {
+            let url = self.url.clone();
+            let during = during.to_owned();
+            move |e: sqlx::Error| StorageError::Database {
+                url: url.clone(),
+                during: during.clone(),
+                source: db_err(e),
+            }
+        };
+        let rows = sqlx::query(COLUMNS)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the columns of a table"))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut t = CatalogTable {
+            name: table.to_owned(),
+            ..CatalogTable::default()
+        };
+        for r in rows {
+            let e = err("decoding a column");
+            let data_type: String = r.try_get(1).map_err(&e)?;
+            let column_type: String = r.try_get(2).map_err(&e)?;
+            let nullable: String = r.try_get(3).map_err(&e)?;
+            t.columns.push(column(
+                r.try_get(0).map_err(&e)?,
+                &data_type.to_lowercase(),
+                &column_type.to_lowercase(),
+                &nullable,
+                r.try_get(4).map_err(&e)?,
+                r.try_get(5).map_err(&e)?,
+            ));
+        }
+        let indexes = sqlx::query(INDEXES)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the indexes of a table"))?;
+        let mut current: Option<(String, Vec<String>)> = None;
+        let mut groups = Vec::new();
+        for r in indexes {
+            let e = err("decoding an index");
+            let index: String = r.try_get(0).map_err(&e)?;
+            let col: Option<String> = r.try_get(1).map_err(&e)?;
+            let sub_part: Option<i64> = r.try_get(2).map_err(&e)?;
+            match (col, sub_part) {
+                (Some(c), None) => match &mut current {
+                    Some((name, cols)) if *name == index => cols.push(c),
+                    _ => {
+                        groups.extend(current.take());
+                        current = Some((index, vec![c]));
+                    }
+                },
+                _ => t.problems.push(format!(
+                    "unique index {index} is on a prefix or an expression, which conflict analysis cannot bound"
+                )),
+            }
+        }
+        groups.extend(current);
+        for (name, cols) in groups {
+            if name == "PRIMARY" {
+                t.primary_key = cols;
+            } else {
+                t.uniques.push(cols);
+            }
+        }
+        let fks = sqlx::query(FOREIGN_KEYS)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the foreign keys of a table"))?;
+        let mut last: Option<String> = None;
+        for r in fks {
+            let e = err("decoding a foreign key");
+            let name: String = r.try_get(0).map_err(&e)?;
+            let col: String = r.try_get(1).map_err(&e)?;
+            let parent: String = r.try_get(2).map_err(&e)?;
+            let parent_col: String = r.try_get(3).map_err(&e)?;
+            if last.as_deref() == Some(name.as_str())
+                && let Some(fk) = t.foreign_keys.last_mut()
+            {
+                fk.columns.push(col);
+                fk.parent_columns.push(parent_col);
+                continue;
+            }
+            t.foreign_keys.push(CatalogForeignKey {
+                columns: vec![col],
+                parent,
+                parent_columns: vec![parent_col],
+                on_delete: r.try_get(4).map_err(&e)?,
+                on_update: r.try_get(5).map_err(&e)?,
+            });
+            last = Some(name);
+        }
+        Ok(Some(t))
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

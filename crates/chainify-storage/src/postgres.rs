@@ -1,0 +1,439 @@
+//! PostgreSQL.
+
+use std::str::FromStr;
+
+use chainify_core::Value;
+use chainify_sql::ColumnType;
+use chainify_sql::render::Dialect;
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::types::Oid;
+use sqlx::postgres::{
+    PgArgumentBuffer, PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgTypeInfo,
+};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Executor, Row};
+
+use crate::StoreOptions;
+use crate::backend::{Backend, Conn, TxState, classify};
+use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
+use crate::ddl::ReadType;
+use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
+use crate::value::{decimal_param, parse_decimal};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// A PostgreSQL database.
+#[derive(Debug)]
+pub struct Postgres {
+    pool: PgPool,
+    url: String,
+}
+
+impl Postgres {
+    /// Connects a pool to `url` (`postgres://…`), pinning every connection to UTC, READ
+    /// COMMITTED and standard strings. Fails with the (redacted) URL when unreachable.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Postgres, StorageError> {
+        let redacted = redact_url(url);
+        let connect_err = |reason: String| StorageError::Connect {
+            url: redacted.clone(),
+            reason,
+        };
+        let lock_timeout = format!("{}ms", options.lock_timeout.as_millis());
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|e| connect_err(e.to_string()))?
+            .options([
+                ("TimeZone", "UTC"),
+                ("DateStyle", "ISO"),
+                ("default_transaction_isolation", "read committed"),
+                ("standard_conforming_strings", "on"),
+                ("lock_timeout", lock_timeout.as_str()),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.connect_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|e| connect_err(e.to_string()))?;
+        Ok(Postgres {
+            pool,
+            url: redacted,
+        })
+    }
+
+    /// The underlying pool (tests, tools).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String>) {
+    let code = e.code().map(|c| c.into_owned());
+    let kind = match code.as_deref() {
+        // serialization_failure, deadlock_detected, lock_not_available, query_canceled
+        // (lock or statement timeout), too_many_connections.
+        Some("40001" | "40P01" | "55P03" | "57014" | "53300") => DbErrorKind::Transient,
+        // connection exceptions, admin/crash shutdown, cannot connect now.
+        Some(c) if c.starts_with("08") || c.starts_with("57P") => DbErrorKind::Connection,
+        _ => DbErrorKind::Statement,
+    };
+    (kind, code)
+}
+
+fn db_err(e: sqlx::Error) -> DbError {
+    classify(e, error_kind)
+}
+
+/// A NULL parameter whose type PostgreSQL infers from the context (type `unknown`), as it does
+/// for a NULL literal, so `col = $1` works for every column type.
+struct UntypedNull;
+
+impl sqlx::Type<sqlx::Postgres> for UntypedNull {
+    fn type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(Oid(705))
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for UntypedNull {
+    fn encode_by_ref(&self, _: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        Ok(IsNull::Yes)
+    }
+}
+
+fn bind<'q>(
+    q: Query<'q, sqlx::Postgres, PgArguments>,
+    v: &Value,
+) -> Query<'q, sqlx::Postgres, PgArguments> {
+    match v {
+        Value::Null => q.bind(UntypedNull),
+        Value::Int(i) => q.bind(*i),
+        Value::Decimal(d) => q.bind(decimal_param(*d)),
+        Value::Text(s) => q.bind(s.clone()),
+        Value::Bool(b) => q.bind(*b),
+        Value::Bytes(b) => q.bind(b.clone()),
+    }
+}
+
+fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
+    let bad = |e: sqlx::Error| DbError {
+        kind: DbErrorKind::Statement,
+        code: None,
+        message: format!("decoding a row: {e}"),
+    };
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| {
+            Ok(match ty {
+                ReadType::Int => row
+                    .try_get::<Option<i64>, _>(i)
+                    .map_err(bad)?
+                    .map(Value::Int),
+                ReadType::Decimal(scale) => row
+                    .try_get::<Option<String>, _>(i)
+                    .map_err(bad)?
+                    .map(|s| parse_decimal(&s, *scale)),
+                ReadType::Text => row
+                    .try_get::<Option<String>, _>(i)
+                    .map_err(bad)?
+                    .map(Value::Text),
+                ReadType::Bool => row
+                    .try_get::<Option<bool>, _>(i)
+                    .map_err(bad)?
+                    .map(Value::Bool),
+                ReadType::Bytes => row
+                    .try_get::<Option<Vec<u8>>, _>(i)
+                    .map_err(bad)?
+                    .map(Value::Bytes),
+            }
+            .unwrap_or(Value::Null))
+        })
+        .collect()
+}
+
+/// A pooled PostgreSQL connection.
+#[derive(Debug)]
+pub struct PgConn {
+    conn: PoolConnection<sqlx::Postgres>,
+    tx: TxState,
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        if self.tx.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+impl PgConn {
+    async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
+        self.conn.execute(sql).await.map_err(db_err)?;
+        Ok(())
+    }
+}
+
+impl Conn for PgConn {
+    async fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        returns_rows: bool,
+    ) -> Result<u64, DbError> {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for p in params {
+            q = bind(q, p);
+        }
+        if returns_rows {
+            let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+            Ok(rows.len() as u64)
+        } else {
+            let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
+            Ok(done.rows_affected())
+        }
+    }
+
+    async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> Result<Vec<Vec<Value>>, DbError> {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for p in params {
+            q = bind(q, p);
+        }
+        let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+        rows.iter().map(|r| decode(r, types)).collect()
+    }
+
+    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&mut *self.conn)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn begin(&mut self) -> Result<(), DbError> {
+        self.tx.open = true;
+        self.simple("BEGIN").await
+    }
+
+    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
+        self.tx.open = true;
+        self.simple("BEGIN ISOLATION LEVEL REPEATABLE READ").await
+    }
+
+    async fn commit(&mut self) -> Result<(), DbError> {
+        self.simple("COMMIT").await?;
+        self.tx.open = false;
+        Ok(())
+    }
+
+    async fn rollback(&mut self) -> Result<(), DbError> {
+        self.simple("ROLLBACK").await?;
+        self.tx.open = false;
+        Ok(())
+    }
+}
+
+const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod \
+     FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+     JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid \
+     WHERE n.nspname = current_schema() AND c.relname = $1 AND c.relkind IN ('r', 'p') \
+     AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+
+const INDEXES: &str = "SELECT i.indisprimary, i.indexprs IS NOT NULL, ic.relname::text, \
+     (SELECT string_agg(a.attname::text, ',' ORDER BY k.ord) \
+        FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord) \
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) \
+     FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+     JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
+     WHERE n.nspname = current_schema() AND c.relname = $1 AND i.indisunique \
+     ORDER BY ic.relname";
+
+const FOREIGN_KEYS: &str = "SELECT \
+     (SELECT string_agg(a.attname::text, ',' ORDER BY k.ord) FROM unnest(con.conkey) WITH ORDINALITY k(attnum, ord) \
+        JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum), \
+     pc.relname::text, \
+     (SELECT string_agg(a.attname::text, ',' ORDER BY k.ord) FROM unnest(con.confkey) WITH ORDINALITY k(attnum, ord) \
+        JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.attnum), \
+     con.confdeltype::text, con.confupdtype::text \
+     FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid \
+     JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class pc ON pc.oid = con.confrelid \
+     WHERE con.contype = 'f' AND n.nspname = current_schema() AND c.relname = $1 \
+     ORDER BY con.conname";
+
+fn column(
+    name: String,
+    printed: String,
+    typname: &str,
+    not_null: bool,
+    typmod: i32,
+) -> CatalogColumn {
+    let (ty, precision, problem) = match typname {
+        "int2" | "int4" | "int8" => (ColumnType::Int, None, None),
+        "numeric" if typmod < 0 => (ColumnType::Decimal { scale: None }, None, None),
+        "numeric" => {
+            let m = typmod - 4;
+            let (precision, scale) = ((m >> 16) & 0xffff, m & 0xffff);
+            match u8::try_from(scale).ok().filter(|s| *s <= 38) {
+                Some(s) => (
+                    ColumnType::Decimal { scale: Some(s) },
+                    u32::try_from(precision).ok(),
+                    None,
+                ),
+                None => (
+                    ColumnType::Decimal { scale: None },
+                    None,
+                    Some("scales outside 0..=38 are not portable".to_owned()),
+                ),
+            }
+        }
+        "text" | "varchar" => (ColumnType::Text, None, None),
+        "bpchar" => (
+            ColumnType::Text,
+            None,
+            Some("CHAR(n) pads and compares trailing spaces differently on each engine; use VARCHAR(n) or TEXT".to_owned()),
+        ),
+        "bool" => (ColumnType::Bool, None, None),
+        "bytea" => (ColumnType::Bytes, None, None),
+        "float4" | "float8" => (ColumnType::Float, None, None),
+        // Everything else (money, timestamps, json, arrays, domains, …) is engine-specific.
+        _ => (ColumnType::Other(printed.clone()), None, None),
+    };
+    CatalogColumn {
+        name,
+        native_type: printed,
+        ty,
+        not_null,
+        precision,
+        engine_problem: problem,
+    }
+}
+
+impl Backend for Postgres {
+    type Conn = PgConn;
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn concurrent_writers(&self) -> bool {
+        true
+    }
+
+    fn transactional_ddl(&self) -> bool {
+        true
+    }
+
+    async fn acquire(&self) -> Result<PgConn, DbError> {
+        let conn = self.pool.acquire().await.map_err(db_err)?;
+        Ok(PgConn {
+            conn,
+            tx: TxState::default(),
+        })
+    }
+
+    async fn migrate(&self) -> Result<(), StorageError> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StorageError::Migration {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
+        let err = |during: &str| {
+            let url = self.url.clone();
+            let during = during.to_owned();
+            move |e: sqlx::Error| StorageError::Database {
+                url: url.clone(),
+                during: during.clone(),
+                source: db_err(e),
+            }
+        };
+        let rows = sqlx::query(COLUMNS)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the columns of a table"))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut t = CatalogTable {
+            name: table.to_owned(),
+            ..CatalogTable::default()
+        };
+        for r in rows {
+            let typname: String = r.try_get(2).map_err(err("decoding a column"))?;
+            t.columns.push(column(
+                r.try_get(0).map_err(err("decoding a column"))?,
+                r.try_get(1).map_err(err("decoding a column"))?,
+                &typname,
+                r.try_get(3).map_err(err("decoding a column"))?,
+                r.try_get(4).map_err(err("decoding a column"))?,
+            ));
+        }
+        let indexes = sqlx::query(INDEXES)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the indexes of a table"))?;
+        for r in indexes {
+            let primary: bool = r.try_get(0).map_err(err("decoding an index"))?;
+            let on_expression: bool = r.try_get(1).map_err(err("decoding an index"))?;
+            let index_name: String = r.try_get(2).map_err(err("decoding an index"))?;
+            let cols: Option<String> = r.try_get(3).map_err(err("decoding an index"))?;
+            if on_expression {
+                t.problems.push(format!(
+                    "unique index {index_name} is on an expression, which conflict analysis cannot bound"
+                ));
+                continue;
+            }
+            let cols: Vec<String> = cols
+                .unwrap_or_default()
+                .split(',')
+                .map(str::to_owned)
+                .collect();
+            if primary {
+                t.primary_key = cols;
+            } else {
+                t.uniques.push(cols);
+            }
+        }
+        let fks = sqlx::query(FOREIGN_KEYS)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the foreign keys of a table"))?;
+        for r in fks {
+            let split = |s: Option<String>| -> Vec<String> {
+                s.unwrap_or_default()
+                    .split(',')
+                    .map(str::to_owned)
+                    .collect()
+            };
+            t.foreign_keys.push(CatalogForeignKey {
+                columns: split(r.try_get(0).map_err(err("decoding a foreign key"))?),
+                parent: r.try_get(1).map_err(err("decoding a foreign key"))?,
+                parent_columns: split(r.try_get(2).map_err(err("decoding a foreign key"))?),
+                on_delete: r.try_get(3).map_err(err("decoding a foreign key"))?,
+                on_update: r.try_get(4).map_err(err("decoding a foreign key"))?,
+            });
+        }
+        Ok(Some(t))
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

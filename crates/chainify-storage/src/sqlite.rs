@@ -1,0 +1,435 @@
+//! SQLite: one writer, so blocks run serially in one database transaction.
+
+use std::str::FromStr;
+
+use chainify_core::Value;
+use chainify_sql::ColumnType;
+use chainify_sql::render::Dialect;
+use sqlx::pool::PoolConnection;
+use sqlx::query::Query;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous, SqliteValueRef,
+};
+use sqlx::{AssertSqlSafe, Decode, Executor, Row, TypeInfo, ValueRef};
+
+use crate::StoreOptions;
+use crate::backend::{Backend, Conn, TxState, classify};
+use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
+use crate::ddl::ReadType;
+use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
+use crate::value::{bool_from_i64, decimal_from_f64, decimal_from_i64, parse_decimal};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+/// SQLite keeps DECIMAL values as 64-bit floating point, exact to 15 significant digits.
+pub(crate) const MAX_DECIMAL_PRECISION: u32 = 15;
+
+/// An SQLite database file.
+#[derive(Debug)]
+pub struct Sqlite {
+    pool: SqlitePool,
+    url: String,
+}
+
+impl Sqlite {
+    /// Opens (creating if missing) the database at `url` (`sqlite://path` or `sqlite::memory:`)
+    /// with WAL, foreign keys on, case-sensitive LIKE (as PostgreSQL and binary MySQL
+    /// collations) and a busy timeout.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Sqlite, StorageError> {
+        let redacted = redact_url(url);
+        let connect_err = |reason: String| StorageError::Connect {
+            url: redacted.clone(),
+            reason,
+        };
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(|e| connect_err(e.to_string()))?
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(options.lock_timeout)
+            .pragma("case_sensitive_like", "ON");
+        let pool = SqlitePoolOptions::new()
+            // Every connection to an in-memory database is a separate database.
+            .max_connections(if in_memory {
+                1
+            } else {
+                options.max_connections
+            })
+            .acquire_timeout(options.connect_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|e| connect_err(e.to_string()))?;
+        Ok(Sqlite {
+            pool,
+            url: redacted,
+        })
+    }
+
+    /// The underlying pool (tests, tools).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String>) {
+    let code = e.code().map(|c| c.into_owned());
+    let primary = code
+        .as_deref()
+        .and_then(|c| c.parse::<i32>().ok())
+        .map(|c| c & 0xff);
+    let kind = match primary {
+        // SQLITE_BUSY, SQLITE_LOCKED.
+        Some(5 | 6) => DbErrorKind::Transient,
+        // SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB.
+        Some(10 | 11 | 13 | 14 | 26) => DbErrorKind::Connection,
+        _ => DbErrorKind::Statement,
+    };
+    (kind, code)
+}
+
+fn db_err(e: sqlx::Error) -> DbError {
+    classify(e, error_kind)
+}
+
+fn bind<'q>(
+    q: Query<'q, sqlx::Sqlite, SqliteArguments>,
+    v: &Value,
+) -> Query<'q, sqlx::Sqlite, SqliteArguments> {
+    match v {
+        Value::Null => q.bind(Option::<i64>::None),
+        Value::Int(i) => q.bind(*i),
+        // SQLite's DECIMAL is a floating-point or integer number.
+        Value::Decimal(d) => match d.to_i64_exact() {
+            Some(i) => q.bind(i),
+            None => q.bind(d.to_string().parse::<f64>().unwrap_or(f64::NAN)),
+        },
+        Value::Text(s) => q.bind(s.clone()),
+        Value::Bool(b) => q.bind(i64::from(*b)),
+        Value::Bytes(b) => q.bind(b.clone()),
+    }
+}
+
+/// Reads whatever SQLite stored (its columns accept any storage class) as faithfully as
+/// possible for the declared type.
+fn decode_value(raw: SqliteValueRef<'_>, ty: ReadType) -> Result<Value, sqlx::error::BoxDynError> {
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let class = raw.type_info().name().to_owned();
+    Ok(match class.as_str() {
+        "INTEGER" => {
+            let i = <i64 as Decode<sqlx::Sqlite>>::decode(raw)?;
+            match ty {
+                ReadType::Bool => bool_from_i64(i),
+                ReadType::Decimal(s) => decimal_from_i64(i, s),
+                _ => Value::Int(i),
+            }
+        }
+        "REAL" => {
+            let x = <f64 as Decode<sqlx::Sqlite>>::decode(raw)?;
+            match ty {
+                ReadType::Decimal(s) => decimal_from_f64(x, s),
+                // A float where none belongs: keep its digits so the digest shows it.
+                _ => Value::Text(x.to_string()),
+            }
+        }
+        "TEXT" => {
+            let s = <String as Decode<sqlx::Sqlite>>::decode(raw)?;
+            match ty {
+                ReadType::Decimal(scale) => parse_decimal(&s, scale),
+                _ => Value::Text(s),
+            }
+        }
+        _ => Value::Bytes(<Vec<u8> as Decode<sqlx::Sqlite>>::decode(raw)?),
+    })
+}
+
+fn decode(row: &SqliteRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
+    let bad = |e: String| DbError {
+        kind: DbErrorKind::Statement,
+        code: None,
+        message: format!("decoding a row: {e}"),
+    };
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| {
+            let raw = row.try_get_raw(i).map_err(|e| bad(e.to_string()))?;
+            decode_value(raw, *ty).map_err(|e| bad(e.to_string()))
+        })
+        .collect()
+}
+
+/// A pooled SQLite connection.
+#[derive(Debug)]
+pub struct SqliteConn {
+    conn: PoolConnection<sqlx::Sqlite>,
+    tx: TxState,
+}
+
+impl Drop for SqliteConn {
+    fn drop(&mut self) {
+        if self.tx.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+impl SqliteConn {
+    async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
+        self.conn.execute(sql).await.map_err(db_err)?;
+        Ok(())
+    }
+}
+
+impl Conn for SqliteConn {
+    async fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        returns_rows: bool,
+    ) -> Result<u64, DbError> {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for p in params {
+            q = bind(q, p);
+        }
+        if returns_rows {
+            let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+            Ok(rows.len() as u64)
+        } else {
+            let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
+            Ok(done.rows_affected())
+        }
+    }
+
+    async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> Result<Vec<Vec<Value>>, DbError> {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for p in params {
+            q = bind(q, p);
+        }
+        let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+        rows.iter().map(|r| decode(r, types)).collect()
+    }
+
+    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&mut *self.conn)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn begin(&mut self) -> Result<(), DbError> {
+        self.tx.open = true;
+        self.simple("BEGIN IMMEDIATE").await
+    }
+
+    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
+        // The writer lock up front: nobody changes anything while the snapshot is taken.
+        self.begin().await
+    }
+
+    async fn commit(&mut self) -> Result<(), DbError> {
+        self.simple("COMMIT").await?;
+        self.tx.open = false;
+        Ok(())
+    }
+
+    async fn rollback(&mut self) -> Result<(), DbError> {
+        self.simple("ROLLBACK").await?;
+        self.tx.open = false;
+        Ok(())
+    }
+}
+
+fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
+    let (ty, precision) = classify_declared_type(declared);
+    let problem = match (&ty, precision) {
+        (ColumnType::Decimal { .. }, Some(p)) if p > MAX_DECIMAL_PRECISION => Some(format!(
+            "SQLite stores DECIMAL as 64-bit floating point, exact only to {MAX_DECIMAL_PRECISION} significant digits; declare DECIMAL(p, s) with p <= {MAX_DECIMAL_PRECISION}"
+        )),
+        _ => None,
+    };
+    CatalogColumn {
+        name,
+        native_type: declared.to_owned(),
+        ty,
+        not_null,
+        precision,
+        engine_problem: problem,
+    }
+}
+
+impl Backend for Sqlite {
+    type Conn = SqliteConn;
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn concurrent_writers(&self) -> bool {
+        false
+    }
+
+    fn transactional_ddl(&self) -> bool {
+        true
+    }
+
+    async fn acquire(&self) -> Result<SqliteConn, DbError> {
+        let conn = self.pool.acquire().await.map_err(db_err)?;
+        Ok(SqliteConn {
+            conn,
+            tx: TxState::default(),
+        })
+    }
+
+    async fn migrate(&self) -> Result<(), StorageError> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StorageError::Migration {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
+        let err = |during: &str| {
+            let url = self.url.clone();
+            let during = during.to_owned();
+            move |e: sqlx::Error| StorageError::Database {
+                url: url.clone(),
+                during: during.clone(),
+                source: db_err(e),
+            }
+        };
+        let kind: Option<String> =
+            sqlx::query_scalar("SELECT type FROM sqlite_master WHERE name = ?1 AND type = 'table'")
+                .bind(table)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("looking up a table"))?;
+        if kind.is_none() {
+            return Ok(None);
+        }
+        let rows = sqlx::query(
+            "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err("reading the columns of a table"))?;
+        let mut t = CatalogTable {
+            name: table.to_owned(),
+            ..CatalogTable::default()
+        };
+        let mut pk: Vec<(i64, String)> = Vec::new();
+        for r in &rows {
+            let e = err("decoding a column");
+            let name: String = r.try_get(0).map_err(&e)?;
+            let declared: String = r.try_get(1).map_err(&e)?;
+            let not_null: i64 = r.try_get(2).map_err(&e)?;
+            let pk_pos: i64 = r.try_get(3).map_err(&e)?;
+            if pk_pos > 0 {
+                pk.push((pk_pos, name.clone()));
+            }
+            t.columns.push(column(name, &declared, not_null != 0));
+        }
+        pk.sort();
+        t.primary_key = pk.into_iter().map(|(_, n)| n).collect();
+        // `INTEGER PRIMARY KEY` is the rowid itself, which is never NULL.
+        if let [key] = t.primary_key.as_slice()
+            && let Some(c) = t.columns.iter_mut().find(|c| &c.name == key)
+            && c.native_type.eq_ignore_ascii_case("integer")
+        {
+            c.not_null = true;
+        }
+        let indexes = sqlx::query(
+            "SELECT name, origin, \"partial\" FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err("reading the indexes of a table"))?;
+        for r in indexes {
+            let e = err("decoding an index");
+            let name: String = r.try_get(0).map_err(&e)?;
+            let origin: String = r.try_get(1).map_err(&e)?;
+            if origin == "pk" {
+                continue;
+            }
+            let cols: Vec<Option<String>> =
+                sqlx::query_scalar("SELECT name FROM pragma_index_info(?1) ORDER BY seqno")
+                    .bind(&name)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(err("reading an index"))?;
+            match cols.into_iter().collect::<Option<Vec<String>>>() {
+                Some(cols) => t.uniques.push(cols),
+                None => t.problems.push(format!(
+                    "unique index {name} is on an expression, which conflict analysis cannot bound"
+                )),
+            }
+        }
+        let fks = sqlx::query(
+            "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err("reading the foreign keys of a table"))?;
+        let mut last = None;
+        for r in fks {
+            let e = err("decoding a foreign key");
+            let id: i64 = r.try_get(0).map_err(&e)?;
+            let parent: String = r.try_get(1).map_err(&e)?;
+            let from: String = r.try_get(2).map_err(&e)?;
+            let to: Option<String> = r.try_get(3).map_err(&e)?;
+            if last == Some(id)
+                && let Some(fk) = t.foreign_keys.last_mut()
+            {
+                fk.columns.push(from);
+                fk.parent_columns.extend(to);
+                continue;
+            }
+            t.foreign_keys.push(CatalogForeignKey {
+                columns: vec![from],
+                parent,
+                parent_columns: to.into_iter().collect(),
+                on_update: r.try_get(4).map_err(&e)?,
+                on_delete: r.try_get(5).map_err(&e)?,
+            });
+            last = Some(id);
+        }
+        // `REFERENCES parent` without columns means the parent's primary key.
+        for fk in &mut t.foreign_keys {
+            if fk.parent_columns.is_empty() {
+                let keys: Vec<String> = sqlx::query_scalar(
+                    "SELECT name FROM pragma_table_info(?1) WHERE pk > 0 ORDER BY pk",
+                )
+                .bind(&fk.parent)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(err("reading a referenced table"))?;
+                fk.parent_columns = keys;
+            }
+        }
+        Ok(Some(t))
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,326 @@
+//! The store: one organization's database with chainify installed. Opening applies the system
+//! migrations and loads the registered shared tables; registration installs the generated digest
+//! objects.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use chainify_core::Value;
+use chainify_sql::Schema;
+use chainify_sql::render::{Rendered, render};
+use rustc_hash::FxHashMap;
+
+use crate::StoreOptions;
+use crate::backend::{Backend, Conn};
+use crate::catalog::CatalogTable;
+use crate::ddl::{self, ReadType};
+use crate::error::{DbError, DbErrorKind, RegistrationError, StorageError};
+
+/// Most rendered statements kept per store (statement shapes, not executions).
+const RENDER_CACHE_CAP: usize = 16_384;
+
+/// A database with chainify's system tables, its registered shared tables and their digest
+/// objects.
+#[derive(Debug)]
+pub struct Store<B: Backend> {
+    pub(crate) backend: B,
+    pub(crate) options: StoreOptions,
+    /// Registered shared tables by name.
+    tables: RwLock<Arc<BTreeMap<String, CatalogTable>>>,
+    rendered: Mutex<FxHashMap<String, Arc<Rendered>>>,
+}
+
+impl<B: Backend> Store<B> {
+    /// Installs (or upgrades) chainify's system tables and loads the registered shared tables,
+    /// checking that none changed since registration.
+    pub async fn open(backend: B, options: StoreOptions) -> Result<Store<B>, StorageError> {
+        backend.migrate().await?;
+        let store = Store {
+            backend,
+            options,
+            tables: RwLock::new(Arc::new(BTreeMap::new())),
+            rendered: Mutex::new(FxHashMap::default()),
+        };
+        let registered = store
+            .query(
+                "reading the registered shared tables",
+                "SELECT table_name, fingerprint FROM chainify_shared_tables ORDER BY table_name",
+                &[],
+                &[ReadType::Text, ReadType::Text],
+            )
+            .await?;
+        let mut tables = BTreeMap::new();
+        for row in registered {
+            let (Value::Text(name), Value::Text(fingerprint)) = (&row[0], &row[1]) else {
+                continue;
+            };
+            let Some(t) = store.backend.introspect(name).await? else {
+                return Err(RegistrationError::Definition {
+                    table: name.clone(),
+                    problem: "is registered as a shared table but no longer exists".into(),
+                }
+                .into());
+            };
+            if &t.fingerprint() != fingerprint {
+                return Err(RegistrationError::Definition {
+                    table: name.clone(),
+                    problem: "changed since it was registered (columns, types, keys or constraints); the organizations must agree on schema changes".into(),
+                }
+                .into());
+            }
+            tables.insert(name.clone(), t);
+        }
+        *store.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tables);
+        Ok(store)
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The options the store runs with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// The registered shared tables.
+    pub fn tables(&self) -> Arc<BTreeMap<String, CatalogTable>> {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The registered shared tables as the analyser's schema.
+    pub fn schema(&self) -> Result<Schema, StorageError> {
+        schema_of(self.tables().values())
+    }
+
+    /// Registers shared tables: checks each against the rules (primary key, portable types,
+    /// foreign keys only to shared tables), then generates and installs its digest table,
+    /// snapshot table and triggers. Registering a registered, unchanged table again reinstalls
+    /// its objects (repairing a dropped trigger). Either every table is installed or, on
+    /// failure, none of the newly registered ones is left behind.
+    pub async fn register(&self, names: &[&str]) -> Result<(), StorageError> {
+        let current = self.tables();
+        let mut offered = Vec::new();
+        for name in names {
+            let lower = name.to_lowercase();
+            let t = self.backend.introspect(&lower).await?.ok_or_else(|| {
+                RegistrationError::UnknownTable {
+                    table: (*name).to_owned(),
+                    database: self.backend.url().to_owned(),
+                }
+            })?;
+            t.to_shared()?;
+            if let Some(old) = current.get(&t.name)
+                && old.fingerprint() != t.fingerprint()
+            {
+                return Err(RegistrationError::Definition {
+                    table: t.name.clone(),
+                    problem: "changed since it was registered; re-registering a changed table is not supported".into(),
+                }
+                .into());
+            }
+            offered.push(t);
+        }
+        let mut all: BTreeMap<String, CatalogTable> = (*current).clone();
+        for t in &offered {
+            all.insert(t.name.clone(), t.clone());
+        }
+        schema_of(all.values())?;
+
+        let dialect = self.backend.dialect();
+        let mut conn = self.acquire("registering shared tables").await?;
+        if self.backend.transactional_ddl() {
+            self.db(conn.begin().await, "registering shared tables")?;
+            let outcome = self.install(&mut conn, &offered, &current, dialect).await;
+            match outcome {
+                Ok(()) => self.db(conn.commit().await, "registering shared tables")?,
+                Err(e) => {
+                    let _ = conn.rollback().await;
+                    return Err(e);
+                }
+            }
+        } else if let Err(e) = self.install(&mut conn, &offered, &current, dialect).await {
+            // No transactional DDL (MySQL): remove what this call created.
+            for t in offered.iter().filter(|t| !current.contains_key(&t.name)) {
+                for sql in ddl::artifacts(dialect, t).uninstall {
+                    let _ = conn.batch(&sql).await;
+                }
+                let _ = conn
+                    .execute(
+                        &format!(
+                            "DELETE FROM chainify_shared_tables WHERE table_name = {}",
+                            ddl::placeholder(dialect, 1)
+                        ),
+                        &[&Value::Text(t.name.clone())],
+                        false,
+                    )
+                    .await;
+            }
+            return Err(e);
+        }
+        *self.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(all);
+        Ok(())
+    }
+
+    async fn install(
+        &self,
+        conn: &mut B::Conn,
+        offered: &[CatalogTable],
+        current: &BTreeMap<String, CatalogTable>,
+        dialect: chainify_sql::render::Dialect,
+    ) -> Result<(), StorageError> {
+        for t in offered {
+            let during = format!("installing the digest objects of table {}", t.name);
+            for sql in ddl::artifacts(dialect, t).install {
+                self.db(conn.batch(&sql).await, &during)?;
+            }
+            if !current.contains_key(&t.name) {
+                let p = |n| ddl::placeholder(dialect, n);
+                self.db(
+                    conn.execute(
+                        &format!(
+                            "INSERT INTO chainify_shared_tables (table_name, fingerprint, last_changed_block, last_snapshot_block) VALUES ({}, {}, -1, -1)",
+                            p(1),
+                            p(2)
+                        ),
+                        &[&Value::Text(t.name.clone()), &Value::Text(t.fingerprint())],
+                        false,
+                    )
+                    .await,
+                    &during,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the changes recorded so far without digesting them: for the initial load of a
+    /// network's genesis state, which every organization loads identically before block 0. Never
+    /// call it later: it hides changes from the vote.
+    pub async fn discard_pending_changes(&self) -> Result<(), StorageError> {
+        let mut conn = self.acquire("discarding recorded changes").await?;
+        for t in self.tables().values() {
+            self.db(
+                conn.batch(&format!("DELETE FROM {}", ddl::digest_table(&t.name)))
+                    .await,
+                "discarding recorded changes",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The portable statement text rendered for this engine (cached by text).
+    pub(crate) fn rendered(&self, sql: &str) -> Result<Arc<Rendered>, String> {
+        if let Some(r) = self
+            .rendered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sql)
+        {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(render(sql, self.backend.dialect())?);
+        let mut cache = self.rendered.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= RENDER_CACHE_CAP {
+            cache.clear();
+        }
+        cache.insert(sql.to_owned(), r.clone());
+        Ok(r)
+    }
+
+    /// A connection, or an error naming the database.
+    pub(crate) async fn acquire(&self, during: &str) -> Result<B::Conn, StorageError> {
+        self.backend
+            .acquire()
+            .await
+            .map_err(|e| self.lost(during, e))
+    }
+
+    /// Wraps a database error of chainify's own statements with the URL and the activity.
+    pub(crate) fn db<T>(&self, r: Result<T, DbError>, during: &str) -> Result<T, StorageError> {
+        r.map_err(|e| match e.kind {
+            DbErrorKind::Connection => self.lost(during, e),
+            _ => StorageError::Database {
+                url: self.backend.url().to_owned(),
+                during: during.to_owned(),
+                source: e,
+            },
+        })
+    }
+
+    pub(crate) fn lost(&self, during: &str, e: DbError) -> StorageError {
+        StorageError::ConnectionLost {
+            url: self.backend.url().to_owned(),
+            during: during.to_owned(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// A one-off query on a pooled connection.
+    pub(crate) async fn query(
+        &self,
+        during: &str,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> Result<Vec<Vec<Value>>, StorageError> {
+        let mut conn = self.acquire(during).await?;
+        self.db(conn.query(sql, params, types).await, during)
+    }
+
+    /// Closes the connection pool.
+    pub async fn close(&self) {
+        self.backend.close().await;
+    }
+}
+
+/// The analyser's schema of a set of catalog tables.
+fn schema_of<'a>(tables: impl Iterator<Item = &'a CatalogTable>) -> Result<Schema, StorageError> {
+    let mut schema = Schema::new();
+    for t in tables {
+        schema
+            .add(t.to_shared()?)
+            .map_err(|e| RegistrationError::Definition {
+                table: t.name.clone(),
+                problem: e.to_string(),
+            })?;
+    }
+    schema.validate().map_err(|e| match e {
+        chainify_sql::SchemaError::Table { table, problem } => RegistrationError::Definition {
+            table,
+            problem: format!(
+                "{problem} (a foreign key may only reference another shared table; register both together)"
+            ),
+        },
+        other => RegistrationError::Definition {
+            table: String::new(),
+            problem: other.to_string(),
+        },
+    })?;
+    Ok(schema)
+}
+
+/// Tables ordered so that every parent comes before its children (foreign keys among shared
+/// tables); cycles, which the engines' own constraints make rare, keep name order.
+pub(crate) fn parents_first(tables: &BTreeMap<String, CatalogTable>) -> Vec<&CatalogTable> {
+    let mut done: Vec<&CatalogTable> = Vec::with_capacity(tables.len());
+    let mut pending: Vec<&CatalogTable> = tables.values().collect();
+    while !pending.is_empty() {
+        let ready = pending.iter().position(|t| {
+            t.foreign_keys.iter().all(|fk| {
+                fk.parent == t.name
+                    || !tables.contains_key(&fk.parent)
+                    || done.iter().any(|d| d.name == fk.parent)
+            })
+        });
+        match ready {
+            Some(i) => done.push(pending.remove(i)),
+            None => done.append(&mut pending),
+        }
+    }
+    done
+}
