@@ -887,3 +887,61 @@ pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
         "block #2: the last applied block is #0; blocks must be applied in order"
     );
 }
+
+/// Case for engines with concurrent writers: the database drops every connection while a block
+/// runs (`kill` does that from outside). The block fails with a connection error naming the
+/// database; re-running it resumes, so every transaction is applied exactly once.
+pub async fn database_lost_mid_block<F: Fixture, K: Future<Output = ()>>(
+    f: &F,
+    test: &str,
+    kill: impl FnOnce() -> K,
+) {
+    let options = StoreOptions {
+        lock_timeout: Duration::from_secs(30),
+        ..StoreOptions::default()
+    };
+    let store = setup(f, test, options).await;
+    let mut holder = store.backend().acquire().await.expect("conn");
+    holder.begin().await.expect("begin");
+    holder
+        .execute("UPDATE kv SET v = v WHERE k = 20", &[], false)
+        .await
+        .expect("lock k=20");
+    let txs = (1..=20)
+        .map(|k| {
+            tx(vec![
+                st("UPDATE kv SET v = v + 1 WHERE k = $1", vec![Value::Int(k)]).expect_rows(1),
+            ])
+        })
+        .collect();
+    let b = block(&store, 0, txs);
+    let killer = async {
+        // Transactions 0..=18 commit at once; 19 waits for the lock until the kill.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        kill().await;
+    };
+    let (result, ()) = tokio::join!(store.execute_block(&b, ExecMode::Parallel(4)), killer);
+    let err = result.expect_err("the block cannot finish without its database");
+    assert!(err.is_connection(), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains(store.backend().url()) && message.contains("block #0"),
+        "{message}"
+    );
+    drop(holder);
+    let outcome = store
+        .execute_block(&b, ExecMode::Parallel(4))
+        .await
+        .expect("the re-run finishes the block");
+    assert_eq!(outcome.resumed, 19, "{outcome:?}");
+    assert_eq!(outcome.success, vec![true; 20]);
+    let kv = dump(&store, "kv").await;
+    for (i, row) in kv.iter().take(20).enumerate() {
+        let k = i as i64 + 1;
+        assert_eq!(
+            row,
+            &vec![Value::Int(k), Value::Int(k * 10 + 1)],
+            "applied exactly once"
+        );
+    }
+}

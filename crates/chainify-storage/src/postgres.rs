@@ -126,10 +126,18 @@ fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .enumerate()
         .map(|(i, ty)| {
             Ok(match ty {
-                ReadType::Int => row
-                    .try_get::<Option<i64>, _>(i)
-                    .map_err(bad)?
-                    .map(Value::Int),
+                // Any integer width (chainify's own queries read SMALLINT and INTEGER too).
+                ReadType::Int => match row.try_get::<Option<i64>, _>(i) {
+                    Ok(v) => v,
+                    Err(_) => match row.try_get::<Option<i32>, _>(i) {
+                        Ok(v) => v.map(i64::from),
+                        Err(_) => row
+                            .try_get::<Option<i16>, _>(i)
+                            .map_err(bad)?
+                            .map(i64::from),
+                    },
+                }
+                .map(Value::Int),
                 ReadType::Decimal(scale) => row
                     .try_get::<Option<String>, _>(i)
                     .map_err(bad)?
