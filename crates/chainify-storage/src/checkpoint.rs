@@ -3,15 +3,17 @@
 //!
 //! A checkpoint copies only the tables changed since their last snapshot (`INSERT … SELECT` into
 //! `chainify_cp_<t>`, tagged with the block); `chainify_checkpoint_tables` records which
-//! snapshot holds each table for each checkpoint. Restoring empties every shared table and
-//! copies its snapshot back in one database transaction, then clears the recorded changes the
-//! copy produced, so the restore itself never reaches a digest.
+//! snapshot holds each table for each checkpoint. Restoring compares every shared table with
+//! its snapshot and deletes, updates and inserts only the rows that differ (one scan plus the
+//! differences), in one database transaction, then clears the changes the triggers recorded for
+//! it, so the restore itself never reaches a digest.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chainify_core::{BlockNumber, Value};
 
 use crate::backend::{Backend, Conn};
+use crate::catalog::CatalogTable;
 use crate::ddl::{self, ReadType};
 use crate::error::StorageError;
 use crate::exec::{BlockOutcome, ExecBlock, ExecMode};
@@ -22,9 +24,9 @@ use crate::store::{Store, parents_first};
 pub struct CheckpointInfo {
     /// The checkpoint's block.
     pub block: BlockNumber,
-    /// Tables copied (snapshot) or rewritten (restore).
+    /// Tables copied (snapshot) or compared and repaired (restore).
     pub tables: Vec<String>,
-    /// Rows copied.
+    /// Rows copied (snapshot) or deleted, updated and inserted (restore).
     pub rows: u64,
     /// Wall time.
     pub elapsed: Duration,
@@ -253,16 +255,21 @@ impl<B: Backend> Store<B> {
             if dialect == chainify_sql::render::Dialect::Sqlite {
                 self.db(conn.batch("PRAGMA defer_foreign_keys = ON").await, &during)?;
             }
-            for t in order.iter().rev() {
-                self.db(conn.batch(&format!("DELETE FROM {}", t.name)).await, &during)?;
-            }
+            let snapshot_of = |t: &CatalogTable| Value::Int(holder(&t.name).unwrap_or(-1));
+            let statements: Vec<_> = order.iter().map(|t| ddl::restore(dialect, t)).collect();
             let mut rows = 0;
-            for t in &order {
-                let s = Value::Int(holder(&t.name).unwrap_or(-1));
+            for (t, (delete, _, _)) in order.iter().zip(&statements).rev() {
                 rows += self.db(
-                    conn.execute(&ddl::restore(dialect, t), &[&s], false).await,
+                    conn.execute(delete, &[&snapshot_of(t)], false).await,
                     &during,
                 )?;
+            }
+            for (t, (_, update, insert)) in order.iter().zip(&statements) {
+                let s = snapshot_of(t);
+                if let Some(update) = update {
+                    rows += self.db(conn.execute(update, &[&s], false).await, &during)?;
+                }
+                rows += self.db(conn.execute(insert, &[&s], false).await, &during)?;
                 self.db(
                     conn.execute(
                         &format!(

@@ -799,14 +799,21 @@ pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
         err.to_string().contains("not the last applied block"),
         "{err}"
     );
-    outside(store.backend(), "UPDATE kv SET v = -1 WHERE k = 4").await;
+    outside(
+        store.backend(),
+        "UPDATE kv SET v = -1 WHERE k = 4;\n\
+         UPDATE accounts SET name = 'evil' WHERE custid = 1;\n\
+         DELETE FROM savings WHERE custid = 2;\n\
+         INSERT INTO kv (k, v) VALUES (1000, 1)",
+    )
+    .await;
     let err = store
         .checkpoint(BlockNumber(5))
         .await
         .expect_err("pending outside change");
     assert!(
         err.to_string()
-            .contains("table kv has changes made outside chainify"),
+            .contains("table accounts has changes made outside chainify"),
         "{err}"
     );
 

@@ -364,15 +364,74 @@ pub fn snapshot(dialect: Dialect, t: &CatalogTable) -> String {
     )
 }
 
-/// Copies the snapshot of `t` taken at block `$1` back into `t` (after it was emptied).
-pub fn restore(dialect: Dialect, t: &CatalogTable) -> String {
+/// The statements that turn `t` back into its snapshot taken at block `$1`, touching only the
+/// rows that differ (so a restore after a few blocks or a tampered row costs one scan plus the
+/// differences, not a rewrite of the table): delete rows whose key the snapshot lacks (run
+/// children first), update rows whose values differ, insert rows the table lacks (run parents
+/// first). The update is `None` for a table with key columns only.
+pub fn restore(dialect: Dialect, t: &CatalogTable) -> (String, Option<String>, String) {
+    let name = &t.name;
+    let cp = snapshot_table(name);
+    let p1 = placeholder(dialect, 1);
+    let key_match = |a: &str, b: &str| -> String {
+        t.primary_key
+            .iter()
+            .map(|k| format!("{a}.{k} = {b}.{k}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    let delete = format!(
+        "DELETE FROM {name} WHERE NOT EXISTS (SELECT 1 FROM {cp} s WHERE s.chainify_cp_block = {p1} AND {})",
+        key_match("s", name)
+    );
+    let values: Vec<&str> = t
+        .columns
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|c| !t.primary_key.iter().any(|k| k == c))
+        .collect();
+    let update = (!values.is_empty()).then(|| {
+        let same = values
+            .iter()
+            .map(|c| match dialect {
+                Dialect::Postgres => format!("{name}.{c} IS NOT DISTINCT FROM s.{c}"),
+                Dialect::MySql => format!("{name}.{c} <=> s.{c}"),
+                Dialect::Sqlite => format!("{name}.{c} IS s.{c}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        match dialect {
+            Dialect::MySql => format!(
+                "UPDATE {name} JOIN {cp} s ON s.chainify_cp_block = {p1} AND {} SET {} WHERE NOT ({same})",
+                key_match("s", name),
+                values
+                    .iter()
+                    .map(|c| format!("{name}.{c} = s.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => format!(
+                "UPDATE {name} SET {} FROM (SELECT * FROM {cp} WHERE chainify_cp_block = {p1}) s WHERE {} AND NOT ({same})",
+                values
+                    .iter()
+                    .map(|c| format!("{c} = s.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                key_match("s", name)
+            ),
+        }
+    });
     let cols = column_list(t);
-    format!(
-        "INSERT INTO {} ({cols}) SELECT {cols} FROM {} WHERE chainify_cp_block = {}",
-        t.name,
-        snapshot_table(&t.name),
-        placeholder(dialect, 1)
-    )
+    let insert = format!(
+        "INSERT INTO {name} ({cols}) SELECT {} FROM {cp} s WHERE s.chainify_cp_block = {p1} AND NOT EXISTS (SELECT 1 FROM {name} r WHERE {})",
+        t.columns
+            .iter()
+            .map(|c| format!("s.{}", c.name))
+            .collect::<Vec<_>>()
+            .join(", "),
+        key_match("r", "s")
+    );
+    (delete, update, insert)
 }
 
 /// Drops the snapshot rows of `t` that no kept checkpoint refers to.
@@ -489,9 +548,27 @@ mod tests {
             consume_changes(Dialect::MySql, &table(), 1),
             "DELETE FROM chainify_dg_acct WHERE (bank, id, chainify_n) IN ((?, ?, ?))"
         );
+        let (delete, update, insert) = restore(Dialect::Sqlite, &table());
         assert_eq!(
-            restore(Dialect::Sqlite, &table()),
-            "INSERT INTO acct (bank, id, bal, note) SELECT bank, id, bal, note FROM chainify_cp_acct WHERE chainify_cp_block = ?1"
+            delete,
+            "DELETE FROM acct WHERE NOT EXISTS (SELECT 1 FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND s.bank = acct.bank AND s.id = acct.id)"
+        );
+        assert_eq!(
+            update.as_deref(),
+            Some(
+                "UPDATE acct SET bal = s.bal, note = s.note FROM (SELECT * FROM chainify_cp_acct WHERE chainify_cp_block = ?1) s WHERE s.bank = acct.bank AND s.id = acct.id AND NOT (acct.bal IS s.bal AND acct.note IS s.note)"
+            )
+        );
+        assert_eq!(
+            insert,
+            "INSERT INTO acct (bank, id, bal, note) SELECT s.bank, s.id, s.bal, s.note FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = s.bank AND r.id = s.id)"
+        );
+        let (_, update, _) = restore(Dialect::MySql, &table());
+        assert_eq!(
+            update.as_deref(),
+            Some(
+                "UPDATE acct JOIN chainify_cp_acct s ON s.chainify_cp_block = ? AND s.bank = acct.bank AND s.id = acct.id SET acct.bal = s.bal, acct.note = s.note WHERE NOT (acct.bal <=> s.bal AND acct.note <=> s.note)"
+            )
         );
     }
 }

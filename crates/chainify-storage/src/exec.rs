@@ -15,7 +15,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chainify_core::canonical::{pack_bits, unpack_bits};
 use chainify_core::config::StatementKind;
@@ -126,6 +126,10 @@ pub struct BlockOutcome {
     pub retries: u64,
     /// Transactions found already committed by an earlier, interrupted run of the block.
     pub resumed: usize,
+    /// Time spent running the transactions (zero when the outcome was already stored).
+    pub execute_time: Duration,
+    /// Time spent reading back, hashing and consuming the recorded changes.
+    pub digest_time: Duration,
 }
 
 enum Failure {
@@ -320,6 +324,7 @@ impl<B: Backend> Store<B> {
             }
         }
         let resumed = prior.iter().filter(|p| p.is_some()).count();
+        let started = Instant::now();
         let run = Run {
             store: self,
             block,
@@ -336,6 +341,8 @@ impl<B: Backend> Store<B> {
         let success = run.success.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut failures = run.failures.into_inner().unwrap_or_else(|e| e.into_inner());
         failures.sort_by_key(|f| f.index);
+        let execute_time = started.elapsed();
+        let started = Instant::now();
         let during = format!("digesting block {number}");
         let mut conn = self.acquire(&during).await?;
         self.db(conn.begin().await, &during)?;
@@ -356,6 +363,8 @@ impl<B: Backend> Store<B> {
             failures,
             retries: run.retries.into_inner(),
             resumed,
+            execute_time,
+            digest_time: started.elapsed(),
         })
     }
 
@@ -382,6 +391,7 @@ impl<B: Backend> Store<B> {
                 Err(e) => return self.db(Err(e), &during),
             }
         }
+        let started = Instant::now();
         let result = async {
             let mut success = vec![false; block.txs.len()];
             let mut failures = Vec::new();
@@ -429,6 +439,8 @@ impl<B: Backend> Store<B> {
                     }
                 }
             }
+            let execute_time = started.elapsed();
+            let digest_started = Instant::now();
             let (digest, changed_rows) = self.finalize(&mut conn, number, &success).await?;
             Ok(BlockOutcome {
                 block: number,
@@ -438,6 +450,8 @@ impl<B: Backend> Store<B> {
                 failures,
                 retries,
                 resumed: 0,
+                execute_time,
+                digest_time: digest_started.elapsed(),
             })
         }
         .await;
@@ -618,6 +632,8 @@ impl<B: Backend> Store<B> {
             failures: Vec::new(),
             retries: 0,
             resumed: 0,
+            execute_time: Duration::ZERO,
+            digest_time: Duration::ZERO,
         }))
     }
 
