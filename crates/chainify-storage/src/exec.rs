@@ -160,9 +160,27 @@ struct Run<'a, B: Backend> {
     success: Mutex<Vec<bool>>,
     failures: Mutex<Vec<TxFailure>>,
     retries: AtomicU64,
+    /// Connections kept for the block's duration: taking one from the pool costs a liveness
+    /// round trip, which would otherwise be paid per transaction.
+    idle: Mutex<Vec<B::Conn>>,
 }
 
 impl<B: Backend> Run<'_, B> {
+    async fn connection(&self, during: &str) -> Result<B::Conn, StorageError> {
+        let kept = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match kept {
+            Some(conn) => Ok(conn),
+            None => self.store.acquire(during).await,
+        }
+    }
+
+    fn keep(&self, conn: B::Conn) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
+    }
+
     fn record(&self, index: usize, ok: bool, reason: Option<String>) {
         self.success.lock().unwrap_or_else(|e| e.into_inner())[index] = ok;
         if let Some(reason) = reason {
@@ -200,7 +218,7 @@ impl<B: Backend> Run<'_, B> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut conn = store.acquire(&during).await?;
+            let mut conn = self.connection(&during).await?;
             let verdict: Result<Option<String>, DbError> = async {
                 conn.begin().await?;
                 match store.run_statements(&mut conn, tx).await {
@@ -223,6 +241,7 @@ impl<B: Backend> Run<'_, B> {
             .await;
             match verdict {
                 Ok(None) => {
+                    self.keep(conn);
                     self.record(index, true, None);
                     return Ok(());
                 }
@@ -233,6 +252,7 @@ impl<B: Backend> Run<'_, B> {
                             .await,
                         &during,
                     )?;
+                    self.keep(conn);
                     self.record(index, false, Some(reason));
                     return Ok(());
                 }
@@ -333,6 +353,7 @@ impl<B: Backend> Store<B> {
             success: Mutex::new(vec![false; block.txs.len()]),
             failures: Mutex::new(Vec::new()),
             retries: AtomicU64::new(0),
+            idle: Mutex::new(Vec::new()),
         };
         match mode {
             ExecMode::Parallel(k) => run_block(&block.graph(), &run, k).await?,
