@@ -48,3 +48,56 @@ async fn database_goes_away_mid_block() {
     })
     .await;
 }
+
+/// MySQL's DDL is not transactional: when an install fails half-way (here: the user may create
+/// tables but not triggers), what was created is removed again and the table is not registered.
+#[tokio::test]
+async fn failed_install_leaves_nothing_behind() {
+    MySqlFixture::create("notrigger").await;
+    let admin_url = MySqlFixture::url("notrigger").replace("/ct_notrigger", "/mysql");
+    let mut admin = <sqlx::MySqlConnection as sqlx::Connection>::connect(&admin_url)
+        .await
+        .expect("admin connection");
+    for sql in [
+        "DROP USER IF EXISTS 'chainify_notrigger'@'127.0.0.1'",
+        "CREATE USER 'chainify_notrigger'@'127.0.0.1'",
+        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, REFERENCES ON ct_notrigger.* TO 'chainify_notrigger'@'127.0.0.1'",
+        "CREATE TABLE ct_notrigger.kv (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
+    ] {
+        admin.execute(sql).await.expect(sql);
+    }
+    let url = MySqlFixture::url("notrigger").replace("root@", "chainify_notrigger@");
+    let options = StoreOptions::default();
+    let store = chainify_storage::Store::open(
+        MySql::connect(&url, &options).await.expect("connect"),
+        options,
+    )
+    .await
+    .expect("the system tables need no trigger privilege");
+    let message = store
+        .register(&["kv"])
+        .await
+        .expect_err("no TRIGGER privilege")
+        .to_string();
+    assert!(
+        message.starts_with(
+            "installing the digest objects of table kv on mysql://chainify_notrigger@"
+        ) && message.contains("TRIGGER"),
+        "{message}"
+    );
+    assert!(store.tables().is_empty());
+    let left: Vec<String> = sqlx::query_scalar(
+        "SELECT CONVERT(TABLE_NAME USING utf8mb4) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = 'ct_notrigger' AND TABLE_NAME LIKE 'chainify\\_%\\_kv'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .expect("catalog");
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let registered: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM ct_notrigger.chainify_shared_tables")
+            .fetch_one(&mut admin)
+            .await
+            .expect("registry");
+    assert_eq!(registered, 0);
+}

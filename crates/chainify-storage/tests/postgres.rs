@@ -42,3 +42,55 @@ async fn database_goes_away_mid_block() {
     })
     .await;
 }
+
+/// An install that fails half-way (the user may create tables but not triggers on `kv`) rolls
+/// back completely: PostgreSQL's DDL is transactional.
+#[tokio::test]
+async fn failed_install_leaves_nothing_behind() {
+    PgFixture::create("notrigger").await;
+    let admin_url = PgFixture::url("notrigger");
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
+        .await
+        .expect("admin connection");
+    for sql in [
+        "DROP ROLE IF EXISTS chainify_notrigger",
+        "CREATE ROLE chainify_notrigger LOGIN",
+        "GRANT CREATE, USAGE ON SCHEMA public TO chainify_notrigger",
+        "CREATE TABLE kv (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON kv TO chainify_notrigger",
+    ] {
+        admin.execute(sql).await.expect(sql);
+    }
+    let url = admin_url.replace("postgres@", "chainify_notrigger@");
+    let options = StoreOptions::default();
+    let store = chainify_storage::Store::open(
+        Postgres::connect(&url, &options).await.expect("connect"),
+        options,
+    )
+    .await
+    .expect("system tables");
+    let message = store
+        .register(&["kv"])
+        .await
+        .expect_err("not the owner of kv")
+        .to_string();
+    assert!(
+        message.starts_with(
+            "installing the digest objects of table kv on postgres://chainify_notrigger@"
+        ),
+        "{message}"
+    );
+    assert!(store.tables().is_empty());
+    let left: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::text FROM pg_class WHERE relname LIKE 'chainify\\_%\\_kv'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .expect("catalog");
+    assert!(left.is_empty(), "left behind: {left:?}");
+    store.close().await;
+    admin
+        .execute("DROP OWNED BY chainify_notrigger")
+        .await
+        .expect("cleanup");
+}
