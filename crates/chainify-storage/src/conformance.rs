@@ -48,6 +48,7 @@ macro_rules! conformance_tests {
             parallel_execution_matches_serial,
             aborts_roll_back_the_whole_transaction,
             transient_lock_conflicts_are_retried,
+            values_that_do_not_fit_abort_alike,
             outside_changes_reach_the_next_digest,
             checkpoint_restore_and_replay,
             blocks_apply_once_and_in_order);
@@ -951,4 +952,68 @@ pub async fn database_lost_mid_block<F: Fixture, K: Future<Output = ()>>(
             "applied exactly once"
         );
     }
+}
+
+/// Case: values that do not fit the declared type (too long for a VARCHAR, beyond a DECIMAL's
+/// precision, text in an integer column) abort the transaction on every engine — SQLite, which
+/// would store them, included.
+pub async fn values_that_do_not_fit_abort_alike<F: Fixture>(f: &F) {
+    let store = setup(f, "value_limits", StoreOptions::default()).await;
+    let ins = "INSERT INTO awkward (id, sub, amount, big, note, flag, data) VALUES ($1, 1, $2, $3, NULL, $4, NULL)";
+    let b = block(
+        &store,
+        0,
+        vec![
+            tx(vec![st(
+                "INSERT INTO accounts (custid, name) VALUES ($1, $2)",
+                vec![Value::Int(900), Value::Text("x".repeat(65))],
+            )]),
+            tx(vec![st(
+                "INSERT INTO accounts (custid, name) VALUES ($1, $2)",
+                vec![Value::Int(901), Value::Text("é".repeat(64))],
+            )]),
+            tx(vec![st(
+                ins,
+                vec![
+                    Value::Int(1),
+                    dec("10000000000.00"),
+                    Value::Int(1),
+                    Value::Bool(true),
+                ],
+            )]),
+            tx(vec![st(
+                ins,
+                vec![
+                    Value::Int(2),
+                    dec("-9999999999.99"),
+                    Value::Int(1),
+                    Value::Bool(false),
+                ],
+            )]),
+            tx(vec![st(
+                ins,
+                vec![
+                    Value::Int(3),
+                    dec("1"),
+                    Value::Text("many".into()),
+                    Value::Bool(true),
+                ],
+            )]),
+            tx(vec![st(
+                "UPDATE kv SET v = $1 WHERE k = 1",
+                vec![Value::Text("abc".into())],
+            )]),
+        ],
+    );
+    let out = run(&store, &b, ExecMode::Parallel(4)).await;
+    assert_eq!(
+        out.success,
+        vec![false, true, false, true, false, false],
+        "failures: {:?}",
+        out.failures
+    );
+    assert_eq!(
+        dump(&store, "kv").await[0],
+        vec![Value::Int(1), Value::Int(10)]
+    );
 }

@@ -240,6 +240,20 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                     differs.join(" OR ")
                 )
             };
+            // SQLite stores whatever it is given; the other engines reject values that do
+            // not fit the declared type. Reject them here too, before the write, so a bad value
+            // aborts the transaction on every engine alike.
+            let checks = sqlite_value_checks(t);
+            if !checks.is_empty() {
+                for (suffix, event) in [("bi", "INSERT"), ("bu", "UPDATE")] {
+                    install.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                    install.push(format!(
+                        "CREATE TRIGGER {dg}_{suffix} BEFORE {event} ON {name} FOR EACH ROW BEGIN {} END",
+                        checks.join(" ")
+                    ));
+                    uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                }
+            }
             let moved = key_moved(&|k| format!("NEW.{k} IS NOT OLD.{k}"));
             for (suffix, event, body) in [
                 ("ai", "INSERT", format!("{}{normalize}", upsert("NEW", "1"))),
@@ -265,6 +279,60 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     uninstall.push(format!("DROP TABLE IF EXISTS {dg}"));
     uninstall.push(format!("DROP TABLE IF EXISTS {cp}"));
     Artifacts { install, uninstall }
+}
+
+/// SQLite: one `SELECT RAISE(ABORT, …)` per column whose declared type limits its values as
+/// PostgreSQL and strict MySQL do: integers only in integer columns, DECIMAL(p, s) below
+/// 10^(p-s), VARCHAR(n) up to n characters, booleans 0/1, bytes only in byte columns.
+fn sqlite_value_checks(t: &CatalogTable) -> Vec<String> {
+    let mut checks = Vec::new();
+    for c in &t.columns {
+        let v = format!("NEW.{}", c.name);
+        let args = crate::catalog::declared_args(&c.native_type);
+        let (condition, expected) = match &c.ty {
+            ColumnType::Int => (
+                format!("typeof({v}) NOT IN ('integer', 'null')"),
+                "an integer".to_owned(),
+            ),
+            ColumnType::Decimal { scale: Some(s) } => {
+                let digits = args
+                    .first()
+                    .copied()
+                    .unwrap_or(15)
+                    .saturating_sub(u32::from(*s));
+                (
+                    format!(
+                        "typeof({v}) NOT IN ('integer', 'real', 'null') OR abs({v}) >= 1e{digits}"
+                    ),
+                    format!("a number below 10^{digits}"),
+                )
+            }
+            ColumnType::Text => match args.first() {
+                Some(n) => (
+                    format!("typeof({v}) NOT IN ('text', 'null') OR length({v}) > {n}"),
+                    format!("text of at most {n} characters"),
+                ),
+                None => (
+                    format!("typeof({v}) NOT IN ('text', 'null')"),
+                    "text".to_owned(),
+                ),
+            },
+            ColumnType::Bool => (
+                format!("{v} IS NOT NULL AND (typeof({v}) <> 'integer' OR {v} NOT IN (0, 1))"),
+                "a boolean".to_owned(),
+            ),
+            ColumnType::Bytes => (
+                format!("typeof({v}) NOT IN ('blob', 'null')"),
+                "bytes".to_owned(),
+            ),
+            _ => continue,
+        };
+        checks.push(format!(
+            "SELECT RAISE(ABORT, 'chainify: column {} of table {} takes {expected}') WHERE {condition};",
+            c.name, t.name
+        ));
+    }
+    checks
 }
 
 /// SQLite: `column` rounded half away from zero at `scale`, as the decimal it was written as.
@@ -529,6 +597,13 @@ mod tests {
             .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_ad"))
             .unwrap();
         assert!(!ad.contains("round"));
+        let bi = a
+            .install
+            .iter()
+            .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_bi BEFORE INSERT"))
+            .unwrap();
+        assert!(bi.contains("SELECT RAISE(ABORT, 'chainify: column bal of table acct takes a number below 10^10') WHERE typeof(NEW.bal) NOT IN ('integer', 'real', 'null') OR abs(NEW.bal) >= 1e10;"), "{bi}");
+        assert!(bi.contains("typeof(NEW.id) NOT IN ('integer', 'null')"), "{bi}");
     }
 
     #[test]
