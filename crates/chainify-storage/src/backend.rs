@@ -12,7 +12,7 @@ use crate::error::{DbError, DbErrorKind, StorageError};
 
 /// One SQL engine behind a connection pool whose connections are pinned to chainify's session
 /// settings (UTC, strict modes, binary comparison, READ COMMITTED).
-pub trait Backend: Send + Sync + 'static {
+pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// A pooled connection.
     type Conn: Conn;
 

@@ -219,10 +219,28 @@ pub async fn install_is_idempotent_and_rejects_bad_tables<F: Fixture>(f: &F) {
     // Reopening finds the registered tables again.
     let options = store.options().clone();
     store.close().await;
-    let reopened = Store::open(f.reconnect("install", &options).await, options)
+    let reopened = Store::open(f.reconnect("install", &options).await, options.clone())
         .await
         .expect("reopen");
     assert_eq!(reopened.tables().len(), SHARED.len());
+    // A shared table whose definition changes behind chainify's back is refused, both when
+    // registering it again and when opening the store.
+    outside(reopened.backend(), "ALTER TABLE kv ADD COLUMN extra BIGINT").await;
+    let changed = err(reopened.register(&["kv"]).await.expect_err("changed"));
+    assert!(
+        changed.starts_with("table kv: changed since it was registered"),
+        "{changed}"
+    );
+    reopened.close().await;
+    let refused = Store::open(f.reconnect("install", &options).await, options.clone())
+        .await
+        .expect_err("changed table");
+    assert!(
+        refused
+            .to_string()
+            .starts_with("table kv: changed since it was registered"),
+        "{refused}"
+    );
 }
 
 /// The awkward rows after blocks 0 and 1 of [`digest_of_awkward_values`], with the digest
@@ -674,16 +692,29 @@ pub async fn aborts_roll_back_the_whole_transaction<F: Fixture>(f: &F) {
                 )
                 .expect_rows(2),
             ]),
+            // Parameters lost after analysis (a hand-built block): aborted, not sent.
+            tx(vec![st(
+                "UPDATE kv SET v = $1 WHERE k = 3",
+                vec![Value::Int(0)],
+            )]),
         ],
     );
+    let mut b = b;
+    if let Some(Some(t)) = b.txs.last_mut() {
+        t.transaction.statements[0].params.clear();
+    }
     let out = run(&store, &b, ExecMode::Parallel(4)).await;
-    assert_eq!(out.success, vec![false, false, false, false, false, true]);
+    assert_eq!(
+        out.success,
+        vec![false, false, false, false, false, true, false]
+    );
     let reasons: Vec<(usize, &str)> = out
         .failures
         .iter()
         .map(|f| (f.index, f.reason.as_str()))
         .collect();
-    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    assert_eq!(reasons.len(), 5, "{reasons:?}");
+    assert_eq!(reasons[4], (6, "statement 1: uses $1 but has 0 parameters"));
     assert!(
         reasons[0]
             .1
@@ -738,6 +769,43 @@ pub async fn transient_lock_conflicts_are_retried<F: Fixture>(f: &F) {
         dump(&store, "kv").await[4],
         vec![Value::Int(5), Value::Int(51)]
     );
+
+    // With no retry budget left the block fails, naming the transaction, and stays resumable.
+    let impatient = Store::open(
+        f.reconnect("retry", store.options()).await,
+        StoreOptions {
+            max_attempts: 1,
+            ..store.options().clone()
+        },
+    )
+    .await
+    .expect("second store");
+    let mut holder = store.backend().acquire().await.expect("conn");
+    holder.begin().await.expect("begin");
+    holder
+        .execute("UPDATE kv SET v = v WHERE k = 6", &[], false)
+        .await
+        .expect("lock k=6");
+    let b1 = block(
+        &impatient,
+        1,
+        vec![tx(vec![
+            st("UPDATE kv SET v = v + 1 WHERE k = 6", vec![]).expect_rows(1),
+        ])],
+    );
+    let err = impatient
+        .execute_block(&b1, ExecMode::Parallel(2))
+        .await
+        .expect_err("lock held");
+    let message = err.to_string();
+    assert!(
+        message.starts_with("block #1 ") && message.contains(": still failing after 1 attempts: "),
+        "{message}"
+    );
+    holder.rollback().await.expect("release");
+    drop(holder);
+    let out = run(&impatient, &b1, ExecMode::Parallel(2)).await;
+    assert_eq!(out.success, vec![true]);
 }
 
 /// Case: a change made directly in the database is recorded by the triggers and changes the
@@ -848,6 +916,13 @@ pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
         .checkpoint(BlockNumber(5))
         .await
         .expect("checkpoint 5");
+    let again = store.checkpoint(BlockNumber(5)).await.expect_err("twice");
+    assert!(
+        again
+            .to_string()
+            .contains("a checkpoint at block #5 already exists"),
+        "{again}"
+    );
     assert_eq!(
         store.checkpoints().await.expect("list"),
         vec![BlockNumber(0), BlockNumber(2), BlockNumber(5)]
@@ -863,6 +938,19 @@ pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
     assert_eq!(
         store.checkpoints().await.expect("list"),
         vec![BlockNumber(2)]
+    );
+    // A table registered after the checkpoint cannot be taken back to it.
+    outside(
+        store.backend(),
+        "CREATE TABLE late (k BIGINT NOT NULL PRIMARY KEY)",
+    )
+    .await;
+    store.register(&["late"]).await.expect("register late");
+    let late = store.restore(BlockNumber(2)).await.expect_err("late table");
+    assert!(
+        late.to_string()
+            .contains("table late was registered after the checkpoint at block #2"),
+        "{late}"
     );
 }
 
@@ -885,6 +973,15 @@ pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
         vec![Value::Int(1), Value::Int(11)],
         "applied once"
     );
+    let huge = ExecBlock {
+        number: BlockNumber(u64::MAX),
+        txs: vec![],
+    };
+    let err = store
+        .execute_block(&huge, ExecMode::Serial)
+        .await
+        .expect_err("too large");
+    assert!(err.to_string().contains("do not fit"), "{err}");
     let b2 = block(&store, 2, vec![]);
     let err = store
         .execute_block(&b2, ExecMode::Serial)

@@ -603,7 +603,10 @@ mod tests {
             .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_bi BEFORE INSERT"))
             .unwrap();
         assert!(bi.contains("SELECT RAISE(ABORT, 'chainify: column bal of table acct takes a number below 10^10') WHERE typeof(NEW.bal) NOT IN ('integer', 'real', 'null') OR abs(NEW.bal) >= 1e10;"), "{bi}");
-        assert!(bi.contains("typeof(NEW.id) NOT IN ('integer', 'null')"), "{bi}");
+        assert!(
+            bi.contains("typeof(NEW.id) NOT IN ('integer', 'null')"),
+            "{bi}"
+        );
     }
 
     #[test]

@@ -129,14 +129,15 @@ pub enum StorageError {
         /// What is wrong.
         problem: String,
     },
-    /// A transaction kept hitting transient errors (deadlocks, lock timeouts) beyond the retry
-    /// budget; the block is left resumable.
-    #[error("block {block} transaction {index}: still failing after {attempts} attempts: {last}")]
+    /// A transaction (or, on SQLite, the block's database transaction) kept hitting transient
+    /// errors (deadlocks, lock timeouts, a busy database) beyond the retry budget; the block is
+    /// left resumable.
+    #[error("block {block} {what}: still failing after {attempts} attempts: {last}")]
     RetriesExhausted {
         /// The block.
         block: BlockNumber,
-        /// Index of the transaction in the block.
-        index: usize,
+        /// What kept failing: `transaction 3`, or `database transaction`.
+        what: String,
         /// How often it was tried.
         attempts: u32,
         /// The last transient error.

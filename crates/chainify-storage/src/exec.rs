@@ -267,7 +267,7 @@ impl<B: Backend> Run<'_, B> {
                         DbErrorKind::Transient => {
                             return Err(StorageError::RetriesExhausted {
                                 block: self.block.number,
-                                index,
+                                what: format!("transaction {index}"),
                                 attempts: attempt,
                                 last: e,
                             });
@@ -409,6 +409,14 @@ impl<B: Backend> Store<B> {
                     retries += 1;
                     tokio::time::sleep(backoff(attempt)).await;
                 }
+                Err(e) if e.kind == DbErrorKind::Transient => {
+                    return Err(StorageError::RetriesExhausted {
+                        block: number,
+                        what: "database transaction".into(),
+                        attempts: attempt,
+                        last: e,
+                    });
+                }
                 Err(e) => return self.db(Err(e), &during),
             }
         }
@@ -449,7 +457,7 @@ impl<B: Backend> Store<B> {
                                 Failure::Db(e) if e.kind == DbErrorKind::Transient => {
                                     return Err(StorageError::RetriesExhausted {
                                         block: number,
-                                        index,
+                                        what: format!("transaction {index}"),
                                         attempts: attempt,
                                         last: e,
                                     });
