@@ -112,8 +112,110 @@ pub(crate) fn classify(
     }
 }
 
-/// Tracks whether a pooled connection is inside a transaction, to close it if dropped there.
-#[derive(Debug, Default)]
-pub(crate) struct TxState {
-    pub(crate) open: bool,
+/// Defines a backend's pooled connection type over an sqlx pool connection, implementing
+/// [`Conn`] with the calling module's `bind`, `decode` and `db_err` functions, and the engine's
+/// statements that start a transaction and a snapshot transaction. A connection dropped inside
+/// a transaction is closed rather than returned to the pool.
+macro_rules! sqlx_conn {
+    ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+]) => {
+        /// A pooled connection.
+        #[derive(Debug)]
+        pub struct $name {
+            conn: sqlx::pool::PoolConnection<$db>,
+            in_transaction: bool,
+        }
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                if self.in_transaction {
+                    self.conn.close_on_drop();
+                }
+            }
+        }
+
+        impl $name {
+            fn new(conn: sqlx::pool::PoolConnection<$db>) -> Self {
+                $name {
+                    conn,
+                    in_transaction: false,
+                }
+            }
+
+            async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
+                sqlx::Executor::execute(&mut *self.conn, sql)
+                    .await
+                    .map_err(db_err)?;
+                Ok(())
+            }
+        }
+
+        impl $crate::backend::Conn for $name {
+            async fn execute(
+                &mut self,
+                sql: &str,
+                params: &[&Value],
+                returns_rows: bool,
+            ) -> Result<u64, DbError> {
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for p in params {
+                    q = bind(q, p);
+                }
+                if returns_rows {
+                    let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+                    Ok(rows.len() as u64)
+                } else {
+                    let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
+                    Ok(done.rows_affected())
+                }
+            }
+
+            async fn query(
+                &mut self,
+                sql: &str,
+                params: &[&Value],
+                types: &[ReadType],
+            ) -> Result<Vec<Vec<Value>>, DbError> {
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for p in params {
+                    q = bind(q, p);
+                }
+                let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
+                rows.iter().map(|r| decode(r, types)).collect()
+            }
+
+            async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&mut *self.conn)
+                    .await
+                    .map_err(db_err)?;
+                Ok(())
+            }
+
+            async fn begin(&mut self) -> Result<(), DbError> {
+                self.in_transaction = true;
+                $(self.simple($begin).await?;)+
+                Ok(())
+            }
+
+            async fn begin_snapshot(&mut self) -> Result<(), DbError> {
+                self.in_transaction = true;
+                $(self.simple($snapshot).await?;)+
+                Ok(())
+            }
+
+            async fn commit(&mut self) -> Result<(), DbError> {
+                self.simple("COMMIT").await?;
+                self.in_transaction = false;
+                Ok(())
+            }
+
+            async fn rollback(&mut self) -> Result<(), DbError> {
+                self.simple("ROLLBACK").await?;
+                self.in_transaction = false;
+                Ok(())
+            }
+        }
+    };
 }
+
+pub(crate) use sqlx_conn;

@@ -8,12 +8,11 @@ use chainify_sql::render::Dialect;
 use sqlx::mysql::{
     MySqlArguments, MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow,
 };
-use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Executor, Row};
 
 use crate::StoreOptions;
-use crate::backend::{Backend, Conn, TxState, classify};
+use crate::backend::{Backend, classify, sqlx_conn};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
@@ -155,95 +154,7 @@ fn decode(row: &MySqlRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-/// A pooled MySQL connection.
-#[derive(Debug)]
-pub struct MySqlConn {
-    conn: PoolConnection<sqlx::MySql>,
-    tx: TxState,
-}
-
-impl Drop for MySqlConn {
-    fn drop(&mut self) {
-        if self.tx.open {
-            self.conn.close_on_drop();
-        }
-    }
-}
-
-impl MySqlConn {
-    async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
-        self.conn.execute(sql).await.map_err(db_err)?;
-        Ok(())
-    }
-}
-
-impl Conn for MySqlConn {
-    async fn execute(
-        &mut self,
-        sql: &str,
-        params: &[&Value],
-        returns_rows: bool,
-    ) -> Result<u64, DbError> {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for p in params {
-            q = bind(q, p);
-        }
-        if returns_rows {
-            let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
-            Ok(rows.len() as u64)
-        } else {
-            let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
-            Ok(done.rows_affected())
-        }
-    }
-
-    async fn query(
-        &mut self,
-        sql: &str,
-        params: &[&Value],
-        types: &[ReadType],
-    ) -> Result<Vec<Vec<Value>>, DbError> {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for p in params {
-            q = bind(q, p);
-        }
-        let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
-        rows.iter().map(|r| decode(r, types)).collect()
-    }
-
-    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(&mut *self.conn)
-            .await
-            .map_err(db_err)?;
-        Ok(())
-    }
-
-    async fn begin(&mut self) -> Result<(), DbError> {
-        self.tx.open = true;
-        self.simple("BEGIN").await
-    }
-
-    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
-        self.tx.open = true;
-        self.simple("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            .await?;
-        self.simple("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            .await
-    }
-
-    async fn commit(&mut self) -> Result<(), DbError> {
-        self.simple("COMMIT").await?;
-        self.tx.open = false;
-        Ok(())
-    }
-
-    async fn rollback(&mut self) -> Result<(), DbError> {
-        self.simple("ROLLBACK").await?;
-        self.tx.open = false;
-        Ok(())
-    }
-}
+sqlx_conn!(MySqlConn, sqlx::MySql, begin: ["BEGIN"], snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"]);
 
 const COLUMNS: &str = "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_TYPE USING utf8mb4), \
      CONVERT(COLUMN_TYPE USING utf8mb4), CONVERT(IS_NULLABLE USING utf8mb4), \
@@ -345,10 +256,7 @@ impl Backend for MySql {
 
     async fn acquire(&self) -> Result<MySqlConn, DbError> {
         let conn = self.pool.acquire().await.map_err(db_err)?;
-        Ok(MySqlConn {
-            conn,
-            tx: TxState::default(),
-        })
+        Ok(MySqlConn::new(conn))
     }
 
     async fn migrate(&self) -> Result<(), StorageError> {

@@ -5,18 +5,17 @@ use std::str::FromStr;
 use chainify_core::Value;
 use chainify_sql::ColumnType;
 use chainify_sql::render::Dialect;
+use sqlx::Row;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::types::Oid;
 use sqlx::postgres::{
     PgArgumentBuffer, PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgTypeInfo,
 };
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Executor, Row};
 
 use crate::StoreOptions;
-use crate::backend::{Backend, Conn, TxState, classify};
+use crate::backend::{Backend, classify, sqlx_conn};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
@@ -160,92 +159,7 @@ fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-/// A pooled PostgreSQL connection.
-#[derive(Debug)]
-pub struct PgConn {
-    conn: PoolConnection<sqlx::Postgres>,
-    tx: TxState,
-}
-
-impl Drop for PgConn {
-    fn drop(&mut self) {
-        if self.tx.open {
-            self.conn.close_on_drop();
-        }
-    }
-}
-
-impl PgConn {
-    async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
-        self.conn.execute(sql).await.map_err(db_err)?;
-        Ok(())
-    }
-}
-
-impl Conn for PgConn {
-    async fn execute(
-        &mut self,
-        sql: &str,
-        params: &[&Value],
-        returns_rows: bool,
-    ) -> Result<u64, DbError> {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for p in params {
-            q = bind(q, p);
-        }
-        if returns_rows {
-            let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
-            Ok(rows.len() as u64)
-        } else {
-            let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
-            Ok(done.rows_affected())
-        }
-    }
-
-    async fn query(
-        &mut self,
-        sql: &str,
-        params: &[&Value],
-        types: &[ReadType],
-    ) -> Result<Vec<Vec<Value>>, DbError> {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for p in params {
-            q = bind(q, p);
-        }
-        let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
-        rows.iter().map(|r| decode(r, types)).collect()
-    }
-
-    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(&mut *self.conn)
-            .await
-            .map_err(db_err)?;
-        Ok(())
-    }
-
-    async fn begin(&mut self) -> Result<(), DbError> {
-        self.tx.open = true;
-        self.simple("BEGIN").await
-    }
-
-    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
-        self.tx.open = true;
-        self.simple("BEGIN ISOLATION LEVEL REPEATABLE READ").await
-    }
-
-    async fn commit(&mut self) -> Result<(), DbError> {
-        self.simple("COMMIT").await?;
-        self.tx.open = false;
-        Ok(())
-    }
-
-    async fn rollback(&mut self) -> Result<(), DbError> {
-        self.simple("ROLLBACK").await?;
-        self.tx.open = false;
-        Ok(())
-    }
-}
+sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"]);
 
 const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod \
      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
@@ -343,10 +257,7 @@ impl Backend for Postgres {
 
     async fn acquire(&self) -> Result<PgConn, DbError> {
         let conn = self.pool.acquire().await.map_err(db_err)?;
-        Ok(PgConn {
-            conn,
-            tx: TxState::default(),
-        })
+        Ok(PgConn::new(conn))
     }
 
     async fn migrate(&self) -> Result<(), StorageError> {

@@ -5,16 +5,15 @@ use std::str::FromStr;
 use chainify_core::Value;
 use chainify_sql::ColumnType;
 use chainify_sql::render::Dialect;
-use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous, SqliteValueRef,
 };
-use sqlx::{AssertSqlSafe, Decode, Executor, Row, TypeInfo, ValueRef};
+use sqlx::{Decode, Row, TypeInfo, ValueRef};
 
 use crate::StoreOptions;
-use crate::backend::{Backend, Conn, TxState, classify};
+use crate::backend::{Backend, classify, sqlx_conn};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
@@ -163,92 +162,8 @@ fn decode(row: &SqliteRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-/// A pooled SQLite connection.
-#[derive(Debug)]
-pub struct SqliteConn {
-    conn: PoolConnection<sqlx::Sqlite>,
-    tx: TxState,
-}
-
-impl Drop for SqliteConn {
-    fn drop(&mut self) {
-        if self.tx.open {
-            self.conn.close_on_drop();
-        }
-    }
-}
-
-impl SqliteConn {
-    async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
-        self.conn.execute(sql).await.map_err(db_err)?;
-        Ok(())
-    }
-}
-
-impl Conn for SqliteConn {
-    async fn execute(
-        &mut self,
-        sql: &str,
-        params: &[&Value],
-        returns_rows: bool,
-    ) -> Result<u64, DbError> {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for p in params {
-            q = bind(q, p);
-        }
-        if returns_rows {
-            let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
-            Ok(rows.len() as u64)
-        } else {
-            let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
-            Ok(done.rows_affected())
-        }
-    }
-
-    async fn query(
-        &mut self,
-        sql: &str,
-        params: &[&Value],
-        types: &[ReadType],
-    ) -> Result<Vec<Vec<Value>>, DbError> {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for p in params {
-            q = bind(q, p);
-        }
-        let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
-        rows.iter().map(|r| decode(r, types)).collect()
-    }
-
-    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(&mut *self.conn)
-            .await
-            .map_err(db_err)?;
-        Ok(())
-    }
-
-    async fn begin(&mut self) -> Result<(), DbError> {
-        self.tx.open = true;
-        self.simple("BEGIN IMMEDIATE").await
-    }
-
-    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
-        // The writer lock up front: nobody changes anything while the snapshot is taken.
-        self.begin().await
-    }
-
-    async fn commit(&mut self) -> Result<(), DbError> {
-        self.simple("COMMIT").await?;
-        self.tx.open = false;
-        Ok(())
-    }
-
-    async fn rollback(&mut self) -> Result<(), DbError> {
-        self.simple("ROLLBACK").await?;
-        self.tx.open = false;
-        Ok(())
-    }
-}
+// The snapshot transaction takes the writer lock up front: nobody changes anything while it runs.
+sqlx_conn!(SqliteConn, sqlx::Sqlite, begin: ["BEGIN IMMEDIATE"], snapshot: ["BEGIN IMMEDIATE"]);
 
 fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
     let (ty, precision) = classify_declared_type(declared);
@@ -289,10 +204,7 @@ impl Backend for Sqlite {
 
     async fn acquire(&self) -> Result<SqliteConn, DbError> {
         let conn = self.pool.acquire().await.map_err(db_err)?;
-        Ok(SqliteConn {
-            conn,
-            tx: TxState::default(),
-        })
+        Ok(SqliteConn::new(conn))
     }
 
     async fn migrate(&self) -> Result<(), StorageError> {
