@@ -112,10 +112,37 @@ pub(crate) fn classify(
     }
 }
 
+/// Statement text that tells prepared statements apart by their parameters' types, for engines
+/// whose prepared statements fix the parameter types at preparation (PostgreSQL): the
+/// statement cache is keyed by text, and binding a text where an integer was prepared would
+/// otherwise break the protocol instead of failing the statement.
+pub(crate) fn typed_statement_text(sql: &str, params: &[&Value]) -> String {
+    let mut text = String::with_capacity(sql.len() + params.len() + 8);
+    text.push_str(sql);
+    text.push_str(" /* ");
+    for p in params {
+        text.push(match p {
+            Value::Null => '_',
+            Value::Int(_) => 'i',
+            Value::Decimal(_) => 'd',
+            Value::Text(_) => 't',
+            Value::Bool(_) => 'b',
+            Value::Bytes(_) => 'x',
+        });
+    }
+    text.push_str(" */");
+    text
+}
+
+/// Statement text as is, for engines that send parameter types with every execution.
+pub(crate) fn plain_statement_text(sql: &str, _: &[&Value]) -> String {
+    sql.to_owned()
+}
+
 /// Defines a backend's pooled connection type over an sqlx pool connection, implementing
-/// [`Conn`] with the calling module's `bind`, `decode` and `db_err` functions, and the engine's
-/// statements that start a transaction and a snapshot transaction. A connection dropped inside
-/// a transaction is closed rather than returned to the pool.
+/// [`Conn`] with the calling module's `bind`, `decode`, `db_err` and `statement_text` functions,
+/// and the engine's statements that start a transaction and a snapshot transaction. A
+/// connection dropped inside a transaction is closed rather than returned to the pool.
 macro_rules! sqlx_conn {
     ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+]) => {
         /// A pooled connection.
@@ -156,7 +183,7 @@ macro_rules! sqlx_conn {
                 params: &[&Value],
                 returns_rows: bool,
             ) -> Result<u64, DbError> {
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(statement_text(sql, params)));
                 for p in params {
                     q = bind(q, p);
                 }
@@ -175,7 +202,7 @@ macro_rules! sqlx_conn {
                 params: &[&Value],
                 types: &[ReadType],
             ) -> Result<Vec<Vec<Value>>, DbError> {
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(statement_text(sql, params)));
                 for p in params {
                     q = bind(q, p);
                 }

@@ -1113,4 +1113,28 @@ pub async fn values_that_do_not_fit_abort_alike<F: Fixture>(f: &F) {
         dump(&store, "kv").await[0],
         vec![Value::Int(1), Value::Int(10)]
     );
+    // The same statement with parameters of changing types, in order on one connection (a
+    // prepared statement's parameter types must not leak into the next execution).
+    let set = "UPDATE kv SET v = $1 WHERE k = 2";
+    let b = block(
+        &store,
+        1,
+        vec![
+            tx(vec![st(set, vec![Value::Int(5)]).expect_rows(1)]),
+            tx(vec![st(set, vec![Value::Text("x".into())])]),
+            tx(vec![st(set, vec![Value::Null])]),
+            tx(vec![st(set, vec![Value::Int(7)]).expect_rows(1)]),
+        ],
+    );
+    let out = run(&store, &b, ExecMode::Serial).await;
+    assert_eq!(
+        out.success,
+        vec![true, false, false, true],
+        "failures: {:?}",
+        out.failures
+    );
+    assert_eq!(
+        dump(&store, "kv").await[1],
+        vec![Value::Int(2), Value::Int(7)]
+    );
 }

@@ -12,7 +12,7 @@ use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Executor, Row};
 
 use crate::StoreOptions;
-use crate::backend::{Backend, classify, sqlx_conn};
+use crate::backend::{Backend, classify, plain_statement_text as statement_text, sqlx_conn};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};

@@ -15,7 +15,7 @@ use sqlx::postgres::{
 use sqlx::query::Query;
 
 use crate::StoreOptions;
-use crate::backend::{Backend, classify, sqlx_conn};
+use crate::backend::{Backend, classify, sqlx_conn, typed_statement_text as statement_text};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};

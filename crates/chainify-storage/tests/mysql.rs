@@ -34,16 +34,22 @@ async fn database_goes_away_mid_block() {
         let mut conn = <sqlx::MySqlConnection as sqlx::Connection>::connect(&admin)
             .await
             .expect("admin connection");
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE DB = 'ct_lost'",
-        )
-        .fetch_all(&mut conn)
-        .await
-        .expect("processlist");
-        for id in ids {
-            let _ = conn
-                .execute(AssertSqlSafe(format!("KILL CONNECTION {id}")))
-                .await;
+        // The waiting transaction first (the lock holder sleeps between statements): killing
+        // the holder first would let the waiting transaction commit.
+        for filter in ["AND COMMAND <> 'Sleep'", ""] {
+            let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST \
+                 WHERE DB = 'ct_lost' AND ID <> CONNECTION_ID() {filter}"
+            )))
+            .fetch_all(&mut conn)
+            .await
+            .expect("processlist");
+            for id in ids {
+                let _ = conn
+                    .execute(AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                    .await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
     })
     .await;

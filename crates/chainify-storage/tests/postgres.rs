@@ -34,11 +34,14 @@ async fn database_goes_away_mid_block() {
         let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
             .await
             .expect("admin connection");
-        conn.execute(AssertSqlSafe(
+        // The waiting transaction first: killing the lock holder first would let it commit.
+        for sql in [
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'ct_lost' AND wait_event_type = 'Lock'",
+            "SELECT pg_sleep(0.2)",
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'ct_lost'",
-        ))
-        .await
-        .expect("terminate");
+        ] {
+            conn.execute(AssertSqlSafe(sql)).await.expect(sql);
+        }
     })
     .await;
 }
