@@ -61,38 +61,54 @@ enum Choice {
     Equivocated(OrgId),
 }
 
+/// What votes are checked against: the network, its organizations' public keys and the
+/// agreement policy.
+#[derive(Debug, Clone)]
+pub struct VoteContext {
+    /// The network.
+    pub network: NetworkId,
+    /// The agreement policy over the organizations.
+    pub policy: AgreementPolicy,
+    /// Each organization's public key.
+    pub keys: BTreeMap<OrgId, PublicKey>,
+}
+
 /// The votes received for one block.
-#[derive(Debug)]
-pub struct VoteTally<'a> {
-    network: &'a NetworkId,
+#[derive(Debug, Clone)]
+pub struct VoteTally {
     block: BlockNumber,
-    policy: &'a AgreementPolicy,
-    keys: &'a BTreeMap<OrgId, PublicKey>,
     votes: BTreeMap<OrgId, Vote>,
     equivocators: BTreeSet<OrgId>,
 }
 
-impl<'a> VoteTally<'a> {
+impl VoteTally {
     /// An empty tally for `block`.
-    pub fn new(
-        network: &'a NetworkId,
-        block: BlockNumber,
-        policy: &'a AgreementPolicy,
-        keys: &'a BTreeMap<OrgId, PublicKey>,
-    ) -> Self {
+    pub fn new(block: BlockNumber) -> Self {
         VoteTally {
-            network,
             block,
-            policy,
-            keys,
             votes: BTreeMap::new(),
             equivocators: BTreeSet::new(),
         }
     }
 
+    /// The block counted.
+    pub fn block(&self) -> BlockNumber {
+        self.block
+    }
+
+    /// The hash each organization voted (equivocators excluded).
+    pub fn hashes(&self) -> impl Iterator<Item = (OrgId, Digest)> + '_ {
+        self.votes.iter().map(|(o, v)| (*o, v.ledger_block_hash))
+    }
+
+    /// Organizations that signed two different hashes.
+    pub fn equivocators(&self) -> &BTreeSet<OrgId> {
+        &self.equivocators
+    }
+
     /// Checks and counts a vote.
-    pub fn add(&mut self, vote: Vote) -> Result<(), VoteRejection> {
-        check_vote(&vote, self.network, self.block, self.keys)?;
+    pub fn add(&mut self, ctx: &VoteContext, vote: Vote) -> Result<(), VoteRejection> {
+        check_vote(&vote, &ctx.network, self.block, &ctx.keys)?;
         if self.equivocators.contains(&vote.org) {
             return Err(VoteRejection::Duplicate(vote.org));
         }
@@ -118,7 +134,7 @@ impl<'a> VoteTally<'a> {
     }
 
     /// The policy's verdict on the votes counted so far.
-    pub fn outcome(&self) -> Agreement<Digest> {
+    pub fn outcome(&self, ctx: &VoteContext) -> Agreement<Digest> {
         let choices: BTreeMap<OrgId, Choice> = self
             .votes
             .iter()
@@ -129,7 +145,7 @@ impl<'a> VoteTally<'a> {
                     .map(|o| (*o, Choice::Equivocated(*o))),
             )
             .collect();
-        match self.policy.evaluate(&choices) {
+        match ctx.policy.evaluate(&choices) {
             Agreement::Agreed {
                 hash: Choice::Hash(h),
                 voters,
@@ -143,8 +159,8 @@ impl<'a> VoteTally<'a> {
     }
 
     /// The certificate, once the policy is met: every counted vote for the agreed hash.
-    pub fn certificate(&self) -> Option<Certificate> {
-        let Agreement::Agreed { hash, voters } = self.outcome() else {
+    pub fn certificate(&self, ctx: &VoteContext) -> Option<Certificate> {
+        let Agreement::Agreed { hash, voters } = self.outcome(ctx) else {
             return None;
         };
         Some(Certificate {
@@ -215,12 +231,12 @@ pub enum CertificateError {
 
 /// Checks a certificate offline: every vote is valid, for the certified block and hash, from a
 /// distinct organization, and together they satisfy the agreement policy.
-pub fn verify_certificate(
-    cert: &Certificate,
-    network: &NetworkId,
-    policy: &AgreementPolicy,
-    keys: &BTreeMap<OrgId, PublicKey>,
-) -> Result<(), CertificateError> {
+pub fn verify_certificate(cert: &Certificate, ctx: &VoteContext) -> Result<(), CertificateError> {
+    let VoteContext {
+        network,
+        policy,
+        keys,
+    } = ctx;
     let mut voters = BTreeSet::new();
     for vote in &cert.votes {
         check_vote(vote, network, cert.block, keys).map_err(|source| {
@@ -261,8 +277,7 @@ mod tests {
     struct Net {
         id: NetworkId,
         keys: Vec<SigningKey>,
-        public: BTreeMap<OrgId, PublicKey>,
-        policy: AgreementPolicy,
+        ctx: VoteContext,
     }
 
     fn net(policy: &str) -> Net {
@@ -273,11 +288,16 @@ mod tests {
             .map(|(i, k)| (OrgId(i as u32 + 1), k.public_key()))
             .collect();
         let orgs = (1..=3).map(OrgId).collect();
+        let id = NetworkId::new("net").unwrap();
         Net {
-            id: NetworkId::new("net").unwrap(),
+            id: id.clone(),
             keys,
-            public,
-            policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs).unwrap(),
+            ctx: VoteContext {
+                network: id,
+                policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs)
+                    .unwrap(),
+                keys: public,
+            },
         }
     }
 
@@ -296,57 +316,63 @@ mod tests {
     #[test]
     fn agreement_yields_a_verifiable_certificate() {
         let n = net("any-2");
-        let mut t = VoteTally::new(&n.id, BlockNumber(5), &n.policy, &n.public);
-        t.add(n.vote(1, 5, b"h")).unwrap();
-        assert_eq!(t.outcome(), Agreement::Pending);
-        assert_eq!(t.certificate(), None);
-        t.add(n.vote(2, 5, b"x")).unwrap();
-        t.add(n.vote(3, 5, b"h")).unwrap();
-        let cert = t.certificate().unwrap();
+        let mut t = VoteTally::new(BlockNumber(5));
+        t.add(&n.ctx, n.vote(1, 5, b"h")).unwrap();
+        assert_eq!(t.outcome(&n.ctx), Agreement::Pending);
+        assert_eq!(t.certificate(&n.ctx), None);
+        t.add(&n.ctx, n.vote(2, 5, b"x")).unwrap();
+        t.add(&n.ctx, n.vote(3, 5, b"h")).unwrap();
+        let cert = t.certificate(&n.ctx).unwrap();
         assert_eq!(cert.ledger_block_hash, Digest::of(b"h"));
         assert_eq!(
             cert.votes.iter().map(|v| v.org.0).collect::<Vec<_>>(),
             [1, 3]
         );
-        verify_certificate(&cert, &n.id, &n.policy, &n.public).unwrap();
+        verify_certificate(&cert, &n.ctx).unwrap();
     }
 
     #[test]
     fn forged_misdirected_and_duplicate_votes_are_not_counted() {
         let n = net("all");
-        let mut t = VoteTally::new(&n.id, BlockNumber(5), &n.policy, &n.public);
+        let mut t = VoteTally::new(BlockNumber(5));
         let mut forged = n.vote(2, 5, b"h");
         forged.org = OrgId(3);
-        assert_eq!(t.add(forged), Err(VoteRejection::BadSignature(OrgId(3))));
+        assert_eq!(
+            t.add(&n.ctx, forged),
+            Err(VoteRejection::BadSignature(OrgId(3)))
+        );
         assert!(matches!(
-            t.add(n.vote(1, 6, b"h")),
+            t.add(&n.ctx, n.vote(1, 6, b"h")),
             Err(VoteRejection::WrongBlock { .. })
         ));
         let mut unknown = n.vote(1, 5, b"h");
         unknown.org = OrgId(9);
-        assert_eq!(t.add(unknown), Err(VoteRejection::UnknownOrg(OrgId(9))));
-        t.add(n.vote(1, 5, b"h")).unwrap();
         assert_eq!(
-            t.add(n.vote(1, 5, b"h")),
+            t.add(&n.ctx, unknown),
+            Err(VoteRejection::UnknownOrg(OrgId(9)))
+        );
+        t.add(&n.ctx, n.vote(1, 5, b"h")).unwrap();
+        assert_eq!(
+            t.add(&n.ctx, n.vote(1, 5, b"h")),
             Err(VoteRejection::Duplicate(OrgId(1)))
         );
-        assert_eq!(t.outcome(), Agreement::Pending);
+        assert_eq!(t.outcome(&n.ctx), Agreement::Pending);
     }
 
     #[test]
     fn an_equivocator_agrees_with_nobody() {
         let n = net("any-2");
-        let mut t = VoteTally::new(&n.id, BlockNumber(1), &n.policy, &n.public);
-        t.add(n.vote(1, 1, b"h")).unwrap();
+        let mut t = VoteTally::new(BlockNumber(1));
+        t.add(&n.ctx, n.vote(1, 1, b"h")).unwrap();
         assert!(matches!(
-            t.add(n.vote(1, 1, b"x")),
+            t.add(&n.ctx, n.vote(1, 1, b"x")),
             Err(VoteRejection::Equivocation { .. })
         ));
-        t.add(n.vote(2, 1, b"h")).unwrap();
+        t.add(&n.ctx, n.vote(2, 1, b"h")).unwrap();
         // Org 1's earlier vote for h no longer counts: only org 2 voted h so far.
-        assert_eq!(t.outcome(), Agreement::Pending);
-        t.add(n.vote(3, 1, b"y")).unwrap();
-        assert_eq!(t.outcome(), Agreement::Impossible);
+        assert_eq!(t.outcome(&n.ctx), Agreement::Pending);
+        t.add(&n.ctx, n.vote(3, 1, b"y")).unwrap();
+        assert_eq!(t.outcome(&n.ctx), Agreement::Impossible);
     }
 
     #[test]
@@ -357,23 +383,23 @@ mod tests {
             ledger_block_hash: Digest::of(b"h"),
             votes: vec![n.vote(1, 2, b"h"), n.vote(2, 2, b"h")],
         };
-        verify_certificate(&cert, &n.id, &n.policy, &n.public).unwrap();
+        verify_certificate(&cert, &n.ctx).unwrap();
         let mut short = cert.clone();
         short.votes.pop();
         assert!(matches!(
-            verify_certificate(&short, &n.id, &n.policy, &n.public),
+            verify_certificate(&short, &n.ctx),
             Err(CertificateError::PolicyNotMet { .. })
         ));
         let mut doubled = cert.clone();
         doubled.votes[1] = doubled.votes[0].clone();
         assert!(matches!(
-            verify_certificate(&doubled, &n.id, &n.policy, &n.public),
+            verify_certificate(&doubled, &n.ctx),
             Err(CertificateError::BadVote { .. })
         ));
         let mut other_hash = cert.clone();
         other_hash.ledger_block_hash = Digest::of(b"x");
         assert!(matches!(
-            verify_certificate(&other_hash, &n.id, &n.policy, &n.public),
+            verify_certificate(&other_hash, &n.ctx),
             Err(CertificateError::HashMismatch { .. })
         ));
         let mut forged = cert;
@@ -383,7 +409,7 @@ mod tests {
         }
         forged.ledger_block_hash = Digest::of(b"h2");
         assert!(
-            verify_certificate(&forged, &n.id, &n.policy, &n.public)
+            verify_certificate(&forged, &n.ctx)
                 .unwrap_err()
                 .to_string()
                 .contains("bad signature")

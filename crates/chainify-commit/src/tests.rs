@@ -1,0 +1,340 @@
+//! Exact command sequences for each situation the engine decides.
+
+use std::collections::BTreeMap;
+
+use chainify_core::policy::{AgreementPolicy, PolicySpec};
+use chainify_core::tx::LedgerBlock;
+use chainify_core::{NetworkId, TxId};
+
+use super::*;
+
+struct Net {
+    keys: Vec<SigningKey>,
+    ctx: VoteContext,
+}
+
+fn net(policy: &str) -> Net {
+    let keys: Vec<SigningKey> = (1..=3u8).map(|i| SigningKey::from_seed(&[i; 32])).collect();
+    let public: BTreeMap<OrgId, _> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (OrgId(i as u32 + 1), k.public_key()))
+        .collect();
+    let orgs = public.keys().copied().collect();
+    Net {
+        keys,
+        ctx: VoteContext {
+            network: NetworkId::new("net").unwrap(),
+            policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs).unwrap(),
+            keys: public,
+        },
+    }
+}
+
+impl Net {
+    fn engine(&self, org: u32) -> CommitEngine {
+        CommitEngine::new(
+            OrgId(org),
+            SigningKey::from_seed(&[org as u8; 32]),
+            self.ctx.clone(),
+            Timing::default(),
+            BlockNumber(0),
+        )
+    }
+
+    fn vote(&self, org: u32, block: &LedgerBlock) -> Vote {
+        Vote::new_signed(
+            self.ctx.network.clone(),
+            block.number,
+            block.hash(),
+            OrgId(org),
+            &self.keys[org as usize - 1],
+        )
+    }
+
+    fn certificate(&self, orgs: &[u32], block: &LedgerBlock) -> Certificate {
+        Certificate {
+            block: block.number,
+            ledger_block_hash: block.hash(),
+            votes: orgs.iter().map(|o| self.vote(*o, block)).collect(),
+        }
+    }
+}
+
+/// A ledger block whose effect digest is `effect`.
+fn lb(n: &Net, number: u64, effect: &str) -> LedgerBlock {
+    LedgerBlock {
+        network: n.ctx.network.clone(),
+        number: BlockNumber(number),
+        tx_ids: vec![TxId(Digest::of(b"tx"))],
+        success: vec![true],
+        hash_digest: Digest::of(effect.as_bytes()),
+        hash_previous: Digest::ZERO,
+        orderer_position: number,
+    }
+}
+
+fn appended(block: &LedgerBlock, cert: Certificate) -> Command {
+    Command::Append {
+        block: block.clone(),
+        certificate: cert,
+    }
+}
+
+#[test]
+fn agreement_appends_with_the_matching_votes() {
+    let n = net("any-2");
+    let mut e = n.engine(1);
+    let b0 = lb(&n, 0, "a");
+    assert_eq!(
+        e.handle(Event::Executed(b0.clone())),
+        vec![Command::SendVote(n.vote(1, &b0))]
+    );
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(2, &b0))),
+        vec![
+            appended(&b0, n.certificate(&[1, 2], &b0)),
+            Command::Notify(BlockNumber(0))
+        ]
+    );
+    assert_eq!(e.next_block(), BlockNumber(1));
+    // A late vote on a final block changes nothing, whatever it says.
+    assert_eq!(e.handle(Event::Vote(n.vote(3, &b0))), vec![]);
+    assert_eq!(e.handle(Event::Vote(n.vote(3, &lb(&n, 0, "z")))), vec![]);
+}
+
+#[test]
+fn votes_before_execution_wait_for_the_local_result() {
+    let n = net("any-2");
+    let mut e = n.engine(3);
+    let b0 = lb(&n, 0, "a");
+    assert_eq!(e.handle(Event::Vote(n.vote(1, &b0))), vec![]);
+    assert_eq!(e.handle(Event::Vote(n.vote(2, &b0))), vec![]);
+    assert_eq!(
+        e.handle(Event::Executed(b0.clone())),
+        vec![
+            Command::SendVote(n.vote(3, &b0)),
+            appended(&b0, n.certificate(&[1, 2], &b0)),
+            Command::Notify(BlockNumber(0))
+        ]
+    );
+}
+
+#[test]
+fn a_slow_org_checks_itself_against_a_fetched_certificate() {
+    let n = net("all");
+    let mut e = n.engine(3);
+    let b0 = lb(&n, 0, "a");
+    let cert = n.certificate(&[1, 2, 3], &b0);
+    assert_eq!(e.handle(Event::Certificate(cert.clone())), vec![]);
+    assert_eq!(
+        e.handle(Event::Executed(b0.clone())),
+        vec![
+            Command::SendVote(n.vote(3, &b0)),
+            appended(&b0, cert),
+            Command::Notify(BlockNumber(0))
+        ]
+    );
+    // A certificate that does not satisfy the policy is rejected.
+    let b1 = lb(&n, 1, "b");
+    let short = n.certificate(&[1, 2], &b1);
+    assert!(matches!(
+        e.handle(Event::Certificate(short)).as_slice(),
+        [Command::RejectCertificate(
+            CertificateError::PolicyNotMet { .. }
+        )]
+    ));
+}
+
+#[test]
+fn mismatch_recovers_then_appends_the_agreed_block() {
+    let n = net("any-2");
+    let mut e = n.engine(1);
+    let wrong = lb(&n, 0, "tampered");
+    let right = lb(&n, 0, "a");
+    assert_eq!(
+        e.handle(Event::Executed(wrong.clone())),
+        vec![Command::SendVote(n.vote(1, &wrong))]
+    );
+    assert_eq!(e.handle(Event::Vote(n.vote(2, &right))), vec![]);
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(3, &right))),
+        vec![Command::StartRecovery {
+            block: BlockNumber(0),
+            attempt: 0
+        }]
+    );
+    assert_eq!(
+        e.state(),
+        &State::Recovering {
+            block: BlockNumber(0),
+            attempt: 0
+        }
+    );
+    // Block 1 executed on the divergent state meanwhile: void.
+    assert_eq!(e.handle(Event::Executed(lb(&n, 1, "x"))), vec![]);
+    // The newest checkpoint still gives a wrong result; the one before is right.
+    assert_eq!(
+        e.handle(Event::Recovered(wrong)),
+        vec![Command::StartRecovery {
+            block: BlockNumber(0),
+            attempt: 1
+        }]
+    );
+    assert_eq!(
+        e.handle(Event::Recovered(right.clone())),
+        vec![
+            appended(&right, n.certificate(&[2, 3], &right)),
+            Command::Notify(BlockNumber(0))
+        ]
+    );
+    assert_eq!(e.state(), &State::Running);
+    let b1 = lb(&n, 1, "b");
+    assert_eq!(
+        e.handle(Event::Executed(b1.clone())),
+        vec![Command::SendVote(n.vote(1, &b1))]
+    );
+}
+
+#[test]
+fn a_failed_recovery_halts_without_appending() {
+    let n = net("any-2");
+    let mut e = n.engine(1);
+    let right = lb(&n, 0, "a");
+    e.handle(Event::Executed(lb(&n, 0, "tampered")));
+    e.handle(Event::Vote(n.vote(2, &right)));
+    e.handle(Event::Vote(n.vote(3, &right)));
+    assert_eq!(
+        e.handle(Event::RecoveryFailed {
+            block: BlockNumber(0),
+            reason: "no checkpoint at or before block #0".into()
+        }),
+        vec![Command::Alarm(
+            "block #0: recovery failed: no checkpoint at or before block #0".into()
+        )]
+    );
+    assert!(matches!(e.state(), State::Halted { .. }));
+    assert_eq!(e.handle(Event::Recovered(right)), vec![]);
+    assert_eq!(e.handle(Event::Tick { now_ms: 10_000 }), vec![]);
+}
+
+#[test]
+fn impossible_agreement_alarms_recovers_and_waits() {
+    let n = net("all");
+    let mut e = n.engine(1);
+    let mine = lb(&n, 0, "a");
+    e.handle(Event::Executed(mine.clone()));
+    let out = e.handle(Event::Vote(n.vote(2, &lb(&n, 0, "b"))));
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(
+        matches!(&out[0], Command::Alarm(m) if m.starts_with("block #0: no agreement is possible any more (")),
+        "{out:?}"
+    );
+    assert_eq!(
+        out[1],
+        Command::StartRecovery {
+            block: BlockNumber(0),
+            attempt: 0
+        }
+    );
+    let out = e.handle(Event::Recovered(mine));
+    assert!(matches!(out.as_slice(), [Command::Alarm(m)] if m.contains("the network waits")));
+    assert_eq!(
+        e.state(),
+        &State::Waiting {
+            block: BlockNumber(0)
+        }
+    );
+    assert_eq!(e.handle(Event::Vote(n.vote(3, &lb(&n, 0, "a")))), vec![]);
+}
+
+#[test]
+fn duplicate_forged_and_equivocating_votes_are_rejected() {
+    let n = net("any-2");
+    let mut e = n.engine(1);
+    let b0 = lb(&n, 0, "a");
+    assert_eq!(e.handle(Event::Vote(n.vote(2, &b0))), vec![]);
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(2, &b0))),
+        vec![Command::RejectVote(VoteRejection::Duplicate(OrgId(2)))]
+    );
+    let mut forged = n.vote(2, &b0);
+    forged.org = OrgId(3);
+    assert_eq!(
+        e.handle(Event::Vote(forged)),
+        vec![Command::RejectVote(VoteRejection::BadSignature(OrgId(3)))]
+    );
+    let other = lb(&n, 0, "b");
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(2, &other))),
+        vec![Command::RejectVote(VoteRejection::Equivocation {
+            org: OrgId(2),
+            first: b0.hash(),
+            second: other.hash()
+        })]
+    );
+    // Org 2 no longer counts: our vote and org 3's are needed.
+    assert_eq!(
+        e.handle(Event::Executed(b0.clone())),
+        vec![Command::SendVote(n.vote(1, &b0))]
+    );
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(3, &b0))),
+        vec![
+            appended(&b0, n.certificate(&[1, 3], &b0)),
+            Command::Notify(BlockNumber(0))
+        ]
+    );
+    let far = lb(&n, MAX_BLOCKS_AHEAD + 5, "f");
+    assert!(matches!(
+        e.handle(Event::Vote(n.vote(2, &far))).as_slice(),
+        [Command::RejectVote(VoteRejection::WrongBlock { .. })]
+    ));
+}
+
+#[test]
+fn pipelined_blocks_vote_only_after_their_predecessor_is_final() {
+    let n = net("any-2");
+    let mut e = n.engine(1);
+    let (b0, b1, b2) = (lb(&n, 0, "a"), lb(&n, 1, "b"), lb(&n, 2, "c"));
+    assert_eq!(
+        e.handle(Event::Executed(b0.clone())),
+        vec![Command::SendVote(n.vote(1, &b0))]
+    );
+    assert_eq!(e.handle(Event::Executed(b1.clone())), vec![]);
+    assert_eq!(e.handle(Event::Executed(b2.clone())), vec![]);
+    // Peers already agree on block 1; it waits for block 0.
+    assert_eq!(e.handle(Event::Vote(n.vote(2, &b1))), vec![]);
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(2, &b0))),
+        vec![
+            appended(&b0, n.certificate(&[1, 2], &b0)),
+            Command::Notify(BlockNumber(0)),
+            Command::SendVote(n.vote(1, &b1)),
+            appended(&b1, n.certificate(&[1, 2], &b1)),
+            Command::Notify(BlockNumber(1)),
+            Command::SendVote(n.vote(1, &b2)),
+        ]
+    );
+}
+
+#[test]
+fn ticks_resend_the_vote_and_fetch_the_certificate() {
+    let n = net("any-2");
+    let mut e = n.engine(1);
+    let b0 = lb(&n, 0, "a");
+    e.handle(Event::Executed(b0.clone()));
+    assert_eq!(e.handle(Event::Tick { now_ms: 499 }), vec![]);
+    assert_eq!(
+        e.handle(Event::Tick { now_ms: 500 }),
+        vec![Command::SendVote(n.vote(1, &b0))]
+    );
+    assert_eq!(
+        e.handle(Event::Tick { now_ms: 1000 }),
+        vec![
+            Command::SendVote(n.vote(1, &b0)),
+            Command::FetchCertificate(BlockNumber(0))
+        ]
+    );
+    assert_eq!(e.handle(Event::Tick { now_ms: 1200 }), vec![]);
+}
