@@ -1,0 +1,114 @@
+//! The suite every orderer passes: cutting by count and by timeout, every consumer seeing the
+//! same blocks, resuming from a block number. `make` builds a fresh orderer for the given block
+//! size and batch timeout.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chainify_core::crypto::SigningKey;
+use chainify_core::tx::{
+    ChainedTransaction, Proposal, ProposalBody, Transaction, TransactionBlock,
+};
+use chainify_core::{BlockNumber, ClientId, NetworkId};
+use futures_util::StreamExt;
+
+use crate::{BlockStream, Orderer};
+
+/// The network the suite's transactions belong to.
+pub fn network() -> NetworkId {
+    NetworkId::new("conformance").expect("a valid name")
+}
+
+/// A signed transaction told apart by its nonce.
+pub fn transaction(nonce: u64) -> ChainedTransaction {
+    let body = ProposalBody {
+        client: ClientId::new("client1").expect("a valid name"),
+        nonce,
+        network: network(),
+        transaction: Transaction::default(),
+    };
+    let signature = SigningKey::from_seed(&[9; 32]).sign(&body.encode_canonical());
+    ChainedTransaction {
+        proposal: Proposal { body, signature },
+        responses: vec![],
+    }
+}
+
+fn nonces(block: &TransactionBlock) -> Vec<u64> {
+    block
+        .transactions
+        .iter()
+        .map(|t| t.proposal.body.nonce)
+        .collect()
+}
+
+async fn take(stream: &mut BlockStream, n: usize) -> Vec<TransactionBlock> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let next = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("a block within 30 s")
+            .expect("the stream goes on")
+            .expect("a block");
+        out.push(next);
+    }
+    out
+}
+
+/// Blocks end after `max_block_txs` transactions, or after the batch timeout with fewer.
+pub async fn cuts_by_count_and_by_timeout<O: Orderer, F: Future<Output = O>>(
+    make: impl FnOnce(usize, Duration) -> F,
+) {
+    let orderer = make(3, Duration::from_millis(200)).await;
+    let mut blocks = orderer.deliver(BlockNumber(0)).await.expect("deliver");
+    for nonce in 1..=7 {
+        orderer
+            .broadcast(transaction(nonce))
+            .await
+            .expect("broadcast");
+    }
+    let got = take(&mut blocks, 3).await;
+    let shape: Vec<(u64, Vec<u64>)> = got.iter().map(|b| (b.number.0, nonces(b))).collect();
+    assert_eq!(
+        shape,
+        vec![(0, vec![1, 2, 3]), (1, vec![4, 5, 6]), (2, vec![7])],
+        "block 2 is cut by the timeout"
+    );
+    assert!(
+        got.windows(2)
+            .all(|w| w[0].orderer_position < w[1].orderer_position)
+    );
+}
+
+/// Every consumer sees the same blocks; one that starts later from a block number sees the same
+/// blocks from there on.
+pub async fn consumers_agree_and_resume<O: Orderer, F: Future<Output = O>>(
+    make: impl FnOnce(usize, Duration) -> F,
+) {
+    let orderer = make(4, Duration::from_millis(100)).await;
+    let mut a = orderer.deliver(BlockNumber(0)).await.expect("deliver");
+    let mut b = orderer.deliver(BlockNumber(0)).await.expect("deliver");
+    for nonce in 1..=10 {
+        orderer
+            .broadcast(transaction(nonce))
+            .await
+            .expect("broadcast");
+        if nonce == 6 {
+            // Let a timeout cut happen in the middle.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    // 1..4 by count, 5..6 by the timeout, 7..10 by count.
+    let from_a = take(&mut a, 3).await;
+    let from_b = take(&mut b, 3).await;
+    assert_eq!(from_a, from_b);
+    let all: Vec<u64> = from_a.iter().flat_map(nonces).collect();
+    assert_eq!(
+        all,
+        (1..=10).collect::<Vec<_>>(),
+        "every transaction once, in order"
+    );
+    assert_eq!(from_a[1].transactions.len(), 2, "a timeout cut");
+    let mut resumed = orderer.deliver(BlockNumber(1)).await.expect("deliver");
+    assert_eq!(take(&mut resumed, 2).await, from_a[1..].to_vec());
+}

@@ -1,0 +1,141 @@
+//! The in-process orderer: one log, one cutter, blocks kept in memory for every consumer. A
+//! background task appends a time-to-cut marker when the oldest transaction of the block being
+//! filled has waited the batch timeout.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use chainify_core::tx::{ChainedTransaction, TransactionBlock};
+use chainify_core::{BlockNumber, NetworkId};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{BlockCutter, BlockStream, LogEntry, Orderer, OrdererError};
+
+#[derive(Debug)]
+struct State {
+    cutter: BlockCutter,
+    first: BlockNumber,
+    blocks: Vec<TransactionBlock>,
+    log_len: u64,
+    /// When the oldest transaction of the block being filled arrived.
+    oldest_pending: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<State>,
+    /// The number of blocks cut so far, for consumers waiting on new ones.
+    cut: watch::Sender<usize>,
+    batch_timeout: Duration,
+}
+
+/// An in-process orderer. Cloning shares it.
+#[derive(Debug, Clone)]
+pub struct LocalOrderer {
+    inner: Arc<Inner>,
+}
+
+impl LocalOrderer {
+    /// An orderer whose first block is block 0, cutting after `max_block_txs` transactions or
+    /// when the oldest waited `batch_timeout`. Must be called inside a tokio runtime (it spawns
+    /// the timeout task, which ends when the last clone is dropped).
+    pub fn start(network: NetworkId, max_block_txs: usize, batch_timeout: Duration) -> Self {
+        let (cut, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                cutter: BlockCutter::new(network, max_block_txs, BlockNumber(0)),
+                first: BlockNumber(0),
+                blocks: Vec::new(),
+                log_len: 0,
+                oldest_pending: None,
+            }),
+            cut,
+            batch_timeout,
+        });
+        tokio::spawn(timeouts(Arc::downgrade(&inner)));
+        LocalOrderer { inner }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends an entry to the log under the lock and publishes a block it completes.
+    fn append(&self, state: &mut State, entry: LogEntry) {
+        if matches!(entry, LogEntry::Tx(_)) && state.cutter.pending() == 0 {
+            state.oldest_pending = Some(Instant::now());
+        }
+        state.log_len += 1;
+        if let Some(block) = state.cutter.push(entry, state.log_len) {
+            state.blocks.push(block);
+            state.oldest_pending = None;
+            self.cut.send_replace(state.blocks.len());
+        }
+    }
+}
+
+/// Appends a time-to-cut marker whenever the block being filled is older than the timeout.
+async fn timeouts(inner: Weak<Inner>) {
+    loop {
+        let wait = {
+            let Some(inner) = inner.upgrade() else { return };
+            let mut state = inner.lock();
+            match state.oldest_pending {
+                Some(since) if since.elapsed() >= inner.batch_timeout => {
+                    let marker = LogEntry::TimeToCut(state.cutter.next_block());
+                    inner.append(&mut state, marker);
+                    Duration::ZERO
+                }
+                Some(since) => inner.batch_timeout.saturating_sub(since.elapsed()),
+                None => inner.batch_timeout,
+            }
+        };
+        tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+    }
+}
+
+impl Orderer for LocalOrderer {
+    async fn broadcast(&self, tx: ChainedTransaction) -> Result<(), OrdererError> {
+        let mut state = self.inner.lock();
+        self.inner.append(&mut state, LogEntry::Tx(tx));
+        Ok(())
+    }
+
+    async fn deliver(&self, from: BlockNumber) -> Result<BlockStream, OrdererError> {
+        let first = self.inner.lock().first;
+        let Some(start) = from.0.checked_sub(first.0) else {
+            return Err(OrdererError::Pruned {
+                requested: from,
+                oldest: first,
+            });
+        };
+        let start = usize::try_from(start).map_err(|_| OrdererError::Pruned {
+            requested: from,
+            oldest: first,
+        })?;
+        let inner = Arc::downgrade(&self.inner);
+        let rx = self.inner.cut.subscribe();
+        let stream =
+            futures_util::stream::unfold((inner, rx, start), |(inner, mut rx, i)| async move {
+                loop {
+                    {
+                        let strong = inner.upgrade()?;
+                        let state = strong.lock();
+                        if let Some(block) = state.blocks.get(i) {
+                            let block = block.clone();
+                            drop(state);
+                            drop(strong);
+                            return Some((Ok(block), (inner, rx, i + 1)));
+                        }
+                    }
+                    if rx.changed().await.is_err() {
+                        return None;
+                    }
+                }
+            });
+        Ok(Box::pin(stream))
+    }
+}
