@@ -7,7 +7,8 @@
 //! - [`votes`]: counting signed votes (forgeries, equivocations) and verifying certificates;
 //! - [`config`]: network and organization configuration, validated at load;
 //! - [`rwset`]: primary-key read/write sets, the contract between SQL analysis and scheduling;
-//! - [`effect`]: a block's effect on the shared tables and its order-independent digest.
+//! - [`effect`]: a block's effect on the shared tables and its order-independent digest;
+//! - [`validate`]: deterministic validation of an ordered block's transactions.
 //!
 //! Invariant: no network, database or async runtime here; the only I/O is reading key and config
 //! files when asked to.
@@ -21,6 +22,7 @@ mod ids;
 pub mod policy;
 pub mod rwset;
 pub mod tx;
+pub mod validate;
 mod value;
 pub mod votes;
 

@@ -1,0 +1,268 @@
+//! Deterministic validation of an ordered block (DESIGN §2.3 step 1). The orderer is untrusted:
+//! every organization re-checks every transaction against the network configuration only, so
+//! honest organizations flag exactly the same transactions. Invalid transactions keep their slot
+//! in the block (a 0 in the success bitmap) and are never executed.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use crate::config::NetworkConfig;
+use crate::tx::{TransactionBlock, Verdict};
+use crate::{ClientId, NetworkId, OrgId, TxId};
+
+/// Why a transaction of a block is invalid.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// The block or proposal names another network.
+    #[error("proposal is for network {0}, not this one")]
+    WrongNetwork(String),
+    /// The proposing client is not in the network configuration.
+    #[error("unknown client {0}")]
+    UnknownClient(ClientId),
+    /// The client's signature does not verify.
+    #[error("the signature of client {0} does not verify")]
+    BadClientSignature(ClientId),
+    /// An early-abort response is for another transaction.
+    #[error("the response of {0} is for another transaction")]
+    ResponseForOtherTransaction(OrgId),
+    /// An early-abort response comes from an organization outside the network.
+    #[error("response from unknown organization {0}")]
+    UnknownOrg(OrgId),
+    /// An early-abort response's signature does not verify.
+    #[error("the response signature of {0} does not verify")]
+    BadResponseSignature(OrgId),
+    /// Two responses from one organization.
+    #[error("two responses from {0}")]
+    DuplicateResponse(OrgId),
+    /// The accepting organizations do not satisfy the endorsement policy.
+    #[error("accepted by {accepted:?}, which does not satisfy the endorsement policy")]
+    NotEndorsed {
+        /// The organizations that accepted.
+        accepted: Vec<u32>,
+    },
+    /// The transaction is already in the ledger.
+    #[error("transaction {0} is already in the ledger")]
+    AlreadyInLedger(TxId),
+    /// The transaction (or the client's nonce) appeared earlier in the block.
+    #[error("duplicate of transaction {0} of this block")]
+    DuplicateInBlock(usize),
+}
+
+/// Validates every transaction of `block`. `in_ledger` answers whether a transaction id is in
+/// the ledger already (it must answer from agreed blocks only, so every organization agrees).
+/// Returns, per transaction, its id or why it is invalid.
+pub fn validate_block(
+    block: &TransactionBlock,
+    network: &NetworkConfig,
+    in_ledger: impl Fn(&TxId) -> bool,
+) -> Vec<Result<TxId, Invalid>> {
+    let mut seen_ids: BTreeMap<TxId, usize> = BTreeMap::new();
+    let mut seen_nonces: HashSet<(ClientId, u64)> = HashSet::new();
+    let mut nonce_at: BTreeMap<(ClientId, u64), usize> = BTreeMap::new();
+    block
+        .transactions
+        .iter()
+        .enumerate()
+        .map(|(index, chained)| {
+            let proposal = &chained.proposal;
+            let body = &proposal.body;
+            check_network(&block.network, network)?;
+            check_network(&body.network, network)?;
+            let client = network
+                .clients
+                .get(&body.client)
+                .ok_or_else(|| Invalid::UnknownClient(body.client.clone()))?;
+            proposal
+                .verify(&client.public_key)
+                .map_err(|_| Invalid::BadClientSignature(body.client.clone()))?;
+            let id = proposal.tx_id();
+            let mut responders = BTreeSet::new();
+            let mut accepted = BTreeSet::new();
+            for response in &chained.responses {
+                if response.tx_id != id {
+                    return Err(Invalid::ResponseForOtherTransaction(response.org));
+                }
+                let org = network
+                    .orgs
+                    .get(&response.org)
+                    .ok_or(Invalid::UnknownOrg(response.org))?;
+                response
+                    .verify(&org.public_key)
+                    .map_err(|_| Invalid::BadResponseSignature(response.org))?;
+                if !responders.insert(response.org) {
+                    return Err(Invalid::DuplicateResponse(response.org));
+                }
+                if response.verdict == Verdict::Accept {
+                    accepted.insert(response.org);
+                }
+            }
+            if !network.endorsement.is_satisfied_by(&accepted) {
+                return Err(Invalid::NotEndorsed {
+                    accepted: accepted.iter().map(|o| o.0).collect(),
+                });
+            }
+            if in_ledger(&id) {
+                return Err(Invalid::AlreadyInLedger(id));
+            }
+            if let Some(first) = seen_ids.get(&id) {
+                return Err(Invalid::DuplicateInBlock(*first));
+            }
+            let nonce = (body.client.clone(), body.nonce);
+            if !seen_nonces.insert(nonce.clone()) {
+                return Err(Invalid::DuplicateInBlock(
+                    nonce_at.get(&nonce).copied().unwrap_or(index),
+                ));
+            }
+            nonce_at.insert(nonce, index);
+            seen_ids.insert(id, index);
+            Ok(id)
+        })
+        .collect()
+}
+
+fn check_network(named: &NetworkId, network: &NetworkConfig) -> Result<(), Invalid> {
+    if named == &network.network_id {
+        Ok(())
+    } else {
+        Err(Invalid::WrongNetwork(named.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::BlockNumber;
+    use crate::crypto::SigningKey;
+    use crate::tx::{
+        ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Statement, Transaction,
+    };
+
+    fn org_key(i: u8) -> SigningKey {
+        SigningKey::from_seed(&[i; 32])
+    }
+
+    fn client_key() -> SigningKey {
+        SigningKey::from_seed(&[42; 32])
+    }
+
+    fn network() -> NetworkConfig {
+        let mut text = String::from(
+            "network_id = \"net\"\nagreement_policy = \"any-2\"\nendorsement_policy = \"any-2\"\n",
+        );
+        for i in 1..=3u8 {
+            text.push_str(&format!(
+                "[[orgs]]\nid = {i}\nname = \"o{i}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:7{i}01\"\ncommit_endpoint = \"127.0.0.1:7{i}02\"\n",
+                org_key(i).public_key()
+            ));
+        }
+        text.push_str(&format!(
+            "[[clients]]\nid = \"alice\"\npublic_key = \"{}\"\n",
+            client_key().public_key()
+        ));
+        NetworkConfig::from_toml(&text, Path::new("network.toml")).unwrap()
+    }
+
+    fn chained(nonce: u64, endorsers: &[u8]) -> ChainedTransaction {
+        let body = ProposalBody {
+            client: ClientId::new("alice").unwrap(),
+            nonce,
+            network: NetworkId::new("net").unwrap(),
+            transaction: Transaction {
+                statements: vec![Statement::new("UPDATE kv SET v = 1 WHERE k = 1", vec![])],
+            },
+        };
+        let signature = client_key().sign(&body.encode_canonical());
+        let proposal = Proposal { body, signature };
+        let id = proposal.tx_id();
+        ChainedTransaction {
+            responses: endorsers
+                .iter()
+                .map(|o| {
+                    EarlyAbortResponse::new_signed(
+                        id,
+                        OrgId(u32::from(*o)),
+                        Verdict::Accept,
+                        &org_key(*o),
+                    )
+                })
+                .collect(),
+            proposal,
+        }
+    }
+
+    fn block(txs: Vec<ChainedTransaction>) -> TransactionBlock {
+        TransactionBlock {
+            network: NetworkId::new("net").unwrap(),
+            number: BlockNumber(0),
+            transactions: txs,
+            orderer_position: 1,
+        }
+    }
+
+    #[test]
+    fn each_forgery_is_flagged_deterministically() {
+        let n = network();
+        let good = chained(1, &[1, 2]);
+        let good_id = good.proposal.tx_id();
+        let mut forged_client = chained(2, &[1, 2]);
+        forged_client.proposal.body.nonce = 99;
+        let short = chained(3, &[1]);
+        let mut rejected = chained(4, &[1]);
+        rejected.responses.push(EarlyAbortResponse::new_signed(
+            rejected.proposal.tx_id(),
+            OrgId(2),
+            Verdict::Reject("no".into()),
+            &org_key(2),
+        ));
+        let mut forged_response = chained(5, &[1, 2]);
+        forged_response.responses[1].org = OrgId(3);
+        let mut other_tx = chained(6, &[1, 2]);
+        other_tx.responses[0].tx_id = good_id;
+        let twice = chained(7, &[1, 1]);
+        let mut stranger = chained(8, &[1, 2]);
+        stranger.proposal.body.client = ClientId::new("mallory").unwrap();
+        let old = chained(9, &[2, 3]);
+        let old_id = old.proposal.tx_id();
+        let b = block(vec![
+            good.clone(),
+            forged_client,
+            short,
+            rejected,
+            forged_response,
+            other_tx,
+            twice,
+            stranger,
+            old,
+            good,
+        ]);
+        let out = validate_block(&b, &n, |id| *id == old_id);
+        assert_eq!(out[0], Ok(good_id));
+        assert_eq!(
+            out[1],
+            Err(Invalid::BadClientSignature(ClientId::new("alice").unwrap()))
+        );
+        assert_eq!(out[2], Err(Invalid::NotEndorsed { accepted: vec![1] }));
+        assert_eq!(out[3], Err(Invalid::NotEndorsed { accepted: vec![1] }));
+        assert_eq!(out[4], Err(Invalid::BadResponseSignature(OrgId(3))));
+        assert_eq!(out[5], Err(Invalid::ResponseForOtherTransaction(OrgId(1))));
+        assert_eq!(out[6], Err(Invalid::DuplicateResponse(OrgId(1))));
+        assert_eq!(
+            out[7],
+            Err(Invalid::UnknownClient(ClientId::new("mallory").unwrap()))
+        );
+        assert_eq!(out[8], Err(Invalid::AlreadyInLedger(old_id)));
+        assert_eq!(out[9], Err(Invalid::DuplicateInBlock(0)));
+    }
+
+    #[test]
+    fn a_block_for_another_network_is_invalid_throughout() {
+        let n = network();
+        let mut b = block(vec![chained(1, &[1, 2])]);
+        b.network = NetworkId::new("other").unwrap();
+        assert_eq!(
+            validate_block(&b, &n, |_| false),
+            vec![Err(Invalid::WrongNetwork("other".into()))]
+        );
+    }
+}
