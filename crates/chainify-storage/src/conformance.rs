@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chainify_core::effect::{RowEffect, block_digest};
 use chainify_core::tx::{Statement, Transaction};
-use chainify_core::{BlockNumber, Decimal, Value};
+use chainify_core::{BlockNumber, Decimal, Digest, TxId, Value};
 use chainify_sql::Analyzer;
 use chainify_sql::render::Dialect;
 
@@ -836,8 +836,13 @@ pub async fn outside_changes_reach_the_next_digest<F: Fixture>(f: &F) {
 /// replay reproduces the original digests, pruning keeps the newest.
 pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
     let store = setup(f, "checkpoint", StoreOptions::default()).await;
+    let id = |n: u64| TxId(Digest::of(&n.to_be_bytes()));
     let blocks: Vec<ExecBlock> = (0..6)
-        .map(|n| random_block(&store, n, 100 + n, 60))
+        .map(|n| {
+            let mut b = random_block(&store, n, 100 + n, 60);
+            b.tx_ids = vec![id(n)];
+            b
+        })
         .collect();
     let mut digests = Vec::new();
     let mut at_2 = None;
@@ -900,6 +905,13 @@ pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
         at_2,
         "restore brings back block 2's state"
     );
+    let ids: Vec<TxId> = (0..6).map(id).collect();
+    let known = store.known_transactions(&ids).await.expect("lookup");
+    assert_eq!(
+        known.len(),
+        3,
+        "transactions of blocks after the checkpoint are forgotten"
+    );
     assert_eq!(
         store.last_applied_block().await.expect("last"),
         Some(BlockNumber(2))
@@ -957,12 +969,16 @@ pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
 /// Case: a block runs once (a re-run returns the stored outcome) and only after its predecessor.
 pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
     let store = setup(f, "order", StoreOptions::default()).await;
-    let b0 = block(
+    let mut b0 = block(
         &store,
         0,
         vec![tx(vec![st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![])])],
     );
+    let (t1, t2) = (TxId(Digest::of(b"t1")), TxId(Digest::of(b"t2")));
+    b0.tx_ids = vec![t1];
     let first = run(&store, &b0, ExecMode::Parallel(2)).await;
+    let known = store.known_transactions(&[t1, t2]).await.expect("lookup");
+    assert_eq!(known.into_iter().collect::<Vec<_>>(), vec![t1]);
     let again = run(&store, &b0, ExecMode::Parallel(2)).await;
     assert_eq!(
         (again.digest, &again.success),
@@ -976,6 +992,7 @@ pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
     let huge = ExecBlock {
         number: BlockNumber(u64::MAX),
         txs: vec![],
+        tx_ids: vec![],
     };
     let err = store
         .execute_block(&huge, ExecMode::Serial)

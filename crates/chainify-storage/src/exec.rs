@@ -21,7 +21,7 @@ use chainify_core::canonical::{pack_bits, unpack_bits};
 use chainify_core::config::StatementKind;
 use chainify_core::effect::{RowEffect, block_digest};
 use chainify_core::tx::Transaction;
-use chainify_core::{BlockNumber, Digest, Value};
+use chainify_core::{BlockNumber, Digest, TxId, Value};
 use chainify_sched::{DependencyGraph, TxExecutor, run_block, run_serial};
 use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
 
@@ -50,6 +50,9 @@ pub struct ExecBlock {
     pub number: BlockNumber,
     /// The transactions in block order.
     pub txs: Vec<Option<ExecTx>>,
+    /// Ids of the block's validated transactions, recorded with the block so that a replay of
+    /// one is recognized ([`Store::known_transactions`]).
+    pub tx_ids: Vec<TxId>,
 }
 
 impl ExecBlock {
@@ -77,7 +80,14 @@ impl ExecBlock {
                 }
             })
             .collect();
-        (ExecBlock { number, txs }, rejected)
+        (
+            ExecBlock {
+                number,
+                txs,
+                tx_ids: Vec::new(),
+            },
+            rejected,
+        )
     }
 
     /// The dependency graph of the block's transactions.
@@ -367,7 +377,9 @@ impl<B: Backend> Store<B> {
         let during = format!("digesting block {number}");
         let mut conn = self.acquire(&during).await?;
         self.db(conn.begin().await, &during)?;
-        let digested = self.finalize(&mut conn, number, &success).await;
+        let digested = self
+            .finalize(&mut conn, number, &success, &block.tx_ids)
+            .await;
         let (digest, changed_rows) = match digested {
             Ok(d) => d,
             Err(e) => {
@@ -470,7 +482,9 @@ impl<B: Backend> Store<B> {
             }
             let execute_time = started.elapsed();
             let digest_started = Instant::now();
-            let (digest, changed_rows) = self.finalize(&mut conn, number, &success).await?;
+            let (digest, changed_rows) = self
+                .finalize(&mut conn, number, &success, &block.tx_ids)
+                .await?;
             Ok(BlockOutcome {
                 block: number,
                 success,
@@ -539,6 +553,7 @@ impl<B: Backend> Store<B> {
         conn: &mut B::Conn,
         number: BlockNumber,
         success: &[bool],
+        tx_ids: &[TxId],
     ) -> Result<(Digest, usize), StorageError> {
         let dialect = self.backend.dialect();
         let during = format!("digesting block {number}");
@@ -610,6 +625,28 @@ impl<B: Backend> Store<B> {
             .await,
             &during,
         )?;
+        for chunk in tx_ids.chunks(CONSUME_CHUNK) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|i| format!("({}, {})", p(2 * i + 1), p(2 * i + 2)))
+                .collect();
+            let values: Vec<Value> = chunk
+                .iter()
+                .flat_map(|id| [Value::Bytes(id.0.as_bytes().to_vec()), block_value.clone()])
+                .collect();
+            let params: Vec<&Value> = values.iter().collect();
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_tx_index (tx_id, block) VALUES {}",
+                        rows.join(", ")
+                    ),
+                    &params,
+                    false,
+                )
+                .await,
+                &during,
+            )?;
+        }
         self.db(
             conn.execute(
                 &format!("DELETE FROM chainify_applied_txs WHERE block = {}", p(1)),
@@ -664,6 +701,43 @@ impl<B: Backend> Store<B> {
             execute_time: Duration::ZERO,
             digest_time: Duration::ZERO,
         }))
+    }
+
+    /// Which of `ids` belong to applied blocks.
+    pub async fn known_transactions(
+        &self,
+        ids: &[TxId],
+    ) -> Result<std::collections::BTreeSet<TxId>, StorageError> {
+        let mut known = std::collections::BTreeSet::new();
+        for chunk in ids.chunks(CONSUME_CHUNK) {
+            let list: Vec<String> = (1..=chunk.len())
+                .map(|n| ddl::placeholder(self.backend.dialect(), n))
+                .collect();
+            let values: Vec<Value> = chunk
+                .iter()
+                .map(|id| Value::Bytes(id.0.as_bytes().to_vec()))
+                .collect();
+            let params: Vec<&Value> = values.iter().collect();
+            let rows = self
+                .query(
+                    "looking up transaction ids",
+                    &format!(
+                        "SELECT tx_id FROM chainify_tx_index WHERE tx_id IN ({})",
+                        list.join(", ")
+                    ),
+                    &params,
+                    &[ReadType::Bytes],
+                )
+                .await?;
+            for row in rows {
+                if let Some(Value::Bytes(b)) = row.first()
+                    && let Ok(d) = Digest::try_from(b.as_slice())
+                {
+                    known.insert(TxId(d));
+                }
+            }
+        }
+        Ok(known)
     }
 
     /// The highest applied block, if any.
