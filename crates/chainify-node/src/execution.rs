@@ -1,0 +1,155 @@
+//! The ExecutionServer (DESIGN §2.3).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chainify_core::config::NetworkConfig;
+use chainify_core::tx::{LedgerBlock, TransactionBlock};
+use chainify_core::validate::validate_block;
+use chainify_core::{Digest, TxId};
+use chainify_sql::Analyzer;
+use chainify_storage::{Backend, BlockOutcome, ExecBlock, ExecMode, ExecTx, StorageError, Store};
+
+/// Why a block could not be executed (the block can be run again).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutionError {
+    /// The storage layer failed (database gone, …).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The block is not for this network.
+    #[error("block {block} is for network {network}, not this one")]
+    WrongNetwork {
+        /// The block.
+        block: chainify_core::BlockNumber,
+        /// The network it names.
+        network: String,
+    },
+}
+
+/// A block as this organization executed it.
+#[derive(Debug, Clone)]
+pub struct Executed {
+    /// What the organization votes on.
+    pub ledger: LedgerBlock,
+    /// The executor's outcome (timings, abort reasons, retries).
+    pub outcome: BlockOutcome,
+    /// Transactions flagged invalid before execution, with the reason.
+    pub invalid: Vec<(usize, String)>,
+}
+
+/// Executes ordered blocks on one organization's database.
+#[derive(Debug)]
+pub struct ExecutionServer<B: Backend> {
+    store: Arc<Store<B>>,
+    network: Arc<NetworkConfig>,
+    analyzer: Analyzer,
+    mode: ExecMode,
+    previous: Digest,
+}
+
+impl<B: Backend> ExecutionServer<B> {
+    /// A server over `store`, chaining its first LedgerBlock to `previous` (the hash of the last
+    /// agreed LedgerBlock, [`Digest::ZERO`] for a new ledger).
+    pub fn new(
+        store: Arc<Store<B>>,
+        network: Arc<NetworkConfig>,
+        mode: ExecMode,
+        previous: Digest,
+    ) -> Result<Self, ExecutionError> {
+        let analyzer = Analyzer::new(store.schema()?);
+        Ok(ExecutionServer {
+            store,
+            network,
+            analyzer,
+            mode,
+            previous,
+        })
+    }
+
+    /// The hash the next LedgerBlock chains to.
+    pub fn previous(&self) -> Digest {
+        self.previous
+    }
+
+    /// Chains the next LedgerBlock to `previous` (after a recovery restored an earlier state).
+    pub fn set_previous(&mut self, previous: Digest) {
+        self.previous = previous;
+    }
+
+    /// Validates, analyses, executes and digests `block`, and builds its LedgerBlock.
+    pub async fn execute(&mut self, block: &TransactionBlock) -> Result<Executed, ExecutionError> {
+        if block.network != self.network.network_id {
+            return Err(ExecutionError::WrongNetwork {
+                block: block.number,
+                network: block.network.to_string(),
+            });
+        }
+        let ids: Vec<TxId> = block
+            .transactions
+            .iter()
+            .map(|t| t.proposal.tx_id())
+            .collect();
+        let known: BTreeSet<TxId> = self.store.known_transactions(&ids).await?;
+        let validation = validate_block(block, &self.network, |id| known.contains(id));
+        let mut invalid = Vec::new();
+        let mut txs = Vec::with_capacity(block.transactions.len());
+        let mut valid_ids = Vec::new();
+        for (index, (chained, verdict)) in block.transactions.iter().zip(validation).enumerate() {
+            let id = match verdict {
+                Ok(id) => id,
+                Err(e) => {
+                    invalid.push((index, e.to_string()));
+                    txs.push(None);
+                    continue;
+                }
+            };
+            valid_ids.push(id);
+            let body = &chained.proposal.body;
+            let analysed = self
+                .analyzer
+                .analyze(&body.transaction)
+                .map_err(|e| e.to_string())
+                .and_then(|analysis| {
+                    // Validation found the client, so the lookup succeeds.
+                    match self.network.clients.get(&body.client) {
+                        Some(client) => analysis
+                            .check_grants(client)
+                            .map(|()| analysis)
+                            .map_err(|e| e.to_string()),
+                        None => Err(format!("unknown client {}", body.client)),
+                    }
+                });
+            match analysed {
+                Ok(analysis) => txs.push(Some(ExecTx {
+                    transaction: body.transaction.clone(),
+                    analysis,
+                })),
+                Err(reason) => {
+                    invalid.push((index, reason));
+                    txs.push(None);
+                }
+            }
+        }
+        let exec = ExecBlock {
+            number: block.number,
+            txs,
+            tx_ids: valid_ids,
+        };
+        let outcome = self.store.execute_block(&exec, self.mode).await?;
+        let ledger = LedgerBlock {
+            network: block.network.clone(),
+            number: block.number,
+            tx_ids: ids,
+            success: outcome.success.clone(),
+            hash_digest: outcome.digest,
+            hash_previous: self.previous,
+            orderer_position: block.orderer_position,
+        };
+        self.previous = ledger.hash();
+        Ok(Executed {
+            ledger,
+            outcome,
+            invalid,
+        })
+    }
+}
