@@ -19,7 +19,7 @@ use chainify_core::tx::{
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, ClientId, Digest, NetworkId, OrgId};
 use chainify_node::ExecutionServer;
-use chainify_orderer::{BlockStream, LocalOrderer, Orderer};
+use chainify_orderer::{BlockStream, Fault, FaultyOrderer, LocalOrderer, Orderer};
 use chainify_storage::conformance::dump;
 use chainify_storage::{Backend, Conn, ExecMode, Sqlite, Store, StoreOptions};
 use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
@@ -81,9 +81,10 @@ struct Org {
     blocks: BlockStream,
     delivered: Vec<TransactionBlock>,
     ledger: Vec<(LedgerBlock, Certificate)>,
+    alarms: Vec<String>,
 }
 
-async fn org(i: u8, dir: &Path, net: &Arc<NetworkConfig>, orderer: &LocalOrderer) -> Org {
+async fn org<O: Orderer>(i: u8, dir: &Path, net: &Arc<NetworkConfig>, orderer: &O) -> Org {
     let url = format!("sqlite://{}", dir.join(format!("org{i}.db")).display());
     let backend = Sqlite::connect(&url, &StoreOptions::default())
         .await
@@ -131,6 +132,7 @@ async fn org(i: u8, dir: &Path, net: &Arc<NetworkConfig>, orderer: &LocalOrderer
         blocks: orderer.deliver(BlockNumber(0)).await.expect("deliver"),
         delivered: Vec::new(),
         ledger: Vec::new(),
+        alarms: Vec::new(),
     }
 }
 
@@ -152,6 +154,7 @@ async fn settle(orgs: &mut [Org], mut queue: VecDeque<(usize, Event)>) {
                 Command::StartRecovery { block, attempt } => {
                     queue.push_back((at, recover(&mut orgs[at], block, attempt).await));
                 }
+                Command::Alarm(reason) => orgs[at].alarms.push(reason),
                 Command::Notify(_) | Command::FetchCertificate(_) => {}
                 other => panic!("org {} unexpected command {other:?}", orgs[at].id),
             }
@@ -334,4 +337,144 @@ async fn three_orgs_agree_flag_forgeries_and_repair_a_tampered_org() {
             );
         }
     }
+}
+
+/// Three organizations behind a misbehaving orderer, with transactions from one client.
+struct Faulty {
+    orgs: Vec<Org>,
+    orderer: FaultyOrderer<LocalOrderer>,
+    workload: Smallbank,
+    nonce: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl Faulty {
+    async fn new(fault: Fault, from: u64) -> Faulty {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let net = Arc::new(network());
+        let orderer = FaultyOrderer::new(
+            LocalOrderer::start(net.network_id.clone(), BLOCK_TXS, Duration::from_secs(60)),
+            fault,
+            BlockNumber(from),
+        );
+        let mut orgs = Vec::new();
+        for i in 1..=ORGS {
+            orgs.push(org(i, dir.path(), &net, &orderer).await);
+        }
+        Faulty {
+            orgs,
+            orderer,
+            workload: Smallbank::new(ACCOUNTS, &KeyDistribution::Zipf { s: 1.1 }, 9),
+            nonce: 0,
+            _dir: dir,
+        }
+    }
+
+    /// Submits a block's worth of transactions and runs it through every organization.
+    async fn block(&mut self) -> Vec<chainify_node::Executed> {
+        for _ in 0..BLOCK_TXS {
+            self.nonce += 1;
+            let body = ProposalBody {
+                client: ClientId::new("alice").expect("name"),
+                nonce: self.nonce,
+                network: NetworkId::new("bank").expect("name"),
+                transaction: self.workload.next_tx().1,
+            };
+            self.orderer
+                .broadcast(chained(body))
+                .await
+                .expect("broadcast");
+        }
+        step(&mut self.orgs).await
+    }
+
+    fn ledger(&self, i: usize) -> Vec<Digest> {
+        self.orgs[i].ledger.iter().map(|(b, _)| b.hash()).collect()
+    }
+
+    async fn checkpoint_all(&self, block: u64) {
+        for org in &self.orgs {
+            org.store
+                .checkpoint(BlockNumber(block))
+                .await
+                .expect("checkpoint");
+        }
+    }
+}
+
+/// Reordered, shortened, duplicated and forged blocks reach every organization alike: the
+/// organizations flag the same transactions and keep agreeing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uniform_orderer_faults_are_flagged_alike_and_agreed() {
+    for (fault, flagged) in [
+        (Fault::Reorder, None),
+        (Fault::Drop, None),
+        (
+            Fault::Duplicate,
+            Some("duplicate of transaction 0 of this block"),
+        ),
+        (Fault::Forge, Some("signature of client alice")),
+    ] {
+        let mut net = Faulty::new(fault, 0).await;
+        for _ in 0..2 {
+            let executed = net.block().await;
+            let expected_len = match fault {
+                Fault::Drop => BLOCK_TXS - 1,
+                Fault::Duplicate | Fault::Forge => BLOCK_TXS + 1,
+                _ => BLOCK_TXS,
+            };
+            for e in &executed {
+                assert_eq!(e.ledger.tx_ids.len(), expected_len, "{fault:?}");
+                match flagged {
+                    Some(reason) => {
+                        assert_eq!(e.invalid.len(), 1, "{fault:?}: {:?}", e.invalid);
+                        assert_eq!(e.invalid[0].0, BLOCK_TXS, "{fault:?}");
+                        assert!(
+                            e.invalid[0].1.contains(reason),
+                            "{fault:?}: {:?}",
+                            e.invalid
+                        );
+                    }
+                    None => assert!(e.invalid.is_empty(), "{fault:?}: {:?}", e.invalid),
+                }
+            }
+        }
+        assert_eq!(net.ledger(0).len(), 2, "{fault:?}");
+        assert_eq!(net.ledger(0), net.ledger(1), "{fault:?}");
+        assert_eq!(net.ledger(0), net.ledger(2), "{fault:?}");
+    }
+}
+
+/// An orderer that gives organization 1 a different block than the others: organization 1 is
+/// outvoted, cannot reproduce the agreed block from what it was given, and halts with an alarm
+/// without ever appending a block that was not agreed; the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equivocation_is_outvoted_and_the_victim_halts_safely() {
+    let mut net = Faulty::new(Fault::Equivocate, 1).await;
+    net.block().await;
+    net.checkpoint_all(0).await;
+    let executed = net.block().await;
+    assert_ne!(executed[0].ledger.hash(), executed[1].ledger.hash());
+    assert_eq!(executed[1].ledger.hash(), executed[2].ledger.hash());
+    net.block().await;
+    assert!(
+        matches!(net.orgs[0].engine.state(), State::Halted { .. }),
+        "{:?}",
+        net.orgs[0].engine.state()
+    );
+    assert!(
+        net.orgs[0]
+            .alarms
+            .iter()
+            .any(|a| a.contains("recovery failed")),
+        "{:?}",
+        net.orgs[0].alarms
+    );
+    assert_eq!(net.ledger(1).len(), 3);
+    assert_eq!(net.ledger(1), net.ledger(2));
+    assert_eq!(
+        net.ledger(0),
+        net.ledger(1)[..1].to_vec(),
+        "the victim appended only agreed blocks"
+    );
 }

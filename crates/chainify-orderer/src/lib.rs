@@ -4,9 +4,11 @@
 //!
 //! - [`Orderer`]: broadcast a transaction, deliver blocks from a number on;
 //! - [`LocalOrderer`]: in-process, the embedded default (tests, the demo);
+//! - [`FaultyOrderer`]: reorders, drops, duplicates, forges or equivocates, for fault tests;
 //! - [`conformance`]: the suite every orderer passes.
 
 mod cutter;
+mod faulty;
 mod local;
 
 pub mod conformance;
@@ -19,6 +21,7 @@ use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use futures_util::Stream;
 
 pub use cutter::{BlockCutter, LogEntry};
+pub use faulty::{Fault, FaultyOrderer, apply as apply_fault};
 pub use local::LocalOrderer;
 
 /// Blocks in order, without gaps, from the requested number on.

@@ -1,0 +1,150 @@
+//! A misbehaving orderer for fault-injection tests: wraps an honest one and alters the blocks it
+//! delivers from a given block on. Nothing downstream trusts the orderer, so each fault must be
+//! either harmless or caught by validation or the vote.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chainify_core::BlockNumber;
+use chainify_core::tx::{ChainedTransaction, TransactionBlock};
+use futures_util::StreamExt;
+
+use crate::{BlockStream, Orderer, OrdererError};
+
+/// How the orderer misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Swaps the first two transactions of each block (the same for every consumer).
+    Reorder,
+    /// Leaves out the last transaction of each block.
+    Drop,
+    /// Repeats the first transaction at the end of each block.
+    Duplicate,
+    /// Adds a transaction whose content no client signed.
+    Forge,
+    /// Gives the first consumer reordered blocks and every other consumer the honest ones.
+    Equivocate,
+}
+
+/// An orderer that applies `fault` to every block from `from` on.
+#[derive(Debug, Clone)]
+pub struct FaultyOrderer<O> {
+    inner: O,
+    fault: Fault,
+    from: BlockNumber,
+    consumers: Arc<AtomicUsize>,
+}
+
+impl<O: Orderer> FaultyOrderer<O> {
+    /// Wraps `inner`.
+    pub fn new(inner: O, fault: Fault, from: BlockNumber) -> Self {
+        FaultyOrderer {
+            inner,
+            fault,
+            from,
+            consumers: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+/// `block` as a misbehaving orderer would deliver it to consumer number `consumer`.
+pub fn apply(fault: Fault, consumer: usize, mut block: TransactionBlock) -> TransactionBlock {
+    let txs = &mut block.transactions;
+    match fault {
+        Fault::Reorder => {
+            if txs.len() >= 2 {
+                txs.swap(0, 1);
+            }
+        }
+        Fault::Equivocate if consumer == 0 => {
+            if txs.len() >= 2 {
+                txs.swap(0, 1);
+            }
+        }
+        Fault::Equivocate => {}
+        Fault::Drop => {
+            txs.pop();
+        }
+        Fault::Duplicate => {
+            if let Some(first) = txs.first().cloned() {
+                txs.push(first);
+            }
+        }
+        Fault::Forge => {
+            if let Some(first) = txs.first() {
+                let mut forged: ChainedTransaction = first.clone();
+                forged.proposal.body.nonce = forged.proposal.body.nonce.wrapping_add(1 << 40);
+                txs.push(forged);
+            }
+        }
+    }
+    block
+}
+
+impl<O: Orderer> Orderer for FaultyOrderer<O> {
+    async fn broadcast(&self, tx: ChainedTransaction) -> Result<(), OrdererError> {
+        self.inner.broadcast(tx).await
+    }
+
+    async fn deliver(&self, from: BlockNumber) -> Result<BlockStream, OrdererError> {
+        let consumer = self.consumers.fetch_add(1, Ordering::Relaxed);
+        let (fault, start) = (self.fault, self.from);
+        let honest = self.inner.deliver(from).await?;
+        Ok(Box::pin(honest.map(move |block| {
+            block.map(|b| {
+                if b.number >= start {
+                    apply(fault, consumer, b)
+                } else {
+                    b
+                }
+            })
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::LocalOrderer;
+    use crate::conformance::{network, transaction};
+
+    fn nonces(b: &TransactionBlock) -> Vec<u64> {
+        b.transactions
+            .iter()
+            .map(|t| t.proposal.body.nonce)
+            .collect()
+    }
+
+    async fn first_blocks(fault: Fault) -> (TransactionBlock, TransactionBlock) {
+        let honest = LocalOrderer::start(network(), 3, Duration::from_secs(60));
+        let faulty = FaultyOrderer::new(honest, fault, BlockNumber(0));
+        let mut a = faulty.deliver(BlockNumber(0)).await.unwrap();
+        let mut b = faulty.deliver(BlockNumber(0)).await.unwrap();
+        for n in 1..=3 {
+            faulty.broadcast(transaction(n)).await.unwrap();
+        }
+        (
+            a.next().await.unwrap().unwrap(),
+            b.next().await.unwrap().unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn each_fault_alters_blocks_as_described() {
+        let (a, b) = first_blocks(Fault::Reorder).await;
+        assert_eq!((nonces(&a), nonces(&b)), (vec![2, 1, 3], vec![2, 1, 3]));
+        let (a, _) = first_blocks(Fault::Drop).await;
+        assert_eq!(nonces(&a), vec![1, 2]);
+        let (a, _) = first_blocks(Fault::Duplicate).await;
+        assert_eq!(nonces(&a), vec![1, 2, 3, 1]);
+        let (a, _) = first_blocks(Fault::Forge).await;
+        assert_eq!(a.transactions.len(), 4);
+        let forged = &a.transactions[3].proposal;
+        let key = chainify_core::crypto::SigningKey::from_seed(&[9; 32]).public_key();
+        assert!(forged.verify(&key).is_err(), "nobody signed the forgery");
+        let (a, b) = first_blocks(Fault::Equivocate).await;
+        assert_eq!((nonces(&a), nonces(&b)), (vec![2, 1, 3], vec![1, 2, 3]));
+    }
+}
