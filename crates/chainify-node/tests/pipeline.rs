@@ -19,7 +19,7 @@ use chainify_core::tx::{
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, ClientId, Digest, NetworkId, OrgId};
 use chainify_node::ExecutionServer;
-use chainify_orderer::{BlockStream, Fault, FaultyOrderer, LocalOrderer, Orderer};
+use chainify_orderer::{BlockStream, Fault, FaultyOrderer, LocalOrderer, Orderer, Resume};
 use chainify_storage::conformance::dump;
 use chainify_storage::{Backend, Conn, ExecMode, Sqlite, Store, StoreOptions};
 use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
@@ -129,7 +129,7 @@ async fn org<O: Orderer>(i: u8, dir: &Path, net: &Arc<NetworkConfig>, orderer: &
             Timing::default(),
             BlockNumber(0),
         ),
-        blocks: orderer.deliver(BlockNumber(0)).await.expect("deliver"),
+        blocks: orderer.deliver(Resume::START).await.expect("deliver"),
         delivered: Vec::new(),
         ledger: Vec::new(),
         alarms: Vec::new(),

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::{
-    ChainedTransaction, Proposal, ProposalBody, Transaction, TransactionBlock,
+    ChainedTransaction, Proposal, ProposalBody, Statement, Transaction, TransactionBlock,
 };
-use chainify_core::{BlockNumber, ClientId, NetworkId};
+use chainify_core::{ClientId, NetworkId, Value};
 use futures_util::StreamExt;
 
-use crate::{BlockStream, Orderer};
+use crate::{BlockStream, Orderer, Resume};
 
 /// The network the suite's transactions belong to.
 pub fn network() -> NetworkId {
@@ -25,7 +25,12 @@ pub fn transaction(nonce: u64) -> ChainedTransaction {
         client: ClientId::new("client1").expect("a valid name"),
         nonce,
         network: network(),
-        transaction: Transaction::default(),
+        transaction: Transaction {
+            statements: vec![Statement::new(
+                "UPDATE kv SET v = v + 1 WHERE k = $1",
+                vec![Value::Int(i64::try_from(nonce).unwrap_or(i64::MAX))],
+            )],
+        },
     };
     let signature = SigningKey::from_seed(&[9; 32]).sign(&body.encode_canonical());
     ChainedTransaction {
@@ -59,8 +64,9 @@ async fn take(stream: &mut BlockStream, n: usize) -> Vec<TransactionBlock> {
 pub async fn cuts_by_count_and_by_timeout<O: Orderer, F: Future<Output = O>>(
     make: impl FnOnce(usize, Duration) -> F,
 ) {
-    let orderer = make(3, Duration::from_millis(200)).await;
-    let mut blocks = orderer.deliver(BlockNumber(0)).await.expect("deliver");
+    // Long enough that a loaded machine still delivers three transactions in one block.
+    let orderer = make(3, Duration::from_millis(800)).await;
+    let mut blocks = orderer.deliver(Resume::START).await.expect("deliver");
     for nonce in 1..=7 {
         orderer
             .broadcast(transaction(nonce))
@@ -85,9 +91,9 @@ pub async fn cuts_by_count_and_by_timeout<O: Orderer, F: Future<Output = O>>(
 pub async fn consumers_agree_and_resume<O: Orderer, F: Future<Output = O>>(
     make: impl FnOnce(usize, Duration) -> F,
 ) {
-    let orderer = make(4, Duration::from_millis(100)).await;
-    let mut a = orderer.deliver(BlockNumber(0)).await.expect("deliver");
-    let mut b = orderer.deliver(BlockNumber(0)).await.expect("deliver");
+    let orderer = make(4, Duration::from_millis(600)).await;
+    let mut a = orderer.deliver(Resume::START).await.expect("deliver");
+    let mut b = orderer.deliver(Resume::START).await.expect("deliver");
     for nonce in 1..=10 {
         orderer
             .broadcast(transaction(nonce))
@@ -95,7 +101,7 @@ pub async fn consumers_agree_and_resume<O: Orderer, F: Future<Output = O>>(
             .expect("broadcast");
         if nonce == 6 {
             // Let a timeout cut happen in the middle.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(2500)).await;
         }
     }
     // 1..4 by count, 5..6 by the timeout, 7..10 by count.
@@ -109,6 +115,9 @@ pub async fn consumers_agree_and_resume<O: Orderer, F: Future<Output = O>>(
         "every transaction once, in order"
     );
     assert_eq!(from_a[1].transactions.len(), 2, "a timeout cut");
-    let mut resumed = orderer.deliver(BlockNumber(1)).await.expect("deliver");
+    let mut resumed = orderer
+        .deliver(Resume::after(&from_a[0]))
+        .await
+        .expect("deliver");
     assert_eq!(take(&mut resumed, 2).await, from_a[1..].to_vec());
 }

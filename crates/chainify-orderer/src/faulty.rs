@@ -9,7 +9,7 @@ use chainify_core::BlockNumber;
 use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use futures_util::StreamExt;
 
-use crate::{BlockStream, Orderer, OrdererError};
+use crate::{BlockStream, Orderer, OrdererError, Resume};
 
 /// How the orderer misbehaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ impl<O: Orderer> Orderer for FaultyOrderer<O> {
         self.inner.broadcast(tx).await
     }
 
-    async fn deliver(&self, from: BlockNumber) -> Result<BlockStream, OrdererError> {
+    async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
         let consumer = self.consumers.fetch_add(1, Ordering::Relaxed);
         let (fault, start) = (self.fault, self.from);
         let honest = self.inner.deliver(from).await?;
@@ -120,8 +120,8 @@ mod tests {
     async fn first_blocks(fault: Fault) -> (TransactionBlock, TransactionBlock) {
         let honest = LocalOrderer::start(network(), 3, Duration::from_secs(60));
         let faulty = FaultyOrderer::new(honest, fault, BlockNumber(0));
-        let mut a = faulty.deliver(BlockNumber(0)).await.unwrap();
-        let mut b = faulty.deliver(BlockNumber(0)).await.unwrap();
+        let mut a = faulty.deliver(Resume::START).await.unwrap();
+        let mut b = faulty.deliver(Resume::START).await.unwrap();
         for n in 1..=3 {
             faulty.broadcast(transaction(n)).await.unwrap();
         }

@@ -4,11 +4,13 @@
 //!
 //! - [`Orderer`]: broadcast a transaction, deliver blocks from a number on;
 //! - [`LocalOrderer`]: in-process, the embedded default (tests, the demo);
+//! - [`KafkaOrderer`]: a single-partition Kafka topic per network (production);
 //! - [`FaultyOrderer`]: reorders, drops, duplicates, forges or equivocates, for fault tests;
 //! - [`conformance`]: the suite every orderer passes.
 
 mod cutter;
 mod faulty;
+mod kafka;
 mod local;
 
 pub mod conformance;
@@ -22,6 +24,7 @@ use futures_util::Stream;
 
 pub use cutter::{BlockCutter, LogEntry};
 pub use faulty::{Fault, FaultyOrderer, apply as apply_fault};
+pub use kafka::{KafkaOrderer, KafkaSettings, decode_entry, encode_entry};
 pub use local::LocalOrderer;
 
 /// Blocks in order, without gaps, from the requested number on.
@@ -46,6 +49,32 @@ pub enum OrdererError {
     },
 }
 
+/// Where a consumer starts: the next block it needs and the log position where the block before
+/// it ended (its `orderer_position`; 0 for the first block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resume {
+    /// The first block to deliver.
+    pub block: BlockNumber,
+    /// The log position where that block starts.
+    pub position: u64,
+}
+
+impl Resume {
+    /// From the first block of the log.
+    pub const START: Resume = Resume {
+        block: BlockNumber(0),
+        position: 0,
+    };
+
+    /// The block after `block`, which a consumer has (for instance the last in its ledger).
+    pub fn after(block: &TransactionBlock) -> Resume {
+        Resume {
+            block: BlockNumber(block.number.0 + 1),
+            position: block.orderer_position,
+        }
+    }
+}
+
 /// An ordering service.
 pub trait Orderer: Send + Sync {
     /// Appends a transaction to the ordered log; returns once the orderer has it.
@@ -57,6 +86,6 @@ pub trait Orderer: Send + Sync {
     /// The blocks from `from` on, as they are cut; the stream ends only when the orderer does.
     fn deliver(
         &self,
-        from: BlockNumber,
+        from: Resume,
     ) -> impl Future<Output = Result<BlockStream, OrdererError>> + Send;
 }

@@ -10,7 +10,7 @@ use chainify_core::{BlockNumber, NetworkId};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{BlockCutter, BlockStream, LogEntry, Orderer, OrdererError};
+use crate::{BlockCutter, BlockStream, LogEntry, Orderer, OrdererError, Resume};
 
 #[derive(Debug)]
 struct State {
@@ -104,7 +104,9 @@ impl Orderer for LocalOrderer {
         Ok(())
     }
 
-    async fn deliver(&self, from: BlockNumber) -> Result<BlockStream, OrdererError> {
+    async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
+        // Blocks are kept by number here; the position matters to log-based orderers.
+        let from = from.block;
         let first = self.inner.lock().first;
         let Some(start) = from.0.checked_sub(first.0) else {
             return Err(OrdererError::Pruned {

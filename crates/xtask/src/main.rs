@@ -1,8 +1,8 @@
 //! `cargo xtask <task>`: project automation that needs nothing but cargo, so it works on a fresh
 //! machine.
 //!
-//! - `test`: format check, clippy with warnings denied, then the PostgreSQL and MariaDB test
-//!   servers (started if not running), then every test of the workspace.
+//! - `test`: format check, clippy with warnings denied, then the PostgreSQL, MariaDB and Kafka
+//!   test servers (started if not running), then every test of the workspace.
 //! - `lint`: the format check and clippy only.
 //! - `services start|stop [postgres|mariadb|kafka|all]`, `services status`, `services env`:
 //!   throw-away database and Kafka servers for the integration tests, on private ports of
@@ -50,8 +50,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let task = args.first().map_or("", String::as_str);
     let ok = match task {
-        // The storage tests run against real PostgreSQL and MariaDB servers, started here
-        // (installed first on a fresh machine) and left running for the next run.
+        // The storage and orderer tests run against real PostgreSQL, MariaDB and Kafka servers,
+        // started here (installed first on a fresh machine) and left running for the next run.
         "test" => {
             lint()
                 && services::start_for_tests()

@@ -416,10 +416,10 @@ fn status(ctx: &Ctx) -> Result<()> {
 }
 
 /// Shell exports for `eval "$(cargo xtask services env)"`.
-/// Starts the servers the test suite needs (idempotent, quick when they already run) and
+/// Starts the servers the test suite needs (PostgreSQL, MariaDB, Kafka) (idempotent, quick when they already run) and
 /// returns the environment variables that point the tests at them.
 pub(crate) fn start_for_tests() -> Option<Vec<(&'static str, String)>> {
-    let services = [Service::Postgres, Service::MariaDb];
+    let services = [Service::Postgres, Service::MariaDb, Service::Kafka];
     let ctx = Ctx::new().map_err(|e| eprintln!("services: {e}")).ok()?;
     let started = ctx
         .lock()

@@ -1,0 +1,288 @@
+//! The Kafka orderer (DESIGN §2.2): one single-partition topic per network is the ordered log.
+//! Producers are idempotent with `acks=all`. Every consumer cuts blocks itself with
+//! [`BlockCutter`], so all consumers cut identical blocks without a leader. Time-to-cut markers are
+//! produced by every `KafkaOrderer` instance whose oldest pending transaction (as it saw it
+//! arrive) has waited the batch timeout; the cutting rule ignores the redundant ones.
+//!
+//! Log entry encoding: one tag byte, then `1` + the protobuf `chainify.v1.ChainedTransaction`, or
+//! `2` + the block number as 8 bytes big-endian. An entry that does not decode is skipped by every
+//! consumer alike (the log is untrusted).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chainify_core::tx::ChainedTransaction;
+use chainify_core::{BlockNumber, NetworkId};
+use chainify_proto::pb;
+use futures_util::StreamExt;
+use prost::Message as _;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio::time::Instant;
+
+use crate::{BlockCutter, BlockStream, LogEntry, Orderer, OrdererError, Resume};
+
+const TAG_TX: u8 = 1;
+const TAG_CUT: u8 = 2;
+
+/// Encodes a log entry for the topic.
+pub fn encode_entry(entry: &LogEntry) -> Vec<u8> {
+    match entry {
+        LogEntry::Tx(tx) => {
+            let mut out = vec![TAG_TX];
+            out.extend(pb::ChainedTransaction::from(tx).encode_to_vec());
+            out
+        }
+        LogEntry::TimeToCut(n) => {
+            let mut out = vec![TAG_CUT];
+            out.extend(n.0.to_be_bytes());
+            out
+        }
+    }
+}
+
+/// Decodes a log entry; `None` for bytes no honest producer writes.
+pub fn decode_entry(bytes: &[u8]) -> Option<LogEntry> {
+    match bytes.split_first()? {
+        (&TAG_TX, rest) => {
+            let wire = pb::ChainedTransaction::decode(rest).ok()?;
+            ChainedTransaction::try_from(wire).ok().map(LogEntry::Tx)
+        }
+        (&TAG_CUT, rest) => Some(LogEntry::TimeToCut(BlockNumber(u64::from_be_bytes(
+            rest.try_into().ok()?,
+        )))),
+        _ => None,
+    }
+}
+
+/// Settings of a Kafka orderer.
+#[derive(Clone, Debug)]
+pub struct KafkaSettings {
+    /// Bootstrap servers, `host:port,…`.
+    pub brokers: String,
+    /// The topic (one per network).
+    pub topic: String,
+    /// The network whose blocks are cut.
+    pub network: NetworkId,
+    /// Block size.
+    pub max_block_txs: usize,
+    /// Time-to-cut.
+    pub batch_timeout: Duration,
+    /// Replication factor when the topic is created (1 for a single broker).
+    pub replication: i32,
+}
+
+struct Inner {
+    settings: KafkaSettings,
+    producer: FutureProducer,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOrderer")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An orderer on a Kafka topic.
+#[derive(Debug, Clone)]
+pub struct KafkaOrderer {
+    inner: Arc<Inner>,
+}
+
+fn unavailable(what: &str, e: impl std::fmt::Display) -> OrdererError {
+    OrdererError::Unavailable(format!("{what}: {e}"))
+}
+
+impl KafkaOrderer {
+    /// Connects, creates the topic (one partition) when it does not exist, and starts the task
+    /// that produces time-to-cut markers (it ends when the last clone is dropped).
+    pub async fn connect(settings: KafkaSettings) -> Result<KafkaOrderer, OrdererError> {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &settings.brokers)
+            .create()
+            .map_err(|e| unavailable(&format!("Kafka at {}", settings.brokers), e))?;
+        let topic = NewTopic::new(
+            &settings.topic,
+            1,
+            TopicReplication::Fixed(settings.replication),
+        );
+        let created = admin
+            .create_topics(
+                [&topic],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .map_err(|e| {
+                unavailable(
+                    &format!("creating topic {} on {}", settings.topic, settings.brokers),
+                    e,
+                )
+            })?;
+        for result in created {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => {
+                    return Err(unavailable(&format!("creating topic {name}"), code));
+                }
+            }
+        }
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &settings.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", "30000")
+            .set("linger.ms", "1")
+            .create()
+            .map_err(|e| unavailable("creating the producer", e))?;
+        let inner = Arc::new(Inner { settings, producer });
+        let markers = inner.consumer(0)?;
+        tokio::spawn(produce_markers(Arc::downgrade(&inner), markers));
+        Ok(KafkaOrderer { inner })
+    }
+}
+
+impl Inner {
+    /// A consumer of the topic's partition from `position` on (no consumer group state).
+    fn consumer(&self, position: u64) -> Result<StreamConsumer, OrdererError> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let consumer: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.settings.brokers)
+            .set(
+                "group.id",
+                format!("chainify-{}-{nanos}", self.settings.topic),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .create()
+            .map_err(|e| unavailable("creating a consumer", e))?;
+        let mut partitions = TopicPartitionList::new();
+        let offset = i64::try_from(position).map_err(|e| unavailable("position", e))?;
+        partitions
+            .add_partition_offset(&self.settings.topic, 0, Offset::Offset(offset))
+            .map_err(|e| unavailable("assigning the partition", e))?;
+        consumer
+            .assign(&partitions)
+            .map_err(|e| unavailable("assigning the partition", e))?;
+        Ok(consumer)
+    }
+
+    async fn produce(&self, entry: &LogEntry) -> Result<(), OrdererError> {
+        let payload = encode_entry(entry);
+        let record: FutureRecord<'_, (), Vec<u8>> = FutureRecord::to(&self.settings.topic)
+            .partition(0)
+            .payload(&payload);
+        self.producer
+            .send(record, Duration::from_secs(30))
+            .await
+            .map(|_| ())
+            .map_err(|(e, _)| unavailable(&format!("producing to {}", self.settings.topic), e))
+    }
+}
+
+/// Follows the log with its own cutter and appends a marker for the block being filled once its
+/// first transaction (as seen here) has waited the batch timeout; again after every further
+/// timeout until the block is cut.
+async fn produce_markers(inner: std::sync::Weak<Inner>, consumer: StreamConsumer) {
+    let (network, max, timeout) = match inner.upgrade() {
+        Some(i) => (
+            i.settings.network.clone(),
+            i.settings.max_block_txs,
+            i.settings.batch_timeout,
+        ),
+        None => return,
+    };
+    let mut cutter = BlockCutter::new(network, max, BlockNumber(0));
+    let mut oldest: Option<Instant> = None;
+    loop {
+        let wait = oldest.map_or(timeout, |t| timeout.saturating_sub(t.elapsed()));
+        match tokio::time::timeout(wait.max(Duration::from_millis(1)), consumer.recv()).await {
+            Ok(Ok(message)) => {
+                let position = u64::try_from(message.offset()).unwrap_or(0) + 1;
+                if let Some(entry) = message.payload().and_then(decode_entry) {
+                    let is_tx = matches!(entry, LogEntry::Tx(_));
+                    if cutter.push(entry, position).is_some() {
+                        oldest = None;
+                    } else if is_tx && oldest.is_none() {
+                        oldest = Some(Instant::now());
+                    }
+                }
+            }
+            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(_) => {
+                let Some(strong) = inner.upgrade() else {
+                    return;
+                };
+                if oldest.is_some() {
+                    let _ = strong
+                        .produce(&LogEntry::TimeToCut(cutter.next_block()))
+                        .await;
+                    oldest = Some(Instant::now());
+                }
+            }
+        }
+        if inner.strong_count() == 0 {
+            return;
+        }
+    }
+}
+
+impl Orderer for KafkaOrderer {
+    async fn broadcast(&self, tx: ChainedTransaction) -> Result<(), OrdererError> {
+        self.inner.produce(&LogEntry::Tx(tx)).await
+    }
+
+    async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
+        let consumer = self.inner.consumer(from.position)?;
+        let cutter = BlockCutter::new(
+            self.inner.settings.network.clone(),
+            self.inner.settings.max_block_txs,
+            from.block,
+        );
+        let stream =
+            futures_util::stream::unfold((consumer, cutter), |(consumer, mut cutter)| async move {
+                loop {
+                    let message = match consumer.recv().await {
+                        Ok(m) => m.detach(),
+                        Err(e) => {
+                            return Some((Err(unavailable("consuming", e)), (consumer, cutter)));
+                        }
+                    };
+                    let position = u64::try_from(message.offset()).unwrap_or(0) + 1;
+                    let Some(entry) = message.payload().and_then(decode_entry) else {
+                        continue;
+                    };
+                    if let Some(block) = cutter.push(entry, position) {
+                        return Some((Ok(block), (consumer, cutter)));
+                    }
+                }
+            });
+        Ok(stream.boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::transaction;
+
+    #[test]
+    fn entries_round_trip_and_garbage_is_skipped() {
+        let tx = LogEntry::Tx(transaction(3));
+        assert_eq!(decode_entry(&encode_entry(&tx)), Some(tx));
+        let cut = LogEntry::TimeToCut(BlockNumber(7));
+        assert_eq!(decode_entry(&encode_entry(&cut)), Some(cut));
+        assert_eq!(decode_entry(&[]), None);
+        assert_eq!(decode_entry(&[9, 1, 2]), None);
+        assert_eq!(decode_entry(&[TAG_CUT, 1, 2]), None);
+        assert_eq!(decode_entry(&[TAG_TX, 0xff, 0xff]), None);
+    }
+}

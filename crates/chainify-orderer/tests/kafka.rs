@@ -1,0 +1,92 @@
+//! The orderer conformance suite on a real Kafka broker (started by `cargo xtask test`), plus two
+//! orderer instances sharing one topic, as two organizations do.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chainify_core::BlockNumber;
+use chainify_orderer::conformance::{self, network, transaction};
+use chainify_orderer::{KafkaOrderer, KafkaSettings, Orderer, Resume};
+use futures_util::StreamExt;
+
+fn settings(test: &str, max: usize, timeout: Duration) -> KafkaSettings {
+    let brokers = std::env::var("CHAINIFY_TEST_KAFKA_BROKERS").unwrap_or_else(|_| {
+        panic!(
+            "CHAINIFY_TEST_KAFKA_BROKERS is not set: run `cargo xtask test`, or `cargo xtask services start kafka` and `eval \"$(cargo xtask services env)\"`"
+        )
+    });
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    KafkaSettings {
+        brokers,
+        topic: format!("chainify-test-{test}-{nanos}"),
+        network: network(),
+        max_block_txs: max,
+        batch_timeout: timeout,
+        replication: 1,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cuts_by_count_and_by_timeout() {
+    conformance::cuts_by_count_and_by_timeout(|max, timeout| async move {
+        KafkaOrderer::connect(settings("cuts", max, timeout))
+            .await
+            .expect("kafka")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_agree_and_resume() {
+    conformance::consumers_agree_and_resume(|max, timeout| async move {
+        KafkaOrderer::connect(settings("agree", max, timeout))
+            .await
+            .expect("kafka")
+    })
+    .await;
+}
+
+/// Two orderer instances on one topic (two organizations): both produce transactions and
+/// time-to-cut markers, and both deliver the same blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_topic_cut_the_same_blocks() {
+    let s = settings("shared", 4, Duration::from_millis(150));
+    let a = KafkaOrderer::connect(s.clone()).await.expect("kafka");
+    let b = KafkaOrderer::connect(s).await.expect("kafka");
+    for nonce in 1..=14 {
+        let orderer = if nonce % 2 == 0 { &a } else { &b };
+        orderer
+            .broadcast(transaction(nonce))
+            .await
+            .expect("broadcast");
+        if nonce % 5 == 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let collect = |o: KafkaOrderer| async move {
+        let mut stream = o.deliver(Resume::START).await.expect("deliver");
+        let mut blocks = Vec::new();
+        let mut seen = 0;
+        while seen < 14 {
+            let block = tokio::time::timeout(Duration::from_secs(30), stream.next())
+                .await
+                .expect("a block within 30 s")
+                .expect("stream")
+                .expect("block");
+            seen += block.transactions.len();
+            blocks.push(block);
+        }
+        blocks
+    };
+    let from_a = collect(a).await;
+    let from_b = collect(b).await;
+    assert_eq!(from_a, from_b);
+    let numbers: Vec<u64> = from_a.iter().map(|b| b.number.0).collect();
+    assert_eq!(numbers, (0..from_a.len() as u64).collect::<Vec<_>>());
+    assert!(
+        from_a.iter().any(|b| b.transactions.len() < 4),
+        "some blocks were cut by a marker"
+    );
+    assert_eq!(from_a[0].number, BlockNumber(0));
+}
