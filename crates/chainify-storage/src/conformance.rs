@@ -51,7 +51,8 @@ macro_rules! conformance_tests {
             values_that_do_not_fit_abort_alike,
             outside_changes_reach_the_next_digest,
             checkpoint_restore_and_replay,
-            blocks_apply_once_and_in_order);
+            blocks_apply_once_and_in_order,
+            ledger_is_a_hash_chain);
     };
     (@cases $fixture:expr; $($case:ident),*) => {
         $(
@@ -1153,5 +1154,47 @@ pub async fn values_that_do_not_fit_abort_alike<F: Fixture>(f: &F) {
     assert_eq!(
         dump(&store, "kv").await[1],
         vec![Value::Int(2), Value::Int(7)]
+    );
+}
+
+/// Case: the ledger accepts only the next block, chained to the last one's hash.
+pub async fn ledger_is_a_hash_chain<F: Fixture>(f: &F) {
+    let store = setup(f, "ledger", StoreOptions::default()).await;
+    assert_eq!(store.ledger_tail().await.expect("tail"), None);
+    let (h0, h1) = (Digest::of(b"block 0"), Digest::of(b"block 1"));
+    let err = store
+        .append_ledger(BlockNumber(0), h0, h1, b"e0")
+        .await
+        .expect_err("the first block has no predecessor");
+    assert!(err.to_string().contains("zero previous hash"), "{err}");
+    store
+        .append_ledger(BlockNumber(0), h0, Digest::ZERO, b"e0")
+        .await
+        .expect("append 0");
+    let err = store
+        .append_ledger(BlockNumber(2), h1, h0, b"e2")
+        .await
+        .expect_err("gap");
+    assert!(err.to_string().contains("only the next block"), "{err}");
+    let err = store
+        .append_ledger(BlockNumber(1), h1, h1, b"e1")
+        .await
+        .expect_err("broken chain");
+    assert!(err.to_string().contains("is not the hash"), "{err}");
+    store
+        .append_ledger(BlockNumber(1), h1, h0, &[0, 255, 1])
+        .await
+        .expect("append 1");
+    assert_eq!(
+        store.ledger_tail().await.expect("tail"),
+        Some((BlockNumber(1), h1))
+    );
+    assert_eq!(
+        store.ledger_entry(BlockNumber(1)).await.expect("entry"),
+        Some(vec![0, 255, 1])
+    );
+    assert_eq!(
+        store.ledger_entry(BlockNumber(7)).await.expect("entry"),
+        None
     );
 }

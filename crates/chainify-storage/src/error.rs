@@ -143,6 +143,9 @@ pub enum StorageError {
         /// The last transient error.
         last: DbError,
     },
+    /// One of chainify's own tables holds something chainify never writes.
+    #[error("corrupt system table: {0}")]
+    Corrupt(String),
     /// A checkpoint operation cannot proceed.
     #[error("checkpoint: {0}")]
     Checkpoint(String),

@@ -5,7 +5,7 @@
 //!   [`Postgres`], [`MySql`] (also MariaDB) and [`Sqlite`];
 //! - [`Store`]: everything else, written once against the trait: shared-table registration with
 //!   generated digest tables and triggers ([`ddl`]), the block executor ([`Store::execute_block`])
-//!   and its digest, checkpoints and restore;
+//!   and its digest, checkpoints and restore, the hash-chained ledger;
 //! - [`conformance`]: the suite every backend passes.
 //!
 //! The digest is documented in `docs/design/digest.md`; values are normalized as described in
@@ -18,6 +18,7 @@ pub mod conformance;
 pub mod ddl;
 mod error;
 mod exec;
+mod ledger;
 mod mysql;
 mod postgres;
 mod sqlite;
