@@ -75,6 +75,10 @@ pub struct KafkaSettings {
     pub batch_timeout: Duration,
     /// Replication factor when the topic is created (1 for a single broker).
     pub replication: i32,
+    /// Where this instance starts following the log to produce time-to-cut markers: the block
+    /// after the organization's last one ([`Resume::START`] for a new network), so that a
+    /// restart does not re-read the whole topic.
+    pub markers_from: Resume,
 }
 
 struct Inner {
@@ -142,7 +146,7 @@ impl KafkaOrderer {
             .create()
             .map_err(|e| unavailable("creating the producer", e))?;
         let inner = Arc::new(Inner { settings, producer });
-        let markers = inner.consumer(0)?;
+        let markers = inner.consumer(inner.settings.markers_from.position)?;
         tokio::spawn(produce_markers(Arc::downgrade(&inner), markers));
         Ok(KafkaOrderer { inner })
     }
@@ -192,15 +196,16 @@ impl Inner {
 /// first transaction (as seen here) has waited the batch timeout; again after every further
 /// timeout until the block is cut.
 async fn produce_markers(inner: std::sync::Weak<Inner>, consumer: StreamConsumer) {
-    let (network, max, timeout) = match inner.upgrade() {
+    let (network, max, timeout, from) = match inner.upgrade() {
         Some(i) => (
             i.settings.network.clone(),
             i.settings.max_block_txs,
             i.settings.batch_timeout,
+            i.settings.markers_from.block,
         ),
         None => return,
     };
-    let mut cutter = BlockCutter::new(network, max, BlockNumber(0));
+    let mut cutter = BlockCutter::new(network, max, from);
     let mut oldest: Option<Instant> = None;
     loop {
         let wait = oldest.map_or(timeout, |t| timeout.saturating_sub(t.elapsed()));

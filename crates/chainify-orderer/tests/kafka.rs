@@ -24,6 +24,7 @@ fn settings(test: &str, max: usize, timeout: Duration) -> KafkaSettings {
         max_block_txs: max,
         batch_timeout: timeout,
         replication: 1,
+        markers_from: Resume::START,
     }
 }
 
@@ -89,4 +90,39 @@ async fn two_instances_on_one_topic_cut_the_same_blocks() {
         "some blocks were cut by a marker"
     );
     assert_eq!(from_a[0].number, BlockNumber(0));
+}
+
+/// An instance that joins after block 0 (a restarted organization) follows the log from its
+/// resume point and still cuts the next block by timeout with the right number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_resumes_its_markers_from_its_last_block() {
+    let s = settings("restart", 4, Duration::from_millis(300));
+    let a = KafkaOrderer::connect(s.clone()).await.expect("kafka");
+    for nonce in 1..=4 {
+        a.broadcast(transaction(nonce)).await.expect("broadcast");
+    }
+    let block0 = a
+        .deliver(Resume::START)
+        .await
+        .expect("deliver")
+        .next()
+        .await
+        .expect("stream")
+        .expect("block 0");
+    drop(a);
+    let b = KafkaOrderer::connect(KafkaSettings {
+        markers_from: Resume::after(&block0),
+        ..s
+    })
+    .await
+    .expect("kafka");
+    b.broadcast(transaction(5)).await.expect("broadcast");
+    let mut blocks = b.deliver(Resume::after(&block0)).await.expect("deliver");
+    let block1 = tokio::time::timeout(Duration::from_secs(30), blocks.next())
+        .await
+        .expect("block 1 is cut by the restarted instance's marker")
+        .expect("stream")
+        .expect("block");
+    assert_eq!(block1.number, BlockNumber(1));
+    assert_eq!(block1.transactions.len(), 1);
 }
