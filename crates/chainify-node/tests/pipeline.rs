@@ -209,183 +209,66 @@ async fn step(orgs: &mut [Org]) -> Vec<chainify_node::Executed> {
     executed
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_orgs_agree_flag_forgeries_and_repair_a_tampered_org() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = Arc::new(network());
-    let orderer = LocalOrderer::start(net.network_id.clone(), BLOCK_TXS, Duration::from_secs(60));
-    let mut orgs = Vec::new();
-    for i in 1..=ORGS {
-        orgs.push(org(i, dir.path(), &net, &orderer).await);
-    }
-    let mut workload = Smallbank::new(ACCOUNTS, &KeyDistribution::Zipf { s: 1.1 }, 5);
-    let mut nonce = 0;
-    let mut body = |tx| {
-        nonce += 1;
-        ProposalBody {
-            client: ClientId::new("alice").expect("name"),
-            nonce,
-            network: NetworkId::new("bank").expect("name"),
-            transaction: tx,
-        }
-    };
-
-    // Block 0: a forged transaction among honest ones.
-    let replayed = chained(body(workload.next_tx().1));
-    orderer
-        .broadcast(replayed.clone())
-        .await
-        .expect("broadcast");
-    let mut forged = chained(body(workload.next_tx().1));
-    forged.proposal.body.nonce += 1000;
-    orderer.broadcast(forged).await.expect("broadcast");
-    for _ in 2..BLOCK_TXS {
-        orderer
-            .broadcast(chained(body(workload.next_tx().1)))
-            .await
-            .expect("broadcast");
-    }
-    let executed = step(&mut orgs).await;
-    for e in &executed {
-        assert_eq!(e.invalid.len(), 1, "{:?}", e.invalid);
-        assert_eq!(e.invalid[0].0, 1);
-        assert!(
-            e.invalid[0].1.contains("signature of client alice"),
-            "{:?}",
-            e.invalid
-        );
-        assert!(!e.ledger.success[1]);
-    }
-
-    // Block 1: the orderer replays a transaction of block 0.
-    orderer.broadcast(replayed).await.expect("broadcast");
-    for _ in 1..BLOCK_TXS {
-        orderer
-            .broadcast(chained(body(workload.next_tx().1)))
-            .await
-            .expect("broadcast");
-    }
-    let executed = step(&mut orgs).await;
-    for e in &executed {
-        assert!(
-            e.invalid[0].1.contains("already in the ledger"),
-            "{:?}",
-            e.invalid
-        );
-    }
-    for org in &orgs {
-        assert_eq!(
-            org.ledger.len(),
-            2,
-            "org {} appended blocks 0 and 1",
-            org.id
-        );
-        org.store
-            .checkpoint(BlockNumber(1))
-            .await
-            .expect("checkpoint");
-    }
-
-    // Org 3's database is changed directly; block 2 exposes it.
-    let tamperer = orgs[2].store.clone();
-    let mut conn = tamperer.backend().acquire().await.expect("conn");
-    conn.batch("UPDATE checking SET bal = 0 WHERE custid = 1")
-        .await
-        .expect("tamper");
-    drop(conn);
-    for _ in 0..BLOCK_TXS {
-        orderer
-            .broadcast(chained(body(workload.next_tx().1)))
-            .await
-            .expect("broadcast");
-    }
-    let executed = step(&mut orgs).await;
-    assert_eq!(executed[0].ledger.hash(), executed[1].ledger.hash());
-    assert_ne!(
-        executed[2].ledger.hash(),
-        executed[0].ledger.hash(),
-        "the tampering shows in the digest"
-    );
-    assert_eq!(orgs[2].engine.state(), &State::Running, "org 3 recovered");
-
-    // Block 3: business as usual.
-    for _ in 0..BLOCK_TXS {
-        orderer
-            .broadcast(chained(body(workload.next_tx().1)))
-            .await
-            .expect("broadcast");
-    }
-    step(&mut orgs).await;
-
-    for org in &orgs {
-        assert_eq!(org.ledger.len(), 4, "org {}", org.id);
-    }
-    let ledger = |o: &Org| o.ledger.iter().map(|(b, _)| b.hash()).collect::<Vec<_>>();
-    assert_eq!(ledger(&orgs[0]), ledger(&orgs[1]));
-    assert_eq!(ledger(&orgs[0]), ledger(&orgs[2]));
-    for w in orgs[0].ledger.windows(2) {
-        assert_eq!(w[1].0.hash_previous, w[0].0.hash(), "hash chain");
-    }
-    for table in ["accounts", "savings", "checking"] {
-        let reference = dump(&orgs[0].store, table).await;
-        for org in &orgs[1..] {
-            assert_eq!(
-                dump(&org.store, table).await,
-                reference,
-                "org {} table {table}",
-                org.id
-            );
-        }
-    }
-}
-
-/// Three organizations behind a misbehaving orderer, with transactions from one client.
-struct Faulty {
+/// Three organizations behind one orderer, with Smallbank transactions from one client.
+struct Harness<O> {
     orgs: Vec<Org>,
-    orderer: FaultyOrderer<LocalOrderer>,
+    orderer: O,
     workload: Smallbank,
     nonce: u64,
     _dir: tempfile::TempDir,
 }
 
-impl Faulty {
-    async fn new(fault: Fault, from: u64) -> Faulty {
+impl<O: Orderer> Harness<O> {
+    /// Organizations on fresh SQLite files behind the orderer `make` builds from the local one.
+    async fn new(seed: u64, make: impl FnOnce(LocalOrderer) -> O) -> Harness<O> {
         let dir = tempfile::tempdir().expect("tempdir");
         let net = Arc::new(network());
-        let orderer = FaultyOrderer::new(
-            LocalOrderer::start(net.network_id.clone(), BLOCK_TXS, Duration::from_secs(60)),
-            fault,
-            BlockNumber(from),
-        );
+        let orderer = make(LocalOrderer::start(
+            net.network_id.clone(),
+            BLOCK_TXS,
+            Duration::from_secs(60),
+        ));
         let mut orgs = Vec::new();
         for i in 1..=ORGS {
             orgs.push(org(i, dir.path(), &net, &orderer).await);
         }
-        Faulty {
+        Harness {
             orgs,
             orderer,
-            workload: Smallbank::new(ACCOUNTS, &KeyDistribution::Zipf { s: 1.1 }, 9),
+            workload: Smallbank::new(ACCOUNTS, &KeyDistribution::Zipf { s: 1.1 }, seed),
             nonce: 0,
             _dir: dir,
         }
     }
 
-    /// Submits a block's worth of transactions and runs it through every organization.
-    async fn block(&mut self) -> Vec<chainify_node::Executed> {
-        for _ in 0..BLOCK_TXS {
-            self.nonce += 1;
-            let body = ProposalBody {
-                client: ClientId::new("alice").expect("name"),
-                nonce: self.nonce,
-                network: NetworkId::new("bank").expect("name"),
-                transaction: self.workload.next_tx().1,
-            };
-            self.orderer
-                .broadcast(chained(body))
-                .await
-                .expect("broadcast");
+    /// The client's next (honest, endorsed) transaction.
+    fn next_tx(&mut self) -> ChainedTransaction {
+        self.nonce += 1;
+        chained(ProposalBody {
+            client: ClientId::new("alice").expect("name"),
+            nonce: self.nonce,
+            network: NetworkId::new("bank").expect("name"),
+            transaction: self.workload.next_tx().1,
+        })
+    }
+
+    /// Submits `first`, then honest transactions up to a full block, and runs the block through
+    /// every organization.
+    async fn block_with(&mut self, first: Vec<ChainedTransaction>) -> Vec<chainify_node::Executed> {
+        let honest = BLOCK_TXS.saturating_sub(first.len());
+        for tx in first {
+            self.orderer.broadcast(tx).await.expect("broadcast");
+        }
+        for _ in 0..honest {
+            let tx = self.next_tx();
+            self.orderer.broadcast(tx).await.expect("broadcast");
         }
         step(&mut self.orgs).await
+    }
+
+    /// A block of honest transactions.
+    async fn block(&mut self) -> Vec<chainify_node::Executed> {
+        self.block_with(Vec::new()).await
     }
 
     fn ledger(&self, i: usize) -> Vec<Digest> {
@@ -398,6 +281,88 @@ impl Faulty {
                 .checkpoint(BlockNumber(block))
                 .await
                 .expect("checkpoint");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_orgs_agree_flag_forgeries_and_repair_a_tampered_org() {
+    let mut net = Harness::new(5, |local| local).await;
+
+    // Block 0: a forged transaction among honest ones.
+    let replayed = net.next_tx();
+    let mut forged = net.next_tx();
+    forged.proposal.body.nonce += 1000;
+    let executed = net.block_with(vec![replayed.clone(), forged]).await;
+    for e in &executed {
+        assert_eq!(e.invalid.len(), 1, "{:?}", e.invalid);
+        assert_eq!(e.invalid[0].0, 1);
+        assert!(
+            e.invalid[0].1.contains("signature of client alice"),
+            "{:?}",
+            e.invalid
+        );
+        assert!(!e.ledger.success[1]);
+    }
+
+    // Block 1: the orderer replays a transaction of block 0.
+    let executed = net.block_with(vec![replayed]).await;
+    for e in &executed {
+        assert!(
+            e.invalid[0].1.contains("already in the ledger"),
+            "{:?}",
+            e.invalid
+        );
+    }
+    for org in &net.orgs {
+        assert_eq!(
+            org.ledger.len(),
+            2,
+            "org {} appended blocks 0 and 1",
+            org.id
+        );
+    }
+    net.checkpoint_all(1).await;
+
+    // Org 3's database is changed directly; block 2 exposes it.
+    let mut conn = net.orgs[2].store.backend().acquire().await.expect("conn");
+    conn.batch("UPDATE checking SET bal = 0 WHERE custid = 1")
+        .await
+        .expect("tamper");
+    drop(conn);
+    let executed = net.block().await;
+    assert_eq!(executed[0].ledger.hash(), executed[1].ledger.hash());
+    assert_ne!(
+        executed[2].ledger.hash(),
+        executed[0].ledger.hash(),
+        "the tampering shows in the digest"
+    );
+    assert_eq!(
+        net.orgs[2].engine.state(),
+        &State::Running,
+        "org 3 recovered"
+    );
+
+    // Block 3: business as usual.
+    net.block().await;
+
+    for org in &net.orgs {
+        assert_eq!(org.ledger.len(), 4, "org {}", org.id);
+    }
+    assert_eq!(net.ledger(0), net.ledger(1));
+    assert_eq!(net.ledger(0), net.ledger(2));
+    for w in net.orgs[0].ledger.windows(2) {
+        assert_eq!(w[1].0.hash_previous, w[0].0.hash(), "hash chain");
+    }
+    for table in ["accounts", "savings", "checking"] {
+        let reference = dump(&net.orgs[0].store, table).await;
+        for org in &net.orgs[1..] {
+            assert_eq!(
+                dump(&org.store, table).await,
+                reference,
+                "org {} table {table}",
+                org.id
+            );
         }
     }
 }
@@ -415,7 +380,8 @@ async fn uniform_orderer_faults_are_flagged_alike_and_agreed() {
         ),
         (Fault::Forge, Some("signature of client alice")),
     ] {
-        let mut net = Faulty::new(fault, 0).await;
+        let mut net =
+            Harness::new(9, |local| FaultyOrderer::new(local, fault, BlockNumber(0))).await;
         for _ in 0..2 {
             let executed = net.block().await;
             let expected_len = match fault {
@@ -450,7 +416,10 @@ async fn uniform_orderer_faults_are_flagged_alike_and_agreed() {
 /// without ever appending a block that was not agreed; the others go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equivocation_is_outvoted_and_the_victim_halts_safely() {
-    let mut net = Faulty::new(Fault::Equivocate, 1).await;
+    let mut net = Harness::new(9, |local| {
+        FaultyOrderer::new(local, Fault::Equivocate, BlockNumber(1))
+    })
+    .await;
     net.block().await;
     net.checkpoint_all(0).await;
     let executed = net.block().await;

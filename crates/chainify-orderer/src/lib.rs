@@ -33,20 +33,9 @@ pub type BlockStream = Pin<Box<dyn Stream<Item = Result<TransactionBlock, Ordere
 /// Why the orderer cannot serve a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OrdererError {
-    /// The orderer was shut down.
-    #[error("the orderer is shut down")]
-    Closed,
     /// The orderer cannot be reached or refused the request; retrying later may work.
     #[error("orderer unavailable: {0}")]
     Unavailable(String),
-    /// Blocks before this number are no longer kept.
-    #[error("block {requested} is no longer available; the oldest kept is {oldest}")]
-    Pruned {
-        /// The block asked for.
-        requested: BlockNumber,
-        /// The oldest block the orderer still has.
-        oldest: BlockNumber,
-    },
 }
 
 /// Where a consumer starts: the next block it needs and the log position where the block before

@@ -15,7 +15,7 @@ use crate::{BlockCutter, BlockStream, LogEntry, Orderer, OrdererError, Resume};
 #[derive(Debug)]
 struct State {
     cutter: BlockCutter,
-    first: BlockNumber,
+    /// Every block cut so far; block n at index n.
     blocks: Vec<TransactionBlock>,
     log_len: u64,
     /// When the oldest transaction of the block being filled arrived.
@@ -45,7 +45,6 @@ impl LocalOrderer {
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 cutter: BlockCutter::new(network, max_block_txs, BlockNumber(0)),
-                first: BlockNumber(0),
                 blocks: Vec::new(),
                 log_len: 0,
                 oldest_pending: None,
@@ -106,18 +105,7 @@ impl Orderer for LocalOrderer {
 
     async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
         // Blocks are kept by number here; the position matters to log-based orderers.
-        let from = from.block;
-        let first = self.inner.lock().first;
-        let Some(start) = from.0.checked_sub(first.0) else {
-            return Err(OrdererError::Pruned {
-                requested: from,
-                oldest: first,
-            });
-        };
-        let start = usize::try_from(start).map_err(|_| OrdererError::Pruned {
-            requested: from,
-            oldest: first,
-        })?;
+        let start = usize::try_from(from.block.0).unwrap_or(usize::MAX);
         let inner = Arc::downgrade(&self.inner);
         let rx = self.inner.cut.subscribe();
         let stream =

@@ -29,6 +29,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Whether DDL is transactional (PostgreSQL, SQLite); MySQL commits each DDL statement.
     fn transactional_ddl(&self) -> bool;
 
+    /// How to check foreign keys only at commit in a transaction that repairs several tables.
+    fn foreign_keys_deferred(&self) -> DeferForeignKeys;
+
     /// A connection from the pool.
     fn acquire(&self) -> impl Future<Output = Result<Self::Conn, DbError>> + Send;
 
@@ -43,6 +46,17 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Closes the pool.
     fn close(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// Session statements around a transaction whose foreign keys hold only at its end.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeferForeignKeys {
+    /// Run before BEGIN.
+    pub before_begin: &'static [&'static str],
+    /// Run right after BEGIN.
+    pub in_transaction: &'static [&'static str],
+    /// Run after COMMIT or ROLLBACK.
+    pub after_end: &'static [&'static str],
 }
 
 /// A pooled connection. A connection dropped inside a transaction is closed rather than
@@ -246,3 +260,48 @@ macro_rules! sqlx_conn {
 }
 
 pub(crate) use sqlx_conn;
+
+/// The [`Backend`] methods every sqlx backend shares, for a struct with `pool` and `url` fields,
+/// its connection type `$conn`, and the calling module's `MIGRATOR` and `db_err`.
+macro_rules! sqlx_backend_basics {
+    ($conn:ident) => {
+        fn url(&self) -> &str {
+            &self.url
+        }
+
+        async fn acquire(&self) -> Result<$conn, DbError> {
+            let conn = self.pool.acquire().await.map_err(db_err)?;
+            Ok($conn::new(conn))
+        }
+
+        async fn migrate(&self) -> Result<(), StorageError> {
+            MIGRATOR
+                .run(&self.pool)
+                .await
+                .map_err(|e| StorageError::Migration {
+                    url: self.url.clone(),
+                    reason: e.to_string(),
+                })
+        }
+
+        async fn close(&self) {
+            self.pool.close().await;
+        }
+    };
+}
+
+pub(crate) use sqlx_backend_basics;
+
+/// Maps errors of catalog queries on the database at `url` while doing `during`.
+pub(crate) fn catalog_error(
+    url: &str,
+    during: &str,
+    db_err: fn(sqlx::Error) -> DbError,
+) -> impl Fn(sqlx::Error) -> StorageError + use<> {
+    let (url, during) = (url.to_owned(), during.to_owned());
+    move |e| StorageError::Database {
+        url: url.clone(),
+        during: during.clone(),
+        source: db_err(e),
+    }
+}

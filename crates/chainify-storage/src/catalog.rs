@@ -296,10 +296,11 @@ pub fn classify_declared_type(declared: &str) -> (ColumnType, Option<u32>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn col(name: &str, native: &str) -> CatalogColumn {
+    /// A NOT NULL column of the declared type (also used by the `ddl` tests).
+    pub(crate) fn col(name: &str, native: &str) -> CatalogColumn {
         let (ty, precision) = classify_declared_type(native);
         CatalogColumn {
             name: name.into(),

@@ -244,16 +244,17 @@ impl<B: Backend> Store<B> {
                 )));
             }
         }
+        // Rows are repaired table by table in one transaction; foreign-key checks would fail
+        // midway on engines that check them row by row.
+        let fk = self.backend.foreign_keys_deferred();
         let mut conn = self.acquire(&during).await?;
-        let mysql = dialect == chainify_sql::render::Dialect::MySql;
-        if mysql {
-            // Tables are emptied and refilled in one transaction; checks would fail midway.
-            self.db(conn.batch("SET FOREIGN_KEY_CHECKS = 0").await, &during)?;
+        for sql in fk.before_begin {
+            self.db(conn.batch(sql).await, &during)?;
         }
         self.db(conn.begin().await, &during)?;
         let result = async {
-            if dialect == chainify_sql::render::Dialect::Sqlite {
-                self.db(conn.batch("PRAGMA defer_foreign_keys = ON").await, &during)?;
+            for sql in fk.in_transaction {
+                self.db(conn.batch(sql).await, &during)?;
             }
             let snapshot_of = |t: &CatalogTable| Value::Int(holder(&t.name).unwrap_or(-1));
             let statements: Vec<_> = order.iter().map(|t| ddl::restore(dialect, t)).collect();
@@ -311,8 +312,8 @@ impl<B: Backend> Store<B> {
                 Err(e)
             }
         };
-        if mysql {
-            self.db(conn.batch("SET FOREIGN_KEY_CHECKS = 1").await, &during)?;
+        for sql in fk.after_end {
+            self.db(conn.batch(sql).await, &during)?;
         }
         let rows = outcome?;
         // Snapshots taken after the checkpoint are unreferenced now.

@@ -13,6 +13,7 @@ use chainify_core::tx::{Statement, Transaction};
 use chainify_core::{BlockNumber, Decimal, Digest, TxId, Value};
 use chainify_sql::Analyzer;
 use chainify_sql::render::Dialect;
+use chainify_workload::Rng;
 
 use crate::StoreOptions;
 use crate::backend::{Backend, Conn};
@@ -575,20 +576,20 @@ pub async fn digest_of_awkward_values<F: Fixture>(f: &F) {
 /// A random high-conflict block over kv and the Smallbank tables: inserts (some colliding),
 /// deletes, range updates, guarded transfers, reads.
 pub fn random_block<B: Backend>(store: &Store<B>, number: u64, seed: u64, len: usize) -> ExecBlock {
-    let mut rng = chainify_workload_rng(seed);
+    let mut rng = Rng::new(seed);
     let mut txs = Vec::with_capacity(len);
     let keys = 2 * ACCOUNTS as u64;
     for _ in 0..len {
-        let k = Value::Int(1 + (rng.next() % keys) as i64);
-        let k2 = Value::Int(1 + (rng.next() % keys) as i64);
-        let a = Value::Int(1 + (rng.next() % ACCOUNTS as u64) as i64);
-        let b = Value::Int(1 + (rng.next() % ACCOUNTS as u64) as i64);
-        let v = Value::Int((rng.next() % 200) as i64 - 50);
-        let t = match rng.next() % 8 {
+        let k = Value::Int(1 + (rng.next_u64() % keys) as i64);
+        let k2 = Value::Int(1 + (rng.next_u64() % keys) as i64);
+        let a = Value::Int(1 + (rng.next_u64() % ACCOUNTS as u64) as i64);
+        let b = Value::Int(1 + (rng.next_u64() % ACCOUNTS as u64) as i64);
+        let v = Value::Int((rng.next_u64() % 200) as i64 - 50);
+        let t = match rng.next_u64() % 8 {
             0 => tx(vec![st("INSERT INTO kv (k, v) VALUES ($1, $2)", vec![k, v])]),
             1 => tx(vec![st("DELETE FROM kv WHERE k = $1", vec![k]).expect_rows(1)]),
             2 => {
-                let lo = 1 + (rng.next() % keys) as i64;
+                let lo = 1 + (rng.next_u64() % keys) as i64;
                 tx(vec![st("UPDATE kv SET v = v + $1 WHERE k BETWEEN $2 AND $3", vec![v, Value::Int(lo), Value::Int(lo + 5)])])
             }
             3 => tx(vec![
@@ -609,23 +610,6 @@ pub fn random_block<B: Backend>(store: &Store<B>, number: u64, seed: u64, len: u
         txs.push(t);
     }
     block(store, number, txs)
-}
-
-/// SplitMix64, so the suite needs no workload crate.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
-fn chainify_workload_rng(seed: u64) -> SplitMix {
-    SplitMix(seed)
 }
 
 /// Case (the oracle): on random high-conflict blocks, parallel execution gives exactly the

@@ -522,20 +522,9 @@ fn column_list(t: &CatalogTable) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{CatalogColumn, classify_declared_type};
+    use crate::catalog::tests::col;
 
     fn table() -> CatalogTable {
-        let col = |name: &str, native: &str| {
-            let (ty, precision) = classify_declared_type(native);
-            CatalogColumn {
-                name: name.into(),
-                native_type: native.into(),
-                ty,
-                not_null: true,
-                precision,
-                engine_problem: None,
-            }
-        };
         CatalogTable {
             name: "acct".into(),
             columns: vec![

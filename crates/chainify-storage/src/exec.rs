@@ -170,6 +170,8 @@ struct Run<'a, B: Backend> {
     success: Mutex<Vec<bool>>,
     failures: Mutex<Vec<TxFailure>>,
     retries: AtomicU64,
+    /// The statement that records a committed (or aborted) transaction.
+    marker: String,
     /// Connections kept for the block's duration: taking one from the pool costs a liveness
     /// round trip, which would otherwise be paid per transaction.
     idle: Mutex<Vec<B::Conn>>,
@@ -201,16 +203,6 @@ impl<B: Backend> Run<'_, B> {
         }
     }
 
-    fn marker_sql(&self) -> String {
-        let p = |n| ddl::placeholder(self.store.backend.dialect(), n);
-        format!(
-            "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({}, {}, {})",
-            p(1),
-            p(2),
-            p(3)
-        )
-    }
-
     /// Runs transaction `index` in its own database transaction, retrying transient errors.
     async fn run_committing(&self, index: usize) -> Result<(), StorageError> {
         if let Some(ok) = self.prior[index] {
@@ -223,7 +215,7 @@ impl<B: Backend> Run<'_, B> {
         };
         let store = self.store;
         let during = format!("executing block {} transaction {index}", self.block.number);
-        let marker = self.marker_sql();
+        let marker = &self.marker;
         let idx = index_param(index);
         let mut attempt = 0;
         loop {
@@ -233,7 +225,7 @@ impl<B: Backend> Run<'_, B> {
                 conn.begin().await?;
                 match store.run_statements(&mut conn, tx).await {
                     Ok(()) => {
-                        conn.execute(&marker, &[&self.block_value, &idx, &Value::Int(1)], false)
+                        conn.execute(marker, &[&self.block_value, &idx, &Value::Int(1)], false)
                             .await?;
                         match conn.commit().await {
                             Ok(()) => Ok(None),
@@ -258,7 +250,7 @@ impl<B: Backend> Run<'_, B> {
                 Ok(Some(reason)) => {
                     store.db(conn.rollback().await, &during)?;
                     store.db(
-                        conn.execute(&marker, &[&self.block_value, &idx, &Value::Int(0)], false)
+                        conn.execute(marker, &[&self.block_value, &idx, &Value::Int(0)], false)
                             .await,
                         &during,
                     )?;
@@ -363,6 +355,12 @@ impl<B: Backend> Store<B> {
             success: Mutex::new(vec![false; block.txs.len()]),
             failures: Mutex::new(Vec::new()),
             retries: AtomicU64::new(0),
+            marker: format!(
+                "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({}, {}, {})",
+                p(1),
+                p(2),
+                p(3)
+            ),
             idle: Mutex::new(Vec::new()),
         };
         match mode {

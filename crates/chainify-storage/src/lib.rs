@@ -27,7 +27,7 @@ mod value;
 
 use std::time::Duration;
 
-pub use backend::{Backend, Conn};
+pub use backend::{Backend, Conn, DeferForeignKeys};
 pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};
 pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};

@@ -12,7 +12,10 @@ use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Executor, Row};
 
 use crate::StoreOptions;
-use crate::backend::{Backend, classify, plain_statement_text as statement_text, sqlx_conn};
+use crate::backend::{
+    Backend, DeferForeignKeys, catalog_error, classify, plain_statement_text as statement_text,
+    sqlx_backend_basics, sqlx_conn,
+};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
@@ -242,10 +245,6 @@ impl Backend for MySql {
         Dialect::MySql
     }
 
-    fn url(&self) -> &str {
-        &self.url
-    }
-
     fn concurrent_writers(&self) -> bool {
         true
     }
@@ -254,31 +253,8 @@ impl Backend for MySql {
         false
     }
 
-    async fn acquire(&self) -> Result<MySqlConn, DbError> {
-        let conn = self.pool.acquire().await.map_err(db_err)?;
-        Ok(MySqlConn::new(conn))
-    }
-
-    async fn migrate(&self) -> Result<(), StorageError> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StorageError::Migration {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            })
-    }
-
     async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
-        let err = |during: &str| {
-            let url = self.url.clone();
-            let during = during.to_owned();
-            move |e: sqlx::Error| StorageError::Database {
-                url: url.clone(),
-                during: during.clone(),
-                source: db_err(e),
-            }
-        };
+        let err = |during: &str| catalog_error(&self.url, during, db_err);
         let rows = sqlx::query(COLUMNS)
             .bind(table)
             .fetch_all(&self.pool)
@@ -369,7 +345,14 @@ impl Backend for MySql {
         Ok(Some(t))
     }
 
-    async fn close(&self) {
-        self.pool.close().await;
+    fn foreign_keys_deferred(&self) -> DeferForeignKeys {
+        // Checked row by row; switched off for the session around the repair.
+        DeferForeignKeys {
+            before_begin: &["SET FOREIGN_KEY_CHECKS = 0"],
+            after_end: &["SET FOREIGN_KEY_CHECKS = 1"],
+            ..DeferForeignKeys::default()
+        }
     }
+
+    sqlx_backend_basics!(MySqlConn);
 }

@@ -15,7 +15,10 @@ use sqlx::postgres::{
 use sqlx::query::Query;
 
 use crate::StoreOptions;
-use crate::backend::{Backend, classify, sqlx_conn, typed_statement_text as statement_text};
+use crate::backend::{
+    Backend, DeferForeignKeys, catalog_error, classify, sqlx_backend_basics, sqlx_conn,
+    typed_statement_text as statement_text,
+};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
@@ -243,10 +246,6 @@ impl Backend for Postgres {
         Dialect::Postgres
     }
 
-    fn url(&self) -> &str {
-        &self.url
-    }
-
     fn concurrent_writers(&self) -> bool {
         true
     }
@@ -255,31 +254,8 @@ impl Backend for Postgres {
         true
     }
 
-    async fn acquire(&self) -> Result<PgConn, DbError> {
-        let conn = self.pool.acquire().await.map_err(db_err)?;
-        Ok(PgConn::new(conn))
-    }
-
-    async fn migrate(&self) -> Result<(), StorageError> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StorageError::Migration {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            })
-    }
-
     async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
-        let err = |during: &str| {
-            let url = self.url.clone();
-            let during = during.to_owned();
-            move |e: sqlx::Error| StorageError::Database {
-                url: url.clone(),
-                during: during.clone(),
-                source: db_err(e),
-            }
-        };
+        let err = |during: &str| catalog_error(&self.url, during, db_err);
         let rows = sqlx::query(COLUMNS)
             .bind(table)
             .fetch_all(&self.pool)
@@ -352,7 +328,10 @@ impl Backend for Postgres {
         Ok(Some(t))
     }
 
-    async fn close(&self) {
-        self.pool.close().await;
+    fn foreign_keys_deferred(&self) -> DeferForeignKeys {
+        // Checked at the end of each statement; a restore orders its statements parents first.
+        DeferForeignKeys::default()
     }
+
+    sqlx_backend_basics!(PgConn);
 }

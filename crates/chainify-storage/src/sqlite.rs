@@ -13,7 +13,10 @@ use sqlx::sqlite::{
 use sqlx::{Decode, Row, TypeInfo, ValueRef};
 
 use crate::StoreOptions;
-use crate::backend::{Backend, classify, plain_statement_text as statement_text, sqlx_conn};
+use crate::backend::{
+    Backend, DeferForeignKeys, catalog_error, classify, plain_statement_text as statement_text,
+    sqlx_backend_basics, sqlx_conn,
+};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
@@ -190,10 +193,6 @@ impl Backend for Sqlite {
         Dialect::Sqlite
     }
 
-    fn url(&self) -> &str {
-        &self.url
-    }
-
     fn concurrent_writers(&self) -> bool {
         false
     }
@@ -202,31 +201,8 @@ impl Backend for Sqlite {
         true
     }
 
-    async fn acquire(&self) -> Result<SqliteConn, DbError> {
-        let conn = self.pool.acquire().await.map_err(db_err)?;
-        Ok(SqliteConn::new(conn))
-    }
-
-    async fn migrate(&self) -> Result<(), StorageError> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StorageError::Migration {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            })
-    }
-
     async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
-        let err = |during: &str| {
-            let url = self.url.clone();
-            let during = during.to_owned();
-            move |e: sqlx::Error| StorageError::Database {
-                url: url.clone(),
-                during: during.clone(),
-                source: db_err(e),
-            }
-        };
+        let err = |during: &str| catalog_error(&self.url, during, db_err);
         let kind: Option<String> =
             sqlx::query_scalar("SELECT type FROM sqlite_master WHERE name = ?1 AND type = 'table'")
                 .bind(table)
@@ -341,7 +317,12 @@ impl Backend for Sqlite {
         Ok(Some(t))
     }
 
-    async fn close(&self) {
-        self.pool.close().await;
+    fn foreign_keys_deferred(&self) -> DeferForeignKeys {
+        DeferForeignKeys {
+            in_transaction: &["PRAGMA defer_foreign_keys = ON"],
+            ..DeferForeignKeys::default()
+        }
     }
+
+    sqlx_backend_basics!(SqliteConn);
 }

@@ -198,21 +198,6 @@ impl<B: Backend> Store<B> {
         Ok(())
     }
 
-    /// Forgets the changes recorded so far without digesting them: for the initial load of a
-    /// network's genesis state, which every organization loads identically before block 0. Never
-    /// call it later: it hides changes from the vote.
-    pub async fn discard_pending_changes(&self) -> Result<(), StorageError> {
-        let mut conn = self.acquire("discarding recorded changes").await?;
-        for t in self.tables().values() {
-            self.db(
-                conn.batch(&format!("DELETE FROM {}", ddl::digest_table(&t.name)))
-                    .await,
-                "discarding recorded changes",
-            )?;
-        }
-        Ok(())
-    }
-
     /// The portable statement text rendered for this engine (cached by text).
     pub(crate) fn rendered(&self, sql: &str) -> Result<Arc<Rendered>, String> {
         if let Some(r) = self
