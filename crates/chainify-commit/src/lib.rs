@@ -94,6 +94,14 @@ pub enum Command {
     Notify(BlockNumber),
     /// Ask peers for the certificate of a block.
     FetchCertificate(BlockNumber),
+    /// Send the certificate of an appended block (from the ledger) to an organization that is
+    /// behind: it voted on a block that is final here.
+    SendCertificate {
+        /// The organization that is behind.
+        to: OrgId,
+        /// The appended block.
+        block: BlockNumber,
+    },
     /// Restore a checkpoint at or before `block` (`attempt` 0: the newest, 1: the one before, …),
     /// replay up to `block`, and report [`Event::Recovered`] or [`Event::RecoveryFailed`].
     /// Local execution results of later blocks are void.
@@ -280,7 +288,14 @@ impl CommitEngine {
     fn vote(&mut self, vote: Vote, out: &mut Vec<Command>) {
         let number = vote.block;
         if number < self.next {
-            // Late: the block is final already.
+            // Late: the block is final here. The voter is behind; answer with the certificate
+            // so that it can decide without waiting to fetch it (a forged vote costs one reply).
+            if vote.org != self.me && self.ctx.keys.contains_key(&vote.org) {
+                out.push(Command::SendCertificate {
+                    to: vote.org,
+                    block: number,
+                });
+            }
             return;
         }
         if number.0 > self.next.0.saturating_add(MAX_BLOCKS_AHEAD) {

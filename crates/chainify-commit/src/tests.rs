@@ -98,9 +98,26 @@ fn agreement_appends_with_the_matching_votes() {
         ]
     );
     assert_eq!(e.next_block(), BlockNumber(1));
-    // A late vote on a final block changes nothing, whatever it says.
-    assert_eq!(e.handle(Event::Vote(n.vote(3, &b0))), vec![]);
-    assert_eq!(e.handle(Event::Vote(n.vote(3, &lb(&n, 0, "z")))), vec![]);
+    // A late vote on a final block changes nothing here, whatever it says; the late voter is
+    // sent the certificate so that it can decide at once.
+    let catch_up = Command::SendCertificate {
+        to: OrgId(3),
+        block: BlockNumber(0),
+    };
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(3, &b0))),
+        vec![catch_up.clone()]
+    );
+    assert_eq!(
+        e.handle(Event::Vote(n.vote(3, &lb(&n, 0, "z")))),
+        vec![catch_up]
+    );
+    assert_eq!(e.next_block(), BlockNumber(1));
+    // Our own echo and votes of organizations outside the network get nothing.
+    assert_eq!(e.handle(Event::Vote(n.vote(1, &b0))), vec![]);
+    let mut stranger = n.vote(3, &b0);
+    stranger.org = OrgId(9);
+    assert_eq!(e.handle(Event::Vote(stranger)), vec![]);
 }
 
 #[test]

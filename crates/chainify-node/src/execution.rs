@@ -89,7 +89,7 @@ impl<B: Backend> ExecutionServer<B> {
             .iter()
             .map(|t| t.proposal.tx_id())
             .collect();
-        let known: BTreeSet<TxId> = self.store.known_transactions(&ids).await?;
+        let known: BTreeSet<TxId> = self.store.known_transactions(block.number, &ids).await?;
         let validation = validate_block(block, &self.network, |id| known.contains(id));
         let mut invalid = Vec::new();
         let mut txs = Vec::with_capacity(block.transactions.len());

@@ -155,7 +155,9 @@ async fn settle(orgs: &mut [Org], mut queue: VecDeque<(usize, Event)>) {
                     queue.push_back((at, recover(&mut orgs[at], block, attempt).await));
                 }
                 Command::Alarm(reason) => orgs[at].alarms.push(reason),
-                Command::Notify(_) | Command::FetchCertificate(_) => {}
+                Command::Notify(_)
+                | Command::FetchCertificate(_)
+                | Command::SendCertificate { .. } => {}
                 other => panic!("org {} unexpected command {other:?}", orgs[at].id),
             }
         }

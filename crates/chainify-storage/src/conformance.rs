@@ -891,7 +891,10 @@ pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
         "restore brings back block 2's state"
     );
     let ids: Vec<TxId> = (0..6).map(id).collect();
-    let known = store.known_transactions(&ids).await.expect("lookup");
+    let known = store
+        .known_transactions(BlockNumber(10), &ids)
+        .await
+        .expect("lookup");
     assert_eq!(
         known.len(),
         3,
@@ -962,8 +965,19 @@ pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
     let (t1, t2) = (TxId(Digest::of(b"t1")), TxId(Digest::of(b"t2")));
     b0.tx_ids = vec![t1];
     let first = run(&store, &b0, ExecMode::Parallel(2)).await;
-    let known = store.known_transactions(&[t1, t2]).await.expect("lookup");
+    let known = store
+        .known_transactions(BlockNumber(1), &[t1, t2])
+        .await
+        .expect("lookup");
     assert_eq!(known.into_iter().collect::<Vec<_>>(), vec![t1]);
+    let own = store
+        .known_transactions(BlockNumber(0), &[t1, t2])
+        .await
+        .expect("lookup");
+    assert!(
+        own.is_empty(),
+        "a block's own transactions are not earlier ones"
+    );
     let again = run(&store, &b0, ExecMode::Parallel(2)).await;
     assert_eq!(
         (again.digest, &again.success),

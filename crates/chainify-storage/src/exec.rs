@@ -701,26 +701,30 @@ impl<B: Backend> Store<B> {
         }))
     }
 
-    /// Which of `ids` belong to applied blocks.
+    /// Which of `ids` belong to applied blocks before `before`. (A block that is executed again
+    /// after a crash finds its own transactions indexed; they are not replays of themselves.)
     pub async fn known_transactions(
         &self,
+        before: BlockNumber,
         ids: &[TxId],
     ) -> Result<std::collections::BTreeSet<TxId>, StorageError> {
         let mut known = std::collections::BTreeSet::new();
+        let limit = Value::Int(i64::try_from(before.0).unwrap_or(i64::MAX));
         for chunk in ids.chunks(CONSUME_CHUNK) {
-            let list: Vec<String> = (1..=chunk.len())
+            let list: Vec<String> = (2..=chunk.len() + 1)
                 .map(|n| ddl::placeholder(self.backend.dialect(), n))
                 .collect();
             let values: Vec<Value> = chunk
                 .iter()
                 .map(|id| Value::Bytes(id.0.as_bytes().to_vec()))
                 .collect();
-            let params: Vec<&Value> = values.iter().collect();
+            let params: Vec<&Value> = std::iter::once(&limit).chain(values.iter()).collect();
             let rows = self
                 .query(
                     "looking up transaction ids",
                     &format!(
-                        "SELECT tx_id FROM chainify_tx_index WHERE tx_id IN ({})",
+                        "SELECT tx_id FROM chainify_tx_index WHERE block < {} AND tx_id IN ({})",
+                        ddl::placeholder(self.backend.dialect(), 1),
                         list.join(", ")
                     ),
                     &params,

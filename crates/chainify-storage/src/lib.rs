@@ -2,7 +2,8 @@
 //!
 //! - [`Backend`]/[`Conn`]: the engine-specific part (connect with pinned session settings,
 //!   catalog introspection, binding and decoding values, error classification), implemented by
-//!   [`Postgres`], [`MySql`] (also MariaDB) and [`Sqlite`];
+//!   [`Postgres`], [`MySql`] (also MariaDB) and [`Sqlite`], and by [`AnyBackend`], which picks
+//!   one of them from the URL at run time;
 //! - [`Store`]: everything else, written once against the trait: shared-table registration with
 //!   generated digest tables and triggers ([`ddl`]), the block executor ([`Store::execute_block`])
 //!   and its digest, checkpoints and restore, the hash-chained ledger;
@@ -11,6 +12,7 @@
 //! The digest is documented in `docs/design/digest.md`; values are normalized as described in
 //! the `value` module so honest engines produce identical bytes.
 
+mod any;
 mod backend;
 pub mod catalog;
 mod checkpoint;
@@ -27,6 +29,7 @@ mod value;
 
 use std::time::Duration;
 
+pub use any::{AnyBackend, AnyConn};
 pub use backend::{Backend, Conn, DeferForeignKeys};
 pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};

@@ -1,0 +1,185 @@
+//! One backend type for all engines, chosen by the URL's scheme at run time. Code that serves
+//! organizations on different engines side by side (the in-process cluster, the node binary)
+//! uses [`AnyBackend`] instead of being generic; the engine-specific types stay available for
+//! code that knows its engine.
+
+use chainify_core::Value;
+use chainify_sql::render::Dialect;
+
+use crate::backend::{Backend, Conn, DeferForeignKeys};
+use crate::catalog::CatalogTable;
+use crate::ddl::ReadType;
+use crate::error::{DbError, StorageError, redact_url};
+use crate::{MySql, MySqlConn, PgConn, Postgres, Sqlite, SqliteConn, StoreOptions};
+
+/// PostgreSQL, MySQL/MariaDB or SQLite.
+#[derive(Debug)]
+pub enum AnyBackend {
+    /// `postgres://…` or `postgresql://…`.
+    Postgres(Postgres),
+    /// `mysql://…` or `mariadb://…`.
+    MySql(MySql),
+    /// `sqlite://…` or `sqlite:…`.
+    Sqlite(Sqlite),
+}
+
+/// A connection of an [`AnyBackend`].
+#[derive(Debug)]
+pub enum AnyConn {
+    /// PostgreSQL.
+    Postgres(PgConn),
+    /// MySQL/MariaDB.
+    MySql(MySqlConn),
+    /// SQLite.
+    Sqlite(SqliteConn),
+}
+
+impl AnyBackend {
+    /// Connects to the engine the URL's scheme names.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<AnyBackend, StorageError> {
+        let scheme = url.split_once(':').map_or("", |(s, _)| s);
+        match scheme {
+            "postgres" | "postgresql" => {
+                Ok(AnyBackend::Postgres(Postgres::connect(url, options).await?))
+            }
+            "mysql" | "mariadb" => {
+                let url = url.replacen("mariadb:", "mysql:", 1);
+                Ok(AnyBackend::MySql(MySql::connect(&url, options).await?))
+            }
+            "sqlite" => Ok(AnyBackend::Sqlite(Sqlite::connect(url, options).await?)),
+            _ => Err(StorageError::Connect {
+                url: redact_url(url),
+                reason: format!(
+                    "unknown database scheme {scheme:?}; use postgres://, mysql:// (or mariadb://) or sqlite://"
+                ),
+            }),
+        }
+    }
+}
+
+/// Calls the same method on whichever engine `$self` holds.
+macro_rules! each {
+    ($enum:ident, $self:expr, $b:ident => $e:expr) => {
+        match $self {
+            $enum::Postgres($b) => $e,
+            $enum::MySql($b) => $e,
+            $enum::Sqlite($b) => $e,
+        }
+    };
+}
+
+impl Backend for AnyBackend {
+    type Conn = AnyConn;
+
+    fn dialect(&self) -> Dialect {
+        each!(AnyBackend, self, b => b.dialect())
+    }
+
+    fn url(&self) -> &str {
+        each!(AnyBackend, self, b => b.url())
+    }
+
+    fn concurrent_writers(&self) -> bool {
+        each!(AnyBackend, self, b => b.concurrent_writers())
+    }
+
+    fn transactional_ddl(&self) -> bool {
+        each!(AnyBackend, self, b => b.transactional_ddl())
+    }
+
+    fn foreign_keys_deferred(&self) -> DeferForeignKeys {
+        each!(AnyBackend, self, b => b.foreign_keys_deferred())
+    }
+
+    async fn acquire(&self) -> Result<AnyConn, DbError> {
+        Ok(match self {
+            AnyBackend::Postgres(b) => AnyConn::Postgres(b.acquire().await?),
+            AnyBackend::MySql(b) => AnyConn::MySql(b.acquire().await?),
+            AnyBackend::Sqlite(b) => AnyConn::Sqlite(b.acquire().await?),
+        })
+    }
+
+    async fn migrate(&self) -> Result<(), StorageError> {
+        each!(AnyBackend, self, b => b.migrate().await)
+    }
+
+    async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
+        each!(AnyBackend, self, b => b.introspect(table).await)
+    }
+
+    async fn close(&self) {
+        each!(AnyBackend, self, b => b.close().await)
+    }
+}
+
+impl Conn for AnyConn {
+    async fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        returns_rows: bool,
+    ) -> Result<u64, DbError> {
+        each!(AnyConn, self, c => c.execute(sql, params, returns_rows).await)
+    }
+
+    async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> Result<Vec<Vec<Value>>, DbError> {
+        each!(AnyConn, self, c => c.query(sql, params, types).await)
+    }
+
+    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.batch(sql).await)
+    }
+
+    async fn begin(&mut self) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.begin().await)
+    }
+
+    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.begin_snapshot().await)
+    }
+
+    async fn commit(&mut self) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.commit().await)
+    }
+
+    async fn rollback(&mut self) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.rollback().await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unknown_scheme_is_named() {
+        let err = AnyBackend::connect("oracle://scott:tiger@db/x", &StoreOptions::default())
+            .await
+            .expect_err("no such engine");
+        let text = err.to_string();
+        assert!(text.contains("\"oracle\""), "{text}");
+        assert!(!text.contains("tiger"), "the password is masked: {text}");
+    }
+
+    #[tokio::test]
+    async fn the_scheme_picks_the_engine() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}", dir.path().join("a.db").display());
+        let backend = AnyBackend::connect(&url, &StoreOptions::default())
+            .await
+            .expect("sqlite");
+        assert!(matches!(backend, AnyBackend::Sqlite(_)));
+        assert_eq!(backend.dialect(), Dialect::Sqlite);
+        let mut conn = backend.acquire().await.expect("conn");
+        let rows = conn
+            .query("SELECT 40 + 2", &[], &[ReadType::Int])
+            .await
+            .expect("query");
+        assert_eq!(rows, vec![vec![Value::Int(42)]]);
+    }
+}
