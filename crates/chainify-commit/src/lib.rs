@@ -22,6 +22,7 @@
 //!   runtime logs them) and never counted.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chainify_core::crypto::SigningKey;
 use chainify_core::policy::Agreement;
@@ -175,7 +176,7 @@ impl Slot {
 #[derive(Debug)]
 pub struct CommitEngine {
     me: OrgId,
-    key: SigningKey,
+    key: Arc<SigningKey>,
     ctx: VoteContext,
     timing: Timing,
     /// The next block to append; all before it are in the ledger.
@@ -189,7 +190,7 @@ impl CommitEngine {
     /// An engine for organization `me` (signing with `key`) whose ledger ends before `next`.
     pub fn new(
         me: OrgId,
-        key: SigningKey,
+        key: Arc<SigningKey>,
         ctx: VoteContext,
         timing: Timing,
         next: BlockNumber,

@@ -35,7 +35,7 @@ impl Net {
     fn engine(&self, org: u32) -> CommitEngine {
         CommitEngine::new(
             OrgId(org),
-            SigningKey::from_seed(&[org as u8; 32]),
+            Arc::new(SigningKey::from_seed(&[org as u8; 32])),
             self.ctx.clone(),
             Timing::default(),
             BlockNumber(0),

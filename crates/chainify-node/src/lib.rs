@@ -1,12 +1,26 @@
-//! chainify-node: the components of one organization.
+//! chainify-node: the components of one organization, and N organizations in one process.
 //!
 //! - [`ExecutionServer`]: turns an ordered [`TransactionBlock`] into the organization's
 //!   [`LedgerBlock`]: validate every transaction deterministically (signatures, endorsement,
 //!   replays), analyse and check grants, execute on the local engine, digest, chain.
+//! - [`Node`]: the runtime of an organization: blocks from the orderer through the
+//!   ExecutionServer, the CommitServer's voting engine, ledger appends, checkpoints, recovery,
+//!   restart; status and a commit stream.
+//! - [`transport`]: how CommitServers exchange votes and certificates; [`LocalNetwork`] within
+//!   one process.
+//! - [`cluster`]: N organizations on any engines in one process, with fault hooks (tests, the
+//!   demo, benchmarks).
 
+pub mod cluster;
 mod execution;
+mod node;
+pub mod transport;
 
 pub use execution::{Executed, ExecutionError, ExecutionServer};
+pub use node::{
+    Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, ledger_entry,
+};
+pub use transport::{Inbox, LocalNetwork, PeerMessage, Transport};
 
 #[doc(no_inline)]
 pub use chainify_core::tx::{LedgerBlock, TransactionBlock};

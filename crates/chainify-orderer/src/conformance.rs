@@ -77,8 +77,8 @@ pub async fn cuts_by_count_and_by_timeout<O: Orderer, F: Future<Output = O>>(
     let shape: Vec<(u64, Vec<u64>)> = got.iter().map(|b| (b.number.0, nonces(b))).collect();
     assert_eq!(
         shape,
-        vec![(0, vec![1, 2, 3]), (1, vec![4, 5, 6]), (2, vec![7])],
-        "block 2 is cut by the timeout"
+        vec![(1, vec![1, 2, 3]), (2, vec![4, 5, 6]), (3, vec![7])],
+        "block 3 is cut by the timeout"
     );
     assert!(
         got.windows(2)

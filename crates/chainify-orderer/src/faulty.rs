@@ -33,6 +33,8 @@ pub struct FaultyOrderer<O> {
     fault: Fault,
     from: BlockNumber,
     consumers: Arc<AtomicUsize>,
+    /// Every stream goes to this consumer number instead of the next one.
+    fixed: Option<usize>,
 }
 
 impl<O: Orderer> FaultyOrderer<O> {
@@ -43,6 +45,19 @@ impl<O: Orderer> FaultyOrderer<O> {
             fault,
             from,
             consumers: Arc::new(AtomicUsize::new(0)),
+            fixed: None,
+        }
+    }
+
+    /// The same orderer as consumer number `consumer` sees it, on every stream (an
+    /// organization that reconnects or replays stays the same consumer).
+    pub fn as_consumer(&self, consumer: usize) -> Self
+    where
+        O: Clone,
+    {
+        FaultyOrderer {
+            fixed: Some(consumer),
+            ..self.clone()
         }
     }
 }
@@ -87,7 +102,9 @@ impl<O: Orderer> Orderer for FaultyOrderer<O> {
     }
 
     async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
-        let consumer = self.consumers.fetch_add(1, Ordering::Relaxed);
+        let consumer = self
+            .fixed
+            .unwrap_or_else(|| self.consumers.fetch_add(1, Ordering::Relaxed));
         let (fault, start) = (self.fault, self.from);
         let honest = self.inner.deliver(from).await?;
         Ok(Box::pin(honest.map(move |block| {
@@ -146,5 +163,21 @@ mod tests {
         assert!(forged.verify(&key).is_err(), "nobody signed the forgery");
         let (a, b) = first_blocks(Fault::Equivocate).await;
         assert_eq!((nonces(&a), nonces(&b)), (vec![2, 1, 3], vec![1, 2, 3]));
+    }
+
+    #[tokio::test]
+    async fn a_fixed_consumer_sees_the_same_blocks_on_every_stream() {
+        let honest = LocalOrderer::start(network(), 3, Duration::from_secs(60));
+        let faulty = FaultyOrderer::new(honest, Fault::Equivocate, BlockNumber(0));
+        let (victim, other) = (faulty.as_consumer(0), faulty.as_consumer(1));
+        for n in 1..=3 {
+            faulty.broadcast(transaction(n)).await.unwrap();
+        }
+        for _ in 0..2 {
+            let mut v = victim.deliver(Resume::START).await.unwrap();
+            let mut o = other.deliver(Resume::START).await.unwrap();
+            assert_eq!(nonces(&v.next().await.unwrap().unwrap()), vec![2, 1, 3]);
+            assert_eq!(nonces(&o.next().await.unwrap().unwrap()), vec![1, 2, 3]);
+        }
     }
 }

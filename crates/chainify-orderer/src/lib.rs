@@ -51,7 +51,7 @@ pub struct Resume {
 impl Resume {
     /// From the first block of the log.
     pub const START: Resume = Resume {
-        block: BlockNumber(0),
+        block: BlockNumber(1),
         position: 0,
     };
 

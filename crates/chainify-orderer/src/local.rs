@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use chainify_core::tx::{ChainedTransaction, TransactionBlock};
-use chainify_core::{BlockNumber, NetworkId};
+use chainify_core::NetworkId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -37,14 +37,14 @@ pub struct LocalOrderer {
 }
 
 impl LocalOrderer {
-    /// An orderer whose first block is block 0, cutting after `max_block_txs` transactions or
+    /// An orderer whose first block is block 1, cutting after `max_block_txs` transactions or
     /// when the oldest waited `batch_timeout`. Must be called inside a tokio runtime (it spawns
     /// the timeout task, which ends when the last clone is dropped).
     pub fn start(network: NetworkId, max_block_txs: usize, batch_timeout: Duration) -> Self {
         let (cut, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
-                cutter: BlockCutter::new(network, max_block_txs, BlockNumber(0)),
+                cutter: BlockCutter::new(network, max_block_txs, Resume::START.block),
                 blocks: Vec::new(),
                 log_len: 0,
                 oldest_pending: None,
@@ -105,7 +105,8 @@ impl Orderer for LocalOrderer {
 
     async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
         // Blocks are kept by number here; the position matters to log-based orderers.
-        let start = usize::try_from(from.block.0).unwrap_or(usize::MAX);
+        let start = usize::try_from(from.block.0.saturating_sub(Resume::START.block.0))
+            .unwrap_or(usize::MAX);
         let inner = Arc::downgrade(&self.inner);
         let rx = self.inner.cut.subscribe();
         let stream =

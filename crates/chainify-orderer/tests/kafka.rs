@@ -84,15 +84,15 @@ async fn two_instances_on_one_topic_cut_the_same_blocks() {
     let from_b = collect(b).await;
     assert_eq!(from_a, from_b);
     let numbers: Vec<u64> = from_a.iter().map(|b| b.number.0).collect();
-    assert_eq!(numbers, (0..from_a.len() as u64).collect::<Vec<_>>());
+    assert_eq!(numbers, (1..=from_a.len() as u64).collect::<Vec<_>>());
     assert!(
         from_a.iter().any(|b| b.transactions.len() < 4),
         "some blocks were cut by a marker"
     );
-    assert_eq!(from_a[0].number, BlockNumber(0));
+    assert_eq!(from_a[0].number, BlockNumber(1));
 }
 
-/// An instance that joins after block 0 (a restarted organization) follows the log from its
+/// An instance that joins after block 1 (a restarted organization) follows the log from its
 /// resume point and still cuts the next block by timeout with the right number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_instance_resumes_its_markers_from_its_last_block() {
@@ -108,7 +108,7 @@ async fn a_restarted_instance_resumes_its_markers_from_its_last_block() {
         .next()
         .await
         .expect("stream")
-        .expect("block 0");
+        .expect("block 1");
     drop(a);
     let b = KafkaOrderer::connect(KafkaSettings {
         markers_from: Resume::after(&block0),
@@ -123,6 +123,6 @@ async fn a_restarted_instance_resumes_its_markers_from_its_last_block() {
         .expect("block 1 is cut by the restarted instance's marker")
         .expect("stream")
         .expect("block");
-    assert_eq!(block1.number, BlockNumber(1));
+    assert_eq!(block1.number, BlockNumber(2));
     assert_eq!(block1.transactions.len(), 1);
 }

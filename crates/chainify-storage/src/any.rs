@@ -57,6 +57,81 @@ impl AnyBackend {
     }
 }
 
+/// Drops the database `url` names if it exists and creates it empty (a server database with
+/// chainify's portable defaults; for SQLite, removes the file). For test and development
+/// networks; the database name must be a plain identifier.
+pub async fn recreate_database(url: &str) -> Result<(), StorageError> {
+    use sqlx::{AssertSqlSafe, Connection, Executor};
+
+    let failed = |reason: String| StorageError::Connect {
+        url: redact_url(url),
+        reason,
+    };
+    let scheme = url.split_once(':').map_or("", |(s, _)| s);
+    if scheme == "sqlite" {
+        let path = url
+            .trim_start_matches("sqlite:")
+            .trim_start_matches("//")
+            .split('?')
+            .next()
+            .unwrap_or_default();
+        for suffix in ["", "-wal", "-shm"] {
+            match std::fs::remove_file(format!("{path}{suffix}")) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(failed(format!("removing {path}{suffix}: {e}"))),
+            }
+        }
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
+        }
+        return Ok(());
+    }
+    let (base, name) = url
+        .split('?')
+        .next()
+        .and_then(|u| u.rsplit_once('/'))
+        .filter(|(base, _)| base.contains("://"))
+        .ok_or_else(|| failed("the URL names no database".into()))?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(failed(format!(
+            "database name {name:?} must be letters, digits and underscores"
+        )));
+    }
+    match scheme {
+        "postgres" | "postgresql" => {
+            let mut conn = sqlx::PgConnection::connect(&format!("{base}/postgres"))
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            for sql in [
+                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                format!("CREATE DATABASE {name} ENCODING 'UTF8'"),
+            ] {
+                conn.execute(AssertSqlSafe(sql))
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+            }
+        }
+        "mysql" | "mariadb" => {
+            let base = base.replacen("mariadb:", "mysql:", 1);
+            let mut conn = sqlx::MySqlConnection::connect(&format!("{base}/mysql"))
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            for sql in [
+                format!("DROP DATABASE IF EXISTS {name}"),
+                format!("CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
+            ] {
+                conn.execute(AssertSqlSafe(sql))
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+            }
+        }
+        _ => return Err(failed(format!("unknown database scheme {scheme:?}"))),
+    }
+    Ok(())
+}
+
 /// Calls the same method on whichever engine `$self` holds.
 macro_rules! each {
     ($enum:ident, $self:expr, $b:ident => $e:expr) => {
@@ -164,6 +239,22 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("\"oracle\""), "{text}");
         assert!(!text.contains("tiger"), "the password is masked: {text}");
+    }
+
+    #[tokio::test]
+    async fn recreating_refuses_odd_names_and_empties_sqlite() {
+        let err = recreate_database("postgres://u:secret@127.0.0.1:1/x;drop")
+            .await
+            .expect_err("odd name");
+        assert!(err.to_string().contains("\"x;drop\""), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sub").join("b.db");
+        let url = format!("sqlite://{}", path.display());
+        recreate_database(&url).await.expect("fresh");
+        std::fs::write(&path, b"old").expect("write");
+        recreate_database(&url).await.expect("again");
+        assert!(!path.exists(), "the old file is gone");
     }
 
     #[tokio::test]

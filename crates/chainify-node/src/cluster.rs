@@ -1,0 +1,795 @@
+//! N organizations in one process, each with its own database (any engine), its own [`Node`]
+//! (ExecutionServer + CommitServer) and its own orderer client, talking over a
+//! [`LocalNetwork`]. Used by the end-to-end tests, the demo and the benchmarks.
+//!
+//! Fault hooks: change an organization's database behind chainify's back ([`Cluster::tamper`]),
+//! crash or stop and restart an organization ([`Cluster::crash`], [`Cluster::stop`],
+//! [`Cluster::restart`]), cut it off from the votes ([`Cluster::partition`]); a misbehaving
+//! orderer comes from the [`OrdererFactory`] (for instance a `FaultyOrderer`).
+//!
+//! Clients are stood in for by [`Cluster::submit`]: it signs a proposal as the network's client
+//! and collects every organization's early-abort acceptance (the ChainifyServer's job in a
+//! deployed network).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chainify_core::config::{ConfigError, NetworkConfig};
+use chainify_core::crypto::SigningKey;
+use chainify_core::tx::{
+    ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Transaction, Verdict,
+};
+use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
+use chainify_orderer::{Orderer, OrdererError, Resume};
+use chainify_proto::convert::LedgerEntry;
+use chainify_storage::{
+    AnyBackend, Backend, Conn, ExecMode, StorageError, Store, StoreOptions, ddl,
+};
+use futures_util::StreamExt;
+use tokio::sync::{broadcast, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::node::{Node, NodeError, NodeSettings, NodeStatus, ledger_entry};
+use crate::transport::LocalNetwork;
+use crate::{ExecutionError, ExecutionServer};
+
+/// Why a cluster operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// An organization's database.
+    #[error("organization {org}: {source}")]
+    Storage {
+        /// The organization.
+        org: OrgId,
+        /// The error.
+        source: StorageError,
+    },
+    /// An organization's node could not start or stopped with an error.
+    #[error("organization {org}: {source}")]
+    Node {
+        /// The organization.
+        org: OrgId,
+        /// The error.
+        source: NodeError,
+    },
+    /// The orderer.
+    #[error(transparent)]
+    Orderer(#[from] OrdererError),
+    /// The generated network configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Waiting took too long.
+    #[error("timed out after {after:?} waiting for {what}; status: {status}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long.
+        after: Duration,
+        /// Every organization's status then.
+        status: String,
+    },
+    /// A consistency check failed.
+    #[error("{0}")]
+    Mismatch(String),
+    /// No such organization in the cluster.
+    #[error("organization {0} is not in the cluster")]
+    UnknownOrg(OrgId),
+    /// The serial replay of the agreed blocks failed.
+    #[error("serial replay: {0}")]
+    Replay(#[from] ExecutionError),
+}
+
+/// One organization of a cluster.
+#[derive(Clone, Debug)]
+pub struct OrgSpec {
+    /// Its id in the network.
+    pub id: OrgId,
+    /// Its signing key.
+    pub key: Arc<SigningKey>,
+    /// Its database (`postgres://`, `mysql://`, `sqlite://`), with the shared tables created.
+    pub database_url: String,
+}
+
+/// What a cluster runs.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// The network configuration every organization shares.
+    pub network: Arc<NetworkConfig>,
+    /// The organizations.
+    pub orgs: Vec<OrgSpec>,
+    /// The client that [`Cluster::submit`] signs as.
+    pub client: ClientId,
+    /// Its key.
+    pub client_key: Arc<SigningKey>,
+    /// The shared tables, registered on every organization's database at start.
+    pub shared_tables: Vec<String>,
+    /// How every node runs.
+    pub settings: NodeSettings,
+    /// Database connection settings.
+    pub store_options: StoreOptions,
+}
+
+impl ClusterSpec {
+    /// A network `network_id` of one organization per database URL (ids 1, 2, …, fresh keys)
+    /// with agreement policy `policy` (`any-2`, `all`, …), and one client, `client`, granted
+    /// everything on every table.
+    pub fn generate(
+        network_id: &str,
+        policy: &str,
+        max_block_txs: usize,
+        batch_timeout: Duration,
+        database_urls: &[String],
+        shared_tables: &[&str],
+    ) -> Result<ClusterSpec, ClusterError> {
+        let keys: Vec<Arc<SigningKey>> = database_urls
+            .iter()
+            .map(|_| SigningKey::generate().map(|(k, _)| Arc::new(k)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ClusterError::Mismatch(format!("generating keys: {e}")))?;
+        let (client_key, _) = SigningKey::generate()
+            .map_err(|e| ClusterError::Mismatch(format!("generating keys: {e}")))?;
+        let mut text = format!(
+            "network_id = \"{network_id}\"\nagreement_policy = \"{policy}\"\n[block]\nmax_block_txs = {max_block_txs}\nbatch_timeout_ms = {}\n",
+            batch_timeout.as_millis()
+        );
+        for (i, key) in keys.iter().enumerate() {
+            let n = i + 1;
+            text.push_str(&format!(
+                "[[orgs]]\nid = {n}\nname = \"org{n}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:{}\"\ncommit_endpoint = \"127.0.0.1:{}\"\n",
+                key.public_key(),
+                7000 + 10 * n,
+                7001 + 10 * n,
+            ));
+        }
+        text.push_str(&format!(
+            "[[clients]]\nid = \"client\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"*\"\nkinds = [\"select\", \"insert\", \"update\", \"delete\"]\n",
+            client_key.public_key()
+        ));
+        let network = NetworkConfig::from_toml(&text, Path::new("cluster network"))?;
+        Ok(ClusterSpec {
+            network: Arc::new(network),
+            orgs: keys
+                .into_iter()
+                .zip(database_urls)
+                .enumerate()
+                .map(|(i, (key, url))| OrgSpec {
+                    id: OrgId(i as u32 + 1),
+                    key,
+                    database_url: url.clone(),
+                })
+                .collect(),
+            client: ClientId::new("client").map_err(|e| ClusterError::Mismatch(e.to_string()))?,
+            client_key: Arc::new(client_key),
+            shared_tables: shared_tables.iter().map(|t| (*t).to_owned()).collect(),
+            settings: NodeSettings::default(),
+            store_options: StoreOptions::default(),
+        })
+    }
+}
+
+/// Gives each organization its orderer client, resuming where its ledger ends.
+pub trait OrdererFactory: Send + Sync + 'static {
+    /// The orderer type.
+    type Orderer: Orderer + 'static;
+
+    /// The orderer client of `org` (`None`: the one clients submit through), whose node
+    /// resumes at `from`.
+    fn orderer(
+        &self,
+        org: Option<OrgId>,
+        from: Resume,
+    ) -> impl Future<Output = Result<Arc<Self::Orderer>, OrdererError>> + Send;
+}
+
+/// One orderer shared by every organization (the in-process orderer, possibly wrapped).
+#[derive(Debug)]
+pub struct Shared<O>(pub Arc<O>);
+
+impl<O: Orderer + 'static> OrdererFactory for Shared<O> {
+    type Orderer = O;
+
+    async fn orderer(&self, _: Option<OrgId>, _: Resume) -> Result<Arc<O>, OrdererError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Where a transaction ended up in an organization's ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// The block.
+    pub block: BlockNumber,
+    /// Its index in the block.
+    pub index: usize,
+    /// Whether it committed.
+    pub success: bool,
+}
+
+type Outcomes = Arc<Mutex<BTreeMap<TxId, TxOutcome>>>;
+
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), NodeError>>,
+    collector: JoinHandle<()>,
+}
+
+struct OrgRun {
+    spec: OrgSpec,
+    store: Arc<Store<AnyBackend>>,
+    status: watch::Receiver<NodeStatus>,
+    outcomes: Outcomes,
+    running: Option<Running>,
+}
+
+/// N organizations in one process.
+pub struct Cluster<F: OrdererFactory> {
+    spec: ClusterSpec,
+    factory: F,
+    client_orderer: Arc<F::Orderer>,
+    net: LocalNetwork,
+    orgs: BTreeMap<OrgId, OrgRun>,
+    nonce: AtomicU64,
+}
+
+impl<F: OrdererFactory> std::fmt::Debug for Cluster<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("network", &self.spec.network.network_id)
+            .field("orgs", &self.orgs.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+async fn open_store(spec: &ClusterSpec, org: &OrgSpec) -> Result<Store<AnyBackend>, ClusterError> {
+    let storage = |source| ClusterError::Storage {
+        org: org.id,
+        source,
+    };
+    let backend = AnyBackend::connect(&org.database_url, &spec.store_options)
+        .await
+        .map_err(storage)?;
+    let store = Store::open(backend, spec.store_options.clone())
+        .await
+        .map_err(storage)?;
+    let tables: Vec<&str> = spec.shared_tables.iter().map(String::as_str).collect();
+    store.register(&tables).await.map_err(storage)?;
+    Ok(store)
+}
+
+impl<F: OrdererFactory> Cluster<F> {
+    /// Opens every organization's database (registering the shared tables) and starts its node.
+    pub async fn start(spec: ClusterSpec, factory: F) -> Result<Cluster<F>, ClusterError> {
+        let client_orderer = factory.orderer(None, Resume::START).await?;
+        let mut cluster = Cluster {
+            spec,
+            factory,
+            client_orderer,
+            net: LocalNetwork::new(),
+            orgs: BTreeMap::new(),
+            nonce: AtomicU64::new(0),
+        };
+        for org in cluster.spec.orgs.clone() {
+            let store = Arc::new(open_store(&cluster.spec, &org).await?);
+            let (_, status) = watch::channel(placeholder_status(org.id));
+            cluster.orgs.insert(
+                org.id,
+                OrgRun {
+                    spec: org.clone(),
+                    store,
+                    status,
+                    outcomes: Arc::default(),
+                    running: None,
+                },
+            );
+            cluster.launch(org.id).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The network configuration.
+    pub fn network(&self) -> &Arc<NetworkConfig> {
+        &self.spec.network
+    }
+
+    /// The organizations' ids.
+    pub fn orgs(&self) -> Vec<OrgId> {
+        self.orgs.keys().copied().collect()
+    }
+
+    fn org(&self, org: OrgId) -> Result<&OrgRun, ClusterError> {
+        self.orgs.get(&org).ok_or(ClusterError::UnknownOrg(org))
+    }
+
+    /// An organization's store (for direct inspection).
+    pub fn store(&self, org: OrgId) -> Result<Arc<Store<AnyBackend>>, ClusterError> {
+        Ok(self.org(org)?.store.clone())
+    }
+
+    async fn launch(&mut self, id: OrgId) -> Result<(), ClusterError> {
+        let run = self.orgs.get(&id).ok_or(ClusterError::UnknownOrg(id))?;
+        let tail = run
+            .store
+            .ledger_tail()
+            .await
+            .map_err(|source| ClusterError::Storage { org: id, source })?;
+        let from = match tail {
+            None => Resume::START,
+            Some((last, _)) => {
+                let entry = ledger_entry(&run.store, last)
+                    .await
+                    .map_err(|source| ClusterError::Node { org: id, source })?;
+                Resume {
+                    block: BlockNumber(last.0 + 1),
+                    position: entry.block.orderer_position,
+                }
+            }
+        };
+        let orderer = self.factory.orderer(Some(id), from).await?;
+        let node = Node::start(
+            run.store.clone(),
+            self.spec.network.clone(),
+            id,
+            run.spec.key.clone(),
+            orderer,
+            self.net.transport(id),
+            self.spec.settings.clone(),
+        )
+        .await
+        .map_err(|source| ClusterError::Node { org: id, source })?;
+        self.net.join(id, node.inbox());
+        let status = node.status();
+        let commits = node.commits();
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(node.run(async {
+            let _ = stopped.await;
+        }));
+        let collector = tokio::spawn(collect(commits, run.store.clone(), run.outcomes.clone()));
+        let run = self.orgs.get_mut(&id).ok_or(ClusterError::UnknownOrg(id))?;
+        run.status = status;
+        run.running = Some(Running {
+            stop,
+            task,
+            collector,
+        });
+        Ok(())
+    }
+
+    /// Signs `transaction` as the client, has every organization accept it early, and submits
+    /// it to the orderer. Returns its id.
+    pub async fn submit(&self, transaction: Transaction) -> Result<TxId, ClusterError> {
+        let tx = self.endorse(transaction);
+        let id = tx.proposal.tx_id();
+        self.client_orderer.broadcast(tx).await?;
+        Ok(id)
+    }
+
+    /// The signed, endorsed transaction [`Cluster::submit`] would send.
+    pub fn endorse(&self, transaction: Transaction) -> ChainedTransaction {
+        let body = ProposalBody {
+            client: self.spec.client.clone(),
+            nonce: self.nonce.fetch_add(1, Ordering::Relaxed) + 1,
+            network: self.spec.network.network_id.clone(),
+            transaction,
+        };
+        let signature = self.spec.client_key.sign(&body.encode_canonical());
+        let proposal = Proposal { body, signature };
+        let id = proposal.tx_id();
+        ChainedTransaction {
+            responses: self
+                .spec
+                .orgs
+                .iter()
+                .map(|o| EarlyAbortResponse::new_signed(id, o.id, Verdict::Accept, &o.key))
+                .collect(),
+            proposal,
+        }
+    }
+
+    /// Submits an already built transaction (forged, replayed, …) as is.
+    pub async fn submit_raw(&self, tx: ChainedTransaction) -> Result<(), ClusterError> {
+        Ok(self.client_orderer.broadcast(tx).await?)
+    }
+
+    /// Every organization's current status.
+    pub fn statuses(&self) -> BTreeMap<OrgId, NodeStatus> {
+        self.orgs
+            .iter()
+            .map(|(id, run)| (*id, run.status.borrow().clone()))
+            .collect()
+    }
+
+    /// One organization's current status.
+    pub fn status(&self, org: OrgId) -> Result<NodeStatus, ClusterError> {
+        Ok(self.org(org)?.status.borrow().clone())
+    }
+
+    /// Whether the organization's node is running.
+    pub fn is_running(&self, org: OrgId) -> bool {
+        self.orgs
+            .get(&org)
+            .and_then(|r| r.running.as_ref())
+            .is_some_and(|r| !r.task.is_finished())
+    }
+
+    /// Waits until `done` holds for the statuses, checking whenever one changes.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&BTreeMap<OrgId, NodeStatus>) -> bool,
+    ) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let statuses = self.statuses();
+            if done(&statuses) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ClusterError::Timeout {
+                    what: what.to_owned(),
+                    after: timeout,
+                    status: describe(&statuses),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Where `id` is in `org`'s ledger, once appended there.
+    pub fn outcome(&self, org: OrgId, id: &TxId) -> Option<TxOutcome> {
+        let run = self.orgs.get(&org)?;
+        run.outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .copied()
+    }
+
+    /// Waits until every transaction of `ids` is in the ledger of every organization of `orgs`.
+    pub async fn wait_committed(
+        &self,
+        orgs: &[OrgId],
+        ids: &[TxId],
+        timeout: Duration,
+    ) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut missing = 0;
+            for org in orgs {
+                let run = self.org(*org)?;
+                let outcomes = run.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+                missing += ids.iter().filter(|id| !outcomes.contains_key(id)).count();
+            }
+            if missing == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ClusterError::Timeout {
+                    what: format!(
+                        "{} transactions in the ledgers of {orgs:?} ({missing} missing)",
+                        ids.len()
+                    ),
+                    after: timeout,
+                    status: describe(&self.statuses()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// An organization's ledger, read from its database.
+    pub async fn ledger(&self, org: OrgId) -> Result<Vec<LedgerEntry>, ClusterError> {
+        let store = &self.org(org)?.store;
+        read_ledger(store, org).await
+    }
+
+    /// A shared table's rows in key order on an organization's database.
+    pub async fn dump(&self, org: OrgId, table: &str) -> Result<Vec<Vec<Value>>, ClusterError> {
+        dump(&self.org(org)?.store, org, table).await
+    }
+
+    /// Runs SQL on an organization's database behind chainify's back.
+    pub async fn tamper(&self, org: OrgId, sql: &str) -> Result<(), ClusterError> {
+        let store = &self.org(org)?.store;
+        let storage = |e: chainify_storage::DbError| {
+            ClusterError::Mismatch(format!("organization {org}: running {sql:?}: {e}"))
+        };
+        let mut conn = store.backend().acquire().await.map_err(storage)?;
+        conn.batch(sql).await.map_err(storage)
+    }
+
+    /// Cuts the organization off from every vote and certificate.
+    pub fn partition(&self, org: OrgId) {
+        self.net.partition(org);
+    }
+
+    /// Ends the organization's partition.
+    pub fn heal(&self, org: OrgId) {
+        self.net.heal(org);
+    }
+
+    /// Kills the organization's node where it stands (mid-block, mid-vote): its database
+    /// connections are dropped, in-flight database transactions roll back.
+    pub async fn crash(&mut self, org: OrgId) -> Result<(), ClusterError> {
+        self.net.leave(org);
+        let run = self
+            .orgs
+            .get_mut(&org)
+            .ok_or(ClusterError::UnknownOrg(org))?;
+        if let Some(running) = run.running.take() {
+            running.task.abort();
+            running.collector.abort();
+            let _ = running.task.await;
+            let _ = running.collector.await;
+        }
+        Ok(())
+    }
+
+    /// Stops the organization's node gracefully (it finishes the block in flight).
+    pub async fn stop(&mut self, org: OrgId) -> Result<(), ClusterError> {
+        self.net.leave(org);
+        let run = self
+            .orgs
+            .get_mut(&org)
+            .ok_or(ClusterError::UnknownOrg(org))?;
+        if let Some(running) = run.running.take() {
+            let _ = running.stop.send(());
+            let result = running.task.await;
+            running.collector.abort();
+            let _ = running.collector.await;
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(source)) => return Err(ClusterError::Node { org, source }),
+                Err(e) => return Err(ClusterError::Mismatch(format!("organization {org}: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped or crashed organization again on a fresh connection pool, as a new
+    /// process would.
+    pub async fn restart(&mut self, org: OrgId) -> Result<(), ClusterError> {
+        if self.is_running(org) {
+            return Ok(());
+        }
+        let spec = self.org(org)?.spec.clone();
+        let store = Arc::new(open_store(&self.spec, &spec).await?);
+        let run = self
+            .orgs
+            .get_mut(&org)
+            .ok_or(ClusterError::UnknownOrg(org))?;
+        let old = std::mem::replace(&mut run.store, store);
+        old.close().await;
+        self.launch(org).await
+    }
+
+    /// The node's error, if it stopped by itself.
+    pub async fn failure(&mut self, org: OrgId) -> Option<String> {
+        let run = self.orgs.get_mut(&org)?;
+        if !run.running.as_ref().is_some_and(|r| r.task.is_finished()) {
+            return None;
+        }
+        let running = run.running.take()?;
+        match running.task.await {
+            Ok(Ok(())) => Some("stopped".into()),
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    /// Checks that the organizations' ledgers agree with each other on every block they share,
+    /// and that their shared tables are identical (for organizations at the same height).
+    /// Returns the common ledger length.
+    pub async fn check_consistent(&self, orgs: &[OrgId]) -> Result<usize, ClusterError> {
+        let mut ledgers = Vec::new();
+        for org in orgs {
+            ledgers.push((*org, self.ledger(*org).await?));
+        }
+        let Some((first_org, first)) = ledgers.first() else {
+            return Ok(0);
+        };
+        for (org, ledger) in &ledgers {
+            for (a, b) in first.iter().zip(ledger) {
+                if a.block.hash() != b.block.hash() {
+                    return Err(ClusterError::Mismatch(format!(
+                        "block {}: organization {first_org} has {}, organization {org} has {}",
+                        a.block.number,
+                        a.block.hash(),
+                        b.block.hash()
+                    )));
+                }
+            }
+            if ledger.len() != first.len() {
+                return Err(ClusterError::Mismatch(format!(
+                    "organization {first_org} has {} blocks, organization {org} has {}",
+                    first.len(),
+                    ledger.len()
+                )));
+            }
+        }
+        for table in &self.spec.shared_tables {
+            let reference = self.dump(*first_org, table).await?;
+            for org in &orgs[1..] {
+                if self.dump(*org, table).await? != reference {
+                    return Err(ClusterError::Mismatch(format!(
+                        "table {table} differs between organization {first_org} and organization {org}"
+                    )));
+                }
+            }
+        }
+        Ok(first.len())
+    }
+
+    /// Replays the agreed blocks of `org`'s ledger serially on a fresh database at `url`
+    /// (prepared with the same initial state) from the orderer, and checks that every replayed
+    /// LedgerBlock and the final shared tables equal `org`'s: nothing was lost or applied
+    /// twice.
+    pub async fn check_against_serial(&self, org: OrgId, url: &str) -> Result<(), ClusterError> {
+        let ledger = self.ledger(org).await?;
+        let oracle = OrgSpec {
+            id: org,
+            key: self.org(org)?.spec.key.clone(),
+            database_url: url.to_owned(),
+        };
+        let store = Arc::new(open_store(&self.spec, &oracle).await?);
+        let mut exec = ExecutionServer::new(
+            store.clone(),
+            self.spec.network.clone(),
+            ExecMode::Serial,
+            chainify_core::Digest::ZERO,
+        )?;
+        let mut blocks = self.client_orderer.deliver(Resume::START).await?;
+        for entry in &ledger {
+            let block = tokio::time::timeout(Duration::from_secs(30), blocks.next())
+                .await
+                .map_err(|_| {
+                    ClusterError::Mismatch(format!(
+                        "the orderer did not deliver block {}",
+                        entry.block.number
+                    ))
+                })?
+                .ok_or_else(|| ClusterError::Mismatch("the orderer ended".into()))??;
+            let done = exec.execute(&block).await?;
+            if done.ledger.hash() != entry.block.hash() {
+                return Err(ClusterError::Mismatch(format!(
+                    "block {}: serial replay gives {:?}, organization {org}'s ledger has {:?}",
+                    block.number, done.ledger, entry.block
+                )));
+            }
+        }
+        for table in &self.spec.shared_tables {
+            if dump(&store, org, table).await? != self.dump(org, table).await? {
+                return Err(ClusterError::Mismatch(format!(
+                    "table {table} of organization {org} differs from the serial replay of its {} agreed blocks",
+                    ledger.len()
+                )));
+            }
+        }
+        store.close().await;
+        Ok(())
+    }
+
+    /// Stops every node gracefully and closes the databases.
+    pub async fn shutdown(mut self) -> Result<(), ClusterError> {
+        let mut first_error = None;
+        for org in self.orgs() {
+            if let Err(e) = self.stop(org).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        for run in self.orgs.values() {
+            run.store.close().await;
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+fn placeholder_status(org: OrgId) -> NodeStatus {
+    NodeStatus {
+        org,
+        next_block: Resume::START.block,
+        executed: None,
+        state: chainify_commit::State::Running,
+        alarms: Vec::new(),
+        recoveries: Vec::new(),
+        rejected_votes: 0,
+        rejected_certificates: 0,
+        invalid_transactions: 0,
+        execution_errors: 0,
+        last_error: None,
+        dropped_messages: 0,
+    }
+}
+
+fn describe(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
+    statuses
+        .values()
+        .map(|s| {
+            format!(
+                "org {}: next block {}, executed {:?}, {:?}, alarms {:?}, last error {:?}",
+                s.org, s.next_block, s.executed, s.state, s.alarms, s.last_error
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+async fn read_ledger(
+    store: &Store<AnyBackend>,
+    org: OrgId,
+) -> Result<Vec<LedgerEntry>, ClusterError> {
+    let Some((last, _)) = store
+        .ledger_tail()
+        .await
+        .map_err(|source| ClusterError::Storage { org, source })?
+    else {
+        return Ok(Vec::new());
+    };
+    let mut entries = Vec::new();
+    for b in Resume::START.block.0..=last.0 {
+        entries.push(
+            ledger_entry(store, BlockNumber(b))
+                .await
+                .map_err(|source| ClusterError::Node { org, source })?,
+        );
+    }
+    Ok(entries)
+}
+
+async fn dump(
+    store: &Store<AnyBackend>,
+    org: OrgId,
+    table: &str,
+) -> Result<Vec<Vec<Value>>, ClusterError> {
+    let tables = store.tables();
+    let t = tables
+        .get(table)
+        .ok_or_else(|| ClusterError::Mismatch(format!("{table} is not a shared table")))?;
+    let (sql, types) = ddl::select_all(store.backend().dialect(), t);
+    let failed = |e: chainify_storage::DbError| {
+        ClusterError::Mismatch(format!("organization {org}: reading {table}: {e}"))
+    };
+    let mut conn = store.backend().acquire().await.map_err(failed)?;
+    conn.query(&sql, &[], &types).await.map_err(failed)
+}
+
+/// Records where each appended transaction is, from the commit stream (or from the ledger
+/// when the stream lagged).
+async fn collect(
+    mut commits: broadcast::Receiver<Arc<crate::Committed>>,
+    store: Arc<Store<AnyBackend>>,
+    outcomes: Outcomes,
+) {
+    let record = |block: &chainify_core::tx::LedgerBlock| {
+        let mut map = outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+        for (index, id) in block.tx_ids.iter().enumerate() {
+            map.entry(*id).or_insert(TxOutcome {
+                block: block.number,
+                index,
+                success: block.success.get(index).copied().unwrap_or(false),
+            });
+        }
+    };
+    let mut seen = BTreeSet::new();
+    loop {
+        match commits.recv().await {
+            Ok(c) => {
+                seen.insert(c.block.number);
+                record(&c.block);
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                if let Ok(entries) = read_ledger(&store, OrgId(0)).await {
+                    for e in entries {
+                        if seen.insert(e.block.number) {
+                            record(&e.block);
+                        }
+                    }
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}

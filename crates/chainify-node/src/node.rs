@@ -1,0 +1,871 @@
+//! The runtime of one organization (DESIGN §2.3–2.5): blocks from the orderer go through the
+//! [`ExecutionServer`]; the sans-IO [`CommitEngine`] decides; this loop carries out its commands
+//! (send votes, append to the ledger in the organization's database, serve certificates,
+//! restore and replay) and publishes status and commit events.
+//!
+//! One task owns everything; the block being executed is a future polled beside the inbox and
+//! the clock, so votes keep flowing while a block runs, and with `pipeline_depth` > 0 the next
+//! blocks execute while earlier ones are still being voted on. Their effects are undone through
+//! the same recovery path if an earlier block disagrees.
+//!
+//! Checkpoints are taken right after a block executes (before it is agreed), because with
+//! pipelining the database moves on before the vote ends. Recovery of block b only uses
+//! checkpoints before b, which are all of agreed blocks, and a restore forgets later ones.
+//!
+//! A restart goes through [`Node::start`]: the ledger decides the next block; blocks executed but
+//! not appended before the crash are re-delivered and their stored outcome is voted again; a
+//! block cut short is resumed by the executor; a database restored behind its own ledger (a
+//! crash during recovery) is replayed and checked against the ledger first.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chainify_commit::{Command, CommitEngine, Event, State, Timing};
+use chainify_core::config::NetworkConfig;
+use chainify_core::crypto::SigningKey;
+use chainify_core::tx::{Certificate, LedgerBlock, TransactionBlock};
+use chainify_core::votes::VoteContext;
+use chainify_core::{BlockNumber, Digest, OrgId};
+use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
+use chainify_proto::convert::LedgerEntry;
+use chainify_proto::pb;
+use chainify_storage::{Backend, ExecMode, StorageError, Store};
+use futures_util::StreamExt;
+use prost::Message as _;
+use tokio::sync::{broadcast, mpsc, watch};
+use tracing::{error, info, warn};
+
+use crate::execution::{Executed, ExecutionError, ExecutionServer};
+use crate::transport::{Inbox, PeerMessage, Transport};
+
+/// How a node runs.
+#[derive(Clone, Debug)]
+pub struct NodeSettings {
+    /// Parallel or serial execution.
+    pub mode: ExecMode,
+    /// Take a checkpoint after the first block and after every block whose number is a
+    /// multiple of this.
+    pub checkpoint_interval: u64,
+    /// Keep this many checkpoints of agreed blocks.
+    pub checkpoints_kept: usize,
+    /// How many blocks may execute beyond the next block to append (0: none; the paper's
+    /// behaviour).
+    pub pipeline_depth: u64,
+    /// When to re-send votes and fetch certificates.
+    pub timing: Timing,
+    /// The engine's clock resolution.
+    pub tick: Duration,
+    /// Messages from peers waiting to be handled; more are dropped (peers re-send).
+    pub inbox_capacity: usize,
+    /// Commit events a slow subscriber may lag behind before it misses some.
+    pub commit_stream_capacity: usize,
+    /// How long a replay waits for the orderer to deliver a block.
+    pub replay_timeout: Duration,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            mode: ExecMode::Parallel(8),
+            checkpoint_interval: 100,
+            checkpoints_kept: 3,
+            pipeline_depth: 1,
+            timing: Timing::default(),
+            tick: Duration::from_millis(50),
+            inbox_capacity: 4096,
+            commit_stream_capacity: 1024,
+            replay_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a node could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The organization's database failed in a way retrying does not fix.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The ExecutionServer could not be built.
+    #[error(transparent)]
+    Execution(#[from] ExecutionError),
+    /// The ledger in the database cannot be read or does not match the database.
+    #[error("ledger block {block}: {problem}")]
+    Ledger {
+        /// The block.
+        block: BlockNumber,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A setting is out of range.
+    #[error("node settings: {0}")]
+    Settings(String),
+    /// A bug: a task of the node panicked.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// An appended block, for the commit stream.
+#[derive(Clone, Debug)]
+pub struct Committed {
+    /// The agreed block.
+    pub block: LedgerBlock,
+    /// Its certificate.
+    pub certificate: Certificate,
+    /// Why transactions failed: index in the block and reason (invalid, or rolled back).
+    pub reasons: Vec<(usize, String)>,
+}
+
+/// One recovery, from the disagreement to the block's append.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The block that disagreed.
+    pub block: BlockNumber,
+    /// The checkpoint that repaired it.
+    pub checkpoint: Option<BlockNumber>,
+    /// Checkpoints tried.
+    pub attempts: u32,
+    /// From the disagreement to the append.
+    pub elapsed: Duration,
+}
+
+/// What a node reports about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// The organization.
+    pub org: OrgId,
+    /// The next block to append: every block before it is in the ledger.
+    pub next_block: BlockNumber,
+    /// The last block executed locally.
+    pub executed: Option<BlockNumber>,
+    /// The voting engine's state.
+    pub state: State,
+    /// Alarms raised, oldest first (the last 64).
+    pub alarms: Vec<String>,
+    /// Recoveries that ended in an append (the last 64).
+    pub recoveries: Vec<RecoveryReport>,
+    /// Votes not counted (forged, misdirected, equivocating, duplicate).
+    pub rejected_votes: u64,
+    /// Certificates not accepted.
+    pub rejected_certificates: u64,
+    /// Transactions flagged invalid by validation.
+    pub invalid_transactions: u64,
+    /// Failed attempts to execute a block (it is retried).
+    pub execution_errors: u64,
+    /// The last error, if any.
+    pub last_error: Option<String>,
+    /// Messages from peers dropped because the inbox was full.
+    pub dropped_messages: u64,
+}
+
+/// What the runtime is woken by.
+enum Wake<B: Backend> {
+    Stop,
+    Message(PeerMessage),
+    Executed(Box<Flight<B>>),
+    Block(Option<Result<TransactionBlock, OrdererError>>),
+    Tick,
+}
+
+/// A finished execution: the server comes back with the block and its result.
+struct Flight<B: Backend> {
+    exec: ExecutionServer<B>,
+    block: TransactionBlock,
+    result: Result<Executed, ExecutionError>,
+    checkpoint: Option<Result<(), StorageError>>,
+}
+
+/// The task executing a block. It runs on its own, so that the loop can append the previous
+/// block meanwhile (SQLite's single writer would otherwise wait on a block nobody polls), and
+/// it dies with the node.
+struct InFlight<B: Backend>(tokio::task::JoinHandle<Flight<B>>);
+
+impl<B: Backend> Drop for InFlight<B> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<B: Backend> Future for InFlight<B> {
+    type Output = Result<Flight<B>, NodeError>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.map_err(|e| NodeError::Internal(format!("executing a block: {e}"))))
+    }
+}
+
+const KEEP_REPORTS: usize = 64;
+const KEEP_CERTIFICATES: usize = 256;
+
+/// One organization's ExecutionServer and CommitServer.
+pub struct Node<B: Backend, O: Orderer> {
+    me: OrgId,
+    store: Arc<Store<B>>,
+    orderer: Arc<O>,
+    transport: Arc<dyn Transport>,
+    settings: NodeSettings,
+    engine: CommitEngine,
+    /// The ExecutionServer; `None` while a block executes.
+    exec: Option<ExecutionServer<B>>,
+    inbox: Inbox,
+    inbox_rx: mpsc::Receiver<PeerMessage>,
+    status: watch::Sender<NodeStatus>,
+    commits: broadcast::Sender<Arc<Committed>>,
+    /// The block stream, and where it continues if it must be reopened.
+    blocks: Option<BlockStream>,
+    resume: Resume,
+    reconnect_at: Option<Instant>,
+    in_flight: Option<InFlight<B>>,
+    /// A block whose execution failed, and when to try again.
+    retry: Option<(TransactionBlock, Instant, u32)>,
+    /// Executed blocks not yet appended.
+    executed: BTreeMap<BlockNumber, Executed>,
+    certificates: BTreeMap<BlockNumber, Certificate>,
+    /// The recovery under way: block, start, checkpoint used, attempts.
+    recovering: Option<(BlockNumber, Instant, Option<BlockNumber>, u32)>,
+    started: Instant,
+}
+
+impl<B: Backend, O: Orderer + 'static> Node<B, O> {
+    /// Prepares organization `me` over its opened store (shared tables registered): reads where
+    /// its ledger ends and brings its database back to the ledger if a recovery was cut short.
+    pub async fn start(
+        store: Arc<Store<B>>,
+        network: Arc<NetworkConfig>,
+        me: OrgId,
+        key: Arc<SigningKey>,
+        orderer: Arc<O>,
+        transport: Arc<dyn Transport>,
+        settings: NodeSettings,
+    ) -> Result<Self, NodeError> {
+        if settings.checkpoint_interval == 0 || settings.checkpoints_kept == 0 {
+            return Err(NodeError::Settings(format!(
+                "checkpoint_interval ({}) and checkpoints_kept ({}) must be at least 1",
+                settings.checkpoint_interval, settings.checkpoints_kept
+            )));
+        }
+        if !network.orgs.contains_key(&me) {
+            return Err(NodeError::Settings(format!(
+                "organization {me} is not in network {}",
+                network.network_id
+            )));
+        }
+        let tail = store.ledger_tail().await?;
+        let (next, previous, resume) = match tail {
+            None => (Resume::START.block, Digest::ZERO, Resume::START),
+            Some((last, hash)) => {
+                let block = ledger_block(&store, last).await?;
+                (
+                    BlockNumber(last.0 + 1),
+                    hash,
+                    Resume {
+                        block: BlockNumber(last.0 + 1),
+                        position: block.orderer_position,
+                    },
+                )
+            }
+        };
+        let exec = ExecutionServer::new(store.clone(), network.clone(), settings.mode, previous)?;
+        let ctx = VoteContext {
+            network: network.network_id.clone(),
+            policy: network.agreement.clone(),
+            keys: network
+                .orgs
+                .iter()
+                .map(|(id, o)| (*id, o.public_key))
+                .collect(),
+        };
+        let engine = CommitEngine::new(me, key, ctx, settings.timing, next);
+        let (inbox, inbox_rx) = Inbox::new(settings.inbox_capacity);
+        let (status, _) = watch::channel(NodeStatus {
+            org: me,
+            next_block: next,
+            executed: store.last_applied_block().await?,
+            state: State::Running,
+            alarms: Vec::new(),
+            recoveries: Vec::new(),
+            rejected_votes: 0,
+            rejected_certificates: 0,
+            invalid_transactions: 0,
+            execution_errors: 0,
+            last_error: None,
+            dropped_messages: 0,
+        });
+        let (commits, _) = broadcast::channel(settings.commit_stream_capacity.max(1));
+        let mut node = Node {
+            me,
+            store,
+            orderer,
+            transport,
+            settings,
+            engine,
+            exec: Some(exec),
+            inbox,
+            inbox_rx,
+            status,
+            commits,
+            blocks: None,
+            resume,
+            reconnect_at: Some(Instant::now()),
+            in_flight: None,
+            retry: None,
+            executed: BTreeMap::new(),
+            certificates: BTreeMap::new(),
+            recovering: None,
+            started: Instant::now(),
+        };
+        if let Some((last, _)) = tail {
+            node.catch_up(last).await?;
+        }
+        Ok(node)
+    }
+
+    /// Where peers' messages for this node go.
+    pub fn inbox(&self) -> Inbox {
+        self.inbox.clone()
+    }
+
+    /// The node's status, updated as it changes.
+    pub fn status(&self) -> watch::Receiver<NodeStatus> {
+        self.status.subscribe()
+    }
+
+    /// Appended blocks as they are appended.
+    pub fn commits(&self) -> broadcast::Receiver<Arc<Committed>> {
+        self.commits.subscribe()
+    }
+
+    /// Runs until `shutdown` completes, then finishes the block in flight and returns. An error
+    /// means the organization cannot go on without an operator (the database refuses the
+    /// ledger).
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
+        tokio::pin!(shutdown);
+        let mut ticker = tokio::time::interval(self.settings.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            let flying = self.in_flight.is_some();
+            let take_block = self.can_execute() && self.blocks.is_some();
+            let (in_flight, blocks, inbox) =
+                (&mut self.in_flight, &mut self.blocks, &mut self.inbox_rx);
+            let wake = tokio::select! {
+                biased;
+                () = &mut shutdown => Wake::Stop,
+                Some(message) = inbox.recv() => Wake::Message(message),
+                Some(flight) = async { match in_flight.as_mut() {
+                    Some(f) => Some(f.await),
+                    None => None,
+                } }, if flying => Wake::Executed(Box::new(flight?)),
+                Some(block) = async { match blocks.as_mut() {
+                    Some(s) => Some(s.next().await),
+                    None => None,
+                } }, if take_block => Wake::Block(block),
+                _ = ticker.tick() => Wake::Tick,
+            };
+            match wake {
+                Wake::Stop => break,
+                Wake::Message(message) => self.on_message(message).await?,
+                Wake::Executed(flight) => {
+                    self.in_flight = None;
+                    self.on_executed(*flight).await?;
+                }
+                Wake::Block(block) => self.on_block(block),
+                Wake::Tick => self.on_tick().await?,
+            }
+        }
+        if let Some(flight) = self.in_flight.take() {
+            self.exec = Some(flight.await?.exec);
+        }
+        info!(org = %self.me, next = %self.engine.next_block(), "node stopped");
+        Ok(())
+    }
+
+    fn can_execute(&self) -> bool {
+        self.in_flight.is_none()
+            && self.retry.is_none()
+            && matches!(self.engine.state(), State::Running)
+            && self.resume.block.0 <= self.engine.next_block().0 + self.settings.pipeline_depth
+    }
+
+    fn checkpoint_due(&self, block: BlockNumber) -> bool {
+        block == Resume::START.block || block.0.is_multiple_of(self.settings.checkpoint_interval)
+    }
+
+    fn launch(&mut self, block: TransactionBlock) {
+        let Some(mut exec) = self.exec.take() else {
+            return;
+        };
+        let store = self.store.clone();
+        let checkpoint = self.checkpoint_due(block.number);
+        self.in_flight = Some(InFlight(tokio::spawn(async move {
+            let result = exec.execute(&block).await;
+            let checkpoint = match (&result, checkpoint) {
+                (Ok(_), true) => Some(store.checkpoint(block.number).await.map(|_| ())),
+                _ => None,
+            };
+            Flight {
+                exec,
+                block,
+                result,
+                checkpoint,
+            }
+        })));
+    }
+
+    fn on_block(&mut self, block: Option<Result<TransactionBlock, OrdererError>>) {
+        match block {
+            Some(Ok(block)) if block.number == self.resume.block => self.launch(block),
+            Some(Ok(block)) => {
+                warn!(org = %self.me, got = %block.number, expected = %self.resume.block,
+                    "the orderer delivered an unexpected block; reconnecting");
+                self.reopen_stream();
+            }
+            Some(Err(e)) => {
+                warn!(org = %self.me, error = %e, "block stream failed; reconnecting");
+                self.reopen_stream();
+            }
+            None => {
+                warn!(org = %self.me, "the orderer ended the block stream; reconnecting");
+                self.reopen_stream();
+            }
+        }
+    }
+
+    fn reopen_stream(&mut self) {
+        self.blocks = None;
+        self.reconnect_at = Some(Instant::now() + Duration::from_millis(200));
+    }
+
+    async fn on_executed(&mut self, flight: Flight<B>) -> Result<(), NodeError> {
+        self.exec = Some(flight.exec);
+        match flight.result {
+            Ok(executed) => {
+                self.retry = None;
+                self.resume = Resume::after(&flight.block);
+                let number = flight.block.number;
+                let invalid = executed.invalid.len() as u64;
+                match flight.checkpoint {
+                    Some(Ok(())) => self.prune_checkpoints().await,
+                    Some(Err(e)) => {
+                        warn!(org = %self.me, block = %number, error = %e, "checkpoint skipped")
+                    }
+                    None => {}
+                }
+                let ledger = executed.ledger.clone();
+                self.executed.insert(number, executed);
+                self.status.send_modify(|s| {
+                    s.executed = Some(number);
+                    s.invalid_transactions += invalid;
+                });
+                self.handle(Event::Executed(ledger)).await
+            }
+            Err(e) => {
+                let attempts = self.retry.as_ref().map_or(0, |r| r.2) + 1;
+                let delay = Duration::from_millis(100 << attempts.min(6));
+                warn!(org = %self.me, block = %flight.block.number, error = %e, attempts,
+                    "executing the block failed; retrying");
+                self.status.send_modify(|s| {
+                    s.execution_errors += 1;
+                    s.last_error = Some(format!("block {}: {e}", flight.block.number));
+                });
+                self.retry = Some((flight.block, Instant::now() + delay, attempts));
+                Ok(())
+            }
+        }
+    }
+
+    /// Keeps the configured number of agreed checkpoints (and every newer one: their blocks
+    /// are not agreed yet).
+    async fn prune_checkpoints(&mut self) {
+        let next = self.engine.next_block();
+        let result = async {
+            let all = self.store.checkpoints().await?;
+            let unagreed = all.iter().filter(|c| **c >= next).count();
+            self.store
+                .prune_checkpoints(self.settings.checkpoints_kept + unagreed)
+                .await
+        }
+        .await;
+        if let Err(e) = result {
+            warn!(org = %self.me, error = %e, "pruning checkpoints failed");
+        }
+    }
+
+    async fn on_message(&mut self, message: PeerMessage) -> Result<(), NodeError> {
+        match message {
+            PeerMessage::Vote(vote) => self.handle(Event::Vote(vote)).await,
+            PeerMessage::Certificate(cert) => self.handle(Event::Certificate(cert)).await,
+            PeerMessage::CertificateRequest { from, block } => {
+                if from != self.me
+                    && let Some(cert) = self.certificate(block).await
+                {
+                    self.transport.send_certificate(from, &cert);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_tick(&mut self) -> Result<(), NodeError> {
+        let now = Instant::now();
+        if self.blocks.is_none() && self.reconnect_at.is_some_and(|t| t <= now) {
+            match self.orderer.deliver(self.resume).await {
+                Ok(stream) => {
+                    self.blocks = Some(stream);
+                    self.reconnect_at = None;
+                }
+                Err(e) => {
+                    warn!(org = %self.me, error = %e, "cannot reach the orderer");
+                    self.reconnect_at = Some(now + Duration::from_secs(1));
+                }
+            }
+        }
+        if self.in_flight.is_none()
+            && matches!(&self.retry, Some((_, at, _)) if *at <= now)
+            && let Some((block, _, attempts)) = self.retry.take()
+        {
+            self.retry = Some((block.clone(), now + Duration::from_secs(3600), attempts));
+            self.launch(block);
+        }
+        let dropped = self.inbox.dropped();
+        self.status.send_if_modified(|s| {
+            let changed = s.dropped_messages != dropped;
+            s.dropped_messages = dropped;
+            changed
+        });
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.handle(Event::Tick { now_ms }).await
+    }
+
+    /// Feeds an event to the engine and carries out its commands, including the events that
+    /// commands produce (a recovery's result).
+    async fn handle(&mut self, event: Event) -> Result<(), NodeError> {
+        let mut events = VecDeque::from([event]);
+        while let Some(event) = events.pop_front() {
+            for command in self.engine.handle(event) {
+                match command {
+                    Command::SendVote(vote) => self.transport.send_vote(&vote),
+                    Command::Append { block, certificate } => {
+                        self.append(block, certificate).await?
+                    }
+                    // Clients learn outcomes from the commit stream, fed by the append.
+                    Command::Notify(_) => {}
+                    Command::FetchCertificate(block) => self.transport.request_certificate(block),
+                    Command::SendCertificate { to, block } => {
+                        if let Some(cert) = self.certificate(block).await {
+                            self.transport.send_certificate(to, &cert);
+                        }
+                    }
+                    Command::StartRecovery { block, attempt } => {
+                        events.push_back(self.recover(block, attempt).await);
+                    }
+                    Command::RejectVote(rejection) => {
+                        warn!(org = %self.me, %rejection, "vote not counted");
+                        self.status.send_modify(|s| s.rejected_votes += 1);
+                    }
+                    Command::RejectCertificate(problem) => {
+                        warn!(org = %self.me, %problem, "certificate not accepted");
+                        self.status.send_modify(|s| s.rejected_certificates += 1);
+                    }
+                    Command::Alarm(alarm) => {
+                        error!(org = %self.me, %alarm, "alarm");
+                        self.status.send_modify(|s| {
+                            s.alarms.push(alarm);
+                            trim(&mut s.alarms);
+                        });
+                    }
+                }
+            }
+        }
+        let (next, state) = (self.engine.next_block(), self.engine.state().clone());
+        self.status.send_if_modified(|s| {
+            let changed = s.next_block != next || s.state != state;
+            s.next_block = next;
+            s.state = state;
+            changed
+        });
+        Ok(())
+    }
+
+    /// Appends an agreed block, retrying while the database is unreachable: nothing can go on
+    /// before it is in the ledger.
+    async fn append(
+        &mut self,
+        block: LedgerBlock,
+        certificate: Certificate,
+    ) -> Result<(), NodeError> {
+        let entry = pb::LedgerEntry::from(&LedgerEntry {
+            block: block.clone(),
+            certificate: certificate.clone(),
+        })
+        .encode_to_vec();
+        let hash = block.hash();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self
+                .store
+                .append_ledger(block.number, hash, block.hash_previous, &entry)
+                .await
+            {
+                Ok(()) => break,
+                Err(e @ (StorageError::Connect { .. } | StorageError::ConnectionLost { .. })) => {
+                    warn!(org = %self.me, block = %block.number, error = %e, "appending to the ledger failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let number = block.number;
+        self.certificates.insert(number, certificate.clone());
+        while self.certificates.len() > KEEP_CERTIFICATES {
+            self.certificates.pop_first();
+        }
+        let reasons = self
+            .executed
+            .remove(&number)
+            .map(|e| {
+                let mut reasons = e.invalid;
+                reasons.extend(e.outcome.failures.into_iter().map(|f| (f.index, f.reason)));
+                reasons.sort();
+                reasons
+            })
+            .unwrap_or_default();
+        if let Some((r, since, checkpoint, attempts)) = self.recovering
+            && r == number
+        {
+            self.recovering = None;
+            let report = RecoveryReport {
+                block: r,
+                checkpoint,
+                attempts,
+                elapsed: since.elapsed(),
+            };
+            info!(org = %self.me, ?report, "recovered and agreed");
+            self.status.send_modify(|s| {
+                s.recoveries.push(report);
+                trim(&mut s.recoveries);
+            });
+        }
+        // Nobody listening is fine.
+        let _ = self.commits.send(Arc::new(Committed {
+            block,
+            certificate,
+            reasons,
+        }));
+        Ok(())
+    }
+
+    /// The certificate of an appended block.
+    async fn certificate(&mut self, block: BlockNumber) -> Option<Certificate> {
+        if let Some(cert) = self.certificates.get(&block) {
+            return Some(cert.clone());
+        }
+        if block >= self.engine.next_block() {
+            return None;
+        }
+        match ledger_entry(&self.store, block).await {
+            Ok(entry) => Some(entry.certificate),
+            Err(e) => {
+                warn!(org = %self.me, %block, error = %e, "cannot read a certificate");
+                None
+            }
+        }
+    }
+
+    /// Restores the `attempt`-th newest checkpoint before `block`, replays up to `block` and
+    /// reports the re-executed block to the engine.
+    async fn recover(&mut self, block: BlockNumber, attempt: u32) -> Event {
+        if let Some(flight) = self.in_flight.take() {
+            // Executed on the state being discarded.
+            match flight.await {
+                Ok(flight) => self.exec = Some(flight.exec),
+                Err(e) => {
+                    return Event::RecoveryFailed {
+                        block,
+                        reason: e.to_string(),
+                    };
+                }
+            }
+        }
+        self.retry = None;
+        self.executed.retain(|b, _| *b < block);
+        let since = match self.recovering {
+            Some((r, since, _, _)) if r == block => since,
+            _ => Instant::now(),
+        };
+        info!(org = %self.me, %block, attempt, "recovering");
+        let result = async {
+            let candidates: Vec<BlockNumber> = self
+                .store
+                .checkpoints()
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|c| *c < block)
+                .rev()
+                .collect();
+            let Some(&checkpoint) = candidates.get(attempt as usize) else {
+                return Err(format!(
+                    "no checkpoint before block {block} is left to try ({} tried)",
+                    attempt
+                ));
+            };
+            self.recovering = Some((block, since, Some(checkpoint), attempt + 1));
+            self.store
+                .restore(checkpoint)
+                .await
+                .map_err(|e| e.to_string())?;
+            let base = ledger_block(&self.store, checkpoint)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(exec) = self.exec.as_mut() {
+                exec.set_previous(base.hash());
+            }
+            self.replay(
+                Resume {
+                    block: BlockNumber(checkpoint.0 + 1),
+                    position: base.orderer_position,
+                },
+                block,
+            )
+            .await
+        }
+        .await;
+        match result {
+            Ok(ledger) => Event::Recovered(ledger),
+            Err(reason) => Event::RecoveryFailed { block, reason },
+        }
+    }
+
+    /// Executes the blocks from `from` through `through` again, checking each one that is in
+    /// the ledger against it; the stream then continues as the node's block stream. Returns
+    /// the last block.
+    async fn replay(&mut self, from: Resume, through: BlockNumber) -> Result<LedgerBlock, String> {
+        let mut stream = self
+            .orderer
+            .deliver(from)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(mut exec) = self.exec.take() else {
+            return Err("the ExecutionServer is busy".into());
+        };
+        let result = async {
+            let mut last = None;
+            for n in from.block.0..=through.0 {
+                let block = tokio::time::timeout(self.settings.replay_timeout, stream.next())
+                    .await
+                    .map_err(|_| format!("the orderer did not deliver block {n} for the replay"))?
+                    .ok_or_else(|| format!("the orderer ended before block {n}"))?
+                    .map_err(|e| e.to_string())?;
+                if block.number.0 != n {
+                    return Err(format!(
+                        "the orderer delivered block {} instead of {n}",
+                        block.number
+                    ));
+                }
+                let done = exec.execute(&block).await.map_err(|e| e.to_string())?;
+                if BlockNumber(n) < self.engine.next_block() {
+                    let agreed = ledger_block(&self.store, BlockNumber(n))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if agreed.hash() != done.ledger.hash() {
+                        return Err(format!(
+                            "replaying agreed block {n} gives LedgerBlock {} but the ledger has {}",
+                            done.ledger.hash(),
+                            agreed.hash()
+                        ));
+                    }
+                }
+                self.resume = Resume::after(&block);
+                last = Some(done);
+            }
+            last.ok_or_else(|| "nothing to replay".to_owned())
+        }
+        .await;
+        self.exec = Some(exec);
+        let done = result?;
+        self.blocks = Some(stream);
+        self.reconnect_at = None;
+        let ledger = done.ledger.clone();
+        if ledger.number >= self.engine.next_block() {
+            self.executed.insert(ledger.number, done);
+        }
+        Ok(ledger)
+    }
+
+    /// After a crash during a recovery the database may be behind its own ledger: replay the
+    /// agreed blocks it misses, checked against the ledger.
+    async fn catch_up(&mut self, last: BlockNumber) -> Result<(), NodeError> {
+        let applied = self.store.last_applied_block().await?;
+        if applied.is_some_and(|a| a >= last) {
+            return Ok(());
+        }
+        let from = match applied {
+            None => Resume::START,
+            Some(a) => Resume {
+                block: BlockNumber(a.0 + 1),
+                position: ledger_block(&self.store, a).await?.orderer_position,
+            },
+        };
+        info!(org = %self.me, from = %from.block, through = %last, "the database is behind the ledger; replaying");
+        if let Some(exec) = self.exec.as_mut() {
+            let previous = match applied {
+                None => Digest::ZERO,
+                Some(a) => ledger_block(&self.store, a).await?.hash(),
+            };
+            exec.set_previous(previous);
+        }
+        self.replay(from, last)
+            .await
+            .map_err(|problem| NodeError::Ledger {
+                block: last,
+                problem,
+            })?;
+        Ok(())
+    }
+}
+
+impl<B: Backend, O: Orderer> std::fmt::Debug for Node<B, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("org", &self.me)
+            .field("next_block", &self.engine.next_block())
+            .field("state", self.engine.state())
+            .finish_non_exhaustive()
+    }
+}
+
+fn trim<T>(list: &mut Vec<T>) {
+    if list.len() > KEEP_REPORTS {
+        list.drain(..list.len() - KEEP_REPORTS);
+    }
+}
+
+/// A ledger entry as stored.
+pub async fn ledger_entry<B: Backend>(
+    store: &Store<B>,
+    block: BlockNumber,
+) -> Result<LedgerEntry, NodeError> {
+    let problem = |problem: String| NodeError::Ledger { block, problem };
+    let bytes = store
+        .ledger_entry(block)
+        .await?
+        .ok_or_else(|| problem("not in the ledger".into()))?;
+    let wire = pb::LedgerEntry::decode(bytes.as_slice())
+        .map_err(|e| problem(format!("does not decode: {e}")))?;
+    LedgerEntry::try_from(wire).map_err(|e| problem(format!("does not decode: {e}")))
+}
+
+async fn ledger_block<B: Backend>(
+    store: &Store<B>,
+    block: BlockNumber,
+) -> Result<LedgerBlock, NodeError> {
+    Ok(ledger_entry(store, block).await?.block)
+}
