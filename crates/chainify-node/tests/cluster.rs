@@ -60,3 +60,173 @@ async fn heterogeneous_orgs_agree_under_any_2_and_all_3() {
         cluster.shutdown().await.expect("shutdown");
     }
 }
+
+/// A direct UPDATE on one organization's database shows in its next vote; it recovers from its
+/// checkpoint and agrees again while the others go on. Pipelined execution (two blocks ahead)
+/// is discarded through the same recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_org_recovers_while_the_others_go_on() {
+    let urls = smallbank_dbs("tamper", &["postgres", "mariadb", "sqlite"], ACCOUNTS).await;
+    let mut spec = spec("tamper", "any-2", &urls, 50);
+    spec.settings.pipeline_depth = 2;
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 2);
+    let orgs = cluster.orgs();
+    let first = drive(&cluster, &mut workload, 400).await;
+    cluster
+        .wait_committed(&orgs, &first, WAIT)
+        .await
+        .expect("committed");
+    cluster
+        .tamper(
+            OrgId(2),
+            "UPDATE checking SET bal = bal + 1000 WHERE custid = 3",
+        )
+        .await
+        .expect("tamper");
+    let second = drive(&cluster, &mut workload, 400).await;
+    cluster
+        .wait_committed(&orgs, &second, WAIT)
+        .await
+        .expect("committed after the tampering");
+    let statuses = cluster.statuses();
+    let tampered = &statuses[&OrgId(2)];
+    assert_eq!(tampered.recoveries.len(), 1, "{tampered:?}");
+    let report = &tampered.recoveries[0];
+    assert!(
+        report.checkpoint.is_some_and(|c| c < report.block),
+        "{report:?}"
+    );
+    for org in [OrgId(1), OrgId(3)] {
+        assert!(statuses[&org].recoveries.is_empty(), "{:?}", statuses[&org]);
+    }
+    cluster.check_consistent(&orgs).await.expect("consistent");
+    let oracle = smallbank_db("sqlite", "tamper_oracle", ACCOUNTS).await;
+    cluster
+        .check_against_serial(OrgId(2), &oracle)
+        .await
+        .expect("the repaired org equals a serial replay");
+    cluster.shutdown().await.expect("shutdown");
+}
+
+/// An organization killed mid-block restarts, catches up and agrees; nothing is lost or
+/// applied twice (its state equals a serial replay of the agreed blocks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_killed_mid_block_restarts_and_catches_up() {
+    let urls = smallbank_dbs("crash", &["postgres", "mariadb", "sqlite"], ACCOUNTS).await;
+    let spec = spec("crash", "any-2", &urls, 50);
+    let orderer = local(&spec);
+    let mut cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 3);
+    let mut ids = drive(&cluster, &mut workload, 1500).await;
+    cluster
+        .wait_until("organization 1 at block 4", WAIT, |s| {
+            s[&OrgId(1)].next_block.0 >= 4
+        })
+        .await
+        .expect("progress");
+    cluster.crash(OrgId(1)).await.expect("crash");
+    let at_crash = cluster.status(OrgId(1)).expect("status").next_block;
+    ids.extend(drive(&cluster, &mut workload, 300).await);
+    cluster
+        .wait_committed(&[OrgId(2), OrgId(3)], &ids, WAIT)
+        .await
+        .expect("the others go on under Any-2");
+    cluster.restart(OrgId(1)).await.expect("restart");
+    let orgs = cluster.orgs();
+    cluster
+        .wait_committed(&orgs, &ids, WAIT)
+        .await
+        .expect("caught up");
+    assert!(at_crash.0 < 30, "crashed before the end ({at_crash})");
+    cluster.check_consistent(&orgs).await.expect("consistent");
+    let oracle = smallbank_db("sqlite", "crash_oracle", ACCOUNTS).await;
+    cluster
+        .check_against_serial(OrgId(1), &oracle)
+        .await
+        .expect("the restarted org equals a serial replay");
+    for status in cluster.statuses().values() {
+        assert!(status.alarms.is_empty(), "{status:?}");
+    }
+    cluster.shutdown().await.expect("shutdown");
+}
+
+/// With one organization down, Any-2 keeps committing; All-3 waits and resumes when it
+/// returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_2_goes_on_with_an_org_down_and_all_3_waits_for_it() {
+    for policy in ["any-2", "all"] {
+        let test = format!("down_{}", policy.replace('-', ""));
+        let urls = smallbank_dbs(&test, &["postgres", "mariadb", "sqlite"], ACCOUNTS).await;
+        let spec = spec(&test, policy, &urls, 50);
+        let orderer = local(&spec);
+        let mut cluster = Cluster::start(spec, orderer).await.expect("start");
+        let mut workload = smallbank(ACCOUNTS, 4);
+        let orgs = cluster.orgs();
+        let first = drive(&cluster, &mut workload, 100).await;
+        cluster
+            .wait_committed(&orgs, &first, WAIT)
+            .await
+            .expect("committed");
+        cluster.stop(OrgId(3)).await.expect("stop");
+        let before = cluster.status(OrgId(1)).expect("status").next_block;
+        let second = drive(&cluster, &mut workload, 300).await;
+        let up = [OrgId(1), OrgId(2)];
+        if policy == "any-2" {
+            cluster
+                .wait_committed(&up, &second, WAIT)
+                .await
+                .expect("Any-2 commits with two organizations");
+        } else {
+            let waited = cluster
+                .wait_until(
+                    "any progress without organization 3",
+                    Duration::from_secs(3),
+                    |s| s[&OrgId(1)].next_block > before || s[&OrgId(2)].next_block > before,
+                )
+                .await;
+            assert!(
+                waited.is_err(),
+                "All-3 must not append without organization 3"
+            );
+        }
+        cluster.restart(OrgId(3)).await.expect("restart");
+        cluster
+            .wait_committed(&orgs, &second, WAIT)
+            .await
+            .expect("everyone commits once organization 3 is back");
+        cluster.check_consistent(&orgs).await.expect("consistent");
+        cluster.shutdown().await.expect("shutdown");
+    }
+}
+
+/// An organization cut off from the votes executes but cannot append; once the partition heals
+/// it gets the certificates and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_org_catches_up_when_healed() {
+    let urls = smallbank_dbs("partition", &["sqlite", "sqlite", "sqlite"], ACCOUNTS).await;
+    let spec = spec("partition", "any-2", &urls, 25);
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 5);
+    let orgs = cluster.orgs();
+    cluster.partition(OrgId(2));
+    let ids = drive(&cluster, &mut workload, 300).await;
+    cluster
+        .wait_committed(&[OrgId(1), OrgId(3)], &ids, WAIT)
+        .await
+        .expect("the others agree");
+    assert_eq!(
+        cluster.status(OrgId(2)).expect("status").next_block.0,
+        1,
+        "nothing is appended without agreement"
+    );
+    cluster.heal(OrgId(2));
+    cluster
+        .wait_committed(&orgs, &ids, WAIT)
+        .await
+        .expect("caught up");
+    cluster.check_consistent(&orgs).await.expect("consistent");
+    cluster.shutdown().await.expect("shutdown");
+}

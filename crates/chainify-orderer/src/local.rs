@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use chainify_core::NetworkId;
+use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -1,0 +1,184 @@
+//! A misbehaving orderer in front of three organizations (SQLite): every honest organization
+//! flags the same transactions, appends only agreed blocks, and either goes on correctly or
+//! halts with a clear reason.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chainify_core::{BlockNumber, OrgId};
+use chainify_node::cluster::{Cluster, ClusterSpec, OrdererFactory};
+use chainify_orderer::{Fault, FaultyOrderer, LocalOrderer, OrdererError, Resume};
+use common::*;
+
+const ACCOUNTS: u64 = 100;
+const BLOCK: usize = 20;
+const BLOCKS: u64 = 10;
+const WAIT: Duration = Duration::from_secs(120);
+
+fn local(spec: &ClusterSpec) -> LocalOrderer {
+    LocalOrderer::start(
+        spec.network.network_id.clone(),
+        spec.network.max_block_txs,
+        Duration::from_secs(600),
+    )
+}
+
+async fn cluster<F: OrdererFactory>(
+    test: &str,
+    make: impl FnOnce(&ClusterSpec) -> F,
+) -> Cluster<F> {
+    let urls = smallbank_dbs(test, &["sqlite", "sqlite", "sqlite"], ACCOUNTS).await;
+    let spec = spec(test, "any-2", &urls, BLOCK);
+    let factory = make(&spec);
+    Cluster::start(spec, factory).await.expect("start")
+}
+
+async fn run_blocks<F: OrdererFactory>(cluster: &Cluster<F>, orgs: &[OrgId]) {
+    let mut workload = smallbank(ACCOUNTS, 7);
+    drive(cluster, &mut workload, BLOCK * BLOCKS as usize).await;
+    cluster
+        .wait_until("every block appended", WAIT, |s| {
+            orgs.iter().all(|o| s[o].next_block.0 > BLOCKS)
+        })
+        .await
+        .expect("progress");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uniform_faults_are_flagged_alike_and_agreed() {
+    for fault in [Fault::Reorder, Fault::Drop, Fault::Duplicate, Fault::Forge] {
+        let test = format!("fault_{fault:?}").to_lowercase();
+        let cluster = cluster(&test, |spec| {
+            shared(FaultyOrderer::new(local(spec), fault, BlockNumber(2)))
+        })
+        .await;
+        let orgs = cluster.orgs();
+        run_blocks(&cluster, &orgs).await;
+        cluster.check_consistent(&orgs).await.expect("consistent");
+        let ledger = cluster.ledger(OrgId(1)).await.expect("ledger");
+        let txs: usize = ledger
+            .iter()
+            .take(BLOCKS as usize)
+            .map(|e| e.block.tx_ids.len())
+            .sum();
+        let faulty_blocks = BLOCKS as usize - 1;
+        let (expected_txs, expected_invalid) = match fault {
+            Fault::Drop => (BLOCK * BLOCKS as usize - faulty_blocks, 0),
+            Fault::Duplicate | Fault::Forge => (
+                BLOCK * BLOCKS as usize + faulty_blocks,
+                faulty_blocks as u64,
+            ),
+            _ => (BLOCK * BLOCKS as usize, 0),
+        };
+        assert_eq!(txs, expected_txs, "{fault:?}");
+        for status in cluster.statuses().values() {
+            assert_eq!(
+                status.invalid_transactions, expected_invalid,
+                "{fault:?}: {status:?}"
+            );
+            assert!(status.alarms.is_empty(), "{fault:?}: {status:?}");
+        }
+        if matches!(fault, Fault::Duplicate | Fault::Forge) {
+            for entry in &ledger[1..BLOCKS as usize] {
+                assert!(
+                    !entry.block.success.last().copied().unwrap_or(true),
+                    "{fault:?}: the extra transaction of block {} is flagged",
+                    entry.block.number
+                );
+            }
+        }
+        cluster.shutdown().await.expect("shutdown");
+    }
+}
+
+/// Forged and replayed transactions submitted to an honest orderer are flagged by every
+/// organization alike and never executed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_replayed_transactions_are_flagged() {
+    let cluster = cluster("forged", |spec| shared(local(spec))).await;
+    let orgs = cluster.orgs();
+    let mut workload = smallbank(ACCOUNTS, 8);
+    let honest = cluster.endorse(workload.next_tx().1);
+    let mut forged = cluster.endorse(workload.next_tx().1);
+    forged.proposal.body.nonce += 1_000_000;
+    cluster.submit_raw(honest.clone()).await.expect("submit");
+    cluster.submit_raw(forged.clone()).await.expect("submit");
+    drive(&cluster, &mut workload, BLOCK - 2).await;
+    cluster.submit_raw(honest.clone()).await.expect("replay");
+    drive(&cluster, &mut workload, BLOCK - 1).await;
+    cluster
+        .wait_until("two blocks", WAIT, |s| {
+            s.values().all(|s| s.next_block.0 > 2)
+        })
+        .await
+        .expect("progress");
+    cluster.check_consistent(&orgs).await.expect("consistent");
+    let ledger = cluster.ledger(OrgId(1)).await.expect("ledger");
+    let (b1, b2) = (&ledger[0].block, &ledger[1].block);
+    assert_eq!(b1.tx_ids[0], honest.proposal.tx_id());
+    assert!(b1.success[0], "the honest transaction committed");
+    assert!(!b1.success[1], "the forgery is flagged");
+    assert_eq!(
+        b2.tx_ids[0],
+        honest.proposal.tx_id(),
+        "the replay is in block 2"
+    );
+    assert!(!b2.success[0], "the replay is flagged");
+    for status in cluster.statuses().values() {
+        assert_eq!(status.invalid_transactions, 2, "{status:?}");
+    }
+    cluster.shutdown().await.expect("shutdown");
+}
+
+/// Organization 1 gets different blocks than the others: it is outvoted, cannot reproduce the
+/// agreed block from what the orderer gives it, and halts with an alarm without appending
+/// anything that was not agreed. The others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equivocation_is_outvoted_and_the_victim_halts_safely() {
+    struct Equivocating(FaultyOrderer<LocalOrderer>);
+    impl OrdererFactory for Equivocating {
+        type Orderer = FaultyOrderer<LocalOrderer>;
+        async fn orderer(
+            &self,
+            org: Option<OrgId>,
+            _: Resume,
+        ) -> Result<Arc<Self::Orderer>, OrdererError> {
+            let consumer = usize::from(org != Some(OrgId(1)));
+            Ok(Arc::new(self.0.as_consumer(consumer)))
+        }
+    }
+    let cluster = cluster("equivocate", |spec| {
+        Equivocating(FaultyOrderer::new(
+            local(spec),
+            Fault::Equivocate,
+            BlockNumber(3),
+        ))
+    })
+    .await;
+    run_blocks(&cluster, &[OrgId(2), OrgId(3)]).await;
+    cluster
+        .wait_until("the victim halts", WAIT, |s| {
+            matches!(s[&OrgId(1)].state, chainify_commit::State::Halted { .. })
+        })
+        .await
+        .expect("halted");
+    let victim = cluster.status(OrgId(1)).expect("status");
+    assert!(
+        victim
+            .alarms
+            .iter()
+            .any(|a| a.contains("block #3") && a.contains("recovery failed")),
+        "{victim:?}"
+    );
+    cluster
+        .check_consistent(&[OrgId(2), OrgId(3)])
+        .await
+        .expect("the others agree");
+    let victim_ledger = cluster.ledger(OrgId(1)).await.expect("ledger");
+    let agreed = cluster.ledger(OrgId(2)).await.expect("ledger");
+    assert_eq!(victim_ledger.len(), 2, "blocks 1 and 2 only");
+    assert_eq!(victim_ledger, agreed[..2].to_vec(), "only agreed blocks");
+    cluster.shutdown().await.expect("shutdown");
+}
