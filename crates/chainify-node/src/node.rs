@@ -127,6 +127,12 @@ pub struct RecoveryReport {
     pub checkpoint: Option<BlockNumber>,
     /// Checkpoints tried.
     pub attempts: u32,
+    /// Blocks re-executed by the last attempt (checkpoint + 1 through the block).
+    pub replayed: u64,
+    /// Time spent restoring checkpoints.
+    pub restore: Duration,
+    /// Time spent replaying.
+    pub replay: Duration,
     /// From the disagreement to the append.
     pub elapsed: Duration,
 }
@@ -229,7 +235,7 @@ pub struct Node<B: Backend, O: Orderer> {
     executed: BTreeMap<BlockNumber, Executed>,
     certificates: BTreeMap<BlockNumber, Certificate>,
     /// The recovery under way: block, start, checkpoint used, attempts.
-    recovering: Option<(BlockNumber, Instant, Option<BlockNumber>, u32)>,
+    recovering: Option<(Instant, RecoveryReport)>,
     started: Instant,
 }
 
@@ -637,16 +643,14 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 reasons
             })
             .unwrap_or_default();
-        if let Some((r, since, checkpoint, attempts)) = self.recovering
-            && r == number
+        if let Some((since, report)) = &self.recovering
+            && report.block == number
         {
-            self.recovering = None;
             let report = RecoveryReport {
-                block: r,
-                checkpoint,
-                attempts,
                 elapsed: since.elapsed(),
+                ..report.clone()
             };
+            self.recovering = None;
             info!(org = %self.me, ?report, "recovered and agreed");
             self.status.send_modify(|s| {
                 s.recoveries.push(report);
@@ -696,10 +700,20 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
         self.retry = None;
         self.executed.retain(|b, _| *b < block);
-        let since = match self.recovering {
-            Some((r, since, _, _)) if r == block => since,
-            _ => Instant::now(),
-        };
+        if !matches!(&self.recovering, Some((_, r)) if r.block == block) {
+            self.recovering = Some((
+                Instant::now(),
+                RecoveryReport {
+                    block,
+                    checkpoint: None,
+                    attempts: 0,
+                    replayed: 0,
+                    restore: Duration::ZERO,
+                    replay: Duration::ZERO,
+                    elapsed: Duration::ZERO,
+                },
+            ));
+        }
         info!(org = %self.me, %block, attempt, "recovering");
         let result = async {
             let candidates: Vec<BlockNumber> = self
@@ -717,25 +731,37 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     attempt
                 ));
             };
-            self.recovering = Some((block, since, Some(checkpoint), attempt + 1));
+            let restoring = Instant::now();
             self.store
                 .restore(checkpoint)
                 .await
                 .map_err(|e| e.to_string())?;
+            if let Some((_, report)) = self.recovering.as_mut() {
+                report.checkpoint = Some(checkpoint);
+                report.attempts = attempt + 1;
+                report.replayed = block.0 - checkpoint.0;
+                report.restore += restoring.elapsed();
+            }
             let base = ledger_block(&self.store, checkpoint)
                 .await
                 .map_err(|e| e.to_string())?;
             if let Some(exec) = self.exec.as_mut() {
                 exec.set_previous(base.hash());
             }
-            self.replay(
-                Resume {
-                    block: BlockNumber(checkpoint.0 + 1),
-                    position: base.orderer_position,
-                },
-                block,
-            )
-            .await
+            let replaying = Instant::now();
+            let replayed = self
+                .replay(
+                    Resume {
+                        block: BlockNumber(checkpoint.0 + 1),
+                        position: base.orderer_position,
+                    },
+                    block,
+                )
+                .await;
+            if let Some((_, report)) = self.recovering.as_mut() {
+                report.replay += replaying.elapsed();
+            }
+            replayed
         }
         .await;
         match result {

@@ -19,6 +19,9 @@ use crate::error::StorageError;
 use crate::exec::{BlockOutcome, ExecBlock, ExecMode};
 use crate::store::{Store, parents_first};
 
+/// Keys repaired per restore statement.
+const RESTORE_CHUNK: usize = 256;
+
 /// What a checkpoint or restore did.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct CheckpointInfo {
@@ -257,20 +260,46 @@ impl<B: Backend> Store<B> {
                 self.db(conn.batch(sql).await, &during)?;
             }
             let snapshot_of = |t: &CatalogTable| Value::Int(holder(&t.name).unwrap_or(-1));
-            let statements: Vec<_> = order.iter().map(|t| ddl::restore(dialect, t)).collect();
+            // Only keys changed since the checkpoint can differ from it.
+            let mut dirty = Vec::with_capacity(order.len());
+            for t in &order {
+                let (sql, types) = ddl::dirty_keys(dialect, t);
+                let keys = self.db(conn.query(&sql, &[&b], &types).await, &during)?;
+                dirty.push(keys.into_iter().flatten().collect::<Vec<Value>>());
+            }
+            let chunks = |t: &CatalogTable, keys: &'_ [Value]| -> Vec<(usize, Vec<Value>)> {
+                let width = t.primary_key.len();
+                keys.chunks(RESTORE_CHUNK * width)
+                    .map(|c| {
+                        let mut params = vec![snapshot_of(t)];
+                        params.extend(c.iter().cloned());
+                        (c.len() / width, params)
+                    })
+                    .collect()
+            };
             let mut rows = 0;
-            for (t, (delete, _, _)) in order.iter().zip(&statements).rev() {
-                rows += self.db(
-                    conn.execute(delete, &[&snapshot_of(t)], false).await,
+            for (t, keys) in order.iter().zip(&dirty).rev() {
+                for (n, params) in chunks(t, keys) {
+                    let (delete, _, _) = ddl::restore(dialect, t, n);
+                    let params: Vec<&Value> = params.iter().collect();
+                    rows += self.db(conn.execute(&delete, &params, false).await, &during)?;
+                }
+            }
+            for (t, keys) in order.iter().zip(&dirty) {
+                let s = snapshot_of(t);
+                for (n, params) in chunks(t, keys) {
+                    let (_, update, insert) = ddl::restore(dialect, t, n);
+                    let params: Vec<&Value> = params.iter().collect();
+                    if let Some(update) = update {
+                        rows += self.db(conn.execute(&update, &params, false).await, &during)?;
+                    }
+                    rows += self.db(conn.execute(&insert, &params, false).await, &during)?;
+                }
+                self.db(
+                    conn.execute(&ddl::fold_dirty(dialect, t), &[&b, &b], false)
+                        .await,
                     &during,
                 )?;
-            }
-            for (t, (_, update, insert)) in order.iter().zip(&statements) {
-                let s = snapshot_of(t);
-                if let Some(update) = update {
-                    rows += self.db(conn.execute(update, &[&s], false).await, &during)?;
-                }
-                rows += self.db(conn.execute(insert, &[&s], false).await, &during)?;
                 self.db(
                     conn.execute(
                         &format!(
@@ -362,6 +391,14 @@ impl<B: Backend> Store<B> {
                 format!("DELETE FROM chainify_checkpoints WHERE block <= {}", p(1)),
             ] {
                 self.db(conn.execute(&sql, &[&b], false).await, during)?;
+            }
+            // Restores to the kept checkpoints need only keys changed after the oldest one.
+            if let Some(oldest) = all.get(drop_count) {
+                let oldest = int(*oldest)?;
+                for t in self.tables().values() {
+                    let sql = ddl::prune_dirty(self.backend.dialect(), t);
+                    self.db(conn.execute(&sql, &[&oldest], false).await, during)?;
+                }
             }
             Ok(())
         }

@@ -26,6 +26,12 @@ pub fn snapshot_table(table: &str) -> String {
     format!("chainify_cp_{table}")
 }
 
+/// Dirty-key table of `table`: every key a digested block changed, with the last such block, so
+/// that a restore repairs only the keys changed since its checkpoint.
+pub fn dirty_table(table: &str) -> String {
+    format!("chainify_dk_{table}")
+}
+
 /// Placeholder number `n` (1-based) in `dialect`.
 pub fn placeholder(dialect: Dialect, n: usize) -> String {
     match dialect {
@@ -90,6 +96,7 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     let name = &t.name;
     let dg = digest_table(name);
     let cp = snapshot_table(name);
+    let dk = dirty_table(name);
     let keys: Vec<&str> = t.primary_key.iter().map(String::as_str).collect();
     let key_list = keys.join(", ");
     let key_defs: Vec<String> = t
@@ -119,6 +126,10 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
         format!(
             "CREATE TABLE IF NOT EXISTS {cp} (chainify_cp_block {big} NOT NULL, {}, PRIMARY KEY (chainify_cp_block, {key_list})){suffix}",
             col_defs.join(", ")
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {dk} ({}, chainify_block {big} NOT NULL, PRIMARY KEY ({key_list})){suffix}",
+            key_defs.join(", ")
         ),
     ];
     let row = |prefix: &str| -> String {
@@ -278,6 +289,7 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     }
     uninstall.push(format!("DROP TABLE IF EXISTS {dg}"));
     uninstall.push(format!("DROP TABLE IF EXISTS {cp}"));
+    uninstall.push(format!("DROP TABLE IF EXISTS {dk}"));
     Artifacts { install, uninstall }
 }
 
@@ -394,11 +406,10 @@ pub fn select_all(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>)
     )
 }
 
-/// Deletes `rows` recorded keys whose counter is unchanged. Parameters per row: the key
-/// values, then the counter read.
-pub fn consume_changes(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
-    let width = t.primary_key.len() + 1;
-    let mut n = 0;
+/// `rows` tuples of `width` placeholders numbered from `first`, as the right-hand side of a
+/// row-value `IN` in `dialect`.
+fn tuple_list(dialect: Dialect, rows: usize, width: usize, first: usize) -> String {
+    let mut n = first - 1;
     let tuples: Vec<String> = (0..rows)
         .map(|_| {
             let ps: Vec<String> = (0..width)
@@ -410,14 +421,82 @@ pub fn consume_changes(dialect: Dialect, t: &CatalogTable, rows: usize) -> Strin
             format!("({})", ps.join(", "))
         })
         .collect();
-    let list = match dialect {
+    match dialect {
         Dialect::MySql => tuples.join(", "),
         _ => format!("VALUES {}", tuples.join(", ")),
-    };
+    }
+}
+
+/// Deletes `rows` recorded keys whose counter is unchanged. Parameters per row: the key
+/// values, then the counter read.
+pub fn consume_changes(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
+    let list = tuple_list(dialect, rows, t.primary_key.len() + 1, 1);
     format!(
         "DELETE FROM {} WHERE ({}, chainify_n) IN ({list})",
         digest_table(&t.name),
         t.primary_key.join(", ")
+    )
+}
+
+/// Records `rows` keys as changed by a block. Parameters per row: the key values, then the
+/// block.
+pub fn mark_dirty(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
+    let keys = t.primary_key.join(", ");
+    let values = tuple_list(dialect, rows, t.primary_key.len() + 1, 1);
+    let values = values.strip_prefix("VALUES ").unwrap_or(&values);
+    let dk = dirty_table(&t.name);
+    match dialect {
+        Dialect::MySql => format!(
+            "INSERT INTO {dk} ({keys}, chainify_block) VALUES {values} ON DUPLICATE KEY UPDATE chainify_block = VALUES(chainify_block)"
+        ),
+        _ => format!(
+            "INSERT INTO {dk} ({keys}, chainify_block) VALUES {values} ON CONFLICT ({keys}) DO UPDATE SET chainify_block = excluded.chainify_block"
+        ),
+    }
+}
+
+/// The keys of `t` that may differ from its state at the checkpoint of block `$1`: those a
+/// digested block after it changed, and those with changes not digested yet (a block cut
+/// short, changes made outside chainify).
+pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let mut types = Vec::new();
+    let mut select = Vec::new();
+    for c in t.key_columns() {
+        let ty = ReadType::of(&c.ty);
+        select.push(read_expr(dialect, &c.name, ty));
+        types.push(ty);
+    }
+    let select = select.join(", ");
+    (
+        format!(
+            "SELECT {select} FROM {} WHERE chainify_block > {} UNION SELECT {select} FROM {}",
+            dirty_table(&t.name),
+            placeholder(dialect, 1),
+            digest_table(&t.name)
+        ),
+        types,
+    )
+}
+
+/// After a restore to the checkpoint of block `$1` (given again as `$2`): keys changed after it
+/// are changed "at" it now (the restore undid their later changes, and a restore to an older
+/// checkpoint must still repair them).
+pub fn fold_dirty(dialect: Dialect, t: &CatalogTable) -> String {
+    format!(
+        "UPDATE {} SET chainify_block = {} WHERE chainify_block > {}",
+        dirty_table(&t.name),
+        placeholder(dialect, 1),
+        placeholder(dialect, 2)
+    )
+}
+
+/// Forgets dirty keys no kept checkpoint needs: those last changed at or before block `$1`,
+/// the oldest kept checkpoint.
+pub fn prune_dirty(dialect: Dialect, t: &CatalogTable) -> String {
+    format!(
+        "DELETE FROM {} WHERE chainify_block <= {}",
+        dirty_table(&t.name),
+        placeholder(dialect, 1)
     )
 }
 
@@ -432,15 +511,31 @@ pub fn snapshot(dialect: Dialect, t: &CatalogTable) -> String {
     )
 }
 
-/// The statements that turn `t` back into its snapshot taken at block `$1`, touching only the
-/// rows that differ (so a restore after a few blocks or a tampered row costs one scan plus the
-/// differences, not a rewrite of the table): delete rows whose key the snapshot lacks (run
-/// children first), update rows whose values differ, insert rows the table lacks (run parents
-/// first). The update is `None` for a table with key columns only.
-pub fn restore(dialect: Dialect, t: &CatalogTable) -> (String, Option<String>, String) {
+/// The statements that turn `keys` keys of `t` (parameters from `$2` on, one tuple of key
+/// values each; [`dirty_keys`]) back into its snapshot taken at block `$1`, touching only the
+/// rows that differ: delete rows whose key the snapshot lacks (run children first), update rows
+/// whose values differ, insert rows the table lacks (run parents first). The update is `None`
+/// for a table with key columns only. A restore thus costs the keys changed since the
+/// checkpoint, not a scan of the table.
+pub fn restore(
+    dialect: Dialect,
+    t: &CatalogTable,
+    keys: usize,
+) -> (String, Option<String>, String) {
     let name = &t.name;
     let cp = snapshot_table(name);
     let p1 = placeholder(dialect, 1);
+    let key_list = tuple_list(dialect, keys, t.primary_key.len(), 2);
+    let among = |alias: &str| -> String {
+        format!(
+            "({}) IN ({key_list})",
+            t.primary_key
+                .iter()
+                .map(|k| format!("{alias}.{k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     let key_match = |a: &str, b: &str| -> String {
         t.primary_key
             .iter()
@@ -449,8 +544,9 @@ pub fn restore(dialect: Dialect, t: &CatalogTable) -> (String, Option<String>, S
             .join(" AND ")
     };
     let delete = format!(
-        "DELETE FROM {name} WHERE NOT EXISTS (SELECT 1 FROM {cp} s WHERE s.chainify_cp_block = {p1} AND {})",
-        key_match("s", name)
+        "DELETE FROM {name} WHERE NOT EXISTS (SELECT 1 FROM {cp} s WHERE s.chainify_cp_block = {p1} AND {}) AND {}",
+        key_match("s", name),
+        among(name)
     );
     let values: Vec<&str> = t
         .columns
@@ -470,33 +566,36 @@ pub fn restore(dialect: Dialect, t: &CatalogTable) -> (String, Option<String>, S
             .join(" AND ");
         match dialect {
             Dialect::MySql => format!(
-                "UPDATE {name} JOIN {cp} s ON s.chainify_cp_block = {p1} AND {} SET {} WHERE NOT ({same})",
+                "UPDATE {name} JOIN {cp} s ON s.chainify_cp_block = {p1} AND {} SET {} WHERE NOT ({same}) AND {}",
                 key_match("s", name),
                 values
                     .iter()
                     .map(|c| format!("{name}.{c} = s.{c}"))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                among(name)
             ),
             _ => format!(
-                "UPDATE {name} SET {} FROM (SELECT * FROM {cp} WHERE chainify_cp_block = {p1}) s WHERE {} AND NOT ({same})",
+                "UPDATE {name} SET {} FROM (SELECT * FROM {cp} WHERE chainify_cp_block = {p1}) s WHERE {} AND NOT ({same}) AND {}",
                 values
                     .iter()
                     .map(|c| format!("{c} = s.{c}"))
                     .collect::<Vec<_>>()
                     .join(", "),
-                key_match("s", name)
+                key_match("s", name),
+                among(name)
             ),
         }
     });
     let cols = column_list(t);
     let insert = format!(
-        "INSERT INTO {name} ({cols}) SELECT {} FROM {cp} s WHERE s.chainify_cp_block = {p1} AND NOT EXISTS (SELECT 1 FROM {name} r WHERE {})",
+        "INSERT INTO {name} ({cols}) SELECT {} FROM {cp} s WHERE s.chainify_cp_block = {p1} AND {} AND NOT EXISTS (SELECT 1 FROM {name} r WHERE {})",
         t.columns
             .iter()
             .map(|c| format!("s.{}", c.name))
             .collect::<Vec<_>>()
             .join(", "),
+        among("s"),
         key_match("r", "s")
     );
     (delete, update, insert)
@@ -545,8 +644,8 @@ mod tests {
             a.install[0],
             "CREATE TABLE IF NOT EXISTS chainify_dg_acct (bank INTEGER NOT NULL, id BIGINT NOT NULL, chainify_n BIGINT NOT NULL, PRIMARY KEY (bank, id))"
         );
-        assert!(a.install[2].contains("IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND (NEW.bank IS DISTINCT FROM OLD.bank OR NEW.id IS DISTINCT FROM OLD.id))"));
-        assert!(a.install[2].contains("VALUES (OLD.bank, OLD.id, 1) ON CONFLICT (bank, id) DO UPDATE SET chainify_n = d.chainify_n + 1"));
+        assert!(a.install[3].contains("IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND (NEW.bank IS DISTINCT FROM OLD.bank OR NEW.id IS DISTINCT FROM OLD.id))"));
+        assert!(a.install[3].contains("VALUES (OLD.bank, OLD.id, 1) ON CONFLICT (bank, id) DO UPDATE SET chainify_n = d.chainify_n + 1"));
         assert!(
             a.install
                 .iter()
@@ -615,27 +714,41 @@ mod tests {
             consume_changes(Dialect::MySql, &table(), 1),
             "DELETE FROM chainify_dg_acct WHERE (bank, id, chainify_n) IN ((?, ?, ?))"
         );
-        let (delete, update, insert) = restore(Dialect::Sqlite, &table());
+        let (delete, update, insert) = restore(Dialect::Sqlite, &table(), 2);
         assert_eq!(
             delete,
-            "DELETE FROM acct WHERE NOT EXISTS (SELECT 1 FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND s.bank = acct.bank AND s.id = acct.id)"
+            "DELETE FROM acct WHERE NOT EXISTS (SELECT 1 FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND s.bank = acct.bank AND s.id = acct.id) AND (acct.bank, acct.id) IN (VALUES (?2, ?3), (?4, ?5))"
         );
         assert_eq!(
             update.as_deref(),
             Some(
-                "UPDATE acct SET bal = s.bal, note = s.note FROM (SELECT * FROM chainify_cp_acct WHERE chainify_cp_block = ?1) s WHERE s.bank = acct.bank AND s.id = acct.id AND NOT (acct.bal IS s.bal AND acct.note IS s.note)"
+                "UPDATE acct SET bal = s.bal, note = s.note FROM (SELECT * FROM chainify_cp_acct WHERE chainify_cp_block = ?1) s WHERE s.bank = acct.bank AND s.id = acct.id AND NOT (acct.bal IS s.bal AND acct.note IS s.note) AND (acct.bank, acct.id) IN (VALUES (?2, ?3), (?4, ?5))"
             )
         );
         assert_eq!(
             insert,
-            "INSERT INTO acct (bank, id, bal, note) SELECT s.bank, s.id, s.bal, s.note FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = s.bank AND r.id = s.id)"
+            "INSERT INTO acct (bank, id, bal, note) SELECT s.bank, s.id, s.bal, s.note FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND (s.bank, s.id) IN (VALUES (?2, ?3), (?4, ?5)) AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = s.bank AND r.id = s.id)"
         );
-        let (_, update, _) = restore(Dialect::MySql, &table());
+        let (_, update, _) = restore(Dialect::MySql, &table(), 1);
         assert_eq!(
             update.as_deref(),
             Some(
-                "UPDATE acct JOIN chainify_cp_acct s ON s.chainify_cp_block = ? AND s.bank = acct.bank AND s.id = acct.id SET acct.bal = s.bal, acct.note = s.note WHERE NOT (acct.bal <=> s.bal AND acct.note <=> s.note)"
+                "UPDATE acct JOIN chainify_cp_acct s ON s.chainify_cp_block = ? AND s.bank = acct.bank AND s.id = acct.id SET acct.bal = s.bal, acct.note = s.note WHERE NOT (acct.bal <=> s.bal AND acct.note <=> s.note) AND (acct.bank, acct.id) IN ((?, ?))"
             )
         );
+        assert_eq!(
+            mark_dirty(Dialect::Postgres, &table(), 2),
+            "INSERT INTO chainify_dk_acct (bank, id, chainify_block) VALUES ($1, $2, $3), ($4, $5, $6) ON CONFLICT (bank, id) DO UPDATE SET chainify_block = excluded.chainify_block"
+        );
+        assert_eq!(
+            mark_dirty(Dialect::MySql, &table(), 1),
+            "INSERT INTO chainify_dk_acct (bank, id, chainify_block) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE chainify_block = VALUES(chainify_block)"
+        );
+        let (dirty, types) = dirty_keys(Dialect::Postgres, &table());
+        assert_eq!(
+            dirty,
+            "SELECT CAST(bank AS BIGINT), CAST(id AS BIGINT) FROM chainify_dk_acct WHERE chainify_block > $1 UNION SELECT CAST(bank AS BIGINT), CAST(id AS BIGINT) FROM chainify_dg_acct"
+        );
+        assert_eq!(types.len(), 2);
     }
 }

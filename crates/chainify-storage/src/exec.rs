@@ -571,12 +571,15 @@ impl<B: Backend> Store<B> {
                 .position(|c| c.name == t.primary_key[0])
                 .unwrap_or(0);
             let mut consumed: Vec<Value> = Vec::with_capacity(rows.len() * (key_len + 1));
+            let mut dirty: Vec<Value> = Vec::with_capacity(rows.len() * (key_len + 1));
             for mut row in rows {
                 let image = row.split_off(key_len + 1);
                 let counter = row.pop().unwrap_or(Value::Null);
                 let present = !matches!(image.get(first_key), None | Some(Value::Null));
                 consumed.extend(row.iter().cloned());
                 consumed.push(counter);
+                dirty.extend(row.iter().cloned());
+                dirty.push(block_value.clone());
                 effects.push(RowEffect {
                     table: t.name.clone(),
                     key: row,
@@ -585,6 +588,11 @@ impl<B: Backend> Store<B> {
             }
             for chunk in consumed.chunks(CONSUME_CHUNK * (key_len + 1)) {
                 let sql = ddl::consume_changes(dialect, t, chunk.len() / (key_len + 1));
+                let params: Vec<&Value> = chunk.iter().collect();
+                self.db(conn.execute(&sql, &params, false).await, &during)?;
+            }
+            for chunk in dirty.chunks(CONSUME_CHUNK * (key_len + 1)) {
+                let sql = ddl::mark_dirty(dialect, t, chunk.len() / (key_len + 1));
                 let params: Vec<&Value> = chunk.iter().collect();
                 self.db(conn.execute(&sql, &params, false).await, &during)?;
             }
