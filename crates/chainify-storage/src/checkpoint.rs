@@ -8,6 +8,7 @@
 //! differences), in one database transaction, then clears the changes the triggers recorded for
 //! it, so the restore itself never reaches a digest.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chainify_core::{BlockNumber, Value};
@@ -209,6 +210,7 @@ impl<B: Backend> Store<B> {
     /// being discarded), and nothing the restore changed is recorded for a digest.
     pub async fn restore(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
         let started = Instant::now();
+        let referenced = self.referenced_snapshots().await?;
         let dialect = self.backend.dialect();
         let p = |n| ddl::placeholder(dialect, n);
         let b = int(block)?;
@@ -346,7 +348,7 @@ impl<B: Backend> Store<B> {
         }
         let rows = outcome?;
         // Snapshots taken after the checkpoint are unreferenced now.
-        self.drop_unreferenced_snapshots().await?;
+        self.drop_unreferenced_snapshots(referenced).await?;
         Ok(CheckpointInfo {
             block,
             tables: order.iter().map(|t| t.name.clone()).collect(),
@@ -377,6 +379,7 @@ impl<B: Backend> Store<B> {
         let Some(newest_dropped) = dropped.last() else {
             return Ok(dropped);
         };
+        let referenced = self.referenced_snapshots().await?;
         let p = |n| ddl::placeholder(self.backend.dialect(), n);
         let b = int(*newest_dropped)?;
         let during = "pruning checkpoints";
@@ -411,15 +414,44 @@ impl<B: Backend> Store<B> {
             }
         }
         drop(conn);
-        self.drop_unreferenced_snapshots().await?;
+        self.drop_unreferenced_snapshots(referenced).await?;
         Ok(dropped)
     }
 
-    async fn drop_unreferenced_snapshots(&self) -> Result<(), StorageError> {
+    /// The snapshots checkpoints refer to: (table, snapshot block).
+    async fn referenced_snapshots(&self) -> Result<BTreeSet<(String, i64)>, StorageError> {
+        let rows = self
+            .query(
+                "listing snapshots",
+                "SELECT DISTINCT table_name, snapshot_block FROM chainify_checkpoint_tables",
+                &[],
+                &[ReadType::Text, ReadType::Int],
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| match (&r[0], &r[1]) {
+                (Value::Text(t), Value::Int(b)) => Some((t.clone(), *b)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Deletes the snapshots that were referenced (`before`) and no longer are, by their key
+    /// prefix (no scan of the snapshot tables).
+    async fn drop_unreferenced_snapshots(
+        &self,
+        before: BTreeSet<(String, i64)>,
+    ) -> Result<(), StorageError> {
+        let after = self.referenced_snapshots().await?;
         let during = "dropping unreferenced snapshots";
         let mut conn = self.acquire(during).await?;
-        for t in self.tables().values() {
-            self.db(conn.batch(&ddl::prune_snapshots(t)).await, during)?;
+        for (table, block) in before.difference(&after) {
+            let sql = ddl::drop_snapshot(self.backend.dialect(), table);
+            self.db(
+                conn.execute(&sql, &[&Value::Int(*block)], false).await,
+                during,
+            )?;
         }
         Ok(())
     }

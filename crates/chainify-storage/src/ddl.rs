@@ -525,15 +525,21 @@ pub fn restore(
     let name = &t.name;
     let cp = snapshot_table(name);
     let p1 = placeholder(dialect, 1);
-    let key_list = tuple_list(dialect, keys, t.primary_key.len(), 2);
     let among = |alias: &str| -> String {
+        // A plain IN for a one-column key: MariaDB plans it as index lookups, while a list of
+        // one-element row values makes it scan the table.
+        if let [k] = t.primary_key.as_slice() {
+            let list: Vec<String> = (2..keys + 2).map(|n| placeholder(dialect, n)).collect();
+            return format!("{alias}.{k} IN ({})", list.join(", "));
+        }
         format!(
-            "({}) IN ({key_list})",
+            "({}) IN ({})",
             t.primary_key
                 .iter()
                 .map(|k| format!("{alias}.{k}"))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            tuple_list(dialect, keys, t.primary_key.len(), 2)
         )
     };
     let key_match = |a: &str, b: &str| -> String {
@@ -601,12 +607,12 @@ pub fn restore(
     (delete, update, insert)
 }
 
-/// Drops the snapshot rows of `t` that no kept checkpoint refers to.
-pub fn prune_snapshots(t: &CatalogTable) -> String {
+/// Deletes the snapshot of `table` taken at block `$1`.
+pub fn drop_snapshot(dialect: Dialect, table: &str) -> String {
     format!(
-        "DELETE FROM {} WHERE chainify_cp_block NOT IN (SELECT snapshot_block FROM chainify_checkpoint_tables WHERE table_name = '{}')",
-        snapshot_table(&t.name),
-        t.name
+        "DELETE FROM {} WHERE chainify_cp_block = {}",
+        snapshot_table(table),
+        placeholder(dialect, 1)
     )
 }
 
