@@ -21,7 +21,7 @@ use chainify_core::OrgId;
 use chainify_node::NodeSettings;
 use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
 use chainify_orderer::LocalOrderer;
-use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, recreate_database};
+use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, recreate_database};
 use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
 
 struct Args {
@@ -64,9 +64,7 @@ fn url(engine: &str, name: &str) -> Result<String> {
         let base = std::env::var(var).with_context(|| {
             format!("{var} is not set; start the servers: cargo xtask services start; eval \"$(cargo xtask services env)\"")
         })?;
-        let (scheme, rest) = base.split_once("://").context("a URL")?;
-        let host = rest.split('/').next().context("a host")?;
-        Ok(format!("{scheme}://{host}/{name}"))
+        Ok(database_on(&base, name)?)
     };
     match engine {
         "postgres" => server("CHAINIFY_TEST_POSTGRES_URL"),

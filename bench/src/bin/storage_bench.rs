@@ -68,9 +68,7 @@ fn server_url(var: &str, db: &str) -> Result<String> {
     let base = std::env::var(var).with_context(|| {
         format!("{var} is not set; start the servers: cargo xtask services start; eval \"$(cargo xtask services env)\"")
     })?;
-    let (scheme, rest) = base.split_once("://").context("a URL")?;
-    let host = rest.split('/').next().context("a host")?;
-    Ok(format!("{scheme}://{host}/{db}"))
+    Ok(chainify_storage::database_on(&base, db)?)
 }
 
 fn options(parallelism: usize) -> StoreOptions {

@@ -273,7 +273,7 @@ impl<F: OrdererFactory> Cluster<F> {
         };
         for org in cluster.spec.orgs.clone() {
             let store = Arc::new(open_store(&cluster.spec, &org).await?);
-            let (_, status) = watch::channel(placeholder_status(org.id));
+            let (_, status) = watch::channel(NodeStatus::new(org.id, Resume::START.block));
             cluster.orgs.insert(
                 org.id,
                 OrgRun {
@@ -511,15 +511,20 @@ impl<F: OrdererFactory> Cluster<F> {
         self.net.heal(org);
     }
 
-    /// Kills the organization's node where it stands (mid-block, mid-vote): its database
-    /// connections are dropped, in-flight database transactions roll back.
-    pub async fn crash(&mut self, org: OrgId) -> Result<(), ClusterError> {
+    /// Disconnects the organization and hands over its running node, if any.
+    fn take_running(&mut self, org: OrgId) -> Result<Option<Running>, ClusterError> {
         self.net.leave(org);
         let run = self
             .orgs
             .get_mut(&org)
             .ok_or(ClusterError::UnknownOrg(org))?;
-        if let Some(running) = run.running.take() {
+        Ok(run.running.take())
+    }
+
+    /// Kills the organization's node where it stands (mid-block, mid-vote): its database
+    /// connections are dropped, in-flight database transactions roll back.
+    pub async fn crash(&mut self, org: OrgId) -> Result<(), ClusterError> {
+        if let Some(running) = self.take_running(org)? {
             running.task.abort();
             running.collector.abort();
             let _ = running.task.await;
@@ -530,12 +535,7 @@ impl<F: OrdererFactory> Cluster<F> {
 
     /// Stops the organization's node gracefully (it finishes the block in flight).
     pub async fn stop(&mut self, org: OrgId) -> Result<(), ClusterError> {
-        self.net.leave(org);
-        let run = self
-            .orgs
-            .get_mut(&org)
-            .ok_or(ClusterError::UnknownOrg(org))?;
-        if let Some(running) = run.running.take() {
+        if let Some(running) = self.take_running(org)? {
             let _ = running.stop.send(());
             let result = running.task.await;
             running.collector.abort();
@@ -684,23 +684,6 @@ impl<F: OrdererFactory> Cluster<F> {
             run.store.close().await;
         }
         first_error.map_or(Ok(()), Err)
-    }
-}
-
-fn placeholder_status(org: OrgId) -> NodeStatus {
-    NodeStatus {
-        org,
-        next_block: Resume::START.block,
-        executed: None,
-        state: chainify_commit::State::Running,
-        alarms: Vec::new(),
-        recoveries: Vec::new(),
-        rejected_votes: 0,
-        rejected_certificates: 0,
-        invalid_transactions: 0,
-        execution_errors: 0,
-        last_error: None,
-        dropped_messages: 0,
     }
 }
 

@@ -166,6 +166,26 @@ pub struct NodeStatus {
     pub dropped_messages: u64,
 }
 
+impl NodeStatus {
+    /// The status of a node of `org` that starts at `next_block` and has done nothing yet.
+    pub fn new(org: OrgId, next_block: BlockNumber) -> NodeStatus {
+        NodeStatus {
+            org,
+            next_block,
+            executed: None,
+            state: State::Running,
+            alarms: Vec::new(),
+            recoveries: Vec::new(),
+            rejected_votes: 0,
+            rejected_certificates: 0,
+            invalid_transactions: 0,
+            execution_errors: 0,
+            last_error: None,
+            dropped_messages: 0,
+        }
+    }
+}
+
 /// What the runtime is woken by.
 enum Wake<B: Backend> {
     Stop,
@@ -291,18 +311,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         let engine = CommitEngine::new(me, key, ctx, settings.timing, next);
         let (inbox, inbox_rx) = Inbox::new(settings.inbox_capacity);
         let (status, _) = watch::channel(NodeStatus {
-            org: me,
-            next_block: next,
             executed: store.last_applied_block().await?,
-            state: State::Running,
-            alarms: Vec::new(),
-            recoveries: Vec::new(),
-            rejected_votes: 0,
-            rejected_certificates: 0,
-            invalid_transactions: 0,
-            execution_errors: 0,
-            last_error: None,
-            dropped_messages: 0,
+            ..NodeStatus::new(me, next)
         });
         let (commits, _) = broadcast::channel(settings.commit_stream_capacity.max(1));
         let mut node = Node {

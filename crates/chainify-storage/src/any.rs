@@ -57,6 +57,22 @@ impl AnyBackend {
     }
 }
 
+/// The URL of database `name` on the server `server_url` points at (its database path
+/// replaced), e.g. a test database next to the one a test server's URL names.
+pub fn database_on(server_url: &str, name: &str) -> Result<String, StorageError> {
+    let bad = || StorageError::Connect {
+        url: redact_url(server_url),
+        reason: "expected scheme://host[:port][/database]".into(),
+    };
+    let (scheme, rest) = server_url.split_once("://").ok_or_else(bad)?;
+    let host = rest
+        .split(['/', '?'])
+        .next()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(bad)?;
+    Ok(format!("{scheme}://{host}/{name}"))
+}
+
 /// Drops the database `url` names if it exists and creates it empty (a server database with
 /// chainify's portable defaults; for SQLite, removes the file). For test and development
 /// networks; the database name must be a plain identifier.
@@ -239,6 +255,19 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("\"oracle\""), "{text}");
         assert!(!text.contains("tiger"), "the password is masked: {text}");
+    }
+
+    #[test]
+    fn database_on_replaces_the_database_only() {
+        assert_eq!(
+            database_on("postgres://u:p@127.0.0.1:5/a?sslmode=disable", "b").expect("url"),
+            "postgres://u:p@127.0.0.1:5/b"
+        );
+        assert_eq!(
+            database_on("mysql://root@h:3306", "x").expect("url"),
+            "mysql://root@h:3306/x"
+        );
+        assert!(database_on("not a url", "x").is_err());
     }
 
     #[tokio::test]

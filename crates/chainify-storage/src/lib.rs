@@ -29,7 +29,7 @@ mod value;
 
 use std::time::Duration;
 
-pub use any::{AnyBackend, AnyConn, recreate_database};
+pub use any::{AnyBackend, AnyConn, database_on, recreate_database};
 pub use backend::{Backend, Conn, DeferForeignKeys};
 pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chainify_core::TxId;
 use chainify_node::NodeSettings;
 use chainify_node::cluster::{Cluster, ClusterSpec, OrdererFactory};
-use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, recreate_database};
+use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, recreate_database};
 use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
 
 pub const TABLES: [&str; 3] = ["accounts", "savings", "checking"];
@@ -25,9 +25,7 @@ fn env_url(var: &str) -> String {
 }
 
 fn with_database(base: &str, db: &str) -> String {
-    let (scheme, rest) = base.split_once("://").expect("a URL");
-    let host = rest.split('/').next().expect("a host");
-    format!("{scheme}://{host}/{db}")
+    database_on(base, db).expect("a server URL")
 }
 
 /// The URL of database `name` on engine `engine` (`postgres`, `mariadb`, `sqlite`).

@@ -20,9 +20,7 @@ fn env_url(var: &str) -> String {
 
 /// `base` with its database path replaced by `db`.
 fn with_database(base: &str, db: &str) -> String {
-    let (scheme, rest) = base.split_once("://").expect("a URL");
-    let host = rest.split('/').next().expect("a host");
-    format!("{scheme}://{host}/{db}")
+    chainify_storage::database_on(base, db).expect("a server URL")
 }
 
 fn db_name(test: &str) -> String {
