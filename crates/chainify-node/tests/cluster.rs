@@ -232,3 +232,56 @@ async fn a_partitioned_org_catches_up_when_healed() {
     cluster.check_consistent(&orgs).await.expect("consistent");
     cluster.shutdown().await.expect("shutdown");
 }
+
+/// Under All-3 a tampered organization makes agreement impossible: every organization raises
+/// an alarm, recovers, and the network waits without appending the block (DESIGN §2.5). The
+/// repaired organization's tables equal the others'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_3_cannot_agree_with_a_tampered_org_and_waits() {
+    let urls = smallbank_dbs("impossible", &["sqlite", "sqlite", "sqlite"], ACCOUNTS).await;
+    let spec = spec("impossible", "all", &urls, 25);
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 6);
+    let orgs = cluster.orgs();
+    let first = drive(&cluster, &mut workload, 50).await;
+    cluster
+        .wait_committed(&orgs, &first, WAIT)
+        .await
+        .expect("committed");
+    cluster
+        .tamper(OrgId(3), "DELETE FROM checking WHERE custid = 7")
+        .await
+        .expect("tamper");
+    drive(&cluster, &mut workload, 25).await;
+    cluster
+        .wait_until("every organization waits", WAIT, |s| {
+            s.values()
+                .all(|s| matches!(s.state, chainify_commit::State::Waiting { .. }))
+        })
+        .await
+        .expect("waiting");
+    for status in cluster.statuses().values() {
+        assert_eq!(
+            status.state,
+            chainify_commit::State::Waiting {
+                block: chainify_core::BlockNumber(3)
+            },
+            "{status:?}"
+        );
+        assert!(
+            status
+                .alarms
+                .iter()
+                .any(|a| a.contains("no agreement is possible")),
+            "{status:?}"
+        );
+        assert_eq!(
+            status.next_block.0, 3,
+            "block 3 is not appended: {status:?}"
+        );
+    }
+    let blocks = cluster.check_consistent(&orgs).await.expect("consistent");
+    assert_eq!(blocks, 2);
+    cluster.shutdown().await.expect("shutdown");
+}
