@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::crypto::PublicKey;
 use crate::policy::{Agreement, AgreementPolicy};
-use crate::tx::{Certificate, Vote};
+use crate::tx::{Certificate, LedgerBlock, Vote};
 use crate::{BlockNumber, Digest, NetworkId, OrgId};
 
 /// Why a vote was not counted.
@@ -268,6 +268,76 @@ pub fn verify_certificate(cert: &Certificate, ctx: &VoteContext) -> Result<(), C
     }
 }
 
+impl VoteContext {
+    /// The context of a network's configuration.
+    pub fn of(network: &crate::config::NetworkConfig) -> VoteContext {
+        VoteContext {
+            network: network.network_id.clone(),
+            policy: network.agreement.clone(),
+            keys: network
+                .orgs
+                .iter()
+                .map(|(id, o)| (*id, o.public_key))
+                .collect(),
+        }
+    }
+}
+
+/// Why a ledger does not verify: the first bad block and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ledger block {block}: {problem}")]
+pub struct LedgerFault {
+    /// The first block that does not verify.
+    pub block: BlockNumber,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Verifies a ledger offline, from its first block (block 1) on. Each block must belong to the
+/// network, follow the previous one by number and by hash, and carry a certificate for exactly
+/// its hash whose votes satisfy the agreement policy. Returns the number of blocks.
+pub fn verify_ledger<'a>(
+    entries: impl IntoIterator<Item = (&'a LedgerBlock, &'a Certificate)>,
+    ctx: &VoteContext,
+) -> Result<u64, LedgerFault> {
+    let mut expected = BlockNumber(1);
+    let mut previous = Digest::ZERO;
+    let mut count = 0;
+    for (block, cert) in entries {
+        let fault = |problem: String| LedgerFault {
+            block: block.number,
+            problem,
+        };
+        if block.number != expected {
+            return Err(fault(format!("expected block {expected} here")));
+        }
+        if block.network != ctx.network {
+            return Err(fault(format!(
+                "belongs to network {}, not {}",
+                block.network, ctx.network
+            )));
+        }
+        if block.hash_previous != previous {
+            return Err(fault(format!(
+                "its previous hash {} is not the hash {previous} of the block before",
+                block.hash_previous
+            )));
+        }
+        let hash = block.hash();
+        if cert.block != block.number || cert.ledger_block_hash != hash {
+            return Err(fault(format!(
+                "the certificate is for block {} hash {}, not for this block's hash {hash}",
+                cert.block, cert.ledger_block_hash
+            )));
+        }
+        verify_certificate(cert, ctx).map_err(|e| fault(e.to_string()))?;
+        previous = hash;
+        expected = BlockNumber(block.number.0 + 1);
+        count += 1;
+    }
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +381,88 @@ mod tests {
                 &self.keys[org as usize - 1],
             )
         }
+    }
+
+    /// A valid ledger of `n` blocks certified by organizations 1 and 2.
+    fn ledger(n: &Net, blocks: u64) -> Vec<(LedgerBlock, Certificate)> {
+        let mut out: Vec<(LedgerBlock, Certificate)> = Vec::new();
+        for b in 1..=blocks {
+            let block = LedgerBlock {
+                network: n.id.clone(),
+                number: BlockNumber(b),
+                tx_ids: vec![],
+                success: vec![],
+                hash_digest: Digest::of(&b.to_be_bytes()),
+                hash_previous: out.last().map_or(Digest::ZERO, |(p, _)| p.hash()),
+                orderer_position: b,
+            };
+            let cert = n.certificate(&block, &[1, 2]);
+            out.push((block, cert));
+        }
+        out
+    }
+
+    impl Net {
+        fn certificate(&self, block: &LedgerBlock, orgs: &[u32]) -> Certificate {
+            let hash = block.hash();
+            Certificate {
+                block: block.number,
+                ledger_block_hash: hash,
+                votes: orgs
+                    .iter()
+                    .map(|o| {
+                        Vote::new_signed(
+                            self.id.clone(),
+                            block.number,
+                            hash,
+                            OrgId(*o),
+                            &self.keys[*o as usize - 1],
+                        )
+                    })
+                    .collect(),
+            }
+        }
+    }
+
+    fn verify(n: &Net, l: &[(LedgerBlock, Certificate)]) -> Result<u64, LedgerFault> {
+        verify_ledger(l.iter().map(|(b, c)| (b, c)), &n.ctx)
+    }
+
+    #[test]
+    fn a_ledger_verifies_and_the_first_bad_block_is_named() {
+        let n = net("any-2");
+        let good = ledger(&n, 3);
+        assert_eq!(verify(&n, &good), Ok(3));
+        assert_eq!(verify(&n, &[]), Ok(0));
+
+        let mut broken = good.clone();
+        broken[1].0.hash_digest = Digest::of(b"rewritten");
+        let fault = verify(&n, &broken).unwrap_err();
+        assert_eq!(fault.block, BlockNumber(2));
+        assert!(
+            fault.problem.contains("certificate is for block"),
+            "{fault}"
+        );
+
+        let mut rechained = good.clone();
+        rechained[1].0.hash_digest = Digest::of(b"rewritten");
+        rechained[1].1 = n.certificate(&rechained[1].0, &[1, 2]);
+        let fault = verify(&n, &rechained).unwrap_err();
+        assert_eq!(fault.block, BlockNumber(3), "block 3 no longer chains");
+        assert!(fault.problem.contains("previous hash"), "{fault}");
+
+        let mut lonely = good.clone();
+        lonely[2].1 = n.certificate(&lonely[2].0, &[3]);
+        let fault = verify(&n, &lonely).unwrap_err();
+        assert_eq!(fault.block, BlockNumber(3));
+        assert!(fault.problem.contains("do not satisfy"), "{fault}");
+
+        let fault = verify(&n, &good[1..]).unwrap_err();
+        assert!(fault.problem.contains("expected block #1"), "{fault}");
+
+        let mut forged = good.clone();
+        forged[0].1.votes[1].signature = forged[0].1.votes[0].signature;
+        assert_eq!(verify(&n, &forged).unwrap_err().block, BlockNumber(1));
     }
 
     #[test]

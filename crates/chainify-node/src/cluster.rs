@@ -23,6 +23,7 @@ use chainify_core::crypto::SigningKey;
 use chainify_core::tx::{
     ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Transaction, Verdict,
 };
+use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
 use chainify_orderer::{Orderer, OrdererError, Resume};
 use chainify_proto::convert::LedgerEntry;
@@ -580,13 +581,18 @@ impl<F: OrdererFactory> Cluster<F> {
         }
     }
 
-    /// Checks that the organizations' ledgers agree with each other on every block they share,
-    /// and that their shared tables are identical (for organizations at the same height).
-    /// Returns the common ledger length.
+    /// Checks that every organization's ledger verifies offline (hash chain, certificates against
+    /// the network's keys and agreement policy), that the ledgers agree with each other on every
+    /// block, and that the shared tables are identical. Returns the common ledger length.
     pub async fn check_consistent(&self, orgs: &[OrgId]) -> Result<usize, ClusterError> {
+        let ctx = VoteContext::of(&self.spec.network);
         let mut ledgers = Vec::new();
         for org in orgs {
-            ledgers.push((*org, self.ledger(*org).await?));
+            let ledger = self.ledger(*org).await?;
+            verify_ledger(ledger.iter().map(|e| (&e.block, &e.certificate)), &ctx).map_err(
+                |fault| ClusterError::Mismatch(format!("organization {org}'s ledger: {fault}")),
+            )?;
+            ledgers.push((*org, ledger));
         }
         let Some((first_org, first)) = ledgers.first() else {
             return Ok(0);

@@ -299,16 +299,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
         };
         let exec = ExecutionServer::new(store.clone(), network.clone(), settings.mode, previous)?;
-        let ctx = VoteContext {
-            network: network.network_id.clone(),
-            policy: network.agreement.clone(),
-            keys: network
-                .orgs
-                .iter()
-                .map(|(id, o)| (*id, o.public_key))
-                .collect(),
-        };
-        let engine = CommitEngine::new(me, key, ctx, settings.timing, next);
+        let engine = CommitEngine::new(me, key, VoteContext::of(&network), settings.timing, next);
         let (inbox, inbox_rx) = Inbox::new(settings.inbox_capacity);
         let (status, _) = watch::channel(NodeStatus {
             executed: store.last_applied_block().await?,
