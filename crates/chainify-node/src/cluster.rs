@@ -34,7 +34,7 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::node::{Node, NodeError, NodeSettings, NodeStatus, ledger_entry};
+use crate::node::{Node, NodeError, NodeSettings, NodeStatus, ledger_entry, resume_point};
 use crate::transport::LocalNetwork;
 use crate::{ExecutionError, ExecutionServer};
 
@@ -79,6 +79,9 @@ pub enum ClusterError {
     /// No such organization in the cluster.
     #[error("organization {0} is not in the cluster")]
     UnknownOrg(OrgId),
+    /// Keys could not be generated.
+    #[error("generating keys: {0}")]
+    Keys(String),
     /// The serial replay of the agreed blocks failed.
     #[error("serial replay: {0}")]
     Replay(#[from] ExecutionError),
@@ -130,9 +133,9 @@ impl ClusterSpec {
             .iter()
             .map(|_| SigningKey::generate().map(|(k, _)| Arc::new(k)))
             .collect::<Result<_, _>>()
-            .map_err(|e| ClusterError::Mismatch(format!("generating keys: {e}")))?;
-        let (client_key, _) = SigningKey::generate()
-            .map_err(|e| ClusterError::Mismatch(format!("generating keys: {e}")))?;
+            .map_err(|e| ClusterError::Keys(e.to_string()))?;
+        let (client_key, _) =
+            SigningKey::generate().map_err(|e| ClusterError::Keys(e.to_string()))?;
         let mut text = format!(
             "network_id = \"{network_id}\"\nagreement_policy = \"{policy}\"\n[block]\nmax_block_txs = {max_block_txs}\nbatch_timeout_ms = {}\n",
             batch_timeout.as_millis()
@@ -311,23 +314,9 @@ impl<F: OrdererFactory> Cluster<F> {
 
     async fn launch(&mut self, id: OrgId) -> Result<(), ClusterError> {
         let run = self.orgs.get(&id).ok_or(ClusterError::UnknownOrg(id))?;
-        let tail = run
-            .store
-            .ledger_tail()
+        let (from, _) = resume_point(&run.store)
             .await
-            .map_err(|source| ClusterError::Storage { org: id, source })?;
-        let from = match tail {
-            None => Resume::START,
-            Some((last, _)) => {
-                let entry = ledger_entry(&run.store, last)
-                    .await
-                    .map_err(|source| ClusterError::Node { org: id, source })?;
-                Resume {
-                    block: BlockNumber(last.0 + 1),
-                    position: entry.block.orderer_position,
-                }
-            }
-        };
+            .map_err(|source| ClusterError::Node { org: id, source })?;
         let orderer = self.factory.orderer(Some(id), from).await?;
         let node = Node::start(
             run.store.clone(),
@@ -347,7 +336,12 @@ impl<F: OrdererFactory> Cluster<F> {
         let task = tokio::spawn(node.run(async {
             let _ = stopped.await;
         }));
-        let collector = tokio::spawn(collect(commits, run.store.clone(), run.outcomes.clone()));
+        let collector = tokio::spawn(collect(
+            id,
+            commits,
+            run.store.clone(),
+            run.outcomes.clone(),
+        ));
         let run = self.orgs.get_mut(&id).ok_or(ClusterError::UnknownOrg(id))?;
         run.status = status;
         run.running = Some(Running {
@@ -748,6 +742,7 @@ async fn dump(
 /// Records where each appended transaction is, from the commit stream (or from the ledger
 /// when the stream lagged).
 async fn collect(
+    org: OrgId,
     mut commits: broadcast::Receiver<Arc<crate::Committed>>,
     store: Arc<Store<AnyBackend>>,
     outcomes: Outcomes,
@@ -770,7 +765,7 @@ async fn collect(
                 record(&c.block);
             }
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                if let Ok(entries) = read_ledger(&store, OrgId(0)).await {
+                if let Ok(entries) = read_ledger(&store, org).await {
                     for e in entries {
                         if seen.insert(e.block.number) {
                             record(&e.block);

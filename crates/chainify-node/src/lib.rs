@@ -19,6 +19,7 @@ pub mod transport;
 pub use execution::{Executed, ExecutionError, ExecutionServer};
 pub use node::{
     Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, ledger_entry,
+    resume_point,
 };
 pub use transport::{Inbox, LocalNetwork, PeerMessage, Transport};
 

@@ -250,7 +250,9 @@ pub struct Node<B: Backend, O: Orderer> {
     reconnect_at: Option<Instant>,
     in_flight: Option<InFlight<B>>,
     /// A block whose execution failed, and when to try again.
-    retry: Option<(TransactionBlock, Instant, u32)>,
+    retry: Option<(TransactionBlock, Instant)>,
+    /// Failed attempts at the current block, for the backoff.
+    failed_attempts: u32,
     /// Executed blocks not yet appended.
     executed: BTreeMap<BlockNumber, Executed>,
     certificates: BTreeMap<BlockNumber, Certificate>,
@@ -283,21 +285,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 network.network_id
             )));
         }
-        let tail = store.ledger_tail().await?;
-        let (next, previous, resume) = match tail {
-            None => (Resume::START.block, Digest::ZERO, Resume::START),
-            Some((last, hash)) => {
-                let block = ledger_block(&store, last).await?;
-                (
-                    BlockNumber(last.0 + 1),
-                    hash,
-                    Resume {
-                        block: BlockNumber(last.0 + 1),
-                        position: block.orderer_position,
-                    },
-                )
-            }
-        };
+        let (resume, previous) = resume_point(&store).await?;
+        let next = resume.block;
         let exec = ExecutionServer::new(store.clone(), network.clone(), settings.mode, previous)?;
         let engine = CommitEngine::new(me, key, VoteContext::of(&network), settings.timing, next);
         let (inbox, inbox_rx) = Inbox::new(settings.inbox_capacity);
@@ -323,13 +312,14 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             reconnect_at: Some(Instant::now()),
             in_flight: None,
             retry: None,
+            failed_attempts: 0,
             executed: BTreeMap::new(),
             certificates: BTreeMap::new(),
             recovering: None,
             started: Instant::now(),
         };
-        if let Some((last, _)) = tail {
-            node.catch_up(last).await?;
+        if next > Resume::START.block {
+            node.catch_up(BlockNumber(next.0 - 1)).await?;
         }
         Ok(node)
     }
@@ -453,7 +443,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         self.exec = Some(flight.exec);
         match flight.result {
             Ok(executed) => {
-                self.retry = None;
+                self.failed_attempts = 0;
                 self.resume = Resume::after(&flight.block);
                 let number = flight.block.number;
                 let invalid = executed.invalid.len() as u64;
@@ -473,7 +463,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 self.handle(Event::Executed(ledger)).await
             }
             Err(e) => {
-                let attempts = self.retry.as_ref().map_or(0, |r| r.2) + 1;
+                self.failed_attempts += 1;
+                let attempts = self.failed_attempts;
                 let delay = Duration::from_millis(100 << attempts.min(6));
                 warn!(org = %self.me, block = %flight.block.number, error = %e, attempts,
                     "executing the block failed; retrying");
@@ -481,7 +472,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     s.execution_errors += 1;
                     s.last_error = Some(format!("block {}: {e}", flight.block.number));
                 });
-                self.retry = Some((flight.block, Instant::now() + delay, attempts));
+                self.retry = Some((flight.block, Instant::now() + delay));
                 Ok(())
             }
         }
@@ -534,10 +525,9 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
         }
         if self.in_flight.is_none()
-            && matches!(&self.retry, Some((_, at, _)) if *at <= now)
-            && let Some((block, _, attempts)) = self.retry.take()
+            && matches!(&self.retry, Some((_, at)) if *at <= now)
+            && let Some((block, _)) = self.retry.take()
         {
-            self.retry = Some((block.clone(), now + Duration::from_secs(3600), attempts));
             self.launch(block);
         }
         let dropped = self.inbox.dropped();
@@ -701,6 +691,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
         }
         self.retry = None;
+        self.failed_attempts = 0;
         self.executed.retain(|b, _| *b < block);
         if !matches!(&self.recovering, Some((_, r)) if r.block == block) {
             self.recovering = Some((
@@ -883,6 +874,25 @@ fn retryable(e: &StorageError) -> bool {
 fn trim<T>(list: &mut Vec<T>) {
     if list.len() > KEEP_REPORTS {
         list.drain(..list.len() - KEEP_REPORTS);
+    }
+}
+
+/// Where an organization's node resumes: the block after the last one in its ledger, at that
+/// block's orderer position, chained to its hash ([`Resume::START`] and the zero hash for an
+/// empty ledger). Its orderer client is set up from the same point.
+pub async fn resume_point<B: Backend>(store: &Store<B>) -> Result<(Resume, Digest), NodeError> {
+    match store.ledger_tail().await? {
+        None => Ok((Resume::START, Digest::ZERO)),
+        Some((last, hash)) => {
+            let block = ledger_block(store, last).await?;
+            Ok((
+                Resume {
+                    block: BlockNumber(last.0 + 1),
+                    position: block.orderer_position,
+                },
+                hash,
+            ))
+        }
     }
 }
 
