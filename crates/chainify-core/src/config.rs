@@ -107,6 +107,21 @@ pub struct NetworkFile {
     /// The clients.
     #[serde(default)]
     pub clients: Vec<ClientEntry>,
+    /// The shared tables every organization registers (digest tables and triggers).
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// TLS between organizations and for clients; plaintext gRPC when absent.
+    #[serde(default)]
+    pub tls: Option<NetworkTlsFile>,
+}
+
+/// TLS settings shared by the network.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkTlsFile {
+    /// PEM certificate of the network's certificate authority, which signs every server
+    /// certificate (relative to the network file).
+    pub ca: PathBuf,
 }
 
 /// Block cutting settings.
@@ -263,6 +278,10 @@ pub struct NetworkConfig {
     pub orgs: BTreeMap<OrgId, OrgInfo>,
     /// Clients by id.
     pub clients: BTreeMap<ClientId, ClientInfo>,
+    /// Shared tables, lower case, in the order given.
+    pub tables: Vec<String>,
+    /// The CA certificate path when the network uses TLS (resolved).
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// Largest block size accepted (bounds memory per block and the success bitmap).
@@ -486,7 +505,31 @@ impl NetworkFile {
                 },
             );
         }
+        let mut tables: Vec<String> = Vec::new();
+        for (i, t) in self.tables.iter().enumerate() {
+            let lower = t.to_lowercase();
+            let plain = !lower.is_empty()
+                && lower.len() <= 48
+                && lower
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+                && !lower.starts_with(|ch: char| ch.is_ascii_digit());
+            if !plain {
+                return Err(c.err(
+                    format!("tables[{i}]"),
+                    format!("{t:?}"),
+                    "expected a plain table name (letters, digits, _; at most 48 characters)",
+                ));
+            }
+            if tables.contains(&lower) {
+                return Err(c.err(format!("tables[{i}]"), format!("{t:?}"), "listed twice"));
+            }
+            tables.push(lower);
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
         Ok(NetworkConfig {
+            tables,
+            tls_ca: self.tls.map(|t| base.join(t.ca)),
             network_id,
             agreement,
             endorsement,
@@ -519,6 +562,19 @@ pub struct OrgFile {
     /// Checkpoint settings.
     #[serde(default)]
     pub checkpoint: CheckpointFile,
+    /// This organization's TLS server identity; required when the network uses TLS.
+    #[serde(default)]
+    pub tls: Option<OrgTlsFile>,
+}
+
+/// An organization's TLS identity (paths relative to the org file).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrgTlsFile {
+    /// PEM certificate chain, signed by the network's CA.
+    pub cert: PathBuf,
+    /// PEM private key of the certificate.
+    pub key: PathBuf,
 }
 
 /// Listen addresses of an organization's components.
@@ -601,6 +657,8 @@ pub struct OrgConfig {
     pub execution: ExecutionFile,
     /// Checkpoint settings.
     pub checkpoint: CheckpointFile,
+    /// TLS identity (resolved paths), present exactly when the network uses TLS.
+    pub tls: Option<OrgTlsFile>,
 }
 
 impl OrgConfig {
@@ -662,7 +720,32 @@ impl OrgFile {
             ));
         }
         let base = path.parent().unwrap_or(Path::new("."));
+        let tls = match (&network.tls_ca, self.tls) {
+            (Some(_), Some(t)) => Some(OrgTlsFile {
+                cert: base.join(t.cert),
+                key: base.join(t.key),
+            }),
+            (None, None) => None,
+            (Some(ca), None) => {
+                return Err(c.err(
+                    "tls",
+                    "(missing)",
+                    format!(
+                        "the network uses TLS (CA {}); give this organization's tls.cert and tls.key",
+                        ca.display()
+                    ),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(c.err(
+                    "tls",
+                    "(present)",
+                    "the network file has no [tls] section; add its CA or remove this one",
+                ));
+            }
+        };
         Ok(OrgConfig {
+            tls,
             org_id,
             network,
             signing_key: base.join(&self.signing_key),
