@@ -20,6 +20,7 @@ mod determinism;
 mod ident;
 pub mod json;
 mod plan;
+mod query;
 pub mod render;
 pub mod schema;
 
@@ -34,6 +35,7 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 
 pub use analyze::StatementPlan;
+pub use query::{OutputColumn, QueryPlan};
 pub use schema::{ColumnType, Schema, SchemaError};
 
 /// Why a transaction was rejected by analysis: which statement and what construct.
