@@ -53,7 +53,8 @@ macro_rules! conformance_tests {
             outside_changes_reach_the_next_digest,
             checkpoint_restore_and_replay,
             blocks_apply_once_and_in_order,
-            ledger_is_a_hash_chain);
+            ledger_is_a_hash_chain,
+            queries_return_typed_rows_alike);
     };
     (@cases $fixture:expr; $($case:ident),*) => {
         $(
@@ -1219,6 +1220,124 @@ pub async fn ledger_is_a_hash_chain<F: Fixture>(f: &F) {
     );
     assert_eq!(
         store.ledger_entry(BlockNumber(7)).await.expect("entry"),
+        None
+    );
+}
+
+/// Case: a client's read-only query returns rows typed exactly as chainify reads the table
+/// itself (so every engine answers alike), aggregates and parameters included; an oversized
+/// result is refused naming the limit; applied transactions are found by id.
+pub async fn queries_return_typed_rows_alike<F: Fixture>(f: &F) {
+    let store = setup(f, "queries", StoreOptions::default()).await;
+    awkward_digests(&store).await;
+    let analyzer = Analyzer::new(store.schema().expect("schema"));
+    let query = |sql: &str, params: &[Value]| {
+        analyzer
+            .query(sql, params)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    let all = store
+        .query_rows(&query("SELECT * FROM awkward ORDER BY id, sub", &[]), &[])
+        .await
+        .expect("query");
+    assert_eq!(
+        all.columns,
+        ["id", "sub", "amount", "big", "note", "flag", "data"]
+    );
+    assert_eq!(
+        all.rows,
+        dump(&store, "awkward").await,
+        "typed like the table itself"
+    );
+    let one = store
+        .query_rows(
+            &query(
+                "SELECT a.note AS n, a.amount FROM awkward a WHERE a.id = $1 ORDER BY a.sub",
+                &[Value::Int(10)],
+            ),
+            &[Value::Int(10)],
+        )
+        .await
+        .expect("query");
+    assert_eq!(one.columns, ["n", "amount"]);
+    assert_eq!(one.rows, vec![vec![Value::Null, dec("-0.13")]]);
+    let agg = store
+        .query_rows(
+            &query(
+                "SELECT COUNT(*), MIN(amount), MAX(big), MAX(note) FROM awkward",
+                &[],
+            ),
+            &[],
+        )
+        .await
+        .expect("aggregates");
+    let column = |i: usize| all.rows.iter().map(move |r| r[i].clone());
+    let ordered = |i: usize| {
+        let mut v: Vec<Value> = column(i).filter(|v| *v != Value::Null).collect();
+        v.sort_by(|a, b| match (a, b) {
+            (Value::Decimal(x), Value::Decimal(y)) => x.cmp_numeric(y),
+            (Value::Int(x), Value::Int(y)) => x.cmp(y),
+            (Value::Text(x), Value::Text(y)) => x.as_bytes().cmp(y.as_bytes()),
+            _ => std::cmp::Ordering::Equal,
+        });
+        v
+    };
+    assert_eq!(agg.rows.len(), 1);
+    assert_eq!(agg.rows[0][0], Value::Int(5));
+    assert_eq!(Some(&agg.rows[0][1]), ordered(2).first(), "MIN(amount)");
+    assert_eq!(Some(&agg.rows[0][2]), ordered(3).last(), "MAX(big)");
+    assert_eq!(
+        Some(&agg.rows[0][3]),
+        ordered(4).last(),
+        "MAX(note), binary collation"
+    );
+    let big = store
+        .query_rows(
+            &query("SELECT a.custid FROM accounts a, kv k, checking c", &[]),
+            &[],
+        )
+        .await
+        .expect_err("64 000 rows are more than a query returns");
+    assert!(big.to_string().contains("10000 rows"), "{big}");
+    let limited = store
+        .query_rows(
+            &query(
+                "SELECT a.custid, k.k FROM accounts a, kv k ORDER BY a.custid, k.k LIMIT 3",
+                &[],
+            ),
+            &[],
+        )
+        .await
+        .expect("a limited query");
+    assert_eq!(
+        limited.rows,
+        vec![
+            vec![Value::Int(1), Value::Int(1)],
+            vec![Value::Int(1), Value::Int(2)],
+            vec![Value::Int(1), Value::Int(3)]
+        ]
+    );
+
+    let id = TxId(Digest::of(b"query case"));
+    let mut b = block(
+        &store,
+        2,
+        vec![tx(vec![st(
+            "UPDATE kv SET v = v + 1 WHERE k = $1",
+            vec![Value::Int(1)],
+        )])],
+    );
+    b.tx_ids = vec![id];
+    run(&store, &b, ExecMode::Serial).await;
+    assert_eq!(
+        store.transaction_block(&id).await.expect("lookup"),
+        Some(BlockNumber(2))
+    );
+    assert_eq!(
+        store
+            .transaction_block(&TxId(Digest::of(b"unknown")))
+            .await
+            .expect("lookup"),
         None
     );
 }

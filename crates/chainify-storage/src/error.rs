@@ -143,6 +143,9 @@ pub enum StorageError {
         /// The last transient error.
         last: DbError,
     },
+    /// A read-only query cannot be answered as asked.
+    #[error("query: {0}")]
+    Query(String),
     /// One of chainify's own tables holds something chainify never writes.
     #[error("corrupt system table: {0}")]
     Corrupt(String),

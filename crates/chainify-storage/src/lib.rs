@@ -23,6 +23,7 @@ mod exec;
 mod ledger;
 mod mysql;
 mod postgres;
+mod query;
 mod sqlite;
 mod store;
 mod value;
@@ -36,6 +37,7 @@ pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_ur
 pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
 pub use mysql::{MySql, MySqlConn};
 pub use postgres::{PgConn, Postgres};
+pub use query::{MAX_QUERY_ROWS, QueryResult};
 pub use sqlite::{Sqlite, SqliteConn};
 pub use store::Store;
 

@@ -134,10 +134,15 @@ fn decode(row: &MySqlRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
                     .try_get::<Option<i64>, _>(i)
                     .map_err(bad)?
                     .map(bool_from_i64),
-                ReadType::Decimal(scale) => row
-                    .try_get::<Option<String>, _>(i)
-                    .map_err(bad)?
-                    .map(|s| parse_decimal(&s, *scale)),
+                // Text when chainify cast it; a client query reads the engine's own type.
+                ReadType::Decimal(scale) => match row.try_get::<Option<String>, _>(i) {
+                    Ok(s) => s,
+                    Err(_) => row
+                        .try_get::<Option<bigdecimal::BigDecimal>, _>(i)
+                        .map_err(bad)?
+                        .map(|d| d.to_plain_string()),
+                }
+                .map(|s| parse_decimal(&s, *scale)),
                 ReadType::Text => match row.try_get::<Option<String>, _>(i) {
                     Ok(s) => s.map(Value::Text),
                     Err(_) => row.try_get::<Option<Vec<u8>>, _>(i).map_err(bad)?.map(|b| {

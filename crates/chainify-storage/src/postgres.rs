@@ -140,10 +140,15 @@ fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
                     },
                 }
                 .map(Value::Int),
-                ReadType::Decimal(scale) => row
-                    .try_get::<Option<String>, _>(i)
-                    .map_err(bad)?
-                    .map(|s| parse_decimal(&s, *scale)),
+                // Text when chainify cast it; a client query reads the engine's own type.
+                ReadType::Decimal(scale) => match row.try_get::<Option<String>, _>(i) {
+                    Ok(s) => s,
+                    Err(_) => row
+                        .try_get::<Option<bigdecimal::BigDecimal>, _>(i)
+                        .map_err(bad)?
+                        .map(|d| d.to_plain_string()),
+                }
+                .map(|s| parse_decimal(&s, *scale)),
                 ReadType::Text => row
                     .try_get::<Option<String>, _>(i)
                     .map_err(bad)?
