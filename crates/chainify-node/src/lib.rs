@@ -13,10 +13,12 @@
 
 pub mod cluster;
 mod execution;
+mod gate;
 mod node;
 pub mod transport;
 
 pub use execution::{Executed, ExecutionError, ExecutionServer};
+pub use gate::{ReadGate, ReadGuard};
 pub use node::{
     Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, ledger_entry,
     resume_point,

@@ -35,10 +35,11 @@ use chainify_proto::pb;
 use chainify_storage::{Backend, DbErrorKind, ExecMode, StorageError, Store};
 use futures_util::StreamExt;
 use prost::Message as _;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{OwnedRwLockWriteGuard, broadcast, mpsc, watch};
 use tracing::{error, info, warn};
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
+use crate::gate::{Gate, ReadGate};
 use crate::transport::{Inbox, PeerMessage, Transport};
 
 /// How a node runs.
@@ -192,6 +193,10 @@ enum Wake<B: Backend> {
     Message(PeerMessage),
     Executed(Box<Flight<B>>),
     Block(Option<Result<TransactionBlock, OrdererError>>),
+    /// The node may change the database again (readers are out).
+    Gate(OwnedRwLockWriteGuard<()>),
+    /// A reader waits for a clean point.
+    Reader,
     Tick,
 }
 
@@ -259,7 +264,12 @@ pub struct Node<B: Backend, O: Orderer> {
     /// The recovery under way: block, start, checkpoint used, attempts.
     recovering: Option<(Instant, RecoveryReport)>,
     started: Instant,
+    /// Keeps readers out while the database holds more than the agreed blocks.
+    gate: Gate,
+    writing: Option<OwnedRwLockWriteGuard<()>>,
 }
+
+type GateWait = Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>;
 
 impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     /// Prepares organization `me` over its opened store (shared tables registered): reads where
@@ -295,6 +305,9 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             ..NodeStatus::new(me, next)
         });
         let (commits, _) = broadcast::channel(settings.commit_stream_capacity.max(1));
+        let gate = Gate::default();
+        // Nobody else has the gate yet; the catch-up below runs behind it.
+        let writing = gate.lock.clone().try_write_owned().ok();
         let mut node = Node {
             me,
             store,
@@ -317,6 +330,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             certificates: BTreeMap::new(),
             recovering: None,
             started: Instant::now(),
+            gate,
+            writing,
         };
         if next > Resume::START.block {
             node.catch_up(BlockNumber(next.0 - 1)).await?;
@@ -339,6 +354,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         self.commits.subscribe()
     }
 
+    /// Read access to the database at the agreed height, for queries.
+    pub fn read_gate(&self) -> ReadGate {
+        ReadGate::new(self.gate.clone(), self.status.subscribe())
+    }
+
     /// Runs until `shutdown` completes, then finishes the block in flight and returns. An error
     /// means the organization cannot go on without an operator (the database refuses the
     /// ledger).
@@ -346,9 +366,20 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         tokio::pin!(shutdown);
         let mut ticker = tokio::time::interval(self.settings.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut gate_wait: Option<GateWait> = None;
         loop {
+            // Hand the database to waiting readers at the first clean point.
+            if self.writing.is_some() && self.is_clean() && self.gate.readers_waiting() {
+                self.writing = None;
+            }
             let flying = self.in_flight.is_some();
-            let take_block = self.can_execute() && self.blocks.is_some();
+            let wants_block = self.can_execute() && self.blocks.is_some();
+            let take_block = wants_block && self.writing.is_some() && !self.gate.readers_waiting();
+            if wants_block && self.writing.is_none() && gate_wait.is_none() {
+                gate_wait = Some(Box::pin(self.gate.lock.clone().write_owned()));
+            }
+            let gating = gate_wait.is_some();
+            let arrived = self.gate.arrived.clone();
             let (in_flight, blocks, inbox) =
                 (&mut self.in_flight, &mut self.blocks, &mut self.inbox_rx);
             let wake = tokio::select! {
@@ -363,6 +394,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     Some(s) => Some(s.next().await),
                     None => None,
                 } }, if take_block => Wake::Block(block),
+                guard = async { match gate_wait.as_mut() {
+                    Some(wait) => wait.await,
+                    None => std::future::pending().await,
+                } }, if gating => Wake::Gate(guard),
+                () = arrived.notified() => Wake::Reader,
                 _ = ticker.tick() => Wake::Tick,
             };
             match wake {
@@ -373,6 +409,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     self.on_executed(*flight).await?;
                 }
                 Wake::Block(block) => self.on_block(block),
+                Wake::Gate(guard) => {
+                    gate_wait = None;
+                    self.writing = Some(guard);
+                }
+                Wake::Reader => {}
                 Wake::Tick => self.on_tick().await?,
             }
         }
@@ -381,6 +422,22 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
         info!(org = %self.me, next = %self.engine.next_block(), "node stopped");
         Ok(())
+    }
+
+    /// The database holds exactly the agreed blocks: nothing executing, executed but not
+    /// appended, failed half-way or being recovered.
+    fn is_clean(&self) -> bool {
+        self.in_flight.is_none()
+            && self.executed.is_empty()
+            && self.retry.is_none()
+            && self.recovering.is_none()
+    }
+
+    /// Takes the gate from readers before the database changes outside a block in flight.
+    async fn hold_gate(&mut self) {
+        if self.writing.is_none() {
+            self.writing = Some(self.gate.lock.clone().write_owned().await);
+        }
     }
 
     fn can_execute(&self) -> bool {
@@ -678,6 +735,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     /// Restores the `attempt`-th newest checkpoint before `block`, replays up to `block` and
     /// reports the re-executed block to the engine.
     async fn recover(&mut self, block: BlockNumber, attempt: u32) -> Event {
+        self.hold_gate().await;
         if let Some(flight) = self.in_flight.take() {
             // Executed on the state being discarded.
             match flight.await {

@@ -57,6 +57,13 @@ impl LocalOrderer {
     }
 }
 
+impl LocalOrderer {
+    /// Entries (transactions and markers) appended to the log so far.
+    pub fn log_len(&self) -> u64 {
+        self.inner.lock().log_len
+    }
+}
+
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
