@@ -1,0 +1,495 @@
+//! The Rust client SDK of chainify.
+//!
+//! A [`Client`] talks to one organization's ChainifyService over gRPC (TLS when the network
+//! uses it). It signs every proposal and query with the client's Ed25519 key; transactions are
+//! lists of parameterized statements with typed values, never SQL spliced with data.
+//!
+//! ```no_run
+//! use chainify_client::{Client, Identity, Tx};
+//!
+//! # async fn run() -> Result<(), chainify_client::ClientError> {
+//! let identity = Identity::load("client1", "net/clients/client1.pk8")?;
+//! let client = Client::connect("127.0.0.1:17100", "chainify-local", identity)
+//!     .tls_ca("net/tls/ca.pem")?
+//!     .connect()
+//!     .await?;
+//! let tx = Tx::new()
+//!     .statement("UPDATE checking SET bal = bal + $2 WHERE custid = $1", [7i64.into(), 500i64.into()])
+//!     .expect_rows(1);
+//! let outcome = client.submit_and_wait(tx).await?;
+//! assert!(outcome.agreed);
+//! let rows = client
+//!     .query("SELECT custid, bal FROM checking WHERE custid = $1", [7i64.into()])
+//!     .await?;
+//! println!("balance at block {}: {:?}", rows.height, rows.rows);
+//! # Ok(()) }
+//! ```
+//!
+//! Building a transaction is pure and checked on the server; see [`Tx`]:
+//!
+//! ```
+//! use chainify_client::{Tx, Value};
+//!
+//! let tx = Tx::new()
+//!     .statement("INSERT INTO accounts (custid, name) VALUES ($1, $2)", [Value::Int(1), "alice".into()])
+//!     .statement("INSERT INTO checking (custid, bal) VALUES ($1, $2)", [Value::Int(1), Value::Int(0)])
+//!     .expect_rows(1);
+//! assert_eq!(tx.statements().len(), 2);
+//! assert_eq!(tx.statements()[1].expect_rows, Some(1));
+//! ```
+
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chainify_core::crypto::SigningKey;
+use chainify_core::tx::{ProposalBody, QueryBody, Statement, Transaction};
+use chainify_core::{ClientId, NetworkId};
+use chainify_proto::pb;
+use chainify_proto::pb::chainify_service_client::ChainifyServiceClient;
+use futures_util::{Stream, StreamExt};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+pub use chainify_core::{BlockNumber, Decimal, TxId, Value};
+pub use tonic::Code;
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the call; the code says how (UNAUTHENTICATED, PERMISSION_DENIED,
+    /// INVALID_ARGUMENT naming the statement and construct, ALREADY_EXISTS for a replay,
+    /// RESOURCE_EXHAUSTED when overloaded, UNAVAILABLE, …).
+    #[error("{code:?}: {message}")]
+    Status {
+        /// The gRPC status code.
+        code: Code,
+        /// The server's explanation.
+        message: String,
+    },
+    /// The endpoint, key or TLS material cannot be used.
+    #[error("{0}")]
+    Setup(String),
+    /// The server answered something that is not a valid answer.
+    #[error("invalid response: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    /// The gRPC code, when the server refused the call.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(s: tonic::Status) -> Self {
+        ClientError::Status {
+            code: s.code(),
+            message: s.message().to_owned(),
+        }
+    }
+}
+
+/// A client's id and signing key, as registered in the network file.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    id: ClientId,
+    key: Arc<SigningKey>,
+}
+
+impl Identity {
+    /// The client `id` with its PKCS#8 key file (as written by `chainify init`).
+    pub fn load(id: &str, key: impl AsRef<Path>) -> Result<Identity, ClientError> {
+        let key = SigningKey::load(key.as_ref())
+            .map_err(|e| ClientError::Setup(format!("client key: {e}")))?;
+        Identity::new(id, key)
+    }
+
+    /// The client `id` with `key`.
+    pub fn new(id: &str, key: SigningKey) -> Result<Identity, ClientError> {
+        let id = ClientId::new(id)
+            .map_err(|e| ClientError::Setup(format!("client id {id:?}: {}", e.problem)))?;
+        Ok(Identity {
+            id,
+            key: Arc::new(key),
+        })
+    }
+
+    /// The client id.
+    pub fn id(&self) -> &str {
+        self.id.as_str()
+    }
+}
+
+/// How long connecting may take before a call fails.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A lazily connecting channel to `endpoint` (`host:port`), over TLS trusting `ca` (PEM) when
+/// given. Calls fail, and the channel reconnects, while the server is down.
+pub fn channel(endpoint: &str, ca: Option<&[u8]>) -> Result<Channel, ClientError> {
+    let scheme = if ca.is_some() { "https" } else { "http" };
+    let bad = |e: &dyn std::fmt::Display| ClientError::Setup(format!("endpoint {endpoint:?}: {e}"));
+    let mut ep = Endpoint::from_shared(format!("{scheme}://{endpoint}"))
+        .map_err(|e| bad(&e))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    if let Some(ca) = ca {
+        let host = endpoint
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+            .unwrap_or(endpoint);
+        let config = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(ca))
+            .domain_name(host);
+        ep = ep.tls_config(config).map_err(|e| bad(&e))?;
+    }
+    Ok(ep.connect_lazy())
+}
+
+/// A transaction being built: statements in order, each with typed parameters for `$1..$n`
+/// and optionally the number of rows it must affect.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tx {
+    statements: Vec<Statement>,
+}
+
+impl Tx {
+    /// An empty transaction.
+    pub fn new() -> Tx {
+        Tx::default()
+    }
+
+    /// Appends a statement with its parameters.
+    pub fn statement(
+        mut self,
+        sql: impl Into<String>,
+        params: impl IntoIterator<Item = Value>,
+    ) -> Tx {
+        self.statements
+            .push(Statement::new(sql, params.into_iter().collect()));
+        self
+    }
+
+    /// The last statement must affect exactly `rows` rows, or the whole transaction aborts
+    /// (on every organization alike).
+    ///
+    /// # Panics
+    /// When no statement was added yet.
+    #[allow(clippy::expect_used)]
+    pub fn expect_rows(mut self, rows: u64) -> Tx {
+        let last = self
+            .statements
+            .last_mut()
+            .expect("expect_rows follows a statement");
+        last.expect_rows = Some(rows);
+        self
+    }
+
+    /// The statements so far.
+    pub fn statements(&self) -> &[Statement] {
+        &self.statements
+    }
+}
+
+impl From<Tx> for Transaction {
+    fn from(tx: Tx) -> Transaction {
+        Transaction {
+            statements: tx.statements,
+        }
+    }
+}
+
+/// Where and how a transaction ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// The transaction.
+    pub tx_id: TxId,
+    /// Its block.
+    pub block: BlockNumber,
+    /// Its position in the block.
+    pub index: u32,
+    /// Whether it committed (false: aborted by a statement, an `expect_rows` guard, or
+    /// validation).
+    pub success: bool,
+    /// Whether its block is agreed and in the ledger.
+    pub agreed: bool,
+    /// Why it aborted; empty on success or when no longer known.
+    pub reason: String,
+}
+
+/// What an organization knows of a transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxState {
+    /// Never seen by this organization.
+    Unknown,
+    /// Ordered or executing; its block is not agreed yet.
+    Pending,
+    /// In an agreed block.
+    Committed(TxOutcome),
+}
+
+/// An agreed block's outcomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitEvent {
+    /// The block.
+    pub block: BlockNumber,
+    /// Each transaction's outcome, in block order.
+    pub outcomes: Vec<TxOutcome>,
+}
+
+/// The rows of a query and the agreed block height they reflect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rows {
+    /// Column names.
+    pub columns: Vec<String>,
+    /// Rows of typed values.
+    pub rows: Vec<Vec<Value>>,
+    /// The database held exactly the blocks up to this one.
+    pub height: u64,
+}
+
+fn tx_id(bytes: &[u8]) -> Result<TxId, ClientError> {
+    chainify_core::Digest::try_from(bytes)
+        .map(TxId)
+        .map_err(|_| ClientError::Protocol(format!("a transaction id of {} bytes", bytes.len())))
+}
+
+fn outcome(o: pb::TxOutcome) -> Result<TxOutcome, ClientError> {
+    Ok(TxOutcome {
+        tx_id: tx_id(&o.tx_id)?,
+        block: BlockNumber(o.block_number),
+        index: o.index,
+        success: o.success,
+        agreed: o.agreed,
+        reason: o.reason,
+    })
+}
+
+/// Connection settings, from [`Client::connect`].
+#[derive(Debug)]
+pub struct Connect {
+    endpoint: String,
+    network: String,
+    identity: Identity,
+    ca: Option<Vec<u8>>,
+}
+
+impl Connect {
+    /// Use TLS, trusting the network's CA certificate in this PEM file.
+    pub fn tls_ca(mut self, path: impl AsRef<Path>) -> Result<Connect, ClientError> {
+        let path = path.as_ref();
+        let pem = std::fs::read(path)
+            .map_err(|e| ClientError::Setup(format!("CA certificate {}: {e}", path.display())))?;
+        self.ca = Some(pem);
+        Ok(self)
+    }
+
+    /// Use TLS, trusting this PEM CA certificate.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Connect {
+        self.ca = Some(pem.into());
+        self
+    }
+
+    /// The client; it connects on the first call.
+    pub async fn connect(self) -> Result<Client, ClientError> {
+        let network = NetworkId::new(&self.network).map_err(|e| {
+            ClientError::Setup(format!("network id {:?}: {}", self.network, e.problem))
+        })?;
+        let channel = channel(&self.endpoint, self.ca.as_deref())?;
+        Ok(Client {
+            rpc: ChainifyServiceClient::new(channel).max_decoding_message_size(256 * 1024 * 1024),
+            network,
+            identity: self.identity,
+            nonce: Arc::new(AtomicU64::new(0)),
+        })
+    }
+}
+
+/// A client of one organization's ChainifyService. Cloning shares the connection and the
+/// nonce sequence.
+#[derive(Clone, Debug)]
+pub struct Client {
+    rpc: ChainifyServiceClient<Channel>,
+    network: NetworkId,
+    identity: Identity,
+    nonce: Arc<AtomicU64>,
+}
+
+impl Client {
+    /// Settings for a client of the organization at `endpoint` (`host:port`) of `network`.
+    pub fn connect(endpoint: &str, network: &str, identity: Identity) -> Connect {
+        Connect {
+            endpoint: endpoint.to_owned(),
+            network: network.to_owned(),
+            identity,
+            ca: None,
+        }
+    }
+
+    /// A fresh nonce: microseconds since the epoch, strictly increasing within this client,
+    /// so that nonces stay unique across restarts.
+    fn next_nonce(&self) -> u64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let mut current = self.nonce.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(current + 1);
+            match self.nonce.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return next,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Signs `tx` as a proposal with a fresh nonce.
+    pub fn propose(&self, tx: impl Into<Transaction>) -> pb::Proposal {
+        let body = ProposalBody {
+            client: self.identity.id.clone(),
+            nonce: self.next_nonce(),
+            network: self.network.clone(),
+            transaction: tx.into(),
+        };
+        pb::Proposal::from(&body.sign(&self.identity.key))
+    }
+
+    /// Submits a transaction; returns its id once it is ordered.
+    pub async fn submit(&self, tx: impl Into<Transaction>) -> Result<TxId, ClientError> {
+        self.submit_proposal(self.propose(tx)).await
+    }
+
+    /// Submits an already signed proposal (for instance to retry it).
+    pub async fn submit_proposal(&self, proposal: pb::Proposal) -> Result<TxId, ClientError> {
+        let r = self
+            .rpc
+            .clone()
+            .submit(pb::SubmitRequest {
+                proposal: Some(proposal),
+            })
+            .await?;
+        tx_id(&r.into_inner().tx_id)
+    }
+
+    /// Submits a transaction and waits until its block is agreed.
+    pub async fn submit_and_wait(
+        &self,
+        tx: impl Into<Transaction>,
+    ) -> Result<TxOutcome, ClientError> {
+        let r = self
+            .rpc
+            .clone()
+            .submit_and_wait(pb::SubmitRequest {
+                proposal: Some(self.propose(tx)),
+            })
+            .await?;
+        outcome(r.into_inner())
+    }
+
+    /// What the organization knows of transaction `id`.
+    pub async fn status(&self, id: &TxId) -> Result<TxState, ClientError> {
+        use pb::tx_status_response::State;
+        let r = self
+            .rpc
+            .clone()
+            .tx_status(pb::TxStatusRequest {
+                tx_id: id.0.as_bytes().to_vec(),
+            })
+            .await?
+            .into_inner();
+        match (State::try_from(r.state), r.outcome) {
+            (Ok(State::Committed), Some(o)) => Ok(TxState::Committed(outcome(o)?)),
+            (Ok(State::Pending), _) => Ok(TxState::Pending),
+            (Ok(State::Unknown), _) => Ok(TxState::Unknown),
+            (state, _) => Err(ClientError::Protocol(format!(
+                "transaction state {state:?}"
+            ))),
+        }
+    }
+
+    /// Waits until transaction `id` is in an agreed block, asking every `poll`.
+    pub async fn wait(&self, id: &TxId, poll: Duration) -> Result<TxOutcome, ClientError> {
+        loop {
+            if let TxState::Committed(o) = self.status(id).await? {
+                return Ok(o);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Agreed blocks from `from` on (0: from the next one), then as they are agreed.
+    pub async fn commits(
+        &self,
+        from: u64,
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<CommitEvent, ClientError>> + Send>>, ClientError>
+    {
+        let stream = self
+            .rpc
+            .clone()
+            .commit_stream(pb::CommitStreamRequest { from_block: from })
+            .await?
+            .into_inner();
+        Ok(Box::pin(stream.map(|e| {
+            let e = e?;
+            Ok(CommitEvent {
+                block: BlockNumber(e.block_number),
+                outcomes: e
+                    .outcomes
+                    .into_iter()
+                    .map(outcome)
+                    .collect::<Result<_, _>>()?,
+            })
+        })))
+    }
+
+    /// Runs a read-only SELECT at the organization's newest agreed block.
+    pub async fn query(
+        &self,
+        sql: &str,
+        params: impl IntoIterator<Item = Value>,
+    ) -> Result<Rows, ClientError> {
+        let params: Vec<Value> = params.into_iter().collect();
+        let body = QueryBody {
+            client: self.identity.id.clone(),
+            network: self.network.clone(),
+            sql: sql.to_owned(),
+            params,
+        };
+        let signature = self.identity.key.sign(&body.encode_canonical());
+        let r = self
+            .rpc
+            .clone()
+            .query(pb::QueryRequest {
+                sql: body.sql,
+                params: body.params.iter().map(pb::Value::from).collect(),
+                client_id: body.client.as_str().to_owned(),
+                signature: signature.0.to_vec(),
+            })
+            .await?
+            .into_inner();
+        let mut rows = Vec::with_capacity(r.rows.len());
+        for row in r.rows {
+            let mut values = Vec::with_capacity(row.values.len());
+            for v in row.values {
+                values.push(Value::try_from(v).map_err(|e| ClientError::Protocol(e.to_string()))?);
+            }
+            rows.push(values);
+        }
+        Ok(Rows {
+            columns: r.columns,
+            rows,
+            height: r.block_height,
+        })
+    }
+}

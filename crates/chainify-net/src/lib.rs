@@ -1,0 +1,81 @@
+//! chainify-net: an organization's components as gRPC services (DESIGN §2, §5).
+//!
+//! - [`ChainifyServer`]: `ChainifyService` for clients (authenticate, check grants and the
+//!   determinism rules, batched early abort with the other organizations, order, report
+//!   outcomes, queries at an agreed height) and `EndorsementService` for peers;
+//! - [`CommitServer`] and [`GrpcTransport`]: votes and certificates between CommitServers;
+//! - [`SoloServer`] and [`RemoteOrderer`]: the solo orderer over gRPC;
+//! - [`AdminServer`]: status, checkpoints, ledger verification;
+//! - [`run_org`]: one organization assembled from its configuration, with health and
+//!   reflection on every server and a graceful shutdown;
+//! - [`tls`]: the network's certificate authority and rustls configuration.
+//!
+//! Every queue is bounded and named; a full queue refuses (RESOURCE_EXHAUSTED) or, for the
+//! loss-tolerant vote traffic, drops.
+
+mod admin;
+mod chainify;
+mod org;
+mod peer;
+mod query;
+mod solo;
+pub mod tls;
+
+pub use admin::{AdminServer, recovery_state};
+pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings, Outcome};
+pub use org::{AnyOrderer, OrgRuntime, bind, org_tls, run_org, server_builder};
+pub use peer::{
+    CommitServer, GrpcTransport, MAX_LEDGER_STREAM, MAX_VOTE_BATCH, PEER_CALL_TIMEOUT, PEER_QUEUE,
+};
+pub use solo::{BROADCAST_QUEUE, MAX_BROADCAST_BATCH, RemoteOrderer, SoloServer};
+pub use tls::Tls;
+
+use chainify_proto::ProtocolError;
+use chainify_storage::StorageError;
+use tonic::Status;
+
+/// Why a service cannot start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// An endpoint cannot be used.
+    #[error("endpoint {endpoint:?}: {problem}")]
+    Endpoint {
+        /// The endpoint as configured.
+        endpoint: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A listen address cannot be bound.
+    #[error("{what} = {addr:?}: cannot listen: {problem}")]
+    Listen {
+        /// The configuration key.
+        what: String,
+        /// The address.
+        addr: String,
+        /// Why.
+        problem: String,
+    },
+    /// TLS material is missing or unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The configuration cannot be used.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The database failed.
+    #[error(transparent)]
+    Storage(StorageError),
+    /// The orderer cannot be reached.
+    #[error("orderer: {0}")]
+    Orderer(String),
+    /// A server failed.
+    #[error("serving {0}")]
+    Serve(String),
+    /// A bug or an unrecoverable state of the node.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// INVALID_ARGUMENT for a malformed message, naming the field.
+pub(crate) fn invalid(field: &str, e: &ProtocolError) -> Status {
+    Status::invalid_argument(e.clone().within(field).to_string())
+}

@@ -1,0 +1,303 @@
+//! CommitServers over gRPC: [`GrpcTransport`] sends votes, certificates and certificate
+//! requests to the other organizations; [`CommitServer`] receives them into the node's inbox
+//! and serves certificates and ledger entries.
+//!
+//! Sending never blocks the node: each peer has a bounded queue drained by its own task, which
+//! sends every vote queued at that moment in one `SendVotes` call. A full queue drops the
+//! message (the protocol re-sends votes and re-requests certificates), and a peer that is down
+//! costs one failed call per batch, not one per vote.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use chainify_core::config::NetworkConfig;
+use chainify_core::tx::{Certificate, Vote};
+use chainify_core::{BlockNumber, OrgId};
+use chainify_node::{Inbox, NodeStatus, PeerMessage, Transport, ledger_entry};
+use chainify_proto::convert::LedgerEntry;
+use chainify_proto::pb;
+use chainify_proto::pb::commit_service_client::CommitServiceClient;
+use chainify_proto::pb::commit_service_server::CommitService;
+use chainify_storage::{Backend, Store};
+use futures_util::Stream;
+use tokio::sync::{mpsc, watch};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+use tracing::debug;
+
+use crate::tls::{Tls, channel};
+use crate::{NetError, invalid};
+
+/// Messages queued for one peer; more are dropped.
+pub const PEER_QUEUE: usize = 4096;
+/// Most votes in one `SendVotes` call.
+pub const MAX_VOTE_BATCH: usize = 512;
+/// How long a call to a peer may take.
+pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+enum Outgoing {
+    Vote(pb::Vote),
+    Certificate(pb::Certificate),
+    Request(BlockNumber),
+}
+
+/// The sending side of an organization's CommitServer.
+#[derive(Debug)]
+pub struct GrpcTransport {
+    queues: BTreeMap<OrgId, mpsc::Sender<Outgoing>>,
+    dropped: Arc<AtomicU64>,
+    /// Where answers to certificate requests go: this node's inbox, known once it starts.
+    inbox: Arc<OnceLock<Inbox>>,
+}
+
+impl GrpcTransport {
+    /// Connects (lazily) to every other organization's CommitService. Must be called inside a
+    /// tokio runtime: it starts one sending task per peer, which ends with the transport.
+    pub fn new(
+        network: &NetworkConfig,
+        me: OrgId,
+        tls: Option<&Tls>,
+    ) -> Result<GrpcTransport, NetError> {
+        let inbox = Arc::new(OnceLock::new());
+        let mut queues = BTreeMap::new();
+        for org in network.orgs.values().filter(|o| o.id != me) {
+            let client = CommitServiceClient::new(channel(&org.commit_endpoint, tls)?);
+            let (tx, rx) = mpsc::channel(PEER_QUEUE);
+            tokio::spawn(send_loop(org.id, client, rx, inbox.clone()));
+            queues.insert(org.id, tx);
+        }
+        Ok(GrpcTransport {
+            queues,
+            dropped: Arc::new(AtomicU64::new(0)),
+            inbox,
+        })
+    }
+
+    /// Sets the node's inbox, for answers to certificate requests.
+    pub fn attach(&self, inbox: Inbox) {
+        let _ = self.inbox.set(inbox);
+    }
+
+    /// Messages dropped because a peer's queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    fn push(&self, to: OrgId, message: Outgoing) {
+        if let Some(q) = self.queues.get(&to)
+            && q.try_send(message).is_err()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Transport for GrpcTransport {
+    fn send_vote(&self, vote: &Vote) {
+        let wire = pb::Vote::from(vote);
+        for to in self.queues.keys() {
+            self.push(*to, Outgoing::Vote(wire.clone()));
+        }
+    }
+
+    fn send_certificate(&self, to: OrgId, certificate: &Certificate) {
+        self.push(
+            to,
+            Outgoing::Certificate(pb::Certificate::from(certificate)),
+        );
+    }
+
+    fn request_certificate(&self, block: BlockNumber) {
+        for to in self.queues.keys() {
+            self.push(*to, Outgoing::Request(block));
+        }
+    }
+}
+
+fn timed<T>(message: T) -> Request<T> {
+    let mut r = Request::new(message);
+    r.set_timeout(PEER_CALL_TIMEOUT);
+    r
+}
+
+async fn send_loop(
+    peer: OrgId,
+    mut client: CommitServiceClient<Channel>,
+    mut rx: mpsc::Receiver<Outgoing>,
+    inbox: Arc<OnceLock<Inbox>>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut votes = Vec::new();
+        let mut others = Vec::new();
+        let mut next = Some(first);
+        while let Some(message) = next {
+            match message {
+                Outgoing::Vote(v) => votes.push(v),
+                other => others.push(other),
+            }
+            next = if votes.len() < MAX_VOTE_BATCH {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        if !votes.is_empty()
+            && let Err(e) = client.send_votes(timed(pb::VoteBatch { votes })).await
+        {
+            debug!(%peer, error = %e, "sending votes failed");
+        }
+        for message in others {
+            match message {
+                Outgoing::Certificate(c) => {
+                    if let Err(e) = client.send_certificate(timed(c)).await {
+                        debug!(%peer, error = %e, "sending a certificate failed");
+                    }
+                }
+                Outgoing::Request(block) => {
+                    let answer = client
+                        .get_certificate(timed(pb::GetCertificateRequest {
+                            block_number: block.0,
+                        }))
+                        .await;
+                    match answer.map(|r| r.into_inner().certificate) {
+                        Ok(Some(c)) => match Certificate::try_from(c) {
+                            Ok(c) => {
+                                if let Some(inbox) = inbox.get() {
+                                    inbox.deliver(PeerMessage::Certificate(c));
+                                }
+                            }
+                            Err(e) => debug!(%peer, error = %e, "malformed certificate"),
+                        },
+                        Ok(None) => {}
+                        Err(e) => debug!(%peer, error = %e, "requesting a certificate failed"),
+                    }
+                }
+                Outgoing::Vote(_) => {}
+            }
+        }
+    }
+}
+
+/// Most ledger entries one `GetLedger` call streams.
+pub const MAX_LEDGER_STREAM: u64 = 100_000;
+
+/// The receiving side of an organization's CommitServer.
+#[derive(Debug)]
+pub struct CommitServer<B: Backend> {
+    inbox: Inbox,
+    store: Arc<Store<B>>,
+    status: watch::Receiver<NodeStatus>,
+}
+
+impl<B: Backend> CommitServer<B> {
+    /// Serves the node with this inbox, store and status.
+    pub fn new(
+        inbox: Inbox,
+        store: Arc<Store<B>>,
+        status: watch::Receiver<NodeStatus>,
+    ) -> CommitServer<B> {
+        CommitServer {
+            inbox,
+            store,
+            status,
+        }
+    }
+
+    fn agreed(&self) -> u64 {
+        self.status.borrow().next_block.0.saturating_sub(1)
+    }
+}
+
+type LedgerStream = Pin<Box<dyn Stream<Item = Result<pb::LedgerEntry, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<B: Backend + 'static> CommitService for CommitServer<B> {
+    async fn send_votes(
+        &self,
+        request: Request<pb::VoteBatch>,
+    ) -> Result<Response<pb::VoteAck>, Status> {
+        let votes = request.into_inner().votes;
+        let mut accepted = 0u32;
+        for (i, v) in votes.into_iter().enumerate() {
+            let vote = Vote::try_from(v).map_err(|e| invalid(&format!("votes[{i}]"), &e))?;
+            // The engine checks signatures, membership and duplicates.
+            if self.inbox.deliver(PeerMessage::Vote(vote)) {
+                accepted += 1;
+            }
+        }
+        Ok(Response::new(pb::VoteAck { accepted }))
+    }
+
+    async fn send_certificate(
+        &self,
+        request: Request<pb::Certificate>,
+    ) -> Result<Response<pb::CertificateAck>, Status> {
+        let cert =
+            Certificate::try_from(request.into_inner()).map_err(|e| invalid("certificate", &e))?;
+        if !self.inbox.deliver(PeerMessage::Certificate(cert)) {
+            return Err(Status::resource_exhausted(
+                "the CommitServer's inbox is full; send again later",
+            ));
+        }
+        Ok(Response::new(pb::CertificateAck {}))
+    }
+
+    async fn get_certificate(
+        &self,
+        request: Request<pb::GetCertificateRequest>,
+    ) -> Result<Response<pb::GetCertificateResponse>, Status> {
+        let block = request.into_inner().block_number;
+        if block == 0 || block > self.agreed() {
+            return Ok(Response::new(pb::GetCertificateResponse {
+                certificate: None,
+            }));
+        }
+        let entry = ledger_entry(&self.store, BlockNumber(block))
+            .await
+            .map_err(|e| Status::unavailable(format!("reading ledger block {block}: {e}")))?;
+        Ok(Response::new(pb::GetCertificateResponse {
+            certificate: Some(pb::Certificate::from(&entry.certificate)),
+        }))
+    }
+
+    type GetLedgerStream = LedgerStream;
+
+    async fn get_ledger(
+        &self,
+        request: Request<pb::GetLedgerRequest>,
+    ) -> Result<Response<LedgerStream>, Status> {
+        let r = request.into_inner();
+        let agreed = self.agreed();
+        let from = r.from_block.max(1);
+        let to = if r.to_block == 0 {
+            agreed
+        } else {
+            r.to_block.min(agreed)
+        };
+        if to >= from && to - from >= MAX_LEDGER_STREAM {
+            return Err(Status::invalid_argument(format!(
+                "blocks {from}..={to}: at most {MAX_LEDGER_STREAM} ledger entries per call"
+            )));
+        }
+        let store = self.store.clone();
+        let stream = futures_util::stream::unfold(from, move |b| {
+            let store = store.clone();
+            async move {
+                if b > to {
+                    return None;
+                }
+                let item = ledger_entry(&store, BlockNumber(b))
+                    .await
+                    .map(|e: LedgerEntry| pb::LedgerEntry::from(&e))
+                    .map_err(|e| Status::unavailable(format!("reading ledger block {b}: {e}")));
+                // After an error the stream ends.
+                let next = if item.is_ok() { b + 1 } else { u64::MAX };
+                Some((item, next))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,468 @@
+//! The services over real sockets with TLS: three organizations (SQLite) and the solo orderer
+//! over gRPC in one test process, used through the SDK. Every rejection has its status code and
+//! reaches nothing; outcomes, the commit stream, queries and the admin service report what the
+//! ledger holds.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chainify_client::{Client, Code, Identity, Tx, TxState, Value};
+use chainify_core::config::{NetworkConfig, OrgConfig};
+use chainify_core::crypto::SigningKey;
+use chainify_net::tls::issue_network_certs;
+use chainify_net::{ChainifySettings, OrgRuntime, SoloServer, Tls, run_org, server_builder};
+use chainify_orderer::LocalOrderer;
+use chainify_proto::pb;
+use chainify_proto::pb::orderer_service_server::OrdererServiceServer;
+use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions};
+use chainify_workload::{SMALLBANK_SCHEMA, smallbank_load_sql};
+use futures_util::StreamExt;
+use tokio::sync::oneshot;
+
+struct Net {
+    dir: PathBuf,
+    network: NetworkConfig,
+    client_key: Vec<u8>,
+    stops: Vec<Option<oneshot::Sender<()>>>,
+    runs: Vec<Option<tokio::task::JoinHandle<Result<(), chainify_net::NetError>>>>,
+    ca: String,
+    _tmp: tempfile::TempDir,
+}
+
+fn write(path: &Path, bytes: impl AsRef<[u8]>) {
+    std::fs::write(path, bytes).unwrap();
+}
+
+async fn smallbank(url: &str) {
+    let backend = AnyBackend::connect(url, &StoreOptions::default())
+        .await
+        .unwrap();
+    let mut conn = backend.acquire().await.unwrap();
+    for ddl in SMALLBANK_SCHEMA.split(';').filter(|s| !s.trim().is_empty()) {
+        conn.batch(ddl).await.unwrap();
+    }
+    for insert in smallbank_load_sql(100, 100) {
+        conn.batch(&insert).await.unwrap();
+    }
+    drop(conn);
+    backend.close().await;
+}
+
+/// Writes a network of three organizations on ports from `base` and starts it.
+async fn start(base: u16, chainify: ChainifySettings) -> Net {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let certs = issue_network_certs("svc", &[vec![], vec![], vec![], vec![]]).unwrap();
+    write(&dir.join("ca.pem"), &certs.ca.cert_pem);
+    let mut text = format!(
+        "network_id = \"svc\"\nagreement_policy = \"any-2\"\ntables = [\"accounts\", \"savings\", \"checking\"]\n\
+         [block]\nmax_block_txs = 32\nbatch_timeout_ms = 20\n\
+         [orderer]\nkind = \"solo\"\nsolo_endpoint = \"127.0.0.1:{}\"\n[tls]\nca = \"ca.pem\"\n",
+        base + 99
+    );
+    let mut keys = Vec::new();
+    for n in 1..=3u16 {
+        let (key, der) = SigningKey::generate().unwrap();
+        let org_dir = dir.join(format!("org{n}"));
+        std::fs::create_dir_all(&org_dir).unwrap();
+        write(&org_dir.join("key.pk8"), &der);
+        write(
+            &org_dir.join("tls.pem"),
+            &certs.orgs[n as usize - 1].cert_pem,
+        );
+        write(
+            &org_dir.join("tls.key"),
+            &certs.orgs[n as usize - 1].key_pem,
+        );
+        let port = base + 10 * (n - 1);
+        text.push_str(&format!(
+            "[[orgs]]\nid = {n}\nname = \"org{n}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:{port}\"\ncommit_endpoint = \"127.0.0.1:{}\"\n",
+            key.public_key(),
+            port + 1
+        ));
+        keys.push(key);
+    }
+    let (client, client_der) = SigningKey::generate().unwrap();
+    let (reader, reader_der) = SigningKey::generate().unwrap();
+    write(&dir.join("reader.pk8"), &reader_der);
+    text.push_str(&format!(
+        "[[clients]]\nid = \"client1\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"*\"\nkinds = [\"select\", \"insert\", \"update\", \"delete\"]\n\
+         [[clients]]\nid = \"reader\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"checking\"\nkinds = [\"select\", \"update\"]\n",
+        client.public_key(),
+        reader.public_key()
+    ));
+    write(&dir.join("network.toml"), &text);
+    let network = NetworkConfig::load(&dir.join("network.toml")).unwrap();
+
+    // The solo orderer.
+    let tls = Tls::from_pem(
+        &certs.ca.cert_pem,
+        Some((&certs.orgs[3].cert_pem, &certs.orgs[3].key_pem)),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", base + 99))
+        .await
+        .unwrap();
+    let orderer = LocalOrderer::start(network.network_id.clone(), 32, Duration::from_millis(20));
+    let server = server_builder(Some(&tls))
+        .unwrap()
+        .add_service(OrdererServiceServer::new(SoloServer::new(
+            orderer,
+            tokio::sync::watch::channel(false).1,
+        )))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    tokio::spawn(server);
+
+    let mut net = Net {
+        dir: dir.clone(),
+        network,
+        client_key: client_der,
+        stops: Vec::new(),
+        runs: Vec::new(),
+        ca: certs.ca.cert_pem.clone(),
+        _tmp: tmp,
+    };
+    for n in 1..=3u16 {
+        let org_dir = dir.join(format!("org{n}"));
+        let url = format!("sqlite://{}", org_dir.join("state.db").display());
+        smallbank(&url).await;
+        let port = base + 10 * (n - 1);
+        write(
+            &org_dir.join("org.toml"),
+            format!(
+                "org_id = {n}\nnetwork_config = \"../network.toml\"\nsigning_key = \"key.pk8\"\ndatabase_url = \"{url}\"\n\
+                 [listen]\nchainify = \"127.0.0.1:{port}\"\ncommit = \"127.0.0.1:{}\"\nadmin = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n\
+                 [checkpoint]\ninterval_blocks = 5\n[tls]\ncert = \"tls.pem\"\nkey = \"tls.key\"\n",
+                port + 1,
+                port + 2,
+                port + 3
+            ),
+        );
+        net.stops.push(None);
+        net.runs.push(None);
+        net.start_org(n as usize, chainify.clone());
+    }
+    net
+}
+
+impl Net {
+    fn start_org(&mut self, n: usize, chainify: ChainifySettings) {
+        let config = OrgConfig::load(&self.dir.join(format!("org{n}/org.toml"))).unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let run = tokio::spawn(run_org(
+            config,
+            OrgRuntime {
+                node: None,
+                chainify,
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.stops[n - 1] = Some(stop);
+        self.runs[n - 1] = Some(run);
+    }
+
+    async fn stop_org(&mut self, n: usize) {
+        if let Some(stop) = self.stops[n - 1].take() {
+            let _ = stop.send(());
+        }
+        if let Some(run) = self.runs[n - 1].take() {
+            run.await.unwrap().expect("a graceful stop");
+        }
+    }
+
+    async fn client(&self, org: u32, id: &str, key: SigningKey) -> Client {
+        let endpoint = &self.network.orgs[&chainify_core::OrgId(org)].chainify_endpoint;
+        Client::connect(endpoint, "svc", Identity::new(id, key).unwrap())
+            .tls_ca_pem(self.ca.clone())
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn client1(&self, org: u32) -> Client {
+        let key = SigningKey::from_pkcs8(&self.client_key, "client1").unwrap();
+        self.client(org, "client1", key).await
+    }
+
+    async fn admin(&self, org: u32) -> pb::StatusResponse {
+        let cfg = OrgConfig::load(&self.dir.join(format!("org{org}/org.toml"))).unwrap();
+        let channel =
+            chainify_client::channel(&cfg.listen.admin, Some(self.ca.as_bytes())).unwrap();
+        pb::admin_service_client::AdminServiceClient::new(channel)
+            .status(pb::StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+    }
+}
+
+fn deposit(custid: i64, amount: i64) -> Tx {
+    Tx::new()
+        .statement(
+            "UPDATE checking SET bal = bal + $2 WHERE custid = $1",
+            [Value::Int(custid), Value::Int(amount)],
+        )
+        .expect_rows(1)
+}
+
+async fn wait_ready(net: &Net) {
+    for org in 1..=3 {
+        let c = net.client1(org).await;
+        for attempt in 0.. {
+            match c
+                .status(&chainify_client::TxId(chainify_core::Digest::ZERO))
+                .await
+            {
+                Ok(_) => break,
+                Err(_) if attempt < 100 => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => panic!("org{org} does not answer: {e}"),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_submit_through_any_organization_and_every_rejection_has_its_code() {
+    let mut net = start(47100, ChainifySettings::default()).await;
+    wait_ready(&net).await;
+    let c1 = net.client1(1).await;
+    let c3 = net.client1(3).await;
+
+    // Concurrent submissions through two organizations: all ordered and agreed.
+    let mut tasks = Vec::new();
+    for i in 0..60i64 {
+        let c = if i % 2 == 0 { c1.clone() } else { c3.clone() };
+        tasks.push(tokio::spawn(async move {
+            c.submit(deposit(i % 10 + 1, 1)).await.unwrap()
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    for id in &ids {
+        let o = c1.wait(id, Duration::from_millis(50)).await.unwrap();
+        assert!(o.success && o.agreed, "{o:?}");
+    }
+    let waited = c3.submit_and_wait(deposit(1, 5)).await.unwrap();
+    assert!(waited.success && waited.agreed);
+    let failed = c1
+        .submit_and_wait(
+            deposit(1, 5)
+                .statement(
+                    "UPDATE savings SET bal = bal - $2 WHERE custid = $1 AND bal - $2 >= 0",
+                    [Value::Int(1), Value::Int(1_000_000_000)],
+                )
+                .expect_rows(1),
+        )
+        .await
+        .unwrap();
+    assert!(!failed.success && failed.agreed);
+    assert!(failed.reason.contains("statement 2"), "{failed:?}");
+
+    // Rejections.
+    let unknown = net
+        .client(1, "mallory", SigningKey::from_seed(&[1; 32]))
+        .await;
+    let e = unknown.submit(deposit(1, 1)).await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+    assert!(e.to_string().contains("mallory"));
+    let forged = net
+        .client(1, "client1", SigningKey::from_seed(&[2; 32]))
+        .await;
+    let e = forged.submit(deposit(1, 1)).await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+    let proposal = c1.propose(deposit(2, 1));
+    c1.submit_proposal(proposal.clone()).await.unwrap();
+    let e = c1.submit_proposal(proposal.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::AlreadyExists), "{e}");
+    // The same proposal through another organization: its endorsers know the nonce.
+    let e = c3.submit_proposal(proposal).await.unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            Some(Code::AlreadyExists | Code::FailedPrecondition)
+        ),
+        "{e}"
+    );
+    let e = c1
+        .submit(Tx::new().statement(
+            "UPDATE checking SET bal = bal + 1 WHERE custid = RANDOM()",
+            [],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    assert!(e.to_string().contains("statement 1"), "{e}");
+    let reader_key = SigningKey::load(&net.dir.join("reader.pk8")).unwrap();
+    let reader = net.client(3, "reader", reader_key).await;
+    let e = reader
+        .submit(Tx::new().statement("DELETE FROM checking WHERE custid = $1", [Value::Int(1)]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::PermissionDenied), "{e}");
+    assert!(e.to_string().contains("checking"), "{e}");
+    let other_network = Client::connect(
+        &net.network.orgs[&chainify_core::OrgId(1)].chainify_endpoint,
+        "elsewhere",
+        Identity::new(
+            "client1",
+            SigningKey::from_pkcs8(&net.client_key, "c").unwrap(),
+        )
+        .unwrap(),
+    )
+    .tls_ca_pem(net.ca.clone())
+    .connect()
+    .await
+    .unwrap();
+    let e = other_network.submit(deposit(1, 1)).await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    assert!(e.to_string().contains("elsewhere"), "{e}");
+    assert_eq!(
+        c1.status(&chainify_client::TxId(chainify_core::Digest::of(b"never")))
+            .await
+            .unwrap(),
+        TxState::Unknown
+    );
+
+    // Nothing rejected reached the ledger: 60 + 2 + 1 accepted transactions in all blocks.
+    let mut stream = c1.commits(1).await.unwrap();
+    let mut seen = 0;
+    let mut block = 0;
+    while seen < 63 {
+        let e = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("commit events")
+            .unwrap()
+            .unwrap();
+        block += 1;
+        assert_eq!(e.block.0, block, "blocks in order without gaps");
+        seen += e.outcomes.len();
+    }
+    assert_eq!(seen, 63);
+    let heights: Vec<u64> = [
+        net.admin(1).await.agreed_height,
+        net.admin(2).await.agreed_height,
+        net.admin(3).await.agreed_height,
+    ]
+    .to_vec();
+    assert!(heights.iter().all(|h| *h >= block), "{heights:?}");
+
+    // Queries: the agreed state at an agreed height, checked like transactions.
+    let rows = c3
+        .query(
+            "SELECT custid, bal FROM checking WHERE custid <= $1 ORDER BY custid",
+            [Value::Int(2)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.columns, ["custid", "bal"]);
+    assert!(
+        rows.height >= block,
+        "height {} after block {block}",
+        rows.height
+    );
+    let initial = |custid: i64| {
+        rows.rows
+            .iter()
+            .find(|r| r[0] == Value::Int(custid))
+            .map(|r| r[1].clone())
+            .unwrap()
+    };
+    // custid 1 got six deposits of 1 (i % 10 == 0), one of 5 and one rolled back; 2 got six
+    // and the replayed proposal's one.
+    let Value::Int(b1) = initial(1) else { panic!() };
+    let Value::Int(b2) = initial(2) else { panic!() };
+    assert_eq!(b1 - b2, 5 - 1, "balances {b1} and {b2}");
+    let count = c1.query("SELECT COUNT(*) FROM accounts", []).await.unwrap();
+    assert_eq!(count.rows, vec![vec![Value::Int(100)]]);
+    let e = c1
+        .query("SELECT SUM(bal) FROM checking", [])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    assert!(e.to_string().contains("SUM"), "{e}");
+    let e = c1
+        .query("UPDATE checking SET bal = 0", [])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    let e = reader
+        .query("SELECT custid FROM savings", [])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::PermissionDenied), "{e}");
+    assert!(
+        reader
+            .query("SELECT custid FROM checking WHERE custid = 1", [])
+            .await
+            .is_ok()
+    );
+    let e = forged
+        .query("SELECT custid FROM checking", [])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+
+    // With two organizations gone, Any-2 endorsement cannot be met: UNAVAILABLE, nothing ordered.
+    net.stop_org(2).await;
+    net.stop_org(3).await;
+    let e = c1.submit(deposit(3, 1)).await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::Unavailable), "{e}");
+    assert!(
+        e.to_string().contains("org2") && e.to_string().contains("org3"),
+        "{e}"
+    );
+    // They come back and catch up.
+    net.start_org(2, ChainifySettings::default());
+    net.start_org(3, ChainifySettings::default());
+    wait_ready(&net).await;
+    let o = c1.submit_and_wait(deposit(3, 1)).await.unwrap();
+    assert!(o.success);
+    net.stop_org(1).await;
+    net.stop_org(2).await;
+    net.stop_org(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overloaded_server_refuses_with_resource_exhausted() {
+    let net = start(
+        47300,
+        ChainifySettings {
+            max_in_flight: 1,
+            ..ChainifySettings::default()
+        },
+    )
+    .await;
+    wait_ready(&net).await;
+    let c = net.client1(1).await;
+    let mut tasks = Vec::new();
+    for i in 0..40i64 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            c.submit(deposit(i % 10 + 1, 1)).await
+        }));
+    }
+    let mut exhausted = 0;
+    let mut accepted = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(id) => accepted.push(id),
+            Err(e) => {
+                assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+                assert!(e.to_string().contains("overloaded"), "{e}");
+                exhausted += 1;
+            }
+        }
+    }
+    assert!(
+        exhausted > 0,
+        "40 concurrent submissions with one slot: some are refused"
+    );
+    assert!(!accepted.is_empty());
+    for id in &accepted {
+        assert!(c.wait(id, Duration::from_millis(50)).await.unwrap().agreed);
+    }
+}
