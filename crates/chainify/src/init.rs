@@ -1,39 +1,77 @@
 //! `chainify init --orgs N --out DIR`: keys and configuration for a local network.
 //!
 //! Layout: `DIR/network.toml` (shared), `DIR/orgN/org.toml` and `DIR/orgN/signing.pk8` per
-//! organization, `DIR/clients/clientN.pk8` per client. Endpoints are on 127.0.0.1 from
-//! `--base-port` on, ten ports per organization. Existing files are never overwritten.
+//! organization, `DIR/clients/clientN.pk8` per client, and with TLS (the default) the network's
+//! CA in `DIR/tls/ca.pem` (its key in `ca.key`) and each organization's server certificate in
+//! `DIR/orgN/tls.pem` and `tls.key`. Endpoints are on 127.0.0.1 from `--base-port` on, ten
+//! ports per organization; the solo orderer listens on the port after the last organization's.
+//! Existing files are never overwritten.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use chainify_core::config::{
     BlockFile, CheckpointFile, ClientEntry, ExecutionFile, GrantEntry, ListenFile, NetworkConfig,
-    OrdererFile, OrgConfig, OrgEntry, OrgFile, StatementKind,
+    NetworkTlsFile, OrdererFile, OrdererKind, OrgConfig, OrgEntry, OrgFile, OrgTlsFile,
+    StatementKind,
 };
 use chainify_core::crypto::SigningKey;
 use chainify_core::policy::PolicySpec;
 
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub(crate) struct InitArgs {
     /// Number of organizations.
     #[arg(long, default_value_t = 3)]
-    orgs: u32,
+    pub(crate) orgs: u32,
     /// Number of clients (each granted every statement kind on every table).
     #[arg(long, default_value_t = 1)]
-    clients: u32,
+    pub(crate) clients: u32,
     /// Output directory (created; must not already contain a network).
     #[arg(long)]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Agreement policy: any-K, all, majority or [[1,2],[1,3]].
     #[arg(long, default_value = "majority")]
-    policy: String,
+    pub(crate) policy: String,
     /// Network id.
     #[arg(long, default_value = "chainify-local")]
-    network_id: String,
+    pub(crate) network_id: String,
     /// First port; organization i uses base + 10·(i−1) … + 3.
     #[arg(long, default_value_t = 17100)]
-    base_port: u16,
+    pub(crate) base_port: u16,
+    /// The orderer: solo (a `chainify orderer` process), kafka, or local (one process only).
+    #[arg(long, default_value = "solo")]
+    pub(crate) orderer: String,
+    /// Kafka bootstrap servers, with `--orderer kafka`.
+    #[arg(long)]
+    pub(crate) kafka_brokers: Option<String>,
+    /// Kafka topic (default: the network id).
+    #[arg(long)]
+    pub(crate) kafka_topic: Option<String>,
+    /// Database URL of each organization in order (repeat once per organization); default:
+    /// an SQLite file in each organization's folder.
+    #[arg(long = "database")]
+    pub(crate) databases: Vec<String>,
+    /// Shared tables, comma-separated (they must exist in every organization's database
+    /// before its node starts).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) tables: Vec<String>,
+    /// A block ends after this many transactions.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) block_txs: usize,
+    /// ... or when its oldest transaction waited this long.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) batch_timeout_ms: u64,
+    /// Take a checkpoint every this many blocks.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) checkpoint_interval: u64,
+    /// Restricts a client to these grants, `CLIENT:TABLE:KIND[+KIND…]` (repeat; TABLE may be
+    /// `*`, KIND is select, insert, update or delete); clients never named get every kind on
+    /// every table.
+    #[arg(long = "grant")]
+    pub(crate) grants: Vec<String>,
+    /// Plaintext gRPC instead of TLS (not for networks beyond one machine).
+    #[arg(long)]
+    pub(crate) no_tls: bool,
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -61,11 +99,27 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
     let ids = (1..=args.orgs).map(chainify_core::OrgId).collect();
     chainify_core::policy::AgreementPolicy::new(&spec, &ids)
         .map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
-    let last_port = u32::from(args.base_port) + 10 * args.orgs;
+    let last_port = u32::from(args.base_port) + 10 * args.orgs + 1;
     if last_port > u32::from(u16::MAX) {
         bail!(
             "--base-port {}: {} organizations need ports up to {last_port}",
             args.base_port,
+            args.orgs
+        );
+    }
+    let orderer_kind = match args.orderer.as_str() {
+        "solo" => OrdererKind::Solo,
+        "kafka" => OrdererKind::Kafka,
+        "local" => OrdererKind::Local,
+        other => bail!("--orderer {other:?}: choose solo, kafka or local"),
+    };
+    if orderer_kind == OrdererKind::Kafka && args.kafka_brokers.is_none() {
+        bail!("--orderer kafka needs --kafka-brokers host:port[,host:port…]");
+    }
+    if !args.databases.is_empty() && args.databases.len() != args.orgs as usize {
+        bail!(
+            "--database given {} times for {} organizations: give one per organization, or none",
+            args.databases.len(),
             args.orgs
         );
     }
@@ -80,6 +134,22 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", out.display()))?;
 
     let port = |org: u32, offset: u32| u32::from(args.base_port) + 10 * (org - 1) + offset;
+    let certs = if args.no_tls {
+        None
+    } else {
+        std::fs::create_dir_all(out.join("tls"))
+            .with_context(|| format!("cannot create {}", out.join("tls").display()))?;
+        // One certificate per organization, and one for the solo orderer.
+        let hosts = vec![Vec::new(); args.orgs as usize + 1];
+        let certs = chainify_net::tls::issue_network_certs(&args.network_id, &hosts)?;
+        write_new(&out.join("tls/ca.pem"), certs.ca.cert_pem.as_bytes())?;
+        write_new(&out.join("tls/ca.key"), certs.ca.key_pem.as_bytes())?;
+        if let Some(orderer) = certs.orgs.last() {
+            write_new(&out.join("tls/orderer.pem"), orderer.cert_pem.as_bytes())?;
+            write_new(&out.join("tls/orderer.key"), orderer.key_pem.as_bytes())?;
+        }
+        Some(certs)
+    };
     let mut orgs = Vec::new();
     for i in 1..=args.orgs {
         let dir = out.join(format!("org{i}"));
@@ -98,7 +168,13 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
             org_id: i,
             network_config: PathBuf::from("../network.toml"),
             signing_key: PathBuf::from("signing.pk8"),
-            database_url: format!("sqlite://{}", dir.join("state.db").display()),
+            database_url: match args.databases.get(i as usize - 1) {
+                Some(url) => url.clone(),
+                None => format!(
+                    "sqlite://{}",
+                    std::path::absolute(dir.join("state.db"))?.display()
+                ),
+            },
             listen: ListenFile {
                 chainify: format!("127.0.0.1:{}", port(i, 0)),
                 commit: format!("127.0.0.1:{}", port(i, 1)),
@@ -106,9 +182,59 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
                 metrics: format!("127.0.0.1:{}", port(i, 3)),
             },
             execution: ExecutionFile::default(),
-            checkpoint: CheckpointFile::default(),
+            checkpoint: CheckpointFile {
+                interval_blocks: args.checkpoint_interval,
+                ..CheckpointFile::default()
+            },
+            tls: match &certs {
+                Some(certs) => {
+                    let issued = &certs.orgs[i as usize - 1];
+                    write_new(&dir.join("tls.pem"), issued.cert_pem.as_bytes())?;
+                    write_new(&dir.join("tls.key"), issued.key_pem.as_bytes())?;
+                    Some(OrgTlsFile {
+                        cert: PathBuf::from("tls.pem"),
+                        key: PathBuf::from("tls.key"),
+                    })
+                }
+                None => None,
+            },
         };
         write_new(&dir.join("org.toml"), toml::to_string(&org)?.as_bytes())?;
+    }
+    let mut restricted: std::collections::BTreeMap<String, Vec<GrantEntry>> = Default::default();
+    for g in &args.grants {
+        let parts: Vec<&str> = g.split(':').collect();
+        let [client, table, kinds] = parts.as_slice() else {
+            bail!("--grant {g:?}: expected CLIENT:TABLE:KIND[+KIND…]");
+        };
+        let kinds = kinds
+            .split('+')
+            .map(|k| match k {
+                "select" => Ok(StatementKind::Select),
+                "insert" => Ok(StatementKind::Insert),
+                "update" => Ok(StatementKind::Update),
+                "delete" => Ok(StatementKind::Delete),
+                other => Err(anyhow::anyhow!(
+                    "--grant {g:?}: {other:?} is not select, insert, update or delete"
+                )),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        restricted
+            .entry((*client).to_owned())
+            .or_default()
+            .push(GrantEntry {
+                table: (*table).to_owned(),
+                kinds,
+            });
+    }
+    if let Some(unknown) = restricted
+        .keys()
+        .find(|c| !(1..=args.clients).any(|i| **c == format!("client{i}")))
+    {
+        bail!(
+            "--grant names {unknown:?}, but the clients are client1 … client{}",
+            args.clients
+        );
     }
     let mut clients = Vec::new();
     for c in 1..=args.clients {
@@ -117,25 +243,43 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
         clients.push(ClientEntry {
             id: format!("client{c}"),
             public_key: key.public_key().to_string(),
-            grants: vec![GrantEntry {
-                table: "*".into(),
-                kinds: vec![
-                    StatementKind::Select,
-                    StatementKind::Insert,
-                    StatementKind::Update,
-                    StatementKind::Delete,
-                ],
-            }],
+            grants: restricted
+                .get(&format!("client{c}"))
+                .cloned()
+                .unwrap_or_else(|| {
+                    vec![GrantEntry {
+                        table: "*".into(),
+                        kinds: vec![
+                            StatementKind::Select,
+                            StatementKind::Insert,
+                            StatementKind::Update,
+                            StatementKind::Delete,
+                        ],
+                    }]
+                }),
         });
     }
     let network = chainify_core::config::NetworkFile {
         network_id: args.network_id.clone(),
         agreement_policy: args.policy.clone(),
         endorsement_policy: None,
-        block: BlockFile::default(),
-        orderer: OrdererFile::default(),
+        block: BlockFile {
+            max_block_txs: args.block_txs,
+            batch_timeout_ms: args.batch_timeout_ms,
+        },
+        orderer: OrdererFile {
+            kind: orderer_kind,
+            solo_endpoint: (orderer_kind == OrdererKind::Solo)
+                .then(|| format!("127.0.0.1:{}", port(args.orgs + 1, 0))),
+            kafka_brokers: args.kafka_brokers.clone(),
+            kafka_topic: args.kafka_topic.clone(),
+        },
         orgs,
         clients,
+        tables: args.tables.clone(),
+        tls: certs.map(|_| NetworkTlsFile {
+            ca: PathBuf::from("tls/ca.pem"),
+        }),
     };
     let network_path = out.join("network.toml");
     write_new(&network_path, toml::to_string(&network)?.as_bytes())?;

@@ -10,7 +10,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod client;
+mod devnet;
 mod init;
+mod serve;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,6 +30,28 @@ struct Cli {
 enum Command {
     /// Write keys and configuration files for a local network of N organizations.
     Init(init::InitArgs),
+    /// Run one organization's components (ChainifyServer, ExecutionServer, CommitServer) with
+    /// its gRPC services, until SIGINT or SIGTERM.
+    Node(serve::NodeArgs),
+    /// Run the solo orderer of a network (for networks of processes without Kafka).
+    Orderer(serve::OrdererArgs),
+    /// A development network of processes on loopback: up, down, status, start, stop.
+    Devnet {
+        #[command(subcommand)]
+        command: devnet::DevnetCommand,
+    },
+    /// Submit a transaction as a client; prints its id (or, with --wait, its outcome) as JSON.
+    Submit(client::SubmitArgs),
+    /// Run a read-only SELECT at an organization's newest agreed block; prints JSON rows.
+    Query(client::QueryArgs),
+    /// What an organization knows of a transaction.
+    TxStatus(client::TxStatusArgs),
+    /// Heights, lag and recovery state of organizations' components.
+    Status(client::StatusArgs),
+    /// Verify a ledger offline against the network file: numbering, hash chain, certificates
+    /// and signatures. Exit code 0 when it verifies, 1 when not (naming the first bad block),
+    /// 2 when it cannot be read.
+    VerifyLedger(client::VerifyArgs),
     /// Print the read/write sets of a block of transactions and every conflicting pair, as JSON.
     Analyze {
         /// File with the shared tables' CREATE TABLE statements.
@@ -41,6 +66,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Init(args) => init::run(&args),
+        Command::Node(args) => serve::node(&args),
+        Command::Orderer(args) => serve::orderer(&args),
+        Command::Devnet { command } => devnet::run(&command),
+        Command::Submit(args) => client::submit(&args),
+        Command::Query(args) => client::query(&args),
+        Command::TxStatus(args) => client::tx_status(&args),
+        Command::Status(args) => client::status(&args),
+        Command::VerifyLedger(args) => {
+            return match client::verify(&args) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("chainify: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Analyze { schema, block } => analyze::run(&schema, &block),
     };
     match result {

@@ -1,0 +1,371 @@
+//! The client subcommands, on the SDK: `submit`, `query`, `status`, `verify-ledger`.
+//!
+//! Output is JSON on stdout (one object per command) so scripts can use it; errors go to stderr
+//! with a non-zero exit code. `verify-ledger` exits 0 when the ledger verifies, 1 when it does
+//! not (the report names the first bad block), 2 when it could not be read.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chainify_client::{Client, Identity, TxState};
+use chainify_core::config::NetworkConfig;
+use chainify_core::tx::Transaction;
+use chainify_core::votes::{VoteContext, verify_ledger};
+use chainify_core::{OrgId, Value};
+use chainify_proto::convert::LedgerEntry;
+use chainify_proto::pb;
+use chainify_sql::json::{value_from_json, value_to_json};
+use futures_util::StreamExt;
+use serde_json::{Value as Json, json};
+
+use crate::analyze::parse_block;
+use crate::serve::runtime;
+
+/// Which organization to talk to, and as which client.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Target {
+    /// The network file.
+    #[arg(long)]
+    network: PathBuf,
+    /// The organization whose ChainifyService is used (its id).
+    #[arg(long, default_value_t = 1)]
+    org: u32,
+    /// Use this endpoint instead of the organization's.
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// The client id.
+    #[arg(long, default_value = "client1")]
+    client: String,
+    /// The client's key (default: clients/<client>.pk8 beside the network file).
+    #[arg(long)]
+    key: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SubmitArgs {
+    #[command(flatten)]
+    target: Target,
+    /// One statement (with --params and --expect-rows) ...
+    #[arg(long, conflicts_with = "tx")]
+    sql: Option<String>,
+    /// Its parameters as a JSON array, e.g. '[7, "alice", 12.50, {"hex": "00ff"}]'.
+    #[arg(long, default_value = "[]")]
+    params: String,
+    /// The statement must affect exactly this many rows.
+    #[arg(long)]
+    expect_rows: Option<u64>,
+    /// ... or a JSON file with one transaction: [{"sql": …, "params": […], "expect_rows": n}, …].
+    #[arg(long)]
+    tx: Option<PathBuf>,
+    /// Wait until the block is agreed and print the outcome.
+    #[arg(long)]
+    wait: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct QueryArgs {
+    #[command(flatten)]
+    target: Target,
+    /// One SELECT.
+    #[arg(long)]
+    sql: String,
+    /// Its parameters as a JSON array.
+    #[arg(long, default_value = "[]")]
+    params: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TxStatusArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The transaction id (64 hex digits).
+    #[arg(long)]
+    tx_id: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct StatusArgs {
+    /// The network file (for its CA).
+    #[arg(long)]
+    network: Option<PathBuf>,
+    /// Organization configuration files whose AdminService to ask (repeat).
+    #[arg(long = "config")]
+    configs: Vec<PathBuf>,
+    /// AdminService endpoints to ask (repeat), with --network for TLS.
+    #[arg(long = "admin")]
+    admins: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct VerifyArgs {
+    /// The network file: its organizations' keys and agreement policy are what the
+    /// certificates are checked against.
+    #[arg(long)]
+    network: PathBuf,
+    /// Read the ledger of this organization over its CommitService ...
+    #[arg(long, conflicts_with = "database")]
+    org: Option<u32>,
+    /// ... or straight from this database URL.
+    #[arg(long)]
+    database: Option<String>,
+}
+
+fn ca_of(network: &NetworkConfig) -> anyhow::Result<Option<Vec<u8>>> {
+    network
+        .tls_ca
+        .as_ref()
+        .map(|p| std::fs::read(p).with_context(|| format!("CA certificate {}", p.display())))
+        .transpose()
+}
+
+async fn client(t: &Target) -> anyhow::Result<(Client, NetworkConfig)> {
+    let network = NetworkConfig::load(&t.network)?;
+    let endpoint = match &t.endpoint {
+        Some(e) => e.clone(),
+        None => network
+            .orgs
+            .get(&OrgId(t.org))
+            .map(|o| o.chainify_endpoint.clone())
+            .with_context(|| format!("--org {}: no such organization in the network", t.org))?,
+    };
+    let key = t.key.clone().unwrap_or_else(|| {
+        t.network
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(format!("clients/{}.pk8", t.client))
+    });
+    let identity = Identity::load(&t.client, &key)?;
+    let mut connect = Client::connect(&endpoint, network.network_id.as_str(), identity);
+    if let Some(ca) = ca_of(&network)? {
+        connect = connect.tls_ca_pem(ca);
+    }
+    Ok((connect.connect().await?, network))
+}
+
+fn params(text: &str) -> anyhow::Result<Vec<Value>> {
+    let json: Json = serde_json::from_str(text).context("--params is not valid JSON")?;
+    let Json::Array(items) = json else {
+        bail!("--params must be a JSON array")
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| value_from_json(v).map_err(|e| anyhow::anyhow!("--params, ${}: {e}", i + 1)))
+        .collect()
+}
+
+fn print(json: &Json) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{json:#}")?;
+    Ok(())
+}
+
+fn outcome_json(o: &chainify_client::TxOutcome) -> Json {
+    json!({
+        "tx_id": o.tx_id.to_string(),
+        "block": o.block.0,
+        "index": o.index,
+        "success": o.success,
+        "agreed": o.agreed,
+        "reason": o.reason,
+    })
+}
+
+pub(crate) fn submit(args: &SubmitArgs) -> anyhow::Result<()> {
+    let tx: Transaction = match (&args.sql, &args.tx) {
+        (Some(sql), None) => {
+            let mut st = chainify_core::tx::Statement::new(sql.clone(), params(&args.params)?);
+            st.expect_rows = args.expect_rows;
+            Transaction {
+                statements: vec![st],
+            }
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let mut block =
+                parse_block(&format!("[{text}]")).with_context(|| format!("{}", path.display()))?;
+            block.pop().context("no transaction")?
+        }
+        _ => bail!("give --sql (one statement) or --tx FILE"),
+    };
+    runtime()?.block_on(async {
+        let (client, _) = client(&args.target).await?;
+        if args.wait {
+            let o = client.submit_and_wait(tx).await?;
+            print(&outcome_json(&o))
+        } else {
+            let id = client.submit(tx).await?;
+            print(&json!({ "tx_id": id.to_string(), "ordered": true }))
+        }
+    })
+}
+
+pub(crate) fn query(args: &QueryArgs) -> anyhow::Result<()> {
+    let params = params(&args.params)?;
+    runtime()?.block_on(async {
+        let (client, _) = client(&args.target).await?;
+        let rows = client.query(&args.sql, params).await?;
+        print(&json!({
+            "height": rows.height,
+            "columns": rows.columns,
+            "rows": rows.rows.iter().map(|r| r.iter().map(value_to_json).collect::<Vec<_>>()).collect::<Vec<_>>(),
+        }))
+    })
+}
+
+pub(crate) fn tx_status(args: &TxStatusArgs) -> anyhow::Result<()> {
+    let id: chainify_core::Digest = args
+        .tx_id
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--tx-id {:?}: {e}", args.tx_id))?;
+    runtime()?.block_on(async {
+        let (client, _) = client(&args.target).await?;
+        let state = client.status(&chainify_core::TxId(id)).await?;
+        print(&match state {
+            TxState::Unknown => json!({ "state": "unknown" }),
+            TxState::Pending => json!({ "state": "pending" }),
+            TxState::Committed(o) => json!({ "state": "committed", "outcome": outcome_json(&o) }),
+        })
+    })
+}
+
+pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<()> {
+    let mut targets: Vec<(String, Option<Vec<u8>>)> = Vec::new();
+    for path in &args.configs {
+        let cfg = chainify_core::config::OrgConfig::load(path)?;
+        targets.push((cfg.listen.admin.clone(), ca_of(&cfg.network)?));
+    }
+    let ca = match &args.network {
+        Some(n) => ca_of(&NetworkConfig::load(n)?)?,
+        None => None,
+    };
+    for a in &args.admins {
+        targets.push((a.clone(), ca.clone()));
+    }
+    if targets.is_empty() {
+        bail!("name the organizations to ask: --config org.toml or --admin host:port (repeat)");
+    }
+    runtime()?.block_on(async {
+        let mut reports = Vec::new();
+        for (endpoint, ca) in &targets {
+            let channel = chainify_client::channel(endpoint, ca.as_deref())?;
+            let mut admin = pb::admin_service_client::AdminServiceClient::new(channel);
+            let mut request = tonic::Request::new(pb::StatusRequest {});
+            request.set_timeout(Duration::from_secs(5));
+            match admin.status(request).await {
+                Ok(r) => reports.push((endpoint.clone(), Ok(r.into_inner()))),
+                Err(e) => reports.push((
+                    endpoint.clone(),
+                    Err(format!("{:?}: {}", e.code(), e.message())),
+                )),
+            }
+        }
+        let newest = reports
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok().map(|s| s.agreed_height))
+            .max()
+            .unwrap_or(0);
+        let orgs: Vec<Json> = reports
+            .iter()
+            .map(|(endpoint, r)| match r {
+                Ok(s) => json!({
+                    "admin": endpoint,
+                    "org": s.org_id,
+                    "network": s.network_id,
+                    "agreed_height": s.agreed_height,
+                    "lag": newest - s.agreed_height,
+                    "components": s.components.iter().map(|c| json!({
+                        "component": c.component,
+                        "height": c.height,
+                        "lag": c.lag,
+                        "recovery": c.recovery,
+                    })).collect::<Vec<_>>(),
+                }),
+                Err(e) => json!({ "admin": endpoint, "error": e }),
+            })
+            .collect();
+        print(&json!({ "newest_agreed": newest, "orgs": orgs }))?;
+        if reports.iter().any(|(_, r)| r.is_err()) {
+            bail!("some organizations did not answer");
+        }
+        Ok(())
+    })
+}
+
+/// The exit code of `verify-ledger`.
+pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode> {
+    let network = NetworkConfig::load(&args.network)?;
+    let entries: Vec<LedgerEntry> = runtime()?.block_on(async {
+        match (&args.org, &args.database) {
+            (Some(org), None) => {
+                let info = network
+                    .orgs
+                    .get(&OrgId(*org))
+                    .with_context(|| format!("--org {org}: no such organization in the network"))?;
+                let channel =
+                    chainify_client::channel(&info.commit_endpoint, ca_of(&network)?.as_deref())?;
+                let mut commit = pb::commit_service_client::CommitServiceClient::new(channel)
+                    .max_decoding_message_size(256 * 1024 * 1024);
+                let mut stream = commit
+                    .get_ledger(pb::GetLedgerRequest {
+                        from_block: 1,
+                        to_block: 0,
+                    })
+                    .await
+                    .with_context(|| format!("reading the ledger of org{org}"))?
+                    .into_inner();
+                let mut entries = Vec::new();
+                while let Some(e) = stream.next().await {
+                    let e = e.with_context(|| format!("reading the ledger of org{org}"))?;
+                    let n = entries.len() + 1;
+                    entries.push(
+                        LedgerEntry::try_from(e)
+                            .with_context(|| format!("ledger entry {n} is malformed"))?,
+                    );
+                }
+                Ok(entries)
+            }
+            (None, Some(url)) => read_database_ledger(url).await,
+            _ => bail!("give --org N (over gRPC) or --database URL"),
+        }
+    })?;
+    let ctx = VoteContext::of(&network);
+    let report = match verify_ledger(entries.iter().map(|e| (&e.block, &e.certificate)), &ctx) {
+        Ok(n) => json!({ "ok": true, "blocks_checked": n }),
+        Err(fault) => json!({
+            "ok": false,
+            "blocks_checked": fault.block.0.saturating_sub(1),
+            "first_bad_block": fault.block.0,
+            "problem": fault.problem,
+        }),
+    };
+    let ok = report["ok"] == json!(true);
+    print(&report)?;
+    Ok(if ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    })
+}
+
+async fn read_database_ledger(url: &str) -> anyhow::Result<Vec<LedgerEntry>> {
+    use chainify_storage::{AnyBackend, Store, StoreOptions};
+    let options = StoreOptions::default();
+    let store = Store::open(AnyBackend::connect(url, &options).await?, options).await?;
+    let last = store.ledger_tail().await?.map_or(0, |(b, _)| b.0);
+    let mut entries = Vec::new();
+    for b in 1..=last {
+        let bytes = store
+            .ledger_entry(chainify_core::BlockNumber(b))
+            .await?
+            .with_context(|| format!("ledger block {b} is missing"))?;
+        let wire = <pb::LedgerEntry as prost::Message>::decode(bytes.as_slice())
+            .with_context(|| format!("ledger block {b} does not decode"))?;
+        entries.push(LedgerEntry::try_from(wire).with_context(|| format!("ledger block {b}"))?);
+    }
+    store.close().await;
+    Ok(entries)
+}

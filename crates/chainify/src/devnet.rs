@@ -1,0 +1,446 @@
+//! `chainify devnet up|down|status|start|stop`: a development network of separate processes on
+//! loopback, everything under one directory.
+//!
+//! `up` creates one database per organization on the chosen engine (a fresh SQLite file, or a
+//! fresh database on the PostgreSQL / MariaDB server given), loads Smallbank into it, writes
+//! keys, certificates and configuration with `init`, and starts the solo orderer (unless Kafka
+//! is used) and one `chainify node` per organization, each detached, with its log and pid file:
+//! `DIR/orderer.{log,pid}`, `DIR/orgN/node.{log,pid}`. `down` stops them (SIGTERM, then
+//! SIGKILL after a grace period). The database servers and Kafka are not started here: `just
+//! devnet` starts throw-away ones with `cargo xtask services` first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chainify_core::config::OrgConfig;
+use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, recreate_database};
+use chainify_workload::{SMALLBANK_SCHEMA, smallbank_load_sql};
+use serde_json::json;
+
+use crate::init::InitArgs;
+use crate::serve::runtime;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum DevnetCommand {
+    /// Create and start a network.
+    Up(UpArgs),
+    /// Stop every process of the network (the databases are kept).
+    Down(DirArg),
+    /// The status of every organization.
+    Status(DirArg),
+    /// Start one organization's node again.
+    Start(OrgArg),
+    /// Stop one organization's node (gracefully, or with --kill as a crash).
+    Stop(OrgArg),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct DirArg {
+    /// The network's directory.
+    #[arg(long)]
+    dir: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct OrgArg {
+    /// The network's directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// The organization.
+    #[arg(long)]
+    org: u32,
+    /// SIGKILL instead of SIGTERM (stop only).
+    #[arg(long)]
+    kill: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct UpArgs {
+    /// Directory for configuration, keys, logs and SQLite files (must not hold a network).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Engine of each organization, comma-separated: postgres, mariadb or sqlite.
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,sqlite,sqlite")]
+    engines: Vec<String>,
+    /// Agreement policy.
+    #[arg(long, default_value = "any-2")]
+    policy: String,
+    /// solo or kafka.
+    #[arg(long, default_value = "solo")]
+    orderer: String,
+    /// Kafka bootstrap servers (default: $CHAINIFY_TEST_KAFKA_BROKERS).
+    #[arg(long)]
+    kafka_brokers: Option<String>,
+    /// PostgreSQL server URL (default: $CHAINIFY_TEST_POSTGRES_URL).
+    #[arg(long)]
+    postgres_url: Option<String>,
+    /// MariaDB server URL (default: $CHAINIFY_TEST_MYSQL_URL).
+    #[arg(long)]
+    mysql_url: Option<String>,
+    /// Smallbank accounts loaded into every database.
+    #[arg(long, default_value_t = 1000)]
+    accounts: u64,
+    /// First port (see `init`).
+    #[arg(long, default_value_t = 17100)]
+    base_port: u16,
+    /// Block size.
+    #[arg(long, default_value_t = 256)]
+    block_txs: usize,
+    /// Time-to-cut.
+    #[arg(long, default_value_t = 50)]
+    batch_timeout_ms: u64,
+    /// Checkpoint interval in blocks.
+    #[arg(long, default_value_t = 20)]
+    checkpoint_interval: u64,
+    /// Clients (client1 …).
+    #[arg(long, default_value_t = 1)]
+    clients: u32,
+    /// Restricted grants (see `init --grant`).
+    #[arg(long = "grant")]
+    grants: Vec<String>,
+    /// Plaintext gRPC.
+    #[arg(long)]
+    no_tls: bool,
+}
+
+pub(crate) fn run(command: &DevnetCommand) -> anyhow::Result<()> {
+    match command {
+        DevnetCommand::Up(args) => up(args),
+        DevnetCommand::Down(d) => down(&d.dir),
+        DevnetCommand::Status(d) => status(&d.dir),
+        DevnetCommand::Start(o) => start_node(&o.dir, o.org).map(|_| ()),
+        DevnetCommand::Stop(o) => stop_pid(&o.dir.join(format!("org{}/node.pid", o.org)), o.kill),
+    }
+}
+
+fn server_url(given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
+    given
+        .clone()
+        .or_else(|| std::env::var(var).ok())
+        .with_context(|| {
+            format!("give {flag} (or set {var}; `cargo xtask services env` prints it)")
+        })
+}
+
+/// A name unique to this network, for databases and the Kafka topic.
+fn tag(dir: &Path) -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let base: String = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(12)
+        .collect();
+    format!("devnet_{base}_{}", millis % 1_000_000_000)
+}
+
+async fn smallbank_database(url: &str, accounts: u64) -> anyhow::Result<()> {
+    recreate_database(url).await?;
+    let backend = AnyBackend::connect(url, &StoreOptions::default()).await?;
+    let mut conn = backend.acquire().await?;
+    for ddl in SMALLBANK_SCHEMA.split(';').filter(|s| !s.trim().is_empty()) {
+        conn.batch(ddl).await?;
+    }
+    for insert in smallbank_load_sql(accounts, 500) {
+        conn.batch(&insert).await?;
+    }
+    drop(conn);
+    backend.close().await;
+    Ok(())
+}
+
+fn up(args: &UpArgs) -> anyhow::Result<()> {
+    let dir = std::path::absolute(&args.dir)?;
+    if dir.join("network.toml").exists() {
+        bail!(
+            "{} already holds a network; `devnet down` it and choose another --dir",
+            dir.display()
+        );
+    }
+    let orgs = u32::try_from(args.engines.len()).context("--engines: too many")?;
+    if orgs == 0 {
+        bail!("--engines: name at least one engine");
+    }
+    let tag = tag(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut urls = Vec::new();
+    for (i, engine) in args.engines.iter().enumerate() {
+        let name = format!("{tag}_org{}", i + 1);
+        urls.push(match engine.as_str() {
+            "postgres" => database_on(
+                &server_url(
+                    &args.postgres_url,
+                    "CHAINIFY_TEST_POSTGRES_URL",
+                    "--postgres-url",
+                )?,
+                &name,
+            )?,
+            "mariadb" | "mysql" => database_on(
+                &server_url(&args.mysql_url, "CHAINIFY_TEST_MYSQL_URL", "--mysql-url")?,
+                &name,
+            )?,
+            "sqlite" => {
+                let org_dir = dir.join(format!("org{}", i + 1));
+                std::fs::create_dir_all(&org_dir)?;
+                format!("sqlite://{}", org_dir.join("state.db").display())
+            }
+            other => bail!("--engines: {other:?} is not postgres, mariadb or sqlite"),
+        });
+    }
+    let kafka_brokers = match args.orderer.as_str() {
+        "kafka" => Some(server_url(
+            &args.kafka_brokers,
+            "CHAINIFY_TEST_KAFKA_BROKERS",
+            "--kafka-brokers",
+        )?),
+        "solo" => None,
+        other => bail!("--orderer {other:?}: choose solo or kafka"),
+    };
+    runtime()?.block_on(async {
+        for (i, url) in urls.iter().enumerate() {
+            smallbank_database(url, args.accounts)
+                .await
+                .with_context(|| format!("database of org{}", i + 1))?;
+        }
+        anyhow::Ok(())
+    })?;
+    crate::init::run(&InitArgs {
+        orgs,
+        clients: args.clients,
+        grants: args.grants.clone(),
+        out: dir.clone(),
+        policy: args.policy.clone(),
+        network_id: "devnet".into(),
+        base_port: args.base_port,
+        orderer: args.orderer.clone(),
+        kafka_brokers,
+        kafka_topic: Some(tag.replace('_', "-")),
+        databases: urls,
+        tables: vec!["accounts".into(), "savings".into(), "checking".into()],
+        block_txs: args.block_txs,
+        batch_timeout_ms: args.batch_timeout_ms,
+        checkpoint_interval: args.checkpoint_interval,
+        no_tls: args.no_tls,
+    })?;
+    if args.orderer == "solo" {
+        spawn(
+            &dir,
+            &[
+                "orderer",
+                "--network",
+                &dir.join("network.toml").to_string_lossy(),
+            ],
+            &dir.join("orderer.log"),
+            &dir.join("orderer.pid"),
+        )?;
+    }
+    for org in 1..=orgs {
+        start_node(&dir, org)?;
+    }
+    wait_ready(&dir, orgs)?;
+    let mut out = std::io::stdout().lock();
+    use std::io::Write;
+    writeln!(
+        out,
+        "{:#}",
+        json!({
+            "dir": dir.display().to_string(),
+            "network": dir.join("network.toml").display().to_string(),
+            "orgs": (1..=orgs).map(|o| json!({
+                "org": o,
+                "engine": args.engines[o as usize - 1],
+                "config": dir.join(format!("org{o}/org.toml")).display().to_string(),
+                "log": dir.join(format!("org{o}/node.log")).display().to_string(),
+            })).collect::<Vec<_>>(),
+        })
+    )?;
+    Ok(())
+}
+
+/// Starts `chainify ARGS` detached, logging to `log`, its pid in `pid`.
+fn spawn(dir: &Path, args: &[&str], log: &Path, pid: &Path) -> anyhow::Result<u32> {
+    use std::os::unix::process::CommandExt;
+    if let Some(running) = read_pid(pid)
+        && alive(running)
+    {
+        bail!("{} is already running (pid {running})", pid.display());
+    }
+    let exe = std::env::current_exe().context("cannot find the chainify executable")?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot open {}", log.display()))?;
+    let child = Command::new(exe)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot start chainify {}", args.join(" ")))?;
+    std::fs::write(pid, child.id().to_string())?;
+    Ok(child.id())
+}
+
+fn start_node(dir: &Path, org: u32) -> anyhow::Result<u32> {
+    let config = dir.join(format!("org{org}/org.toml"));
+    if !config.exists() {
+        bail!(
+            "{} does not exist: no organization {org} here",
+            config.display()
+        );
+    }
+    spawn(
+        dir,
+        &["node", "--config", &config.to_string_lossy()],
+        &dir.join(format!("org{org}/node.log")),
+        &dir.join(format!("org{org}/node.pid")),
+    )
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped) counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Stops the process of a pid file: SIGTERM and up to 30 s to finish, then SIGKILL.
+fn stop_pid(path: &Path, kill: bool) -> anyhow::Result<()> {
+    let Some(pid) = read_pid(path) else {
+        return Ok(());
+    };
+    if alive(pid) {
+        signal(pid, if kill { "-KILL" } else { "-TERM" });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if alive(pid) {
+            signal(pid, "-KILL");
+            while alive(pid) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    std::fs::remove_file(path).with_context(|| format!("cannot remove {}", path.display()))
+}
+
+fn org_count(dir: &Path) -> anyhow::Result<u32> {
+    let network = chainify_core::config::NetworkConfig::load(&dir.join("network.toml"))?;
+    Ok(u32::try_from(network.orgs.len())?)
+}
+
+fn down(dir: &Path) -> anyhow::Result<()> {
+    let orgs = org_count(dir)?;
+    for org in 1..=orgs {
+        stop_pid(&dir.join(format!("org{org}/node.pid")), false)?;
+    }
+    stop_pid(&dir.join("orderer.pid"), false)
+}
+
+fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let configs: Vec<OrgConfig> = (1..=orgs)
+        .map(|o| OrgConfig::load(&dir.join(format!("org{o}/org.toml"))))
+        .collect::<Result<_, _>>()?;
+    runtime()?.block_on(async {
+        for (i, cfg) in configs.iter().enumerate() {
+            let pid_file = dir.join(format!("org{}/node.pid", i + 1));
+            loop {
+                if read_pid(&pid_file).is_none_or(|p| !alive(p)) {
+                    bail!(
+                        "org{} exited during start; see {}",
+                        i + 1,
+                        dir.join(format!("org{}/node.log", i + 1)).display()
+                    );
+                }
+                if admin_status(cfg).await.is_ok() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("org{} did not answer within 90 s", i + 1);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    })
+}
+
+async fn admin_status(cfg: &OrgConfig) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
+    let ca = match &cfg.network.tls_ca {
+        Some(p) => Some(std::fs::read(p)?),
+        None => None,
+    };
+    let channel = chainify_client::channel(&cfg.listen.admin, ca.as_deref())?;
+    let mut admin = chainify_proto::pb::admin_service_client::AdminServiceClient::new(channel);
+    let mut request = tonic::Request::new(chainify_proto::pb::StatusRequest {});
+    request.set_timeout(Duration::from_secs(2));
+    Ok(admin.status(request).await?.into_inner())
+}
+
+fn status(dir: &Path) -> anyhow::Result<()> {
+    let orgs = org_count(dir)?;
+    let configs: Vec<OrgConfig> = (1..=orgs)
+        .map(|o| OrgConfig::load(&dir.join(format!("org{o}/org.toml"))))
+        .collect::<Result<_, _>>()?;
+    let report = runtime()?.block_on(async {
+        let mut report = Vec::new();
+        for (i, cfg) in configs.iter().enumerate() {
+            let org = i + 1;
+            let pid = read_pid(&dir.join(format!("org{org}/node.pid")));
+            let running = pid.is_some_and(alive);
+            let status = if running {
+                match admin_status(cfg).await {
+                    Ok(s) => json!({
+                        "agreed_height": s.agreed_height,
+                        "components": s.components.iter().map(|c| json!({
+                            "component": c.component, "height": c.height, "lag": c.lag,
+                            "recovery": c.recovery,
+                        })).collect::<Vec<_>>(),
+                    }),
+                    Err(e) => json!({ "error": e.to_string() }),
+                }
+            } else {
+                json!(null)
+            };
+            report.push(json!({ "org": org, "pid": pid, "running": running, "status": status }));
+        }
+        report
+    });
+    let orderer = read_pid(&dir.join("orderer.pid"));
+    let mut out = std::io::stdout().lock();
+    use std::io::Write;
+    writeln!(
+        out,
+        "{:#}",
+        json!({ "orderer_pid": orderer, "orderer_running": orderer.is_some_and(alive), "orgs": report })
+    )?;
+    Ok(())
+}
