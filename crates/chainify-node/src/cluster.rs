@@ -218,6 +218,7 @@ struct Running {
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), NodeError>>,
     collector: JoinHandle<()>,
+    commits: broadcast::Receiver<Arc<crate::Committed>>,
 }
 
 struct OrgRun {
@@ -336,6 +337,7 @@ impl<F: OrdererFactory> Cluster<F> {
         let task = tokio::spawn(node.run(async {
             let _ = stopped.await;
         }));
+        let subscription = commits.resubscribe();
         let collector = tokio::spawn(collect(
             id,
             commits,
@@ -348,6 +350,7 @@ impl<F: OrdererFactory> Cluster<F> {
             stop,
             task,
             collector,
+            commits: subscription,
         });
         Ok(())
     }
@@ -407,6 +410,12 @@ impl<F: OrdererFactory> Cluster<F> {
             .get(&org)
             .and_then(|r| r.running.as_ref())
             .is_some_and(|r| !r.task.is_finished())
+    }
+
+    /// The blocks `org`'s running node appends from now on (`None` while it is stopped).
+    pub fn commits(&self, org: OrgId) -> Option<broadcast::Receiver<Arc<crate::Committed>>> {
+        let running = self.orgs.get(&org)?.running.as_ref()?;
+        Some(running.commits.resubscribe())
     }
 
     /// Waits until `done` holds for the statuses, checking whenever one changes.

@@ -1,8 +1,7 @@
-//! The `chainify` command.
-//!
-//! Subcommands available now: `init` (keys and configs for a local network) and `analyze` (the
-//! read/write sets and conflicts of a block of SQL transactions, as JSON). The node, demo, bench
-//! and client subcommands arrive with the services milestones.
+//! The `chainify` command: `demo` (the whole system in one process), `init` (keys and configs),
+//! `node` and `orderer` (the services), `devnet` (a network of processes on loopback), the client
+//! commands on the SDK (`submit`, `query`, `tx-status`, `status`), `verify-ledger` (offline) and
+//! `analyze` (read/write sets and conflicts of a block, as JSON).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod analyze;
 mod client;
+mod demo;
 mod devnet;
 mod init;
 mod serve;
@@ -28,6 +28,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The whole system in one process with nothing to set up: organizations on SQLite, the
+    /// in-process orderer, Smallbank load, one organization tampered with and repaired, and a
+    /// summary. Exit code 0 when every organization agrees at the end.
+    Demo(demo::DemoArgs),
     /// Write keys and configuration files for a local network of N organizations.
     Init(init::InitArgs),
     /// Run one organization's components (ChainifyServer, ExecutionServer, CommitServer) with
@@ -65,6 +69,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => {
+            return match demo::run(&args) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("chainify demo: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Init(args) => init::run(&args),
         Command::Node(args) => serve::node(&args),
         Command::Orderer(args) => serve::orderer(&args),
