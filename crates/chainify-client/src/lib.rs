@@ -307,19 +307,34 @@ impl Connect {
             rpc: ChainifyServiceClient::new(channel).max_decoding_message_size(256 * 1024 * 1024),
             network,
             identity: self.identity,
-            nonce: Arc::new(AtomicU64::new(0)),
         })
     }
 }
 
-/// A client of one organization's ChainifyService. Cloning shares the connection and the
-/// nonce sequence.
+/// A client of one organization's ChainifyService. Cloning shares the connection.
 #[derive(Clone, Debug)]
 pub struct Client {
     rpc: ChainifyServiceClient<Channel>,
     network: NetworkId,
     identity: Identity,
-    nonce: Arc<AtomicU64>,
+}
+
+/// Low bits of every nonce this process makes: one identity used by several processes at once
+/// then rarely collides. A collision is refused as a replay, never executed twice.
+const NONCE_LANES: u64 = 1024;
+
+/// The last nonce this process made, shared by all its clients: clients of one identity through
+/// different organizations must never reuse each other's nonces.
+static LAST_NONCE: AtomicU64 = AtomicU64::new(0);
+
+fn nonce_lane() -> u64 {
+    static LANE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LANE.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish() % NONCE_LANES
+    })
 }
 
 impl Client {
@@ -333,16 +348,19 @@ impl Client {
         }
     }
 
-    /// A fresh nonce: microseconds since the epoch, strictly increasing within this client,
-    /// so that nonces stay unique across restarts.
+    /// A fresh nonce: microseconds since the epoch (so nonces stay unique across restarts) with
+    /// this process's lane in the low bits, strictly increasing within the process.
     fn next_nonce(&self) -> u64 {
-        let now = SystemTime::now()
+        let micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        let mut current = self.nonce.load(Ordering::Relaxed);
+        let now = micros
+            .saturating_mul(NONCE_LANES)
+            .saturating_add(nonce_lane());
+        let mut current = LAST_NONCE.load(Ordering::Relaxed);
         loop {
             let next = now.max(current + 1);
-            match self.nonce.compare_exchange_weak(
+            match LAST_NONCE.compare_exchange_weak(
                 current,
                 next,
                 Ordering::AcqRel,
@@ -491,5 +509,47 @@ impl Client {
             rows,
             height: r.block_height,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Two clients of one identity (say, through two organizations) never share a nonce, and
+    /// each one's nonces increase.
+    #[tokio::test]
+    async fn clients_of_one_identity_never_reuse_a_nonce() {
+        let make = |endpoint: &str| {
+            Client::connect(
+                endpoint,
+                "net",
+                Identity::new("alice", SigningKey::from_seed(&[3; 32])).unwrap(),
+            )
+            .connect()
+        };
+        let a = make("127.0.0.1:1").await.unwrap();
+        let b = make("127.0.0.1:2").await.unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        let (mut last_a, mut last_b) = (0, 0);
+        for _ in 0..2000 {
+            let na = a.next_nonce();
+            let nb = b.next_nonce();
+            assert!(na > last_a && nb > last_b);
+            (last_a, last_b) = (na, nb);
+            assert!(seen.insert(na) && seen.insert(nb), "{na} or {nb} reused");
+        }
+        assert!(a.propose(Tx::new()).nonce > last_b.max(last_a));
+        // The time is in the high bits, so a restarted process starts above its old nonces.
+        let micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        assert!(
+            micros.abs_diff(last_b / NONCE_LANES) < 10_000_000,
+            "{last_b}"
+        );
     }
 }

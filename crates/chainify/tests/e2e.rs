@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chainify_client::{Client, Code, Identity, Tx, TxState, Value};
@@ -137,13 +139,15 @@ async fn tables(dir: &Path, org: u32) -> Vec<Vec<Vec<Value>>> {
     all
 }
 
-/// Submits `n` Smallbank transactions from `workers` tasks spread over `orgs`; the ids.
+/// Submits Smallbank transactions from `workers` tasks spread over `orgs`, at least `n` in all
+/// and on until `stop` is set; the ids.
 async fn drive(
     dir: &Path,
     orgs: &[u32],
     n: usize,
     workers: usize,
     seed: u64,
+    stop: Arc<AtomicBool>,
 ) -> Vec<chainify_client::TxId> {
     let clients: Vec<Client> = orgs
         .iter()
@@ -158,9 +162,10 @@ async fn drive(
         let c = clients[w % clients.len()].clone();
         let mut workload = Smallbank::new(1000, &KeyDistribution::Zipf { s: 1.1 }, seed + w as u64);
         let share = n / workers;
+        let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::new();
-            for _ in 0..share {
+            while ids.len() < share || !stop.load(Ordering::Relaxed) {
                 let (_, tx) = workload.next_tx();
                 loop {
                     match c.submit(tx.clone()).await {
@@ -329,11 +334,14 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
 
     // Load from 4 concurrent tasks through org1 and org3; org2's node is killed under load and
     // restarted.
+    let stop = Arc::new(AtomicBool::new(false));
     let loader = tokio::spawn({
         let dir = dir.clone();
-        async move { drive(&dir, &[1, 3], 1200, 4, 11).await }
+        let stop = stop.clone();
+        async move { drive(&dir, &[1, 3], 1200, 4, 11, stop).await }
     });
     tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!loader.is_finished(), "the load runs while org2 is killed");
     let kill = tokio::task::spawn_blocking({
         let d = d.clone();
         move || chainify(&["devnet", "stop", "--dir", &d, "--org", "2", "--kill"])
@@ -355,17 +363,20 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
     .await
     .unwrap();
     ok(&restart);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
     let ids = loader.await.unwrap();
-    assert_eq!(ids.len(), 1200);
+    assert!(ids.len() >= 1200, "{} submitted", ids.len());
     assert_eq!(
         ids.iter().collect::<BTreeSet<_>>().len(),
-        1200,
+        ids.len(),
         "distinct transaction ids"
     );
     let successes = wait_all(&good, &ids).await;
     assert!(
-        successes > 600,
-        "{successes} of 1200 Smallbank transactions succeeded"
+        successes > ids.len() / 2,
+        "{successes} of {} Smallbank transactions succeeded",
+        ids.len()
     );
 
     // The restarted organization catches up; every ledger and table is identical.
