@@ -951,3 +951,56 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
         Ok(Response::new(pb::EarlyAbortBatchResponse { responses }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_core::Digest;
+
+    fn id(n: u8) -> TxId {
+        TxId(Digest::of(&[n]))
+    }
+
+    #[test]
+    fn a_nonce_is_claimed_once_and_retrying_the_same_transaction_is_not_a_replay() {
+        let mut w = NonceWindow::default();
+        assert_eq!(w.claim(5, id(1), OrgId(1), 10), Ok(Claim::New));
+        assert_eq!(w.claim(5, id(1), OrgId(1), 10), Ok(Claim::Same));
+        let other_tx = w.claim(5, id(2), OrgId(1), 10).unwrap_err();
+        assert!(other_tx.contains("nonce 5 was already used"), "{other_tx}");
+        let other_origin = w.claim(5, id(1), OrgId(2), 10).unwrap_err();
+        assert!(
+            other_origin.contains("submitted through org1"),
+            "{other_origin}"
+        );
+        // Lower nonces are fine while they are remembered: clients may submit concurrently.
+        assert_eq!(w.claim(3, id(3), OrgId(1), 10), Ok(Claim::New));
+    }
+
+    #[test]
+    fn forgotten_nonces_are_refused_below_the_floor() {
+        let mut w = NonceWindow::default();
+        for n in 1..=4 {
+            assert_eq!(w.claim(n * 10, id(n as u8), OrgId(1), 3), Ok(Claim::New));
+        }
+        // 10 was forgotten to keep 3: it and everything below it are refused.
+        for n in [10, 7] {
+            let e = w.claim(n, id(9), OrgId(1), 3).unwrap_err();
+            assert!(e.contains("not above 10"), "{e}");
+        }
+        assert_eq!(w.claim(11, id(9), OrgId(1), 3), Ok(Claim::New));
+    }
+
+    #[test]
+    fn a_released_nonce_can_be_used_again_but_only_by_its_claimant() {
+        let mut w = NonceWindow::default();
+        w.claim(8, id(1), OrgId(1), 10).unwrap();
+        w.release(8, id(2), OrgId(1));
+        assert!(
+            w.claim(8, id(2), OrgId(1), 10).is_err(),
+            "someone else's release"
+        );
+        w.release(8, id(1), OrgId(1));
+        assert_eq!(w.claim(8, id(2), OrgId(1), 10), Ok(Claim::New));
+    }
+}

@@ -123,13 +123,100 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
             args.orgs
         );
     }
-    let out = &args.out;
+    let mut restricted: std::collections::BTreeMap<String, Vec<GrantEntry>> = Default::default();
+    for g in &args.grants {
+        let parts: Vec<&str> = g.split(':').collect();
+        let [client, table, kinds] = parts.as_slice() else {
+            bail!("--grant {g:?}: expected CLIENT:TABLE:KIND[+KIND…]");
+        };
+        let kinds = kinds
+            .split('+')
+            .map(|k| match k {
+                "select" => Ok(StatementKind::Select),
+                "insert" => Ok(StatementKind::Insert),
+                "update" => Ok(StatementKind::Update),
+                "delete" => Ok(StatementKind::Delete),
+                other => Err(anyhow::anyhow!(
+                    "--grant {g:?}: {other:?} is not select, insert, update or delete"
+                )),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        restricted
+            .entry((*client).to_owned())
+            .or_default()
+            .push(GrantEntry {
+                table: (*table).to_owned(),
+                kinds,
+            });
+    }
+    if let Some(unknown) = restricted
+        .keys()
+        .find(|c| !(1..=args.clients).any(|i| **c == format!("client{i}")))
+    {
+        bail!(
+            "--grant names {unknown:?}, but the clients are client1 … client{}",
+            args.clients
+        );
+    }
+    let out = std::path::absolute(&args.out)?;
     if out.join("network.toml").exists() {
         bail!(
             "{} already contains a network.toml; choose another --out",
             out.display()
         );
     }
+    // Everything is written into a staging directory beside --out and moved in only once it
+    // all loads: a failure leaves nothing behind.
+    let name = out
+        .file_name()
+        .with_context(|| format!("--out {}: name a directory", out.display()))?;
+    let staging = out.with_file_name(format!(
+        ".{}.init-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    if let Err(e) = write_network(args, orderer_kind, &restricted, &staging, &out) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    move_into(&staging, &out)?;
+    eprintln!(
+        "wrote a {}-organization network to {}",
+        args.orgs,
+        out.display()
+    );
+    Ok(())
+}
+
+/// Moves the contents of `from` into `to` (merging into directories that exist, such as an
+/// organization directory holding its database already), never replacing a file, and removes
+/// `from`.
+fn move_into(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() && target.is_dir() {
+            move_into(&entry.path(), &target)?;
+        } else if target.exists() {
+            bail!("{} exists already; choose another --out", target.display());
+        } else {
+            std::fs::rename(entry.path(), &target)
+                .with_context(|| format!("cannot move {} into place", target.display()))?;
+        }
+    }
+    std::fs::remove_dir(from).with_context(|| format!("cannot remove {}", from.display()))
+}
+
+/// Writes keys, certificates and configuration into `out`, for the network's final place
+/// `final_out`, and checks that they load.
+fn write_network(
+    args: &InitArgs,
+    orderer_kind: OrdererKind,
+    restricted: &std::collections::BTreeMap<String, Vec<GrantEntry>>,
+    out: &Path,
+    final_out: &Path,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(out.join("clients"))
         .with_context(|| format!("cannot create {}", out.display()))?;
 
@@ -172,7 +259,7 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
                 Some(url) => url.clone(),
                 None => format!(
                     "sqlite://{}",
-                    std::path::absolute(dir.join("state.db"))?.display()
+                    final_out.join(format!("org{i}/state.db")).display()
                 ),
             },
             listen: ListenFile {
@@ -200,41 +287,6 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
             },
         };
         write_new(&dir.join("org.toml"), toml::to_string(&org)?.as_bytes())?;
-    }
-    let mut restricted: std::collections::BTreeMap<String, Vec<GrantEntry>> = Default::default();
-    for g in &args.grants {
-        let parts: Vec<&str> = g.split(':').collect();
-        let [client, table, kinds] = parts.as_slice() else {
-            bail!("--grant {g:?}: expected CLIENT:TABLE:KIND[+KIND…]");
-        };
-        let kinds = kinds
-            .split('+')
-            .map(|k| match k {
-                "select" => Ok(StatementKind::Select),
-                "insert" => Ok(StatementKind::Insert),
-                "update" => Ok(StatementKind::Update),
-                "delete" => Ok(StatementKind::Delete),
-                other => Err(anyhow::anyhow!(
-                    "--grant {g:?}: {other:?} is not select, insert, update or delete"
-                )),
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        restricted
-            .entry((*client).to_owned())
-            .or_default()
-            .push(GrantEntry {
-                table: (*table).to_owned(),
-                kinds,
-            });
-    }
-    if let Some(unknown) = restricted
-        .keys()
-        .find(|c| !(1..=args.clients).any(|i| **c == format!("client{i}")))
-    {
-        bail!(
-            "--grant names {unknown:?}, but the clients are client1 … client{}",
-            args.clients
-        );
     }
     let mut clients = Vec::new();
     for c in 1..=args.clients {
@@ -289,10 +341,5 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
         let cfg = OrgConfig::load(&out.join(format!("org{i}/org.toml")))?;
         SigningKey::load(&cfg.signing_key)?;
     }
-    eprintln!(
-        "wrote a {}-organization network to {}",
-        args.orgs,
-        out.display()
-    );
     Ok(())
 }

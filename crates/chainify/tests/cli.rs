@@ -198,3 +198,247 @@ fn analyze_fails_only_on_malformed_files() {
         stderr(&o)
     );
 }
+
+#[test]
+fn init_options_reach_the_configuration() {
+    use chainify_core::config::StatementKind;
+    use chainify_core::config::{NetworkConfig, OrdererKind};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("net");
+    let o = chainify(&[
+        "init",
+        "--orgs",
+        "3",
+        "--clients",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--orderer",
+        "kafka",
+        "--kafka-brokers",
+        "127.0.0.1:59999",
+        "--kafka-topic",
+        "ledger",
+        "--tables",
+        "accounts,checking",
+        "--grant",
+        "client2:checking:select+update",
+        "--database",
+        "postgres://u@127.0.0.1:1/a",
+        "--database",
+        "mysql://u@127.0.0.1:1/b",
+        "--database",
+        "sqlite:///tmp/c.db",
+        "--block-txs",
+        "64",
+        "--checkpoint-interval",
+        "7",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let net = NetworkConfig::load(&out.join("network.toml")).unwrap();
+    assert_eq!(net.orderer.kind, OrdererKind::Kafka);
+    assert_eq!(net.orderer.kafka_topic.as_deref(), Some("ledger"));
+    assert_eq!(net.tables, ["accounts", "checking"]);
+    assert_eq!(net.max_block_txs, 64);
+    let c2 = net
+        .clients
+        .values()
+        .find(|c| c.id.as_str() == "client2")
+        .unwrap();
+    assert!(c2.may(StatementKind::Update, "checking"));
+    assert!(!c2.may(StatementKind::Delete, "checking"));
+    assert!(!c2.may(StatementKind::Select, "accounts"));
+    let c1 = net
+        .clients
+        .values()
+        .find(|c| c.id.as_str() == "client1")
+        .unwrap();
+    assert!(c1.may(StatementKind::Delete, "accounts"), "unrestricted");
+    // TLS by default: a CA for the network, a certificate per organization.
+    let ca = net.tls_ca.as_ref().unwrap();
+    assert!(ca.exists(), "{}", ca.display());
+    for (i, url) in [
+        "postgres://u@127.0.0.1:1/a",
+        "mysql://u@127.0.0.1:1/b",
+        "sqlite:///tmp/c.db",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let cfg = OrgConfig::load(&out.join(format!("org{}/org.toml", i + 1))).unwrap();
+        assert_eq!(cfg.database_url, *url);
+        assert_eq!(cfg.checkpoint.interval_blocks, 7);
+        assert!(cfg.tls.is_some());
+    }
+
+    let plain = dir.path().join("plain");
+    let o = chainify(&["init", "--out", plain.to_str().unwrap(), "--no-tls"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let net = NetworkConfig::load(&plain.join("network.toml")).unwrap();
+    assert!(net.tls_ca.is_none());
+    assert!(!plain.join("tls").exists());
+    let cfg = OrgConfig::load(&plain.join("org1/org.toml")).unwrap();
+    assert!(
+        cfg.database_url.starts_with("sqlite:///"),
+        "{}",
+        cfg.database_url
+    );
+    assert!(
+        cfg.database_url.ends_with("plain/org1/state.db"),
+        "{}",
+        cfg.database_url
+    );
+}
+
+#[test]
+fn bad_init_options_are_named_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("net");
+    let o_ = out.to_str().unwrap();
+    for (args, needle) in [
+        (
+            &["--grant", "client9:checking:select"][..],
+            "--grant names \"client9\"",
+        ),
+        (
+            &["--grant", "client1:checking:fly"][..],
+            "\"fly\" is not select, insert, update or delete",
+        ),
+        (
+            &["--grant", "client1:checking"][..],
+            "expected CLIENT:TABLE:KIND",
+        ),
+        (
+            &["--database", "sqlite:///tmp/x.db"][..],
+            "--database given 1 times for 3 organizations",
+        ),
+        (
+            &["--orderer", "kafka"][..],
+            "--orderer kafka needs --kafka-brokers",
+        ),
+        (&["--orderer", "raft"][..], "--orderer \"raft\""),
+        // Caught only when the written network is loaded: still nothing is left behind.
+        (&["--tables", "accounts,Bad Table"][..], "Bad Table"),
+        (&["--block-txs", "0"][..], "max_block_txs"),
+    ] {
+        let mut all = vec!["init", "--out", o_];
+        all.extend_from_slice(args);
+        let o = chainify(&all);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+        assert!(!out.exists(), "{args:?} left {}", out.display());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{args:?} left a staging directory"
+        );
+    }
+}
+
+/// A dev network of three processes on SQLite with the solo orderer: a transaction submitted
+/// and queried from the command line, and `verify-ledger` accepting the ledgers, refusing them
+/// against another network's keys (exit 1, naming the block) and failing to read a missing
+/// database (exit 2).
+#[test]
+fn devnet_submit_query_and_verify_ledger_from_the_command_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("net");
+    let d = dir.to_str().unwrap();
+    let up = chainify(&["devnet", "up", "--dir", d, "--base-port", "37600"]);
+    struct Down<'a>(&'a str);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = chainify(&["devnet", "down", "--dir", self.0]);
+        }
+    }
+    let _down = Down(d);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let network = dir.join("network.toml");
+    let n = network.to_str().unwrap();
+    let submit = chainify(&[
+        "submit",
+        "--network",
+        n,
+        "--org",
+        "2",
+        "--sql",
+        "UPDATE checking SET bal = bal + $2 WHERE custid = $1",
+        "--params",
+        "[5, 300]",
+        "--expect-rows",
+        "1",
+        "--wait",
+    ]);
+    assert!(submit.status.success(), "{}", stderr(&submit));
+    let outcome: Value = serde_json::from_slice(&submit.stdout).unwrap();
+    assert_eq!(outcome["success"], true, "{outcome}");
+    assert_eq!(outcome["agreed"], true, "{outcome}");
+    let failed = chainify(&[
+        "submit",
+        "--network",
+        n,
+        "--sql",
+        "UPDATE checking SET bal = bal + 1 WHERE custid = $1",
+        "--params",
+        "[999999]",
+        "--expect-rows",
+        "1",
+        "--wait",
+    ]);
+    let failed: Value = serde_json::from_slice(&failed.stdout).unwrap();
+    assert_eq!(failed["success"], false, "{failed}");
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("expected 1 rows, got 0"),
+        "{failed}"
+    );
+    let query = chainify(&[
+        "query",
+        "--network",
+        n,
+        "--org",
+        "3",
+        "--sql",
+        "SELECT bal FROM checking WHERE custid = $1",
+        "--params",
+        "[5]",
+    ]);
+    assert!(query.status.success(), "{}", stderr(&query));
+    let rows: Value = serde_json::from_slice(&query.stdout).unwrap();
+    assert!(rows["height"].as_u64().unwrap() >= outcome["block"].as_u64().unwrap());
+    assert_eq!(rows["columns"], json!(["bal"]), "{rows}");
+    assert_eq!(rows["rows"].as_array().unwrap().len(), 1, "{rows}");
+
+    for org in ["1", "2", "3"] {
+        let o = chainify(&["verify-ledger", "--network", n, "--org", org]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(report["ok"], true, "{report}");
+        assert!(report["blocks_checked"].as_u64().unwrap() >= 2, "{report}");
+    }
+    // The same ledger checked against another network's keys: its first certificate fails.
+    let other = tmp.path().join("other");
+    let o = chainify(&["init", "--out", other.to_str().unwrap(), "--no-tls"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let db = OrgConfig::load(&dir.join("org1/org.toml"))
+        .unwrap()
+        .database_url;
+    let o = chainify(&[
+        "verify-ledger",
+        "--network",
+        other.join("network.toml").to_str().unwrap(),
+        "--database",
+        &db,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["first_bad_block"], 1, "{report}");
+    assert!(!report["problem"].as_str().unwrap().is_empty(), "{report}");
+    let missing = format!("sqlite://{}/nowhere/x.db", tmp.path().display());
+    let o = chainify(&["verify-ledger", "--network", n, "--database", &missing]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nowhere"), "{}", stderr(&o));
+}
