@@ -212,6 +212,15 @@ impl CommitEngine {
         self.next
     }
 
+    /// The votes counted so far for the next block to append, by organization: the hash each
+    /// voted for (for operators: who is late, who disagrees).
+    pub fn pending_votes(&self) -> BTreeMap<OrgId, Digest> {
+        self.slots
+            .get(&self.next)
+            .map(|slot| slot.tally.hashes().collect())
+            .unwrap_or_default()
+    }
+
     /// Where the engine stands.
     pub fn state(&self) -> &State {
         &self.state

@@ -355,3 +355,24 @@ fn ticks_resend_the_vote_and_fetch_the_certificate() {
     );
     assert_eq!(e.handle(Event::Tick { now_ms: 1200 }), vec![]);
 }
+
+#[test]
+fn pending_votes_show_who_voted_what_for_the_next_block_only() {
+    let n = net("all");
+    let mut e = n.engine(1);
+    let b0 = lb(&n, 0, "a");
+    let other = lb(&n, 0, "b");
+    assert!(e.pending_votes().is_empty());
+    e.handle(Event::Vote(n.vote(2, &other)));
+    e.handle(Event::Vote(n.vote(3, &lb(&n, 1, "c"))));
+    assert_eq!(
+        e.pending_votes(),
+        BTreeMap::from([(OrgId(2), other.hash())]),
+        "block 1's vote is not for the next block"
+    );
+    e.handle(Event::Executed(b0.clone()));
+    assert_eq!(
+        e.pending_votes(),
+        BTreeMap::from([(OrgId(1), b0.hash()), (OrgId(2), other.hash())])
+    );
+}

@@ -96,7 +96,11 @@ impl<B: Backend + 'static> AdminService for AdminServer<B> {
                     ),
                 },
             ],
-            pending_votes: Default::default(),
+            pending_votes: s
+                .pending_votes
+                .iter()
+                .map(|(org, hash)| (org.0, hash.as_bytes().to_vec()))
+                .collect(),
         }))
     }
 

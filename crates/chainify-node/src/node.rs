@@ -165,6 +165,9 @@ pub struct NodeStatus {
     pub last_error: Option<String>,
     /// Messages from peers dropped because the inbox was full.
     pub dropped_messages: u64,
+    /// Votes counted for the next block to append: organization → the LedgerBlock hash it
+    /// voted for.
+    pub pending_votes: BTreeMap<OrgId, Digest>,
 }
 
 impl NodeStatus {
@@ -183,6 +186,7 @@ impl NodeStatus {
             execution_errors: 0,
             last_error: None,
             dropped_messages: 0,
+            pending_votes: BTreeMap::new(),
         }
     }
 }
@@ -638,10 +642,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
         }
         let (next, state) = (self.engine.next_block(), self.engine.state().clone());
+        let votes = self.engine.pending_votes();
         self.status.send_if_modified(|s| {
-            let changed = s.next_block != next || s.state != state;
+            let changed = s.next_block != next || s.state != state || s.pending_votes != votes;
             s.next_block = next;
             s.state = state;
+            s.pending_votes = votes;
             changed
         });
         Ok(())

@@ -277,6 +277,10 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<()> {
                     "network": s.network_id,
                     "agreed_height": s.agreed_height,
                     "lag": newest - s.agreed_height,
+                    // Who voted what for the next block (hash prefixes): late or dissenting orgs.
+                    "pending_votes": s.pending_votes.iter().map(|(org, hash)| {
+                        (format!("org{org}"), json!(hex_prefix(hash)))
+                    }).collect::<serde_json::Map<_, _>>(),
                     "components": s.components.iter().map(|c| json!({
                         "component": c.component,
                         "height": c.height,
@@ -368,4 +372,9 @@ async fn read_database_ledger(url: &str) -> anyhow::Result<Vec<LedgerEntry>> {
     }
     store.close().await;
     Ok(entries)
+}
+
+/// The first 8 bytes of a hash in hex: enough to tell votes apart on a status line.
+fn hex_prefix(hash: &[u8]) -> String {
+    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
