@@ -16,6 +16,9 @@ pub enum ExecutionError {
     /// The storage layer failed (database gone, …).
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The execution process failed or could not be reached (the block can be run again).
+    #[error("execution component: {0}")]
+    Remote(String),
     /// The block is not for this network.
     #[error("block {block} is for network {network}, not this one")]
     WrongNetwork {

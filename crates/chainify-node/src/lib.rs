@@ -15,6 +15,7 @@ pub mod cluster;
 mod execution;
 mod gate;
 mod node;
+mod port;
 pub mod transport;
 
 pub use execution::{Executed, ExecutionError, ExecutionServer};
@@ -23,6 +24,7 @@ pub use node::{
     Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, ledger_entry,
     resume_point,
 };
+pub use port::{ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transport::{Inbox, LocalNetwork, PeerMessage, Transport};
 
 #[doc(no_inline)]

@@ -40,6 +40,7 @@ use tracing::{error, info, warn};
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::gate::{Gate, ReadGate};
+use crate::port::{ExecutionPort, LocalExecution, PortExecuted};
 use crate::transport::{Inbox, PeerMessage, Transport};
 
 /// How a node runs.
@@ -192,10 +193,10 @@ impl NodeStatus {
 }
 
 /// What the runtime is woken by.
-enum Wake<B: Backend> {
+enum Wake {
     Stop,
     Message(PeerMessage),
-    Executed(Box<Flight<B>>),
+    Executed(Box<Flight>),
     Block(Option<Result<TransactionBlock, OrdererError>>),
     /// The node may change the database again (readers are out).
     Gate(OwnedRwLockWriteGuard<()>),
@@ -204,27 +205,25 @@ enum Wake<B: Backend> {
     Tick,
 }
 
-/// A finished execution: the server comes back with the block and its result.
-struct Flight<B: Backend> {
-    exec: ExecutionServer<B>,
+/// A finished execution: the block and its result.
+struct Flight {
     block: TransactionBlock,
-    result: Result<Executed, ExecutionError>,
-    checkpoint: Option<Result<(), StorageError>>,
+    result: Result<PortExecuted, ExecutionError>,
 }
 
 /// The task executing a block. It runs on its own, so that the loop can append the previous
 /// block meanwhile (SQLite's single writer would otherwise wait on a block nobody polls), and
 /// it dies with the node.
-struct InFlight<B: Backend>(tokio::task::JoinHandle<Flight<B>>);
+struct InFlight(tokio::task::JoinHandle<Flight>);
 
-impl<B: Backend> Drop for InFlight<B> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.abort();
     }
 }
 
-impl<B: Backend> Future for InFlight<B> {
-    type Output = Result<Flight<B>, NodeError>;
+impl Future for InFlight {
+    type Output = Result<Flight, NodeError>;
 
     fn poll(
         mut self: Pin<&mut Self>,
@@ -247,8 +246,10 @@ pub struct Node<B: Backend, O: Orderer> {
     transport: Arc<dyn Transport>,
     settings: NodeSettings,
     engine: CommitEngine,
-    /// The ExecutionServer; `None` while a block executes.
-    exec: Option<ExecutionServer<B>>,
+    /// Where blocks execute (this process, or the organization's execution process).
+    port: Arc<dyn ExecutionPort>,
+    /// The hash the next executed LedgerBlock chains to.
+    previous: Digest,
     inbox: Inbox,
     inbox_rx: mpsc::Receiver<PeerMessage>,
     status: watch::Sender<NodeStatus>,
@@ -257,7 +258,7 @@ pub struct Node<B: Backend, O: Orderer> {
     blocks: Option<BlockStream>,
     resume: Resume,
     reconnect_at: Option<Instant>,
-    in_flight: Option<InFlight<B>>,
+    in_flight: Option<InFlight>,
     /// A block whose execution failed, and when to try again.
     retry: Option<(TransactionBlock, Instant)>,
     /// Failed attempts at the current block, for the backoff.
@@ -276,8 +277,9 @@ pub struct Node<B: Backend, O: Orderer> {
 type GateWait = Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>;
 
 impl<B: Backend, O: Orderer + 'static> Node<B, O> {
-    /// Prepares organization `me` over its opened store (shared tables registered): reads where
-    /// its ledger ends and brings its database back to the ledger if a recovery was cut short.
+    /// Prepares organization `me` over its opened store (shared tables registered), executing
+    /// in this process: reads where its ledger ends and brings its database back to the ledger
+    /// if a recovery was cut short.
     pub async fn start(
         store: Arc<Store<B>>,
         network: Arc<NetworkConfig>,
@@ -285,6 +287,26 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         key: Arc<SigningKey>,
         orderer: Arc<O>,
         transport: Arc<dyn Transport>,
+        settings: NodeSettings,
+    ) -> Result<Self, NodeError> {
+        // The node passes the hash to chain to with every block.
+        let exec =
+            ExecutionServer::new(store.clone(), network.clone(), settings.mode, Digest::ZERO)?;
+        let port = Arc::new(LocalExecution::new(store.clone(), exec));
+        Self::start_with(store, network, me, key, orderer, transport, port, settings).await
+    }
+
+    /// [`Node::start`] with blocks executed through `port` (the organization's execution
+    /// process). `store` is the same database: the node reads and appends the ledger there.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start_with(
+        store: Arc<Store<B>>,
+        network: Arc<NetworkConfig>,
+        me: OrgId,
+        key: Arc<SigningKey>,
+        orderer: Arc<O>,
+        transport: Arc<dyn Transport>,
+        port: Arc<dyn ExecutionPort>,
         settings: NodeSettings,
     ) -> Result<Self, NodeError> {
         if settings.checkpoint_interval == 0 || settings.checkpoints_kept == 0 {
@@ -301,7 +323,6 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
         let (resume, previous) = resume_point(&store).await?;
         let next = resume.block;
-        let exec = ExecutionServer::new(store.clone(), network.clone(), settings.mode, previous)?;
         let engine = CommitEngine::new(me, key, VoteContext::of(&network), settings.timing, next);
         let (inbox, inbox_rx) = Inbox::new(settings.inbox_capacity);
         let (status, _) = watch::channel(NodeStatus {
@@ -319,7 +340,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             transport,
             settings,
             engine,
-            exec: Some(exec),
+            port,
+            previous,
             inbox,
             inbox_rx,
             status,
@@ -422,7 +444,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
         }
         if let Some(flight) = self.in_flight.take() {
-            self.exec = Some(flight.await?.exec);
+            flight.await?;
         }
         info!(org = %self.me, next = %self.engine.next_block(), "node stopped");
         Ok(())
@@ -456,23 +478,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     }
 
     fn launch(&mut self, block: TransactionBlock) {
-        let Some(mut exec) = self.exec.take() else {
-            return;
-        };
-        let store = self.store.clone();
+        let port = self.port.clone();
+        let previous = self.previous;
         let checkpoint = self.checkpoint_due(block.number);
         self.in_flight = Some(InFlight(tokio::spawn(async move {
-            let result = exec.execute(&block).await;
-            let checkpoint = match (&result, checkpoint) {
-                (Ok(_), true) => Some(store.checkpoint(block.number).await.map(|_| ())),
-                _ => None,
-            };
-            Flight {
-                exec,
-                block,
-                result,
-                checkpoint,
-            }
+            let result = port.execute(block.clone(), previous, checkpoint).await;
+            Flight { block, result }
         })));
     }
 
@@ -500,15 +511,18 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         self.reconnect_at = Some(Instant::now() + Duration::from_millis(200));
     }
 
-    async fn on_executed(&mut self, flight: Flight<B>) -> Result<(), NodeError> {
-        self.exec = Some(flight.exec);
+    async fn on_executed(&mut self, flight: Flight) -> Result<(), NodeError> {
         match flight.result {
-            Ok(executed) => {
+            Ok(PortExecuted {
+                executed,
+                checkpoint,
+            }) => {
                 self.failed_attempts = 0;
+                self.previous = executed.ledger.hash();
                 self.resume = Resume::after(&flight.block);
                 let number = flight.block.number;
                 let invalid = executed.invalid.len() as u64;
-                match flight.checkpoint {
+                match checkpoint {
                     Some(Ok(())) => self.prune_checkpoints().await,
                     Some(Err(e)) => {
                         warn!(org = %self.me, block = %number, error = %e, "checkpoint skipped")
@@ -544,11 +558,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     async fn prune_checkpoints(&mut self) {
         let next = self.engine.next_block();
         let result = async {
-            let all = self.store.checkpoints().await?;
+            let all = self.store.checkpoints().await.map_err(|e| e.to_string())?;
             let unagreed = all.iter().filter(|c| **c >= next).count();
-            self.store
+            self.port
                 .prune_checkpoints(self.settings.checkpoints_kept + unagreed)
                 .await
+                .map_err(|e| e.to_string())
         }
         .await;
         if let Err(e) = result {
@@ -745,7 +760,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         if let Some(flight) = self.in_flight.take() {
             // Executed on the state being discarded.
             match flight.await {
-                Ok(flight) => self.exec = Some(flight.exec),
+                Ok(_) => {}
                 Err(e) => {
                     return Event::RecoveryFailed {
                         block,
@@ -789,7 +804,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 ));
             };
             let restoring = Instant::now();
-            self.store
+            self.port
                 .restore(checkpoint)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -802,9 +817,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             let base = ledger_block(&self.store, checkpoint)
                 .await
                 .map_err(|e| e.to_string())?;
-            if let Some(exec) = self.exec.as_mut() {
-                exec.set_previous(base.hash());
-            }
+            self.previous = base.hash();
             let replaying = Instant::now();
             let replayed = self
                 .replay(
@@ -836,9 +849,6 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             .deliver(from)
             .await
             .map_err(|e| e.to_string())?;
-        let Some(mut exec) = self.exec.take() else {
-            return Err("the ExecutionServer is busy".into());
-        };
         let result = async {
             let mut last = None;
             for n in from.block.0..=through.0 {
@@ -853,7 +863,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                         block.number
                     ));
                 }
-                let done = exec.execute(&block).await.map_err(|e| e.to_string())?;
+                let done = self
+                    .port
+                    .execute(block.clone(), self.previous, false)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .executed;
+                self.previous = done.ledger.hash();
                 if BlockNumber(n) < self.engine.next_block() {
                     let agreed = ledger_block(&self.store, BlockNumber(n))
                         .await
@@ -873,7 +889,6 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             last.ok_or_else(|| "nothing to replay".to_owned())
         }
         .await;
-        self.exec = Some(exec);
         let done = result?;
         self.blocks = Some(stream);
         self.reconnect_at = None;
@@ -899,13 +914,10 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             },
         };
         info!(org = %self.me, from = %from.block, through = %last, "the database is behind the ledger; replaying");
-        if let Some(exec) = self.exec.as_mut() {
-            let previous = match applied {
-                None => Digest::ZERO,
-                Some(a) => ledger_block(&self.store, a).await?.hash(),
-            };
-            exec.set_previous(previous);
-        }
+        self.previous = match applied {
+            None => Digest::ZERO,
+            Some(a) => ledger_block(&self.store, a).await?.hash(),
+        };
         self.replay(from, last)
             .await
             .map_err(|problem| NodeError::Ledger {
