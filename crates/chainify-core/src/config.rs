@@ -589,6 +589,10 @@ pub struct ListenFile {
     pub admin: String,
     /// Prometheus metrics.
     pub metrics: String,
+    /// ExecutionService, when the execution component runs as its own process (`chainify node
+    /// --component execution`); the commit component reaches it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<String>,
 }
 
 /// Execution settings.
@@ -701,6 +705,9 @@ impl OrgFile {
             ("listen.metrics", &self.listen.metrics),
         ] {
             c.endpoint(key.into(), addr)?;
+        }
+        if let Some(addr) = &self.listen.execution {
+            c.endpoint("listen.execution".into(), addr)?;
         }
         if self.execution.parallelism == 0 || self.execution.parallelism > 1024 {
             return Err(c.err(

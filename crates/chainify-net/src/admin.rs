@@ -77,7 +77,12 @@ impl<B: Backend + 'static> AdminService for AdminServer<B> {
                     component: "execution".into(),
                     height: executed,
                     lag: agreed.saturating_sub(executed),
-                    recovery: recovery.clone(),
+                    recovery: match (s.execution_errors, &s.last_error) {
+                        (0, _) | (_, None) => recovery.clone(),
+                        (n, Some(last)) => {
+                            format!("{recovery}; {n} failed executions (retried), last: {last}")
+                        }
+                    },
                 },
                 pb::ComponentStatus {
                     component: "commit".into(),

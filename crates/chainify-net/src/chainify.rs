@@ -19,7 +19,7 @@ use chainify_core::config::{ClientInfo, NetworkConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::{ChainedTransaction, EarlyAbortResponse, Proposal, Verdict};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId};
-use chainify_node::{Committed, NodeStatus, ReadGate, ledger_entry};
+use chainify_node::{Committed, NodeStatus, ledger_entry};
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
 use chainify_proto::pb::chainify_service_server::ChainifyService;
@@ -34,6 +34,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{debug, warn};
 
+use crate::query::{Queries, QueryAccess};
 use crate::tls::{Tls, channel};
 use crate::{NetError, invalid};
 
@@ -242,7 +243,7 @@ pub(crate) struct Shared<B: Backend, O> {
     in_flight: Arc<Semaphore>,
     outcomes: Arc<Outcomes>,
     status: watch::Receiver<NodeStatus>,
-    pub(crate) gate: ReadGate,
+    queries: Queries<B>,
     pub(crate) settings: ChainifySettings,
 }
 
@@ -285,7 +286,7 @@ pub struct ChainifyParts<B: Backend, O> {
     /// The node's appended blocks.
     pub commits: broadcast::Receiver<Arc<Committed>>,
     /// Queries' access to the database at an agreed height.
-    pub gate: ReadGate,
+    pub queries: QueryAccess,
 }
 
 impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
@@ -298,6 +299,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
         settings: ChainifySettings,
     ) -> Result<ChainifyServer<B, O>, NetError> {
         let analyzer = Analyzer::new(parts.store.schema().map_err(NetError::Storage)?);
+        let queries = Queries::new(
+            parts.queries,
+            parts.network.clone(),
+            parts.store.clone(),
+            settings.query_wait,
+        )?;
         let mut peers = BTreeMap::new();
         for org in parts.network.orgs.values().filter(|o| o.id != parts.me) {
             let client = EndorsementServiceClient::new(channel(&org.chainify_endpoint, tls)?)
@@ -339,7 +346,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
                 outcomes,
                 status: parts.status,
-                gate: parts.gate,
+                queries,
                 settings,
             }),
         })
@@ -893,6 +900,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         request: Request<pb::QueryRequest>,
     ) -> Result<Response<pb::QueryResponse>, Status> {
         self.shared
+            .queries
             .query(request.into_inner())
             .await
             .map(Response::new)

@@ -15,6 +15,8 @@
 
 mod admin;
 mod chainify;
+mod exec;
+mod follow;
 mod org;
 mod peer;
 mod query;
@@ -23,10 +25,15 @@ pub mod tls;
 
 pub use admin::{AdminServer, recovery_state};
 pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings, Outcome};
-pub use org::{AnyOrderer, OrgRuntime, bind, org_tls, run_org, server_builder};
+pub use exec::{EXECUTE_TIMEOUT, ExecutionGrpc, RemoteExecution};
+pub use follow::{FOLLOW_INTERVAL, follow_ledger};
+pub use org::{
+    AnyOrderer, Component, OrgRuntime, REGISTRATION_WAIT, bind, org_tls, run_org, server_builder,
+};
 pub use peer::{
     CommitServer, GrpcTransport, MAX_LEDGER_STREAM, MAX_VOTE_BATCH, PEER_CALL_TIMEOUT, PEER_QUEUE,
 };
+pub use query::{QueryAccess, QueryServer};
 pub use solo::{BROADCAST_QUEUE, MAX_BROADCAST_BATCH, RemoteOrderer, SoloServer};
 pub use tls::Tls;
 

@@ -3,18 +3,23 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
-use chainify_core::config::{OrdererKind, OrgConfig};
+use chainify_core::Digest;
+use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
-use chainify_node::{Node, NodeSettings, resume_point};
+use chainify_node::{ExecutionServer, LocalExecution, Node, NodeSettings, resume_point};
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
 use chainify_proto::FILE_DESCRIPTOR_SET;
 use chainify_proto::pb::admin_service_server::AdminServiceServer;
 use chainify_proto::pb::chainify_service_server::ChainifyServiceServer;
 use chainify_proto::pb::commit_service_server::CommitServiceServer;
 use chainify_proto::pb::endorsement_service_server::EndorsementServiceServer;
+use chainify_proto::pb::execution_service_server::ExecutionServiceServer;
+use chainify_proto::pb::query_service_server::QueryServiceServer;
 use chainify_storage::{AnyBackend, ExecMode, Store, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -24,9 +29,13 @@ use tracing::{info, warn};
 use crate::NetError;
 use crate::admin::AdminServer;
 use crate::chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
+use crate::exec::{ExecutionGrpc, RemoteExecution};
+use crate::follow::follow_ledger;
 use crate::peer::{CommitServer, GrpcTransport};
+use crate::query::{QueryAccess, QueryServer};
 use crate::solo::RemoteOrderer;
 use crate::tls::Tls;
+use crate::tls::channel;
 
 /// The orderer an organization process uses.
 #[derive(Debug, Clone)]
@@ -122,51 +131,60 @@ pub struct OrgRuntime {
     pub chainify: ChainifySettings,
 }
 
-/// Runs organization `config` until `shutdown` completes: then the servers stop accepting and
-/// finish the calls under way, and the node finishes the block in flight.
-pub async fn run_org(
-    config: OrgConfig,
-    runtime: OrgRuntime,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), NetError> {
-    let me = config.org_id;
-    let network = Arc::new(config.network.clone());
-    let key = Arc::new(
-        SigningKey::load(&config.signing_key)
-            .map_err(|e| NetError::Config(format!("signing key: {e}")))?,
-    );
-    let tls = org_tls(&config)?;
-    // Bind first: a busy port is reported before anything else starts.
-    let chainify_listener = bind("listen.chainify", &config.listen.chainify).await?;
-    let commit_listener = bind("listen.commit", &config.listen.commit).await?;
-    let admin_listener = bind("listen.admin", &config.listen.admin).await?;
+/// Which of an organization's components a process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    /// All three in one process (the default).
+    All,
+    /// ChainifyService and EndorsementService; follows the ledger in the database and forwards
+    /// queries to the commit component's QueryService.
+    Chainify,
+    /// ExecutionService: executes blocks, takes and restores checkpoints, driven by the commit
+    /// component.
+    Execution,
+    /// The node (orderer stream, votes, ledger, recovery) with CommitService for peers and
+    /// AdminService and QueryService on the admin address; executes through the execution
+    /// component.
+    Commit,
+}
 
-    let parallelism = config.execution.parallelism;
-    let options = StoreOptions {
-        max_connections: u32::try_from(parallelism + 2).unwrap_or(u32::MAX),
-        ..StoreOptions::default()
-    };
-    let backend = AnyBackend::connect(&config.database_url, &options)
-        .await
-        .map_err(NetError::Storage)?;
-    let store = Arc::new(
-        Store::open(backend, options)
-            .await
-            .map_err(NetError::Storage)?,
-    );
-    if network.tables.is_empty() {
-        warn!(org = %me, "the network file lists no shared tables");
+impl std::str::FromStr for Component {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Component, String> {
+        match s {
+            "all" => Ok(Component::All),
+            "chainify" => Ok(Component::Chainify),
+            "execution" => Ok(Component::Execution),
+            "commit" => Ok(Component::Commit),
+            other => Err(format!(
+                "{other:?} is not a component: choose chainify, execution, commit or all"
+            )),
+        }
     }
-    let tables: Vec<&str> = network.tables.iter().map(String::as_str).collect();
-    store.register(&tables).await.map_err(NetError::Storage)?;
+}
 
-    let (resume, _) = resume_point(&store)
-        .await
-        .map_err(|e| NetError::Internal(e.to_string()))?;
-    let orderer = Arc::new(match network.orderer.kind {
+type Serving = Pin<Box<dyn Future<Output = Result<(), NetError>> + Send>>;
+
+fn serving(
+    name: &'static str,
+    fut: impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
+) -> Serving {
+    Box::pin(async move {
+        fut.await
+            .map_err(|e| NetError::Serve(format!("{name}: {e}")))
+    })
+}
+
+async fn connect_orderer(
+    network: &NetworkConfig,
+    resume: Resume,
+    tls: Option<&Tls>,
+) -> Result<AnyOrderer, NetError> {
+    Ok(match network.orderer.kind {
         OrdererKind::Solo => {
             let endpoint = network.orderer.solo_endpoint.clone().unwrap_or_default();
-            AnyOrderer::Solo(RemoteOrderer::new(&endpoint, tls.as_ref())?)
+            AnyOrderer::Solo(RemoteOrderer::new(&endpoint, tls)?)
         }
         OrdererKind::Kafka => AnyOrderer::Kafka(
             KafkaOrderer::connect(KafkaSettings {
@@ -192,139 +210,334 @@ pub async fn run_org(
                     .into(),
             ));
         }
-    });
-    let transport = Arc::new(GrpcTransport::new(&network, me, tls.as_ref())?);
-    let settings = runtime.node.unwrap_or_else(|| NodeSettings {
-        mode: if parallelism <= 1 {
-            ExecMode::Serial
-        } else {
-            ExecMode::Parallel(parallelism)
-        },
-        checkpoint_interval: config.checkpoint.interval_blocks,
-        checkpoints_kept: config.checkpoint.kept,
-        ..NodeSettings::default()
-    });
-    let node = Node::start(
-        store.clone(),
-        network.clone(),
-        me,
-        key.clone(),
-        orderer.clone(),
-        transport.clone(),
-        settings,
-    )
-    .await
-    .map_err(|e| NetError::Internal(e.to_string()))?;
-    transport.attach(node.inbox());
+    })
+}
 
-    let chainify = ChainifyServer::new(
-        ChainifyParts {
-            me,
-            key,
-            network: network.clone(),
-            store: store.clone(),
-            orderer,
-            status: node.status(),
-            commits: node.commits(),
-            gate: node.read_gate(),
-        },
-        tls.as_ref(),
-        runtime.chainify,
-    )?;
-    let commit = CommitServer::new(node.inbox(), store.clone(), node.status());
-    let admin = AdminServer::new(
-        network.clone(),
-        store.clone(),
-        node.status(),
-        node.read_gate(),
+fn execution_addr(config: &OrgConfig) -> Result<String, NetError> {
+    config.listen.execution.clone().ok_or_else(|| {
+        NetError::Config(
+            "listen.execution is not set: the execution component needs its own address when \
+             it runs as its own process"
+                .into(),
+        )
+    })
+}
+
+/// How long a chainify or commit component waits for its execution component to register the
+/// shared tables.
+pub const REGISTRATION_WAIT: Duration = Duration::from_secs(60);
+
+/// Opens the organization's store. The process that executes registers the shared tables (DDL
+/// from two processes at once conflicts on PostgreSQL); the others wait until it has.
+async fn open_store(
+    config: &OrgConfig,
+    network: &NetworkConfig,
+    options: StoreOptions,
+    component: Component,
+) -> Result<Store<AnyBackend>, NetError> {
+    let tables: Vec<&str> = network.tables.iter().map(String::as_str).collect();
+    let deadline = tokio::time::Instant::now() + REGISTRATION_WAIT;
+    loop {
+        let backend = AnyBackend::connect(&config.database_url, &options)
+            .await
+            .map_err(NetError::Storage)?;
+        let store = Store::open(backend, options.clone())
+            .await
+            .map_err(NetError::Storage)?;
+        if matches!(component, Component::All | Component::Execution) {
+            store.register(&tables).await.map_err(NetError::Storage)?;
+            return Ok(store);
+        }
+        let registered = store.tables();
+        let missing: Vec<&str> = tables
+            .iter()
+            .copied()
+            .filter(|t| !registered.contains_key(*t))
+            .collect();
+        if missing.is_empty() {
+            return Ok(store);
+        }
+        store.close().await;
+        if tokio::time::Instant::now() >= deadline {
+            return Err(NetError::Config(format!(
+                "the shared tables {missing:?} are not registered in {}'s database after \
+                 {REGISTRATION_WAIT:?}: start the organization's execution component first",
+                config.org_id
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Runs `component` of organization `config` until `shutdown` completes: then the servers stop
+/// accepting and finish the calls under way, and the node finishes the block in flight.
+pub async fn run_org(
+    config: OrgConfig,
+    runtime: OrgRuntime,
+    component: Component,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), NetError> {
+    use Component::{All, Chainify, Commit, Execution};
+    let me = config.org_id;
+    let network = Arc::new(config.network.clone());
+    let key = Arc::new(
+        SigningKey::load(&config.signing_key)
+            .map_err(|e| NetError::Config(format!("signing key: {e}")))?,
     );
+    let tls = org_tls(&config)?;
+    // Bind first: a taken port fails before anything else starts.
+    let chainify_listener = match component {
+        All | Chainify => Some(bind("listen.chainify", &config.listen.chainify).await?),
+        _ => None,
+    };
+    let (commit_listener, admin_listener) = match component {
+        All | Commit => (
+            Some(bind("listen.commit", &config.listen.commit).await?),
+            Some(bind("listen.admin", &config.listen.admin).await?),
+        ),
+        _ => (None, None),
+    };
+    let execution_listener = match component {
+        Execution => Some(bind("listen.execution", &execution_addr(&config)?).await?),
+        _ => None,
+    };
+
+    let parallelism = config.execution.parallelism;
+    let options = StoreOptions {
+        max_connections: u32::try_from(parallelism + 2).unwrap_or(u32::MAX),
+        ..StoreOptions::default()
+    };
+    if network.tables.is_empty() {
+        warn!(org = %me, "the network file lists no shared tables");
+    }
+    let store = Arc::new(open_store(&config, &network, options, component).await?);
+    let mode = if parallelism <= 1 {
+        ExecMode::Serial
+    } else {
+        ExecMode::Parallel(parallelism)
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let max = 64 * 1024 * 1024;
+    let mut servers: Vec<Serving> = Vec::new();
 
-    let (health, reflection) = support(&[
-        "chainify.v1.ChainifyService",
-        "chainify.v1.EndorsementService",
-        "",
-    ])
-    .await?;
-    info!(org = %me, addr = ?local(&chainify_listener), "ChainifyService listening");
-    let chainify_server = server_builder(tls.as_ref())?
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(
-            ChainifyServiceServer::new(chainify.clone())
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
-        )
-        .add_service(
-            EndorsementServiceServer::new(chainify)
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
-        )
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(chainify_listener),
-            stopped(stop_rx.clone()),
-        );
+    if let Some(listener) = execution_listener {
+        // The node passes the hash to chain to with every block.
+        let exec = ExecutionServer::new(store.clone(), network.clone(), mode, Digest::ZERO)
+            .map_err(|e| NetError::Internal(e.to_string()))?;
+        let port = Arc::new(LocalExecution::new(store.clone(), exec));
+        let (health, reflection) = support(&["chainify.v1.ExecutionService", ""]).await?;
+        info!(org = %me, addr = ?local(&listener), "ExecutionService listening");
+        servers.push(serving(
+            "ExecutionService",
+            server_builder(tls.as_ref())?
+                .add_service(health)
+                .add_service(reflection)
+                .add_service(
+                    ExecutionServiceServer::new(ExecutionGrpc::new(port))
+                        .max_decoding_message_size(max)
+                        .max_encoding_message_size(max),
+                )
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stopped(stop_rx.clone()),
+                ),
+        ));
+    }
 
-    let (health, reflection) = support(&["chainify.v1.CommitService", ""]).await?;
-    info!(org = %me, addr = ?local(&commit_listener), "CommitService listening");
-    let commit_server = server_builder(tls.as_ref())?
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(
-            CommitServiceServer::new(commit)
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
-        )
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(commit_listener),
-            stopped(stop_rx.clone()),
-        );
-
-    let (health, reflection) = support(&["chainify.v1.AdminService", ""]).await?;
-    info!(org = %me, addr = ?local(&admin_listener), "AdminService listening");
-    let admin_server = server_builder(tls.as_ref())?
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(AdminServiceServer::new(admin))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(admin_listener),
-            stopped(stop_rx.clone()),
-        );
-
-    let node_run = node.run(stopped(stop_rx.clone()));
-    // A node that fails stops the servers too.
-    let stop = stop_tx.clone();
-    let node_run = async move {
-        let result = node_run.await;
-        let _ = stop.send(true);
-        result
+    let (resume, _) = resume_point(&store)
+        .await
+        .map_err(|e| NetError::Internal(e.to_string()))?;
+    let orderer = match component {
+        Execution => None,
+        _ => Some(Arc::new(
+            connect_orderer(&network, resume, tls.as_ref()).await?,
+        )),
     };
+    let node = match (component, &orderer) {
+        (All | Commit, Some(orderer)) => {
+            let transport = Arc::new(GrpcTransport::new(&network, me, tls.as_ref())?);
+            let settings = runtime.node.clone().unwrap_or_else(|| NodeSettings {
+                mode,
+                checkpoint_interval: config.checkpoint.interval_blocks,
+                checkpoints_kept: config.checkpoint.kept,
+                ..NodeSettings::default()
+            });
+            let node = if component == Commit {
+                let channel = channel(&execution_addr(&config)?, tls.as_ref())?;
+                Node::start_with(
+                    store.clone(),
+                    network.clone(),
+                    me,
+                    key.clone(),
+                    orderer.clone(),
+                    transport.clone(),
+                    Arc::new(RemoteExecution::new(channel)),
+                    settings,
+                )
+                .await
+            } else {
+                Node::start(
+                    store.clone(),
+                    network.clone(),
+                    me,
+                    key.clone(),
+                    orderer.clone(),
+                    transport.clone(),
+                    settings,
+                )
+                .await
+            }
+            .map_err(|e| NetError::Internal(e.to_string()))?;
+            transport.attach(node.inbox());
+            Some(node)
+        }
+        _ => None,
+    };
+
+    // What the servers need of the node, taken before any await (the node is not Sync).
+    let handles = node
+        .as_ref()
+        .map(|n| (n.inbox(), n.status(), n.commits(), n.read_gate()));
+    if let (Some(listener), Some(orderer)) = (chainify_listener, orderer) {
+        let (status, commits, queries) = match &handles {
+            Some((_, status, commits, gate)) => (
+                status.clone(),
+                commits.resubscribe(),
+                QueryAccess::Gate(gate.clone()),
+            ),
+            None => {
+                let (status, commits, _follower) = follow_ledger(
+                    store.clone(),
+                    me,
+                    runtime.chainify.commit_stream_buffer,
+                    stop_rx.clone(),
+                )
+                .await
+                .map_err(NetError::Storage)?;
+                let queries = QueryAccess::Forward(channel(&config.listen.admin, tls.as_ref())?);
+                (status, commits, queries)
+            }
+        };
+        let chainify = ChainifyServer::new(
+            ChainifyParts {
+                me,
+                key,
+                network: network.clone(),
+                store: store.clone(),
+                orderer,
+                status,
+                commits,
+                queries,
+            },
+            tls.as_ref(),
+            runtime.chainify.clone(),
+        )?;
+        let (health, reflection) = support(&[
+            "chainify.v1.ChainifyService",
+            "chainify.v1.EndorsementService",
+            "",
+        ])
+        .await?;
+        info!(org = %me, addr = ?local(&listener), "ChainifyService listening");
+        servers.push(serving(
+            "ChainifyService",
+            server_builder(tls.as_ref())?
+                .add_service(health)
+                .add_service(reflection)
+                .add_service(
+                    ChainifyServiceServer::new(chainify.clone())
+                        .max_decoding_message_size(max)
+                        .max_encoding_message_size(max),
+                )
+                .add_service(
+                    EndorsementServiceServer::new(chainify)
+                        .max_decoding_message_size(max)
+                        .max_encoding_message_size(max),
+                )
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stopped(stop_rx.clone()),
+                ),
+        ));
+    }
+
+    if let (Some((inbox, status, _, gate)), Some(commit_listener), Some(admin_listener)) =
+        (handles, commit_listener, admin_listener)
+    {
+        let commit = CommitServer::new(inbox, store.clone(), status.clone());
+        let (health, reflection) = support(&["chainify.v1.CommitService", ""]).await?;
+        info!(org = %me, addr = ?local(&commit_listener), "CommitService listening");
+        servers.push(serving(
+            "CommitService",
+            server_builder(tls.as_ref())?
+                .add_service(health)
+                .add_service(reflection)
+                .add_service(
+                    CommitServiceServer::new(commit)
+                        .max_decoding_message_size(max)
+                        .max_encoding_message_size(max),
+                )
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(commit_listener),
+                    stopped(stop_rx.clone()),
+                ),
+        ));
+        let admin = AdminServer::new(network.clone(), store.clone(), status, gate.clone());
+        let queries = QueryServer::new(
+            network.clone(),
+            store.clone(),
+            gate,
+            runtime.chainify.query_wait,
+        )?;
+        let (health, reflection) =
+            support(&["chainify.v1.AdminService", "chainify.v1.QueryService", ""]).await?;
+        info!(org = %me, addr = ?local(&admin_listener), "AdminService and QueryService listening");
+        servers.push(serving(
+            "AdminService",
+            server_builder(tls.as_ref())?
+                .add_service(health)
+                .add_service(reflection)
+                .add_service(AdminServiceServer::new(admin))
+                .add_service(
+                    QueryServiceServer::new(queries)
+                        .max_decoding_message_size(max)
+                        .max_encoding_message_size(max),
+                )
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(admin_listener),
+                    stopped(stop_rx.clone()),
+                ),
+        ));
+    }
+
+    if let Some(node) = node {
+        let node_run = node.run(stopped(stop_rx.clone()));
+        let stop = stop_tx.clone();
+        servers.push(Box::pin(async move {
+            let result = node_run.await;
+            // A node that stops on its own takes the servers with it.
+            let _ = stop.send(true);
+            result.map_err(|e| NetError::Internal(e.to_string()))
+        }));
+    }
     let signal = async move {
         tokio::select! {
             () = shutdown => {
-                info!(org = %me, "shutting down: no new calls, finishing the block in flight");
+                info!(org = %me, ?component, "shutting down: no new calls, finishing the block in flight");
             }
             () = stopped(stop_rx) => {}
         }
         let _ = stop_tx.send(true);
     };
-    let (_, a, b, c, n) = tokio::join!(
-        signal,
-        chainify_server,
-        commit_server,
-        admin_server,
-        node_run
-    );
-    a.map_err(|e| NetError::Serve(format!("ChainifyService: {e}")))?;
-    b.map_err(|e| NetError::Serve(format!("CommitService: {e}")))?;
-    c.map_err(|e| NetError::Serve(format!("AdminService: {e}")))?;
-    n.map_err(|e| NetError::Internal(e.to_string()))?;
+    let (_, results) = tokio::join!(signal, futures_util::future::join_all(servers));
+    for result in results {
+        result?;
+    }
     store.close().await;
-    info!(org = %me, "stopped");
+    info!(org = %me, ?component, "stopped");
     Ok(())
 }

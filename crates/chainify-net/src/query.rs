@@ -1,32 +1,124 @@
-//! `ChainifyService.Query`: a signed, granted, read-only SELECT on the organization's database
-//! at an agreed block height.
+//! `ChainifyService.Query` and `QueryService.Query`: a signed, granted, read-only SELECT on the
+//! organization's database at an agreed block height. [`QueryServer`] runs where the node runs
+//! (it needs the node's read gate); a chainify component in its own process forwards to it.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::Signature;
 use chainify_core::tx::QueryBody;
 use chainify_core::{ClientId, Value};
-use chainify_orderer::Orderer;
+use chainify_node::ReadGate;
 use chainify_proto::pb;
-use chainify_storage::{Backend, StorageError};
-use tonic::Status;
+use chainify_proto::pb::query_service_client::QueryServiceClient;
+use chainify_sql::Analyzer;
+use chainify_storage::{Backend, StorageError, Store};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
 
-use crate::chainify::Shared;
-use crate::invalid;
+use crate::{NetError, invalid};
 
-impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
+/// How a ChainifyServer answers queries.
+#[derive(Debug, Clone)]
+pub enum QueryAccess {
+    /// Through the read gate of the node in this process.
+    Gate(ReadGate),
+    /// By forwarding to the `QueryService` of the process that runs the organization's node.
+    Forward(Channel),
+}
+
+pub(crate) enum Queries<B: Backend> {
+    Local(QueryServer<B>),
+    Remote(QueryServiceClient<Channel>),
+}
+
+impl<B: Backend + 'static> Queries<B> {
+    pub(crate) fn new(
+        access: QueryAccess,
+        network: Arc<NetworkConfig>,
+        store: Arc<Store<B>>,
+        wait: Duration,
+    ) -> Result<Queries<B>, NetError> {
+        Ok(match access {
+            QueryAccess::Gate(gate) => {
+                Queries::Local(QueryServer::new(network, store, gate, wait)?)
+            }
+            QueryAccess::Forward(channel) => Queries::Remote(QueryServiceClient::new(channel)),
+        })
+    }
+
     pub(crate) async fn query(
         &self,
         request: pb::QueryRequest,
     ) -> Result<pb::QueryResponse, Status> {
+        match self {
+            Queries::Local(server) => server.query(request).await,
+            Queries::Remote(client) => {
+                let mut client = client.clone();
+                client.query(request).await.map(Response::into_inner)
+            }
+        }
+    }
+}
+
+/// Answers queries at an agreed height on the organization's database.
+#[derive(Debug)]
+pub struct QueryServer<B: Backend> {
+    inner: Arc<Inner<B>>,
+}
+
+impl<B: Backend> Clone for QueryServer<B> {
+    fn clone(&self) -> Self {
+        QueryServer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner<B: Backend> {
+    network: Arc<NetworkConfig>,
+    analyzer: Analyzer,
+    store: Arc<Store<B>>,
+    gate: ReadGate,
+    /// How long a query waits for the node to reach an agreed state.
+    wait: Duration,
+}
+
+impl<B: Backend + 'static> QueryServer<B> {
+    /// A server over `store` (shared tables registered) behind `gate`.
+    pub fn new(
+        network: Arc<NetworkConfig>,
+        store: Arc<Store<B>>,
+        gate: ReadGate,
+        wait: Duration,
+    ) -> Result<QueryServer<B>, NetError> {
+        let analyzer = Analyzer::new(store.schema().map_err(NetError::Storage)?);
+        Ok(QueryServer {
+            inner: Arc::new(Inner {
+                network,
+                analyzer,
+                store,
+                gate,
+                wait,
+            }),
+        })
+    }
+
+    /// Verifies, analyses and runs one query.
+    pub async fn query(&self, request: pb::QueryRequest) -> Result<pb::QueryResponse, Status> {
+        let this = &*self.inner;
         let mut params = Vec::with_capacity(request.params.len());
         for (i, p) in request.params.into_iter().enumerate() {
             params.push(Value::try_from(p).map_err(|e| invalid(&format!("params[{i}]"), &e))?);
         }
         let id = ClientId::new(&request.client_id)
             .map_err(|e| Status::invalid_argument(format!("client_id: {}", e.problem)))?;
-        let client = self.network.clients.get(&id).ok_or_else(|| {
+        let client = this.network.clients.get(&id).ok_or_else(|| {
             Status::unauthenticated(format!(
                 "unknown client {:?}: not in network {}",
-                request.client_id, self.network.network_id
+                request.client_id, this.network.network_id
             ))
         })?;
         let signature = Signature::try_from(request.signature.as_slice()).map_err(|_| {
@@ -37,7 +129,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
         })?;
         let body = QueryBody {
             client: id,
-            network: self.network.network_id.clone(),
+            network: this.network.network_id.clone(),
             sql: request.sql,
             params,
         };
@@ -45,25 +137,25 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
             Status::unauthenticated(format!(
                 "the signature of the query by client {:?} does not verify for network {}",
                 body.client.as_str(),
-                self.network.network_id
+                this.network.network_id
             ))
         })?;
-        let plan = self
+        let plan = this
             .analyzer
             .query(&body.sql, &body.params)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         plan.check_grants(client)
             .map_err(|e| Status::permission_denied(e.to_string()))?;
-        let guard = tokio::time::timeout(self.settings.query_wait, self.gate.read())
+        let guard = tokio::time::timeout(this.wait, this.gate.read())
             .await
             .map_err(|_| {
                 Status::unavailable(format!(
                     "the node did not reach an agreed state within {:?} (recovering or \
                      waiting for agreement); try again",
-                    self.settings.query_wait
+                    this.wait
                 ))
             })?;
-        let result = self
+        let result = this
             .store
             .query_rows(&plan, &body.params)
             .await
@@ -86,5 +178,17 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
                 .collect(),
             block_height: height,
         })
+    }
+}
+
+#[tonic::async_trait]
+impl<B: Backend + 'static> pb::query_service_server::QueryService for QueryServer<B> {
+    async fn query(
+        &self,
+        request: Request<pb::QueryRequest>,
+    ) -> Result<Response<pb::QueryResponse>, Status> {
+        QueryServer::query(self, request.into_inner())
+            .await
+            .map(Response::new)
     }
 }

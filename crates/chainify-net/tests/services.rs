@@ -11,7 +11,9 @@ use chainify_client::{Client, Code, Identity, Tx, TxState, Value};
 use chainify_core::config::{NetworkConfig, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_net::tls::issue_network_certs;
-use chainify_net::{ChainifySettings, OrgRuntime, SoloServer, Tls, run_org, server_builder};
+use chainify_net::{
+    ChainifySettings, Component, OrgRuntime, SoloServer, Tls, run_org, server_builder,
+};
 use chainify_orderer::LocalOrderer;
 use chainify_proto::pb;
 use chainify_proto::pb::orderer_service_server::OrdererServiceServer;
@@ -155,6 +157,7 @@ impl Net {
                 node: None,
                 chainify,
             },
+            Component::All,
             async move {
                 let _ = stopped.await;
             },

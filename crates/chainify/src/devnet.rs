@@ -30,9 +30,10 @@ pub(crate) enum DevnetCommand {
     Down(DirArg),
     /// The status of every organization.
     Status(DirArg),
-    /// Start one organization's node again.
+    /// Start one organization's processes (or one of its components) again.
     Start(OrgArg),
-    /// Stop one organization's node (gracefully, or with --kill as a crash).
+    /// Stop one organization's processes (or one component), gracefully or with --kill as a
+    /// crash.
     Stop(OrgArg),
 }
 
@@ -54,6 +55,9 @@ pub(crate) struct OrgArg {
     /// SIGKILL instead of SIGTERM (stop only).
     #[arg(long)]
     kill: bool,
+    /// Only this component (execution, commit or chainify) of a network started with --split.
+    #[arg(long)]
+    component: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -103,6 +107,10 @@ pub(crate) struct UpArgs {
     /// Plaintext gRPC.
     #[arg(long)]
     no_tls: bool,
+    /// Run each organization's components as three processes (execution, commit, chainify)
+    /// instead of one.
+    #[arg(long)]
+    split: bool,
 }
 
 pub(crate) fn run(command: &DevnetCommand) -> anyhow::Result<()> {
@@ -110,9 +118,51 @@ pub(crate) fn run(command: &DevnetCommand) -> anyhow::Result<()> {
         DevnetCommand::Up(args) => up(args),
         DevnetCommand::Down(d) => down(&d.dir),
         DevnetCommand::Status(d) => status(&d.dir),
-        DevnetCommand::Start(o) => start_node(&o.dir, o.org).map(|_| ()),
-        DevnetCommand::Stop(o) => stop_pid(&o.dir.join(format!("org{}/node.pid", o.org)), o.kill),
+        DevnetCommand::Start(o) => {
+            for process in selected(&o.dir, o.component.as_deref())? {
+                start_process(&o.dir, o.org, process)?;
+            }
+            Ok(())
+        }
+        DevnetCommand::Stop(o) => {
+            for process in selected(&o.dir, o.component.as_deref())?.into_iter().rev() {
+                stop_pid(&pid_file(&o.dir, o.org, process), o.kill)?;
+            }
+            Ok(())
+        }
     }
+}
+
+/// The processes of one organization, in start order: `node` (all components in one) or,
+/// for a network started with --split, `execution`, `commit`, `chainify`.
+fn processes(dir: &Path) -> Vec<&'static str> {
+    match std::fs::read_to_string(dir.join("layout")) {
+        Ok(layout) if layout.trim() == "split" => vec!["execution", "commit", "chainify"],
+        _ => vec!["node"],
+    }
+}
+
+/// The processes `component` names (all of the organization's when `None`).
+fn selected(dir: &Path, component: Option<&str>) -> anyhow::Result<Vec<&'static str>> {
+    let all = processes(dir);
+    match component {
+        None => Ok(all),
+        Some(c) => match all.iter().find(|p| **p == c) {
+            Some(p) => Ok(vec![*p]),
+            None => bail!(
+                "--component {c:?}: this network's processes per organization are {}",
+                all.join(", ")
+            ),
+        },
+    }
+}
+
+fn pid_file(dir: &Path, org: u32, process: &str) -> PathBuf {
+    dir.join(format!("org{org}/{process}.pid"))
+}
+
+fn log_file(dir: &Path, org: u32, process: &str) -> PathBuf {
+    dir.join(format!("org{org}/{process}.log"))
 }
 
 fn server_url(given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
@@ -228,6 +278,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         checkpoint_interval: args.checkpoint_interval,
         no_tls: args.no_tls,
     })?;
+    std::fs::write(dir.join("layout"), if args.split { "split" } else { "all" })?;
     if args.orderer == "solo" {
         spawn(
             &dir,
@@ -241,7 +292,9 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         )?;
     }
     for org in 1..=orgs {
-        start_node(&dir, org)?;
+        for process in processes(&dir) {
+            start_process(&dir, org, process)?;
+        }
     }
     wait_ready(&dir, orgs)?;
     let mut out = std::io::stdout().lock();
@@ -256,7 +309,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
                 "org": o,
                 "engine": args.engines[o as usize - 1],
                 "config": dir.join(format!("org{o}/org.toml")).display().to_string(),
-                "log": dir.join(format!("org{o}/node.log")).display().to_string(),
+                "logs": processes(&dir).iter().map(|p| log_file(&dir, o, p).display().to_string()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         })
     )?;
@@ -290,7 +343,10 @@ fn spawn(dir: &Path, args: &[&str], log: &Path, pid: &Path) -> anyhow::Result<u3
     Ok(child.id())
 }
 
-fn start_node(dir: &Path, org: u32) -> anyhow::Result<u32> {
+/// Starts one process of organization `org`: `node` (all components) or one component. The
+/// commit component needs the execution component up (it may replay blocks at start), so an
+/// execution process is waited for until it listens.
+fn start_process(dir: &Path, org: u32, process: &str) -> anyhow::Result<u32> {
     let config = dir.join(format!("org{org}/org.toml"));
     if !config.exists() {
         bail!(
@@ -298,12 +354,34 @@ fn start_node(dir: &Path, org: u32) -> anyhow::Result<u32> {
             config.display()
         );
     }
-    spawn(
+    let config_arg = config.to_string_lossy();
+    let mut args = vec!["node", "--config", &config_arg];
+    if process != "node" {
+        args.extend(["--component", process]);
+    }
+    let pid = spawn(
         dir,
-        &["node", "--config", &config.to_string_lossy()],
-        &dir.join(format!("org{org}/node.log")),
-        &dir.join(format!("org{org}/node.pid")),
-    )
+        &args,
+        &log_file(dir, org, process),
+        &pid_file(dir, org, process),
+    )?;
+    if process == "execution" {
+        let addr = OrgConfig::load(&config)?
+            .listen
+            .execution
+            .context("listen.execution is not set")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            if !alive(pid) || Instant::now() > deadline {
+                bail!(
+                    "org{org}'s execution component did not start listening on {addr}; see {}",
+                    log_file(dir, org, process).display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(pid)
 }
 
 fn read_pid(path: &Path) -> Option<u32> {
@@ -359,7 +437,9 @@ fn org_count(dir: &Path) -> anyhow::Result<u32> {
 fn down(dir: &Path) -> anyhow::Result<()> {
     let orgs = org_count(dir)?;
     for org in 1..=orgs {
-        stop_pid(&dir.join(format!("org{org}/node.pid")), false)?;
+        for process in processes(dir).into_iter().rev() {
+            stop_pid(&pid_file(dir, org, process), false)?;
+        }
     }
     stop_pid(&dir.join("orderer.pid"), false)
 }
@@ -371,16 +451,21 @@ fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
         .collect::<Result<_, _>>()?;
     runtime()?.block_on(async {
         for (i, cfg) in configs.iter().enumerate() {
-            let pid_file = dir.join(format!("org{}/node.pid", i + 1));
+            let org = u32::try_from(i + 1)?;
             loop {
-                if read_pid(&pid_file).is_none_or(|p| !alive(p)) {
-                    bail!(
-                        "org{} exited during start; see {}",
-                        i + 1,
-                        dir.join(format!("org{}/node.log", i + 1)).display()
-                    );
+                for process in processes(dir) {
+                    if read_pid(&pid_file(dir, org, process)).is_none_or(|p| !alive(p)) {
+                        bail!(
+                            "org{org}'s {process} process exited during start; see {}",
+                            log_file(dir, org, process).display()
+                        );
+                    }
                 }
-                if admin_status(cfg).await.is_ok() {
+                if admin_status(cfg).await.is_ok()
+                    && tokio::net::TcpStream::connect(&cfg.listen.chainify)
+                        .await
+                        .is_ok()
+                {
                     break;
                 }
                 if Instant::now() > deadline {
@@ -413,9 +498,18 @@ fn status(dir: &Path) -> anyhow::Result<()> {
     let report = runtime()?.block_on(async {
         let mut report = Vec::new();
         for (i, cfg) in configs.iter().enumerate() {
-            let org = i + 1;
-            let pid = read_pid(&dir.join(format!("org{org}/node.pid")));
-            let running = pid.is_some_and(alive);
+            let org = u32::try_from(i + 1)?;
+            let pids: serde_json::Map<String, serde_json::Value> = processes(dir)
+                .iter()
+                .map(|p| {
+                    let pid = read_pid(&pid_file(dir, org, p));
+                    (
+                        (*p).to_owned(),
+                        json!({ "pid": pid, "running": pid.is_some_and(alive) }),
+                    )
+                })
+                .collect();
+            let running = pids.values().all(|p| p["running"] == json!(true));
             let status = if running {
                 match admin_status(cfg).await {
                     Ok(s) => json!({
@@ -430,10 +524,12 @@ fn status(dir: &Path) -> anyhow::Result<()> {
             } else {
                 json!(null)
             };
-            report.push(json!({ "org": org, "pid": pid, "running": running, "status": status }));
+            report.push(
+                json!({ "org": org, "processes": pids, "running": running, "status": status }),
+            );
         }
-        report
-    });
+        anyhow::Ok(report)
+    })?;
     let orderer = read_pid(&dir.join("orderer.pid"));
     let mut out = std::io::stdout().lock();
     use std::io::Write;

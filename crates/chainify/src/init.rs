@@ -35,7 +35,7 @@ pub(crate) struct InitArgs {
     /// Network id.
     #[arg(long, default_value = "chainify-local")]
     pub(crate) network_id: String,
-    /// First port; organization i uses base + 10·(i−1) … + 3.
+    /// First port; organization i uses base + 10·(i−1) … + 4.
     #[arg(long, default_value_t = 17100)]
     pub(crate) base_port: u16,
     /// The orderer: solo (a `chainify orderer` process), kafka, or local (one process only).
@@ -267,6 +267,7 @@ fn write_network(
                 commit: format!("127.0.0.1:{}", port(i, 1)),
                 admin: format!("127.0.0.1:{}", port(i, 2)),
                 metrics: format!("127.0.0.1:{}", port(i, 3)),
+                execution: Some(format!("127.0.0.1:{}", port(i, 4))),
             },
             execution: ExecutionFile::default(),
             checkpoint: CheckpointFile {

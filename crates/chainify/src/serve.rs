@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chainify_core::config::{NetworkConfig, OrgConfig};
-use chainify_net::{OrgRuntime, SoloServer, Tls, bind, run_org, server_builder};
+use chainify_net::{Component, OrgRuntime, SoloServer, Tls, bind, run_org, server_builder};
 use chainify_orderer::LocalOrderer;
 use chainify_proto::pb::orderer_service_server::OrdererServiceServer;
 
@@ -14,6 +14,12 @@ pub(crate) struct NodeArgs {
     /// The organization's configuration file (org.toml).
     #[arg(long)]
     config: PathBuf,
+    /// Run one component in this process: `execution` (ExecutionService on listen.execution),
+    /// `commit` (the node: orderer stream, votes, ledger, recovery; CommitService, and
+    /// AdminService with QueryService on listen.admin) or `chainify` (ChainifyService and
+    /// EndorsementService); start them in that order. Default: all three in one process.
+    #[arg(long, default_value = "all", value_parser = clap::value_parser!(String))]
+    component: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -67,9 +73,13 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 pub(crate) fn node(args: &NodeArgs) -> anyhow::Result<()> {
     init_logging();
+    let component: Component = args
+        .component
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--component: {e}"))?;
     let config = OrgConfig::load(&args.config)?;
     runtime()?.block_on(async {
-        run_org(config, OrgRuntime::default(), stop_signal())
+        run_org(config, OrgRuntime::default(), component, stop_signal())
             .await
             .with_context(|| format!("organization of {}", args.config.display()))
     })

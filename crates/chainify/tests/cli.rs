@@ -442,3 +442,36 @@ fn devnet_submit_query_and_verify_ledger_from_the_command_line() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("nowhere"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_node_refuses_an_unknown_component_and_a_missing_execution_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("net");
+    let o = chainify(&["init", "--out", out.to_str().unwrap(), "--no-tls"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = out.join("org1/org.toml");
+    let c = config.to_str().unwrap();
+    let o = chainify(&["node", "--config", c, "--component", "voting"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("\"voting\" is not a component"),
+        "{}",
+        stderr(&o)
+    );
+    // An org file written before the execution address existed.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let without: String = text
+        .lines()
+        .filter(|l| !l.starts_with("execution = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(text, without, "init writes listen.execution");
+    std::fs::write(&config, without).unwrap();
+    let o = chainify(&["node", "--config", c, "--component", "execution"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("listen.execution is not set"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,6 +1,7 @@
 //! End to end with real processes: a dev network of three organizations (PostgreSQL, MariaDB,
-//! PostgreSQL) with Kafka, each a `chainify node` process, used through the SDK over TLS.
-//! Needs the servers of `cargo xtask test`.
+//! PostgreSQL) with Kafka, each organization's execution, commit and chainify components in
+//! their own `chainify node --component …` process, used through the SDK over TLS. Needs the
+//! servers of `cargo xtask test`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -47,12 +48,14 @@ impl Drop for Devnet {
         let _ = chainify(&["devnet", "down", "--dir", self.dir.to_str().unwrap()]);
         if std::thread::panicking() {
             for org in 1..=3 {
-                let log = self.dir.join(format!("org{org}/node.log"));
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                eprintln!("--- {} (last 40 lines, newest first)", log.display());
-                for l in tail {
-                    eprintln!("{l}");
+                for process in ["execution", "commit", "chainify"] {
+                    let log = self.dir.join(format!("org{org}/{process}.log"));
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(25).collect();
+                    eprintln!("--- {} (last 25 lines, newest first)", log.display());
+                    for l in tail {
+                        eprintln!("{l}");
+                    }
                 }
             }
         }
@@ -243,6 +246,7 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
                 "10",
                 "--block-txs",
                 "64",
+                "--split",
             ])
         }
     })
@@ -263,7 +267,14 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
             ],
         ),
         (&cfg.listen.commit, vec!["chainify.v1.CommitService"]),
-        (&cfg.listen.admin, vec!["chainify.v1.AdminService"]),
+        (
+            &cfg.listen.admin,
+            vec!["chainify.v1.AdminService", "chainify.v1.QueryService"],
+        ),
+        (
+            cfg.listen.execution.as_ref().unwrap(),
+            vec!["chainify.v1.ExecutionService"],
+        ),
     ] {
         let services = reflection_services(addr, &ca).await;
         for s in expected.iter().chain(["grpc.health.v1.Health"].iter()) {
@@ -332,8 +343,8 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
     let first = good.wait(&first, Duration::from_millis(100)).await.unwrap();
     assert!(first.success);
 
-    // Load from 4 concurrent tasks through org1 and org3; org2's node is killed under load and
-    // restarted.
+    // Load from 4 concurrent tasks through org1 and org3; org2's execution process is killed
+    // under load (its commit and chainify processes stay up) and restarted.
     let stop = Arc::new(AtomicBool::new(false));
     let loader = tokio::spawn({
         let dir = dir.clone();
@@ -344,11 +355,24 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
     assert!(!loader.is_finished(), "the load runs while org2 is killed");
     let kill = tokio::task::spawn_blocking({
         let d = d.clone();
-        move || chainify(&["devnet", "stop", "--dir", &d, "--org", "2", "--kill"])
+        move || {
+            chainify(&[
+                "devnet",
+                "stop",
+                "--dir",
+                &d,
+                "--org",
+                "2",
+                "--component",
+                "execution",
+                "--kill",
+            ])
+        }
     })
     .await
     .unwrap();
     ok(&kill);
+    let commit_pid = std::fs::read_to_string(dir.join("org2/commit.pid")).unwrap();
     let before = heights(&dir).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let during = heights(&dir).await;
@@ -358,11 +382,39 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
     );
     let restart = tokio::task::spawn_blocking({
         let d = d.clone();
-        move || chainify(&["devnet", "start", "--dir", &d, "--org", "2"])
+        move || {
+            chainify(&[
+                "devnet",
+                "start",
+                "--dir",
+                &d,
+                "--org",
+                "2",
+                "--component",
+                "execution",
+            ])
+        }
     })
     .await
     .unwrap();
     ok(&restart);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("org2/commit.pid")).unwrap(),
+        commit_pid,
+        "org2's commit process stayed up"
+    );
+    // ... and kept trying to reach its execution process meanwhile.
+    let status = tokio::task::spawn_blocking({
+        let cfg = dir.join("org2/org.toml");
+        move || chainify(&["status", "--config", cfg.to_str().unwrap()])
+    })
+    .await
+    .unwrap();
+    let status = ok(&status);
+    assert!(
+        status.contains("failed executions (retried)") && status.contains("execution component"),
+        "{status}"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
     let ids = loader.await.unwrap();

@@ -1,0 +1,309 @@
+//! The execution component as its own process: [`ExecutionGrpc`] serves an organization's
+//! [`ExecutionPort`] (its ExecutionServer over its database) as `ExecutionService`, and
+//! [`RemoteExecution`] is the port the commit component's node drives it through.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chainify_core::tx::{LedgerBlock, TransactionBlock};
+use chainify_core::{BlockNumber, Digest};
+use chainify_node::{Executed, ExecutionError, ExecutionPort, PortExecuted, PortFuture};
+use chainify_proto::pb;
+use chainify_proto::pb::execution_service_client::ExecutionServiceClient;
+use chainify_storage::{BlockOutcome, TxFailure};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::invalid;
+
+/// How long the node waits for one execution call: a block of the largest size on a slow
+/// database, with room to spare. A call that times out is retried (the block resumes).
+pub const EXECUTE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `ExecutionService` over an organization's execution port.
+#[derive(Debug, Clone)]
+pub struct ExecutionGrpc {
+    port: Arc<dyn ExecutionPort>,
+}
+
+impl ExecutionGrpc {
+    /// Serves `port` (a [`chainify_node::LocalExecution`] over the organization's database).
+    pub fn new(port: Arc<dyn ExecutionPort>) -> ExecutionGrpc {
+        ExecutionGrpc { port }
+    }
+}
+
+fn reasons(list: &[(usize, String)]) -> Vec<pb::TxReason> {
+    list.iter()
+        .map(|(index, reason)| pb::TxReason {
+            index: u32::try_from(*index).unwrap_or(u32::MAX),
+            reason: reason.clone(),
+        })
+        .collect()
+}
+
+fn failed(e: ExecutionError) -> Status {
+    Status::unavailable(e.to_string())
+}
+
+#[tonic::async_trait]
+impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
+    async fn execute(
+        &self,
+        request: Request<pb::ExecuteRequest>,
+    ) -> Result<Response<pb::ExecuteResponse>, Status> {
+        let request = request.into_inner();
+        let block = TransactionBlock::try_from(
+            request
+                .block
+                .ok_or_else(|| Status::invalid_argument("block: missing"))?,
+        )
+        .map_err(|e| invalid("block", &e))?;
+        let previous = Digest::try_from(request.previous.as_slice()).map_err(|_| {
+            Status::invalid_argument(format!(
+                "previous: expected 32 bytes, got {}",
+                request.previous.len()
+            ))
+        })?;
+        let done = self
+            .port
+            .execute(block, previous, request.checkpoint)
+            .await
+            .map_err(failed)?;
+        let executed = &done.executed;
+        let failures: Vec<(usize, String)> = executed
+            .outcome
+            .failures
+            .iter()
+            .map(|f| (f.index, f.reason.clone()))
+            .collect();
+        Ok(Response::new(pb::ExecuteResponse {
+            ledger: Some(pb::LedgerBlock::from(&executed.ledger)),
+            invalid: reasons(&executed.invalid),
+            failures: reasons(&failures),
+            checkpoint_asked: done.checkpoint.is_some(),
+            checkpoint_error: match &done.checkpoint {
+                Some(Err(e)) => e.clone(),
+                _ => String::new(),
+            },
+        }))
+    }
+
+    async fn restore(
+        &self,
+        request: Request<pb::RestoreRequest>,
+    ) -> Result<Response<pb::RestoreResponse>, Status> {
+        self.port
+            .restore(BlockNumber(request.into_inner().checkpoint))
+            .await
+            .map_err(failed)?;
+        Ok(Response::new(pb::RestoreResponse {}))
+    }
+
+    async fn prune_checkpoints(
+        &self,
+        request: Request<pb::PruneCheckpointsRequest>,
+    ) -> Result<Response<pb::PruneCheckpointsResponse>, Status> {
+        let keep = usize::try_from(request.into_inner().keep).unwrap_or(usize::MAX);
+        self.port.prune_checkpoints(keep).await.map_err(failed)?;
+        Ok(Response::new(pb::PruneCheckpointsResponse {}))
+    }
+}
+
+/// The organization's execution process, as the node's execution port.
+#[derive(Debug, Clone)]
+pub struct RemoteExecution {
+    client: ExecutionServiceClient<Channel>,
+}
+
+impl RemoteExecution {
+    /// A port reaching the execution process over `channel` (connected lazily: the process
+    /// may start later, and calls fail until it is up, which the node retries).
+    pub fn new(channel: Channel) -> RemoteExecution {
+        RemoteExecution {
+            client: ExecutionServiceClient::new(channel)
+                .max_decoding_message_size(256 * 1024 * 1024)
+                .max_encoding_message_size(256 * 1024 * 1024),
+        }
+    }
+}
+
+fn remote(what: &str, status: &Status) -> ExecutionError {
+    ExecutionError::Remote(format!("{what}: {:?}: {}", status.code(), status.message()))
+}
+
+fn from_reasons(list: Vec<pb::TxReason>) -> Vec<(usize, String)> {
+    list.into_iter()
+        .map(|r| (r.index as usize, r.reason))
+        .collect()
+}
+
+fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError> {
+    let bad = |why: String| ExecutionError::Remote(format!("execute: a malformed answer: {why}"));
+    let ledger = LedgerBlock::try_from(
+        response
+            .ledger
+            .ok_or_else(|| bad("no ledger block".into()))?,
+    )
+    .map_err(|e| bad(e.to_string()))?;
+    let failures = from_reasons(response.failures)
+        .into_iter()
+        .map(|(index, reason)| TxFailure { index, reason })
+        .collect();
+    // Only the failures travel: the node needs the reasons, not the executor's timings.
+    let outcome = BlockOutcome {
+        block: ledger.number,
+        success: ledger.success.clone(),
+        digest: ledger.hash_digest,
+        changed_rows: 0,
+        failures,
+        retries: 0,
+        resumed: 0,
+        execute_time: Duration::ZERO,
+        digest_time: Duration::ZERO,
+    };
+    Ok(PortExecuted {
+        executed: Executed {
+            ledger,
+            outcome,
+            invalid: from_reasons(response.invalid),
+        },
+        checkpoint: match (response.checkpoint_asked, response.checkpoint_error) {
+            (false, _) => None,
+            (true, e) if e.is_empty() => Some(Ok(())),
+            (true, e) => Some(Err(e)),
+        },
+    })
+}
+
+impl ExecutionPort for RemoteExecution {
+    fn execute(
+        &self,
+        block: TransactionBlock,
+        previous: Digest,
+        checkpoint: bool,
+    ) -> PortFuture<'_, PortExecuted> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            let mut request = Request::new(pb::ExecuteRequest {
+                block: Some(pb::TransactionBlock::from(&block)),
+                previous: previous.as_bytes().to_vec(),
+                checkpoint,
+            });
+            request.set_timeout(EXECUTE_TIMEOUT);
+            let response = client
+                .execute(request)
+                .await
+                .map_err(|s| remote(&format!("executing block {}", block.number), &s))?;
+            decode(response.into_inner())
+        })
+    }
+
+    fn restore(&self, block: BlockNumber) -> PortFuture<'_, ()> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            client
+                .restore(pb::RestoreRequest {
+                    checkpoint: block.0,
+                })
+                .await
+                .map_err(|s| remote(&format!("restoring checkpoint {block}"), &s))?;
+            Ok(())
+        })
+    }
+
+    fn prune_checkpoints(&self, keep: usize) -> PortFuture<'_, ()> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            client
+                .prune_checkpoints(pb::PruneCheckpointsRequest { keep: keep as u64 })
+                .await
+                .map_err(|s| remote("pruning checkpoints", &s))?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::execution_service_server::ExecutionService;
+
+    /// A port that must not be reached: malformed requests are refused before.
+    #[derive(Debug)]
+    struct Unreachable;
+
+    impl ExecutionPort for Unreachable {
+        fn execute(&self, _: TransactionBlock, _: Digest, _: bool) -> PortFuture<'_, PortExecuted> {
+            Box::pin(async { panic!("executed a malformed request") })
+        }
+        fn restore(&self, _: BlockNumber) -> PortFuture<'_, ()> {
+            Box::pin(async { panic!("restored on a malformed request") })
+        }
+        fn prune_checkpoints(&self, _: usize) -> PortFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_execute_requests_are_refused_by_field() {
+        let server = ExecutionGrpc::new(Arc::new(Unreachable));
+        let missing = server
+            .execute(Request::new(pb::ExecuteRequest::default()))
+            .await
+            .unwrap_err();
+        assert_eq!(missing.code(), tonic::Code::InvalidArgument);
+        assert!(missing.message().contains("block: missing"), "{missing}");
+        let block = pb::TransactionBlock {
+            network_id: "net".into(),
+            number: 1,
+            ..Default::default()
+        };
+        let short = server
+            .execute(Request::new(pb::ExecuteRequest {
+                block: Some(block),
+                previous: vec![1, 2, 3],
+                checkpoint: false,
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(short.code(), tonic::Code::InvalidArgument);
+        assert!(
+            short
+                .message()
+                .contains("previous: expected 32 bytes, got 3"),
+            "{short}"
+        );
+    }
+
+    #[test]
+    fn an_answer_without_its_ledger_block_is_an_error_not_a_vote() {
+        let e = decode(pb::ExecuteResponse::default()).unwrap_err();
+        assert!(e.to_string().contains("no ledger block"), "{e}");
+    }
+
+    #[test]
+    fn reasons_and_the_checkpoint_result_survive_the_wire() {
+        let ledger = LedgerBlock {
+            network: chainify_core::NetworkId::new("net").unwrap(),
+            number: BlockNumber(4),
+            tx_ids: vec![chainify_core::TxId(Digest::of(b"a")); 2],
+            success: vec![false, true],
+            hash_digest: Digest::of(b"d"),
+            hash_previous: Digest::ZERO,
+            orderer_position: 9,
+        };
+        let done = decode(pb::ExecuteResponse {
+            ledger: Some(pb::LedgerBlock::from(&ledger)),
+            invalid: reasons(&[(0, "bad signature".into())]),
+            failures: reasons(&[(1, "statement 1: expected 1 rows, got 0".into())]),
+            checkpoint_asked: true,
+            checkpoint_error: "disk full".into(),
+        })
+        .unwrap();
+        assert_eq!(done.executed.ledger, ledger);
+        assert_eq!(done.executed.invalid, [(0, "bad signature".to_owned())]);
+        assert_eq!(done.executed.outcome.failures[0].index, 1);
+        assert_eq!(done.checkpoint, Some(Err("disk full".to_owned())));
+    }
+}

@@ -1,0 +1,70 @@
+//! A chainify component in its own process learns of appended blocks by following the ledger
+//! in its organization's database (only the commit component appends to it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chainify_core::{BlockNumber, OrgId};
+use chainify_node::{Committed, NodeStatus, ledger_entry};
+use chainify_storage::{Backend, Store};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+/// How often the ledger tail is read.
+pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Publishes every block appended to `store`'s ledger from now on, as the node's commit stream
+/// would (without abort reasons: they stay with the node), and the ledger height in a status;
+/// stops when `closing` turns true, closing the stream.
+pub async fn follow_ledger<B: Backend + 'static>(
+    store: Arc<Store<B>>,
+    org: OrgId,
+    capacity: usize,
+    mut closing: watch::Receiver<bool>,
+) -> Result<
+    (
+        watch::Receiver<NodeStatus>,
+        broadcast::Receiver<Arc<Committed>>,
+        JoinHandle<()>,
+    ),
+    chainify_storage::StorageError,
+> {
+    let mut next = store.ledger_tail().await?.map_or(1, |(b, _)| b.0 + 1);
+    let (status_tx, status) = watch::channel(NodeStatus::new(org, BlockNumber(next)));
+    let (commits_tx, commits) = broadcast::channel(capacity.max(1));
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = closing.wait_for(|c| *c) => return,
+                () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+            }
+            let tail = match store.ledger_tail().await {
+                Ok(tail) => tail.map_or(0, |(b, _)| b.0),
+                Err(e) => {
+                    warn!(%org, error = %e, "reading the ledger tail failed; retrying");
+                    continue;
+                }
+            };
+            while next <= tail {
+                match ledger_entry(&store, BlockNumber(next)).await {
+                    Ok(entry) => {
+                        // Nobody listening is fine.
+                        let _ = commits_tx.send(Arc::new(Committed {
+                            block: entry.block,
+                            certificate: entry.certificate,
+                            reasons: Vec::new(),
+                        }));
+                        next += 1;
+                        status_tx.send_modify(|s| s.next_block = BlockNumber(next));
+                    }
+                    Err(e) => {
+                        warn!(%org, block = next, error = %e, "reading the ledger failed; retrying");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    Ok((status, commits, task))
+}
