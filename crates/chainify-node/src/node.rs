@@ -804,10 +804,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 ));
             };
             let restoring = Instant::now();
-            self.port
-                .restore(checkpoint)
-                .await
-                .map_err(|e| e.to_string())?;
+            let port = self.port.clone();
+            patiently(self.settings.replay_timeout, || port.restore(checkpoint)).await?;
             if let Some((_, report)) = self.recovering.as_mut() {
                 report.checkpoint = Some(checkpoint);
                 report.attempts = attempt + 1;
@@ -863,12 +861,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                         block.number
                     ));
                 }
-                let done = self
-                    .port
-                    .execute(block.clone(), self.previous, false)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .executed;
+                let (port, previous) = (self.port.clone(), self.previous);
+                let done = patiently(self.settings.replay_timeout, || {
+                    port.execute(block.clone(), previous, false)
+                })
+                .await?
+                .executed;
                 self.previous = done.ledger.hash();
                 if BlockNumber(n) < self.engine.next_block() {
                     let agreed = ledger_block(&self.store, BlockNumber(n))
@@ -935,6 +933,27 @@ impl<B: Backend, O: Orderer> std::fmt::Debug for Node<B, O> {
             .field("next_block", &self.engine.next_block())
             .field("state", self.engine.state())
             .finish_non_exhaustive()
+    }
+}
+
+/// Runs a port call during a recovery, retrying while the execution process cannot be reached
+/// (it may be restarting), for at most `budget`.
+async fn patiently<'a, T>(
+    budget: Duration,
+    mut call: impl FnMut() -> crate::port::PortFuture<'a, T>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + budget;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(ExecutionError::Remote(e)) if Instant::now() + delay < deadline => {
+                warn!(error = %e, "the execution component is unreachable during a recovery; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
     }
 }
 
@@ -1026,5 +1045,42 @@ mod tests {
             block: BlockNumber(3),
             problem: "does not follow".into(),
         }));
+    }
+
+    #[tokio::test]
+    async fn recovery_waits_for_an_unreachable_execution_component_within_its_budget() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let calls = AtomicU32::new(0);
+        let flaky = || -> crate::port::PortFuture<'_, u32> {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                if n < 3 {
+                    Err(ExecutionError::Remote("connection refused".into()))
+                } else {
+                    Ok(n)
+                }
+            })
+        };
+        assert_eq!(patiently(Duration::from_secs(30), flaky).await, Ok(3));
+
+        let down = || -> crate::port::PortFuture<'_, ()> {
+            Box::pin(async { Err(ExecutionError::Remote("connection refused".into())) })
+        };
+        let e = patiently(Duration::from_secs(2), down).await.unwrap_err();
+        assert!(e.contains("connection refused"), "{e}");
+
+        // Anything but an unreachable component fails at once.
+        let tries = AtomicU32::new(0);
+        let broken = || -> crate::port::PortFuture<'_, ()> {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {
+                Err(ExecutionError::WrongNetwork {
+                    block: BlockNumber(1),
+                    network: "other".into(),
+                })
+            })
+        };
+        assert!(patiently(Duration::from_secs(30), broken).await.is_err());
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
     }
 }
