@@ -15,8 +15,7 @@ use chainify_core::{OrgId, TxId};
 use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
 use chainify_node::{NodeSettings, NodeStatus, RecoveryReport};
 use chainify_orderer::LocalOrderer;
-use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, recreate_database};
-use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
+use chainify_workload::{KeyDistribution, Smallbank};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::{broadcast, oneshot};
@@ -186,21 +185,6 @@ struct Counters {
     latencies_us: Mutex<Vec<u64>>,
 }
 
-async fn smallbank_database(url: &str, accounts: u64) -> anyhow::Result<()> {
-    recreate_database(url).await?;
-    let backend = AnyBackend::connect(url, &StoreOptions::default()).await?;
-    let mut conn = backend.acquire().await?;
-    for ddl in SMALLBANK_SCHEMA.split(';').filter(|s| !s.trim().is_empty()) {
-        conn.batch(ddl).await?;
-    }
-    for insert in smallbank_load_sql(accounts, 500) {
-        conn.batch(&insert).await?;
-    }
-    drop(conn);
-    backend.close().await;
-    Ok(())
-}
-
 async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
     let duration = Duration::from_secs_f64(args.duration);
     let tamper = !args.no_tamper;
@@ -223,7 +207,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
     let mut urls = Vec::new();
     for n in 1..=args.orgs {
         let url = format!("sqlite://{}", dir.join(format!("org{n}.db")).display());
-        smallbank_database(&url, args.accounts)
+        crate::devnet::smallbank_database(&url, args.accounts)
             .await
             .with_context(|| format!("loading Smallbank into org{n}'s database {url}"))?;
         urls.push(url);

@@ -190,7 +190,8 @@ fn tag(dir: &Path) -> String {
     format!("devnet_{base}_{}", millis % 1_000_000_000)
 }
 
-async fn smallbank_database(url: &str, accounts: u64) -> anyhow::Result<()> {
+/// A fresh database at `url` with Smallbank's tables and `accounts` accounts.
+pub(crate) async fn smallbank_database(url: &str, accounts: u64) -> anyhow::Result<()> {
     recreate_database(url).await?;
     let backend = AnyBackend::connect(url, &StoreOptions::default()).await?;
     let mut conn = backend.acquire().await?;
