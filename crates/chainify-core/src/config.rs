@@ -593,6 +593,12 @@ pub struct ListenFile {
     /// --component execution`); the commit component reaches it here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution: Option<String>,
+    /// Prometheus metrics of the execution component when it runs as its own process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_execution: Option<String>,
+    /// Prometheus metrics of the chainify component when it runs as its own process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_chainify: Option<String>,
 }
 
 /// Execution settings.
@@ -706,8 +712,14 @@ impl OrgFile {
         ] {
             c.endpoint(key.into(), addr)?;
         }
-        if let Some(addr) = &self.listen.execution {
-            c.endpoint("listen.execution".into(), addr)?;
+        for (key, addr) in [
+            ("listen.execution", &self.listen.execution),
+            ("listen.metrics_execution", &self.listen.metrics_execution),
+            ("listen.metrics_chainify", &self.listen.metrics_chainify),
+        ] {
+            if let Some(addr) = addr {
+                c.endpoint(key.into(), addr)?;
+            }
         }
         if self.execution.parallelism == 0 || self.execution.parallelism > 1024 {
             return Err(c.err(

@@ -13,12 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chainify_core::config::{ClientInfo, NetworkConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::{ChainedTransaction, EarlyAbortResponse, Proposal, Verdict};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId};
+use chainify_node::metrics::{Metrics, Phase};
 use chainify_node::{Committed, NodeStatus, ledger_entry};
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
@@ -244,6 +245,7 @@ pub(crate) struct Shared<B: Backend, O> {
     outcomes: Arc<Outcomes>,
     status: watch::Receiver<NodeStatus>,
     queries: Queries<B>,
+    metrics: Arc<Metrics>,
     pub(crate) settings: ChainifySettings,
 }
 
@@ -287,6 +289,8 @@ pub struct ChainifyParts<B: Backend, O> {
     pub commits: broadcast::Receiver<Arc<Committed>>,
     /// Queries' access to the database at an agreed height.
     pub queries: QueryAccess,
+    /// Where the endorse and order phases are recorded.
+    pub metrics: Arc<Metrics>,
 }
 
 impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
@@ -347,6 +351,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 outcomes,
                 status: parts.status,
                 queries,
+                metrics: parts.metrics,
                 settings,
             }),
         })
@@ -648,7 +653,9 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
                     "transaction {id} is already in the ledger: replay refused"
                 )));
             }
+            let endorsing = Instant::now();
             let responses = self.endorse(&wire, id).await?;
+            self.metrics.observe(Phase::Endorse, endorsing.elapsed());
             // Registered before the broadcast, so that a fast commit is not missed.
             let waiter = wait.then(|| {
                 let (tx, rx) = oneshot::channel();
@@ -661,6 +668,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
                     .push(tx);
                 rx
             });
+            let ordering = Instant::now();
             self.orderer
                 .broadcast(ChainedTransaction {
                     proposal: proposal.clone(),
@@ -668,6 +676,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
                 })
                 .await
                 .map_err(|e| Status::unavailable(e.to_string()))?;
+            self.metrics.observe(Phase::Order, ordering.elapsed());
             Ok(waiter)
         }
         .await;

@@ -17,6 +17,7 @@ mod admin;
 mod chainify;
 mod exec;
 mod follow;
+mod metrics;
 mod org;
 mod peer;
 mod query;
@@ -27,6 +28,7 @@ pub use admin::{AdminServer, recovery_state};
 pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings, Outcome};
 pub use exec::{EXECUTE_TIMEOUT, ExecutionGrpc, RemoteExecution};
 pub use follow::{FOLLOW_INTERVAL, follow_ledger};
+pub use metrics::{Render, serve_metrics};
 pub use org::{
     AnyOrderer, Component, OrgRuntime, REGISTRATION_WAIT, bind, org_tls, run_org, server_builder,
 };

@@ -11,6 +11,7 @@ use chainify_core::Digest;
 use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
+use chainify_node::metrics::{Metrics, family, render_status};
 use chainify_node::{ExecutionServer, LocalExecution, Node, NodeSettings, resume_point};
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
 use chainify_proto::FILE_DESCRIPTOR_SET;
@@ -31,6 +32,7 @@ use crate::admin::AdminServer;
 use crate::chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
 use crate::exec::{ExecutionGrpc, RemoteExecution};
 use crate::follow::follow_ledger;
+use crate::metrics::{Render, serve_metrics};
 use crate::peer::{CommitServer, GrpcTransport};
 use crate::query::{QueryAccess, QueryServer};
 use crate::solo::RemoteOrderer;
@@ -146,6 +148,18 @@ pub enum Component {
     /// AdminService and QueryService on the admin address; executes through the execution
     /// component.
     Commit,
+}
+
+impl Component {
+    /// The name `--component` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::All => "all",
+            Component::Chainify => "chainify",
+            Component::Execution => "execution",
+            Component::Commit => "commit",
+        }
+    }
 }
 
 impl std::str::FromStr for Component {
@@ -301,6 +315,21 @@ pub async fn run_org(
         Execution => Some(bind("listen.execution", &execution_addr(&config)?).await?),
         _ => None,
     };
+    let metrics_listener = match (component, &config.listen) {
+        (All | Commit, l) => Some(bind("listen.metrics", &l.metrics).await?),
+        (Execution, l) => match &l.metrics_execution {
+            Some(addr) => Some(bind("listen.metrics_execution", addr).await?),
+            None => None,
+        },
+        (Chainify, l) => match &l.metrics_chainify {
+            Some(addr) => Some(bind("listen.metrics_chainify", addr).await?),
+            None => None,
+        },
+    };
+    if metrics_listener.is_none() {
+        warn!(org = %me, ?component, "no metrics address for this component: not serving metrics");
+    }
+    let mut metrics = Arc::new(Metrics::default());
 
     let parallelism = config.execution.parallelism;
     let options = StoreOptions {
@@ -328,7 +357,7 @@ pub async fn run_org(
         // The node passes the hash to chain to with every block.
         let exec = ExecutionServer::new(store.clone(), network.clone(), mode, Digest::ZERO)
             .map_err(|e| NetError::Internal(e.to_string()))?;
-        let port = Arc::new(LocalExecution::new(store.clone(), exec));
+        let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
         let (health, reflection) = support(&["chainify.v1.ExecutionService", ""]).await?;
         info!(org = %me, addr = ?local(&listener), "ExecutionService listening");
         servers.push(serving(
@@ -376,6 +405,7 @@ pub async fn run_org(
                     orderer.clone(),
                     transport.clone(),
                     Arc::new(RemoteExecution::new(channel)),
+                    metrics.clone(),
                     settings,
                 )
                 .await
@@ -393,6 +423,7 @@ pub async fn run_org(
             }
             .map_err(|e| NetError::Internal(e.to_string()))?;
             transport.attach(node.inbox());
+            metrics = node.metrics();
             Some(node)
         }
         _ => None,
@@ -432,6 +463,7 @@ pub async fn run_org(
                 status,
                 commits,
                 queries,
+                metrics: metrics.clone(),
             },
             tls.as_ref(),
             runtime.chainify.clone(),
@@ -512,6 +544,32 @@ pub async fn run_org(
                     stopped(stop_rx.clone()),
                 ),
         ));
+    }
+
+    if let Some(listener) = metrics_listener {
+        let status = node.as_ref().map(Node::status);
+        let label = format!("org=\"{}\",component=\"{}\"", me.0, component.name());
+        let render: Render = Arc::new(move || {
+            let mut out = String::new();
+            family(
+                &mut out,
+                "chainify_info",
+                "gauge",
+                "The organization and component this process runs.",
+                &[(label.clone(), 1.0)],
+            );
+            metrics.render(&mut out);
+            if let Some(status) = &status {
+                render_status(&mut out, &status.borrow());
+            }
+            out
+        });
+        info!(org = %me, addr = ?local(&listener), "metrics listening at /metrics");
+        let until = stopped(stop_rx.clone());
+        servers.push(Box::pin(async move {
+            serve_metrics(listener, render, until).await;
+            Ok(())
+        }));
     }
 
     if let Some(node) = node {

@@ -189,6 +189,24 @@ impl Net {
         self.client(org, "client1", key).await
     }
 
+    /// `GET path` on organization `org`'s metrics address: the raw HTTP response.
+    async fn scrape(&self, org: u32, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let cfg = OrgConfig::load(&self.dir.join(format!("org{org}/org.toml"))).unwrap();
+        let mut stream = tokio::net::TcpStream::connect(&cfg.listen.metrics)
+            .await
+            .unwrap();
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
     async fn admin(&self, org: u32) -> pb::StatusResponse {
         let cfg = OrgConfig::load(&self.dir.join(format!("org{org}/org.toml"))).unwrap();
         let channel =
@@ -199,6 +217,13 @@ impl Net {
             .unwrap()
             .into_inner()
     }
+}
+
+/// The value of the sample `name` (with its labels) in a metrics text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))
 }
 
 fn deposit(custid: i64, amount: i64) -> Tx {
@@ -352,6 +377,33 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     ]
     .to_vec();
     assert!(heights.iter().all(|h| *h >= block), "{heights:?}");
+
+    // The Prometheus endpoint shows the same heights and every phase the blocks went through.
+    let metrics = net.scrape(1, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+    assert!(
+        metrics.contains("chainify_info{org=\"1\",component=\"all\"} 1"),
+        "{metrics}"
+    );
+    let height = metric(&metrics, "chainify_block_height{component=\"commit\"}");
+    assert!(height >= block as f64, "{height} after block {block}");
+    for phase in [
+        "endorse",
+        "order",
+        "validate_analyse",
+        "execute",
+        "digest",
+        "vote",
+        "append",
+    ] {
+        let n = metric(
+            &metrics,
+            &format!("chainify_phase_seconds_count{{phase=\"{phase}\"}}"),
+        );
+        assert!(n > 0.0, "no {phase} observations:\n{metrics}");
+    }
+    assert_eq!(metric(&metrics, "chainify_state{state=\"running\"}"), 1.0);
+    assert!(net.scrape(1, "/").await.starts_with("HTTP/1.1 404"));
 
     // Queries: the agreed state at an agreed height, checked like transactions.
     let rows = c3

@@ -766,7 +766,15 @@ async fn collect(
             });
         }
     };
+    // Blocks appended before this start (a crash can fall between an append and its commit
+    // event): the ledger has them. Events from now on wait in `commits` meanwhile.
     let mut seen = BTreeSet::new();
+    if let Ok(entries) = read_ledger(&store, org).await {
+        for e in entries {
+            seen.insert(e.block.number);
+            record(&e.block);
+        }
+    }
     loop {
         match commits.recv().await {
             Ok(c) => {

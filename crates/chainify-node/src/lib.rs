@@ -14,6 +14,7 @@
 pub mod cluster;
 mod execution;
 mod gate;
+pub mod metrics;
 mod node;
 mod port;
 pub mod transport;

@@ -40,6 +40,7 @@ use tracing::{error, info, warn};
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::gate::{Gate, ReadGate};
+use crate::metrics::{Metrics, Phase};
 use crate::port::{ExecutionPort, LocalExecution, PortExecuted};
 use crate::transport::{Inbox, PeerMessage, Transport};
 
@@ -169,6 +170,10 @@ pub struct NodeStatus {
     /// Votes counted for the next block to append: organization → the LedgerBlock hash it
     /// voted for.
     pub pending_votes: BTreeMap<OrgId, Digest>,
+    /// Recoveries since the node started (the list above keeps the last 64).
+    pub recoveries_total: u64,
+    /// Alarms since the node started.
+    pub alarms_total: u64,
 }
 
 impl NodeStatus {
@@ -188,6 +193,8 @@ impl NodeStatus {
             last_error: None,
             dropped_messages: 0,
             pending_votes: BTreeMap::new(),
+            recoveries_total: 0,
+            alarms_total: 0,
         }
     }
 }
@@ -271,6 +278,9 @@ pub struct Node<B: Backend, O: Orderer> {
     started: Instant,
     /// Keeps readers out while the database holds more than the agreed blocks.
     gate: Gate,
+    metrics: Arc<Metrics>,
+    /// When each block not yet appended finished executing (for the vote phase).
+    executed_at: BTreeMap<BlockNumber, Instant>,
     writing: Option<OwnedRwLockWriteGuard<()>>,
 }
 
@@ -292,8 +302,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         // The node passes the hash to chain to with every block.
         let exec =
             ExecutionServer::new(store.clone(), network.clone(), settings.mode, Digest::ZERO)?;
-        let port = Arc::new(LocalExecution::new(store.clone(), exec));
-        Self::start_with(store, network, me, key, orderer, transport, port, settings).await
+        let metrics = Arc::new(Metrics::default());
+        let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
+        Self::start_with(
+            store, network, me, key, orderer, transport, port, metrics, settings,
+        )
+        .await
     }
 
     /// [`Node::start`] with blocks executed through `port` (the organization's execution
@@ -307,6 +321,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         orderer: Arc<O>,
         transport: Arc<dyn Transport>,
         port: Arc<dyn ExecutionPort>,
+        metrics: Arc<Metrics>,
         settings: NodeSettings,
     ) -> Result<Self, NodeError> {
         if settings.checkpoint_interval == 0 || settings.checkpoints_kept == 0 {
@@ -358,6 +373,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             started: Instant::now(),
             gate,
             writing,
+            metrics,
+            executed_at: BTreeMap::new(),
         };
         if next > Resume::START.block {
             node.catch_up(BlockNumber(next.0 - 1)).await?;
@@ -378,6 +395,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     /// Appended blocks as they are appended.
     pub fn commits(&self) -> broadcast::Receiver<Arc<Committed>> {
         self.commits.subscribe()
+    }
+
+    /// The metrics the node (and its local execution) records.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// Read access to the database at the agreed height, for queries.
@@ -530,6 +552,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     None => {}
                 }
                 let ledger = executed.ledger.clone();
+                self.metrics.observe_block(ledger.tx_ids.len());
+                self.executed_at.insert(number, Instant::now());
                 self.executed.insert(number, executed);
                 self.status.send_modify(|s| {
                     s.executed = Some(number);
@@ -650,6 +674,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                         error!(org = %self.me, %alarm, "alarm");
                         self.status.send_modify(|s| {
                             s.alarms.push(alarm);
+                            s.alarms_total += 1;
                             trim(&mut s.alarms);
                         });
                     }
@@ -681,6 +706,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         })
         .encode_to_vec();
         let hash = block.hash();
+        let appending = Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
             match self
@@ -699,6 +725,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
         }
         let number = block.number;
+        self.metrics.observe(Phase::Append, appending.elapsed());
+        if let Some(at) = self.executed_at.remove(&number) {
+            self.metrics.observe(Phase::Vote, at.elapsed());
+        }
+        self.executed_at.retain(|b, _| *b > number);
         self.certificates.insert(number, certificate.clone());
         while self.certificates.len() > KEEP_CERTIFICATES {
             self.certificates.pop_first();
@@ -724,6 +755,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             info!(org = %self.me, ?report, "recovered and agreed");
             self.status.send_modify(|s| {
                 s.recoveries.push(report);
+                s.recoveries_total += 1;
                 trim(&mut s.recoveries);
             });
         }

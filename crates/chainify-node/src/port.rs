@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use chainify_core::tx::TransactionBlock;
 use chainify_core::{BlockNumber, Digest};
@@ -18,6 +19,7 @@ use chainify_storage::{Backend, Store};
 use tokio::sync::Mutex;
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
+use crate::metrics::{Metrics, Phase};
 
 /// A boxed future of the port (the trait is used as `Arc<dyn ExecutionPort>`).
 pub type PortFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ExecutionError>> + Send + 'a>>;
@@ -54,14 +56,20 @@ pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
 pub struct LocalExecution<B: Backend> {
     store: Arc<Store<B>>,
     server: Arc<Mutex<ExecutionServer<B>>>,
+    metrics: Arc<Metrics>,
 }
 
 impl<B: Backend> LocalExecution<B> {
-    /// A port over `server`, which executes on `store`.
-    pub fn new(store: Arc<Store<B>>, server: ExecutionServer<B>) -> LocalExecution<B> {
+    /// A port over `server`, which executes on `store`, recording its phases in `metrics`.
+    pub fn new(
+        store: Arc<Store<B>>,
+        server: ExecutionServer<B>,
+        metrics: Arc<Metrics>,
+    ) -> LocalExecution<B> {
         LocalExecution {
             store,
             server: Arc::new(Mutex::new(server)),
+            metrics,
         }
     }
 }
@@ -77,15 +85,31 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
             server.set_previous(previous);
+            let started = Instant::now();
             let executed = server.execute(&block).await?;
+            let outcome = &executed.outcome;
+            let m = &self.metrics;
+            m.observe(
+                Phase::ValidateAnalyse,
+                started
+                    .elapsed()
+                    .saturating_sub(outcome.execute_time + outcome.digest_time),
+            );
+            // A block run again returns its stored outcome: nothing was executed or digested.
+            if !(outcome.execute_time.is_zero() && outcome.digest_time.is_zero()) {
+                m.observe(Phase::Execute, outcome.execute_time);
+                m.observe(Phase::Digest, outcome.digest_time);
+            }
             let checkpoint = if checkpoint {
-                Some(
-                    self.store
-                        .checkpoint(block.number)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string()),
-                )
+                let taking = Instant::now();
+                let taken = self
+                    .store
+                    .checkpoint(block.number)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                m.observe(Phase::Checkpoint, taking.elapsed());
+                Some(taken)
             } else {
                 None
             };

@@ -35,7 +35,7 @@ pub(crate) struct InitArgs {
     /// Network id.
     #[arg(long, default_value = "chainify-local")]
     pub(crate) network_id: String,
-    /// First port; organization i uses base + 10·(i−1) … + 4.
+    /// First port; organization i uses base + 10·(i−1) … + 6.
     #[arg(long, default_value_t = 17100)]
     pub(crate) base_port: u16,
     /// The orderer: solo (a `chainify orderer` process), kafka, or local (one process only).
@@ -268,6 +268,8 @@ fn write_network(
                 admin: format!("127.0.0.1:{}", port(i, 2)),
                 metrics: format!("127.0.0.1:{}", port(i, 3)),
                 execution: Some(format!("127.0.0.1:{}", port(i, 4))),
+                metrics_execution: Some(format!("127.0.0.1:{}", port(i, 5))),
+                metrics_chainify: Some(format!("127.0.0.1:{}", port(i, 6))),
             },
             execution: ExecutionFile::default(),
             checkpoint: CheckpointFile {

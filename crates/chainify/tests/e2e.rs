@@ -479,6 +479,36 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
         assert!(report.contains("\"ok\": true"), "org{org}: {report}");
     }
 
+    // Every component process serves its own metrics: the phases it runs.
+    let cfg1 = OrgConfig::load(&dir.join("org1/org.toml")).unwrap();
+    for (addr, component, phase) in [
+        (
+            cfg1.listen.metrics_chainify.clone().unwrap(),
+            "chainify",
+            "endorse",
+        ),
+        (
+            cfg1.listen.metrics_execution.clone().unwrap(),
+            "execution",
+            "execute",
+        ),
+        (cfg1.listen.metrics.clone(), "commit", "vote"),
+    ] {
+        let text = scrape(&addr).await;
+        assert!(
+            text.contains(&format!(
+                "chainify_info{{org=\"1\",component=\"{component}\"}} 1"
+            )),
+            "{text}"
+        );
+        let count = format!("chainify_phase_seconds_count{{phase=\"{phase}\"}} ");
+        let n: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&count)?.parse().ok())
+            .unwrap_or_else(|| panic!("{count} missing from {component}:\n{text}"));
+        assert!(n > 0.0, "{component}: no {phase} observations");
+    }
+
     // A query reflects an agreed height and the agreed state.
     let rows = good
         .query(
@@ -501,6 +531,23 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
             l1[expected as usize - 1].block.tx_ids.len()
         );
     }
+}
+
+/// The body of `GET /metrics` at `addr`.
+async fn scrape(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.starts_with("HTTP/1.1 200 OK"),
+        "{addr}: {response}"
+    );
+    response
 }
 
 async fn reflection_services(addr: &str, ca: &[u8]) -> BTreeSet<String> {
