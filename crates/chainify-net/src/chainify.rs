@@ -262,6 +262,13 @@ impl<B: Backend, O> Clone for ChainifyServer<B, O> {
     }
 }
 
+impl<B: Backend, O> ChainifyServer<B, O> {
+    /// Submissions under way (at most `max_in_flight`).
+    pub fn in_flight(&self) -> usize {
+        self.shared.settings.max_in_flight.max(1) - self.shared.in_flight.available_permits()
+    }
+}
+
 impl<B: Backend, O> std::fmt::Debug for ChainifyServer<B, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChainifyServer")

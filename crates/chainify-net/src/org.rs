@@ -21,7 +21,7 @@ use chainify_proto::pb::commit_service_server::CommitServiceServer;
 use chainify_proto::pb::endorsement_service_server::EndorsementServiceServer;
 use chainify_proto::pb::execution_service_server::ExecutionServiceServer;
 use chainify_proto::pb::query_service_server::QueryServiceServer;
-use chainify_storage::{AnyBackend, ExecMode, Store, StoreOptions};
+use chainify_storage::{AnyBackend, Backend, ExecMode, Store, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::Server;
@@ -433,6 +433,7 @@ pub async fn run_org(
     let handles = node
         .as_ref()
         .map(|n| (n.inbox(), n.status(), n.commits(), n.read_gate()));
+    let mut chainify_server = None;
     if let (Some(listener), Some(orderer)) = (chainify_listener, orderer) {
         let (status, commits, queries) = match &handles {
             Some((_, status, commits, gate)) => (
@@ -453,7 +454,7 @@ pub async fn run_org(
                 (status, commits, queries)
             }
         };
-        let chainify = ChainifyServer::new(
+        let server = ChainifyServer::new(
             ChainifyParts {
                 me,
                 key,
@@ -468,6 +469,8 @@ pub async fn run_org(
             tls.as_ref(),
             runtime.chainify.clone(),
         )?;
+        chainify_server = Some(server.clone());
+        let chainify = server;
         let (health, reflection) = support(&[
             "chainify.v1.ChainifyService",
             "chainify.v1.EndorsementService",
@@ -548,6 +551,8 @@ pub async fn run_org(
 
     if let Some(listener) = metrics_listener {
         let status = node.as_ref().map(Node::status);
+        let inbox = node.as_ref().map(Node::inbox);
+        let store = store.clone();
         let label = format!("org=\"{}\",component=\"{}\"", me.0, component.name());
         let render: Render = Arc::new(move || {
             let mut out = String::new();
@@ -562,6 +567,35 @@ pub async fn run_org(
             if let Some(status) = &status {
                 render_status(&mut out, &status.borrow());
             }
+            let mut queues = Vec::new();
+            if let Some(inbox) = &inbox {
+                queues.push(("queue=\"node_inbox\"".to_owned(), inbox.depth() as f64));
+            }
+            if let Some(server) = &chainify_server {
+                queues.push((
+                    "queue=\"chainify_in_flight\"".to_owned(),
+                    server.in_flight() as f64,
+                ));
+            }
+            family(
+                &mut out,
+                "chainify_queue_depth",
+                "gauge",
+                "Items waiting or under way in the component's bounded queues.",
+                &queues,
+            );
+            let pool = store.backend().pool_use();
+            family(
+                &mut out,
+                "chainify_db_connections",
+                "gauge",
+                "The database connection pool: connections open, idle, and the most it opens.",
+                &[
+                    ("state=\"open\"".to_owned(), f64::from(pool.open)),
+                    ("state=\"idle\"".to_owned(), f64::from(pool.idle)),
+                    ("state=\"max\"".to_owned(), f64::from(pool.max)),
+                ],
+            );
             out
         });
         info!(org = %me, addr = ?local(&listener), "metrics listening at /metrics");

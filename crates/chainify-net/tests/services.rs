@@ -403,6 +403,13 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         assert!(n > 0.0, "no {phase} observations:\n{metrics}");
     }
     assert_eq!(metric(&metrics, "chainify_state{state=\"running\"}"), 1.0);
+    assert!(metric(&metrics, "chainify_db_connections{state=\"max\"}") >= 1.0);
+    assert!(metric(&metrics, "chainify_db_connections{state=\"open\"}") >= 1.0);
+    metric(&metrics, "chainify_queue_depth{queue=\"node_inbox\"}");
+    metric(
+        &metrics,
+        "chainify_queue_depth{queue=\"chainify_in_flight\"}",
+    );
     assert!(net.scrape(1, "/").await.starts_with("HTTP/1.1 404"));
 
     // Queries: the agreed state at an agreed height, checked like transactions.

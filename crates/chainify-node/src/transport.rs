@@ -74,6 +74,11 @@ impl Inbox {
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+
+    /// Messages waiting to be handled.
+    pub fn depth(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
 }
 
 #[derive(Debug, Default)]

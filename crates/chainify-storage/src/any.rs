@@ -201,6 +201,10 @@ impl Backend for AnyBackend {
     async fn close(&self) {
         each!(AnyBackend, self, b => b.close().await)
     }
+
+    fn pool_use(&self) -> crate::backend::PoolUse {
+        each!(AnyBackend, self, b => b.pool_use())
+    }
 }
 
 impl Conn for AnyConn {

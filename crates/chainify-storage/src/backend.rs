@@ -46,6 +46,20 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Closes the pool.
     fn close(&self) -> impl Future<Output = ()> + Send;
+
+    /// The connection pool's use: connections open, and of those idle.
+    fn pool_use(&self) -> PoolUse;
+}
+
+/// How much of a connection pool is in use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolUse {
+    /// Connections open.
+    pub open: u32,
+    /// Of those, idle.
+    pub idle: u32,
+    /// The most the pool opens.
+    pub max: u32,
 }
 
 /// Session statements around a transaction whose foreign keys hold only at its end.
@@ -286,6 +300,14 @@ macro_rules! sqlx_backend_basics {
 
         async fn close(&self) {
             self.pool.close().await;
+        }
+
+        fn pool_use(&self) -> crate::backend::PoolUse {
+            crate::backend::PoolUse {
+                open: self.pool.size(),
+                idle: u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX),
+                max: self.pool.options().get_max_connections(),
+            }
         }
     };
 }

@@ -54,7 +54,8 @@ macro_rules! conformance_tests {
             checkpoint_restore_and_replay,
             blocks_apply_once_and_in_order,
             ledger_is_a_hash_chain,
-            queries_return_typed_rows_alike);
+            queries_return_typed_rows_alike,
+            pool_use_counts_connections);
     };
     (@cases $fixture:expr; $($case:ident),*) => {
         $(
@@ -1340,4 +1341,27 @@ pub async fn queries_return_typed_rows_alike<F: Fixture>(f: &F) {
             .expect("lookup"),
         None
     );
+}
+
+/// The pool reports what it holds: a connection in use is open and not idle, within the limit.
+pub async fn pool_use_counts_connections<F: Fixture>(f: &F) {
+    let options = StoreOptions {
+        max_connections: 3,
+        ..StoreOptions::default()
+    };
+    let store = setup(f, "pool_use", options).await;
+    let backend = store.backend();
+    let held = backend.acquire().await.expect("a connection");
+    let busy = backend.pool_use();
+    assert_eq!(busy.max, 3, "{busy:?}");
+    assert!(busy.open >= 1 && busy.open <= 3, "{busy:?}");
+    assert!(
+        busy.idle < busy.open,
+        "the held connection is not idle: {busy:?}"
+    );
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let after = backend.pool_use();
+    assert_eq!(after.idle, after.open, "returned: {after:?}");
+    store.close().await;
 }

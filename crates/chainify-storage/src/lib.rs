@@ -31,7 +31,7 @@ mod value;
 use std::time::Duration;
 
 pub use any::{AnyBackend, AnyConn, database_on, recreate_database};
-pub use backend::{Backend, Conn, DeferForeignKeys};
+pub use backend::{Backend, Conn, DeferForeignKeys, PoolUse};
 pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};
 pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
