@@ -13,7 +13,7 @@ pub const ACCOUNTS: u64 = 100_000;
 
 /// A Smallbank block with Zipf (s = 1.1) account choice.
 pub fn smallbank_block_zipf(seed: u64) -> Vec<Transaction> {
-    Smallbank::new(ACCOUNTS, &KeyDistribution::Zipf { s: 1.1 }, seed).block(BLOCK_TXS)
+    Smallbank::new(ACCOUNTS, &KeyDistribution::Zipf { s: 1.1, v: 0.0 }, seed).block(BLOCK_TXS)
 }
 
 /// A Smallbank block with uniform account choice.

@@ -163,7 +163,7 @@ async fn execution<B: Backend>(
     let analyzer = Analyzer::new(store.schema()?);
     let mut number = 0u64;
     for (dist_name, dist) in [
-        ("zipf 1.1", KeyDistribution::Zipf { s: 1.1 }),
+        ("zipf 1.1", KeyDistribution::Zipf { s: 1.1, v: 0.0 }),
         ("uniform", KeyDistribution::Uniform),
     ] {
         let mut workload = Smallbank::new(args.accounts, &dist, 42);

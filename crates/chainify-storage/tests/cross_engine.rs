@@ -22,7 +22,7 @@ async fn digests_on<F: Fixture>(
         success.push(o.success);
     }
     let u = u64::try_from(ACCOUNTS).expect("positive");
-    let mut workload = Smallbank::new(u, &KeyDistribution::Zipf { s: 1.1 }, 7);
+    let mut workload = Smallbank::new(u, &KeyDistribution::Zipf { s: 1.1, v: 0.0 }, 7);
     for n in 2..6 {
         let txs = workload.block(300).into_iter().map(Some).collect();
         let b = block(&store, n, txs);

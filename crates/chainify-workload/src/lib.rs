@@ -4,7 +4,11 @@
 //!
 //! [`Smallbank`] follows the chainifyDB evaluation (DESIGN §7): tables `accounts`, `savings`,
 //! `checking`; the TransactSavings, DepositChecking, SendPayment and WriteCheck mix chosen
-//! uniformly; accounts drawn from a Zipf distribution (s = 1.1 in the paper) or uniformly.
+//! uniformly, optionally with Amalgamate and Balance; accounts drawn from a Zipf distribution
+//! (s = 1.1 in the paper, with an optional shift v) or uniformly.
+//!
+//! [`Ycsb`] is the YCSB core workload on one table, `usertable`, with workloads A (50 % reads,
+//! 50 % updates), B (95 % / 5 %) and C (reads only) and a configurable record size.
 
 use chainify_core::Value;
 use chainify_core::tx::{Statement, Transaction};
@@ -45,11 +49,47 @@ impl Rng {
 pub enum KeyDistribution {
     /// Every account equally likely.
     Uniform,
-    /// Zipf with exponent `s` over account ranks (rank 0 hottest).
+    /// Zipf–Mandelbrot over ranks: P(rank k) ∝ 1 / (k + 1 + v)^s (rank 0 hottest).
     Zipf {
         /// The exponent (the paper uses 1.1).
         s: f64,
+        /// The shift (0: plain Zipf); larger values flatten the head.
+        v: f64,
     },
+}
+
+impl std::str::FromStr for KeyDistribution {
+    type Err = String;
+
+    /// `uniform`, `zipf` (s = 1.1), `zipf:S` or `zipf:S:V`.
+    fn from_str(text: &str) -> Result<KeyDistribution, String> {
+        let bad = |why: &str| format!("{text:?}: {why}; use uniform, zipf, zipf:S or zipf:S:V");
+        let mut parts = text.split(':');
+        match parts.next() {
+            Some("uniform") if parts.next().is_none() => Ok(KeyDistribution::Uniform),
+            Some("zipf") => {
+                let number = |p: Option<&str>, default: f64| match p {
+                    None => Ok(default),
+                    Some(p) => p
+                        .parse::<f64>()
+                        .map_err(|_| bad(&format!("{p:?} is not a number"))),
+                };
+                let s = number(parts.next(), 1.1)?;
+                let v = number(parts.next(), 0.0)?;
+                if parts.next().is_some() {
+                    return Err(bad("too many parts"));
+                }
+                if !(s.is_finite() && s > 0.0) {
+                    return Err(bad("s must be above 0"));
+                }
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(bad("v must be 0 or more"));
+                }
+                Ok(KeyDistribution::Zipf { s, v })
+            }
+            _ => Err(bad("unknown distribution")),
+        }
+    }
 }
 
 /// Samples ranks in [0, n) from a distribution, by inverse CDF for Zipf.
@@ -66,11 +106,11 @@ impl KeySampler {
         let n = n.max(1);
         let cdf = match dist {
             KeyDistribution::Uniform => Vec::new(),
-            KeyDistribution::Zipf { s } => {
+            KeyDistribution::Zipf { s, v } => {
                 let mut acc = 0.0;
                 let mut cdf: Vec<f64> = (1..=n)
                     .map(|k| {
-                        acc += 1.0 / (k as f64).powf(*s);
+                        acc += 1.0 / (k as f64 + v).powf(*s);
                         acc
                     })
                     .collect();
@@ -129,7 +169,7 @@ pub fn smallbank_load_sql(accounts: u64, rows_per_statement: usize) -> Vec<Strin
     out
 }
 
-/// The four transaction kinds of the evaluation mix.
+/// The transaction kinds of Smallbank: the evaluation's four, then the two optional ones.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum SmallbankKind {
     /// `savings[a] += v` unless the balance would go negative.
@@ -140,6 +180,30 @@ pub enum SmallbankKind {
     SendPayment,
     /// `checking[a] -= v` (+1 penalty if checking + savings < v).
     WriteCheck,
+    /// `checking[b] += savings[a] + checking[a]; savings[a] = checking[a] = 0`.
+    Amalgamate,
+    /// Reads `savings[a] + checking[a]`.
+    Balance,
+}
+
+impl SmallbankKind {
+    /// The evaluation's mix (chainifyDB, Fig. 7–10).
+    pub const EVALUATION: [SmallbankKind; 4] = [
+        SmallbankKind::TransactSavings,
+        SmallbankKind::DepositChecking,
+        SmallbankKind::SendPayment,
+        SmallbankKind::WriteCheck,
+    ];
+
+    /// The full Smallbank mix.
+    pub const FULL: [SmallbankKind; 6] = [
+        SmallbankKind::TransactSavings,
+        SmallbankKind::DepositChecking,
+        SmallbankKind::SendPayment,
+        SmallbankKind::WriteCheck,
+        SmallbankKind::Amalgamate,
+        SmallbankKind::Balance,
+    ];
 }
 
 /// Smallbank transaction generator.
@@ -148,15 +212,36 @@ pub struct Smallbank {
     accounts: u64,
     sampler: KeySampler,
     rng: Rng,
+    mix: Vec<SmallbankKind>,
 }
 
 impl Smallbank {
-    /// A generator over `accounts` accounts (ids 1..=accounts) with the given key distribution.
+    /// A generator over `accounts` accounts (ids 1..=accounts) with the given key distribution
+    /// and the evaluation's mix.
     pub fn new(accounts: u64, dist: &KeyDistribution, seed: u64) -> Self {
         Smallbank {
             accounts: accounts.max(2),
             sampler: KeySampler::new(accounts.max(2), dist),
             rng: Rng::new(seed),
+            mix: SmallbankKind::EVALUATION.to_vec(),
+        }
+    }
+
+    /// The same generator choosing uniformly among `kinds` (at least one).
+    pub fn with_mix(mut self, kinds: &[SmallbankKind]) -> Self {
+        if !kinds.is_empty() {
+            self.mix = kinds.to_vec();
+        }
+        self
+    }
+
+    /// A different second account.
+    fn other_account(&mut self, a: i64) -> i64 {
+        let b = self.account();
+        if b == a {
+            a % i64::try_from(self.accounts).unwrap_or(i64::MAX) + 1
+        } else {
+            b
         }
     }
 
@@ -173,12 +258,7 @@ impl Smallbank {
 
     /// The next transaction and its kind.
     pub fn next_tx(&mut self) -> (SmallbankKind, Transaction) {
-        let kind = match self.rng.below(4) {
-            0 => SmallbankKind::TransactSavings,
-            1 => SmallbankKind::DepositChecking,
-            2 => SmallbankKind::SendPayment,
-            _ => SmallbankKind::WriteCheck,
-        };
+        let kind = self.mix[self.rng.below(self.mix.len() as u64) as usize];
         let a = self.account();
         let v = self.amount();
         let statements = match kind {
@@ -200,10 +280,7 @@ impl Smallbank {
                 .expect_rows(1),
             ],
             SmallbankKind::SendPayment => {
-                let mut b = self.account();
-                if b == a {
-                    b = a % i64::try_from(self.accounts).unwrap_or(i64::MAX) + 1;
-                }
+                let b = self.other_account(a);
                 let params = vec![Value::Int(a), Value::Int(b), Value::Int(v)];
                 vec![
                     Statement::new(
@@ -221,6 +298,22 @@ impl Smallbank {
                 )
                 .expect_rows(1),
             ],
+            SmallbankKind::Amalgamate => {
+                // Through savings[a], so that no statement reads the table it updates (MySQL
+                // and MariaDB refuse that).
+                let b = self.other_account(a);
+                let only_a = || vec![Value::Int(a)];
+                vec![
+                    Statement::new("UPDATE savings SET bal = bal + (SELECT bal FROM checking WHERE custid = $1) WHERE custid = $1", only_a()).expect_rows(1),
+                    Statement::new("UPDATE checking SET bal = 0 WHERE custid = $1", only_a()).expect_rows(1),
+                    Statement::new("UPDATE checking SET bal = bal + (SELECT bal FROM savings WHERE custid = $1) WHERE custid = $2", vec![Value::Int(a), Value::Int(b)]).expect_rows(1),
+                    Statement::new("UPDATE savings SET bal = 0 WHERE custid = $1", only_a()).expect_rows(1),
+                ]
+            }
+            SmallbankKind::Balance => vec![Statement::new(
+                "SELECT s.bal, c.bal FROM savings s JOIN checking c ON c.custid = s.custid WHERE s.custid = $1",
+                vec![Value::Int(a)],
+            )],
         };
         (kind, Transaction { statements })
     }
@@ -231,13 +324,208 @@ impl Smallbank {
     }
 }
 
+/// The YCSB core workloads this crate generates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YcsbWorkload {
+    /// Update heavy: 50 % reads, 50 % updates.
+    A,
+    /// Read mostly: 95 % reads, 5 % updates.
+    B,
+    /// Read only.
+    C,
+}
+
+impl YcsbWorkload {
+    /// The share of reads.
+    pub fn read_fraction(self) -> f64 {
+        match self {
+            YcsbWorkload::A => 0.5,
+            YcsbWorkload::B => 0.95,
+            YcsbWorkload::C => 1.0,
+        }
+    }
+}
+
+impl std::str::FromStr for YcsbWorkload {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<YcsbWorkload, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "a" => Ok(YcsbWorkload::A),
+            "b" => Ok(YcsbWorkload::B),
+            "c" => Ok(YcsbWorkload::C),
+            _ => Err(format!("{text:?}: YCSB workloads are a, b and c")),
+        }
+    }
+}
+
+/// The shape of a YCSB record: `fields` text fields of `field_length` characters (YCSB's
+/// default is 10 × 100, a 1 KB record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct YcsbRecord {
+    /// Fields per record (1 to 100).
+    pub fields: usize,
+    /// Characters per field (1 to 1000).
+    pub field_length: usize,
+}
+
+impl Default for YcsbRecord {
+    fn default() -> Self {
+        YcsbRecord {
+            fields: 10,
+            field_length: 100,
+        }
+    }
+}
+
+impl YcsbRecord {
+    /// Checks the bounds, naming the value out of range.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=100).contains(&self.fields) {
+            return Err(format!("{} fields: choose 1 to 100", self.fields));
+        }
+        if !(1..=1000).contains(&self.field_length) {
+            return Err(format!(
+                "a field length of {}: choose 1 to 1000",
+                self.field_length
+            ));
+        }
+        Ok(())
+    }
+
+    fn columns(&self) -> Vec<String> {
+        (0..self.fields).map(|i| format!("field{i}")).collect()
+    }
+}
+
+/// The YCSB table, `usertable`, for `record`.
+pub fn ycsb_schema(record: YcsbRecord) -> String {
+    let fields: Vec<String> = record
+        .columns()
+        .iter()
+        .map(|c| format!("{c} VARCHAR({}) NOT NULL", record.field_length))
+        .collect();
+    format!(
+        "CREATE TABLE usertable (ycsb_key BIGINT NOT NULL PRIMARY KEY, {});\n",
+        fields.join(", ")
+    )
+}
+
+fn ycsb_value(rng: &mut Rng, length: usize) -> String {
+    (0..length)
+        .map(|_| char::from(b'a' + rng.below(26) as u8))
+        .collect()
+}
+
+/// Portable `INSERT` statements that load records `1..=records` (values drawn from `seed`),
+/// `rows_per_statement` rows at a time.
+pub fn ycsb_load_sql(
+    records: u64,
+    record: YcsbRecord,
+    rows_per_statement: usize,
+    seed: u64,
+) -> Vec<String> {
+    let mut rng = Rng::new(seed);
+    let columns = record.columns().join(", ");
+    let ids: Vec<u64> = (1..=records).collect();
+    ids.chunks(rows_per_statement.max(1))
+        .map(|chunk| {
+            let rows: Vec<String> = chunk
+                .iter()
+                .map(|id| {
+                    let values: Vec<String> = (0..record.fields)
+                        .map(|_| format!("'{}'", ycsb_value(&mut rng, record.field_length)))
+                        .collect();
+                    format!("({id}, {})", values.join(", "))
+                })
+                .collect();
+            format!(
+                "INSERT INTO usertable (ycsb_key, {columns}) VALUES {}",
+                rows.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// What a YCSB transaction does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YcsbOp {
+    /// Reads a whole record.
+    Read,
+    /// Overwrites one field of a record.
+    Update,
+}
+
+/// YCSB transaction generator: one operation per transaction.
+#[derive(Clone, Debug)]
+pub struct Ycsb {
+    records: u64,
+    sampler: KeySampler,
+    rng: Rng,
+    workload: YcsbWorkload,
+    record: YcsbRecord,
+    read_sql: String,
+}
+
+impl Ycsb {
+    /// A generator over records `1..=records` of shape `record`.
+    pub fn new(
+        records: u64,
+        dist: &KeyDistribution,
+        workload: YcsbWorkload,
+        record: YcsbRecord,
+        seed: u64,
+    ) -> Self {
+        Ycsb {
+            records: records.max(1),
+            sampler: KeySampler::new(records.max(1), dist),
+            rng: Rng::new(seed),
+            workload,
+            record,
+            read_sql: format!(
+                "SELECT {} FROM usertable WHERE ycsb_key = $1",
+                record.columns().join(", ")
+            ),
+        }
+    }
+
+    /// The next transaction and what it does.
+    pub fn next_tx(&mut self) -> (YcsbOp, Transaction) {
+        let rank = self.sampler.sample(&mut self.rng);
+        let key = i64::try_from(rank.wrapping_mul(0x9E37_79B9) % self.records + 1).unwrap_or(1);
+        let statement = if self.rng.next_f64() < self.workload.read_fraction() {
+            (
+                YcsbOp::Read,
+                Statement::new(&self.read_sql, vec![Value::Int(key)]),
+            )
+        } else {
+            let field = self.rng.below(self.record.fields as u64);
+            let value = ycsb_value(&mut self.rng, self.record.field_length);
+            (
+                YcsbOp::Update,
+                Statement::new(
+                    format!("UPDATE usertable SET field{field} = $2 WHERE ycsb_key = $1"),
+                    vec![Value::Int(key), Value::Text(value)],
+                )
+                .expect_rows(1),
+            )
+        };
+        (
+            statement.0,
+            Transaction {
+                statements: vec![statement.1],
+            },
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn same_seed_same_stream() {
-        let d = KeyDistribution::Zipf { s: 1.1 };
+        let d = KeyDistribution::Zipf { s: 1.1, v: 0.0 };
         assert_eq!(
             Smallbank::new(1000, &d, 7).block(50),
             Smallbank::new(1000, &d, 7).block(50)
@@ -251,7 +539,7 @@ mod tests {
     #[test]
     fn zipf_is_skewed_and_uniform_is_not() {
         let mut rng = Rng::new(1);
-        let zipf = KeySampler::new(1000, &KeyDistribution::Zipf { s: 1.1 });
+        let zipf = KeySampler::new(1000, &KeyDistribution::Zipf { s: 1.1, v: 0.0 });
         let uni = KeySampler::new(1000, &KeyDistribution::Uniform);
         let hot =
             |s: &KeySampler, rng: &mut Rng| (0..10_000).filter(|_| s.sample(rng) == 0).count();
@@ -276,5 +564,133 @@ mod tests {
                 assert_ne!(tx.statements[0].params[0], tx.statements[0].params[1]);
             }
         }
+    }
+
+    #[test]
+    fn distributions_parse_or_name_the_problem() {
+        assert!(matches!("uniform".parse(), Ok(KeyDistribution::Uniform)));
+        assert!(matches!(
+            "zipf".parse(),
+            Ok(KeyDistribution::Zipf { s, v }) if s == 1.1 && v == 0.0
+        ));
+        assert!(matches!(
+            "zipf:0.9:5".parse(),
+            Ok(KeyDistribution::Zipf { s, v }) if s == 0.9 && v == 5.0
+        ));
+        for (bad, why) in [
+            ("zipf:x", "\"x\" is not a number"),
+            ("zipf:0", "s must be above 0"),
+            ("zipf:1.1:-1", "v must be 0 or more"),
+            ("zipf:1:2:3", "too many parts"),
+            ("pareto", "unknown distribution"),
+        ] {
+            let e = bad.parse::<KeyDistribution>().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_zipf_shift_flattens_the_head() {
+        let hot = |v: f64| {
+            let sampler = KeySampler::new(1000, &KeyDistribution::Zipf { s: 1.1, v });
+            let mut rng = Rng::new(3);
+            (0..20_000)
+                .filter(|_| sampler.sample(&mut rng) == 0)
+                .count()
+        };
+        let (plain, shifted) = (hot(0.0), hot(10.0));
+        assert!(shifted * 5 < plain, "v = 10: {shifted}, v = 0: {plain}");
+    }
+
+    #[test]
+    fn the_mixes_draw_exactly_their_kinds() {
+        let d = KeyDistribution::Uniform;
+        let kinds = |g: &mut Smallbank| {
+            let mut seen: Vec<SmallbankKind> = (0..600).map(|_| g.next_tx().0).collect();
+            seen.dedup();
+            let mut set = Vec::new();
+            for k in seen {
+                if !set.contains(&k) {
+                    set.push(k);
+                }
+            }
+            set.len()
+        };
+        assert_eq!(kinds(&mut Smallbank::new(100, &d, 1)), 4);
+        assert_eq!(
+            kinds(&mut Smallbank::new(100, &d, 1).with_mix(&SmallbankKind::FULL)),
+            6
+        );
+    }
+
+    /// Every generated statement is in the portable subset the analyser accepts.
+    #[test]
+    fn generated_transactions_pass_the_analyser() {
+        use chainify_sql::{Analyzer, Schema};
+        let smallbank = Analyzer::new(Schema::from_sql(SMALLBANK_SCHEMA).unwrap());
+        let mut g = Smallbank::new(50, &KeyDistribution::Uniform, 9).with_mix(&SmallbankKind::FULL);
+        for _ in 0..300 {
+            let (kind, tx) = g.next_tx();
+            if let Err(e) = smallbank.analyze(&tx) {
+                panic!("{kind:?}: {e}");
+            }
+        }
+        let record = YcsbRecord {
+            fields: 3,
+            field_length: 8,
+        };
+        let ycsb = Analyzer::new(Schema::from_sql(&ycsb_schema(record)).unwrap());
+        for workload in [YcsbWorkload::A, YcsbWorkload::B, YcsbWorkload::C] {
+            let mut g = Ycsb::new(100, &KeyDistribution::Uniform, workload, record, 4);
+            for _ in 0..200 {
+                let (op, tx) = g.next_tx();
+                if let Err(e) = ycsb.analyze(&tx) {
+                    panic!("{workload:?} {op:?}: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ycsb_workloads_read_their_share_and_write_whole_fields() {
+        let record = YcsbRecord::default();
+        let reads = |w: YcsbWorkload| {
+            let mut g = Ycsb::new(1000, &KeyDistribution::Uniform, w, record, 2);
+            (0..10_000)
+                .filter(|_| g.next_tx().0 == YcsbOp::Read)
+                .count()
+        };
+        let a = reads(YcsbWorkload::A);
+        let b = reads(YcsbWorkload::B);
+        assert!((4_700..=5_300).contains(&a), "A reads {a} of 10 000");
+        assert!((9_300..=9_700).contains(&b), "B reads {b} of 10 000");
+        assert_eq!(reads(YcsbWorkload::C), 10_000);
+        let mut g = Ycsb::new(1000, &KeyDistribution::Uniform, YcsbWorkload::A, record, 2);
+        let update = std::iter::repeat_with(|| g.next_tx())
+            .find(|(op, _)| *op == YcsbOp::Update)
+            .unwrap()
+            .1;
+        match &update.statements[0].params[1] {
+            Value::Text(v) => assert_eq!(v.len(), 100),
+            other => panic!("{other:?}"),
+        }
+        let load = ycsb_load_sql(25, record, 10, 1);
+        assert_eq!(load.len(), 3);
+        assert!(load[0].starts_with("INSERT INTO usertable (ycsb_key, field0, field1,"));
+        assert_eq!(ycsb_load_sql(25, record, 10, 1), load, "deterministic");
+        assert!(
+            YcsbRecord {
+                fields: 0,
+                field_length: 5
+            }
+            .check()
+            .unwrap_err()
+            .contains("0 fields")
+        );
+        assert!(
+            "d".parse::<YcsbWorkload>()
+                .unwrap_err()
+                .contains("a, b and c")
+        );
     }
 }

@@ -264,7 +264,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         .map(|i| {
             let workload = Smallbank::new(
                 args.accounts,
-                &KeyDistribution::Zipf { s: 1.1 },
+                &KeyDistribution::Zipf { s: 1.1, v: 0.0 },
                 args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
             );
             tokio::spawn(client(

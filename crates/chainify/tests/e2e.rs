@@ -163,7 +163,11 @@ async fn drive(
     let mut tasks = Vec::new();
     for w in 0..workers {
         let c = clients[w % clients.len()].clone();
-        let mut workload = Smallbank::new(1000, &KeyDistribution::Zipf { s: 1.1 }, seed + w as u64);
+        let mut workload = Smallbank::new(
+            1000,
+            &KeyDistribution::Zipf { s: 1.1, v: 0.0 },
+            seed + w as u64,
+        );
         let share = n / workers;
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {

@@ -11,7 +11,9 @@ use chainify_core::TxId;
 use chainify_node::NodeSettings;
 use chainify_node::cluster::{Cluster, ClusterSpec, OrdererFactory};
 use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, recreate_database};
-use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
+use chainify_workload::{
+    KeyDistribution, SMALLBANK_SCHEMA, Smallbank, SmallbankKind, smallbank_load_sql,
+};
 
 pub const TABLES: [&str; 3] = ["accounts", "savings", "checking"];
 
@@ -98,8 +100,10 @@ pub async fn drive<F: OrdererFactory>(
     ids
 }
 
+/// Smallbank's full mix (with Amalgamate and Balance), Zipf 1.1.
 pub fn smallbank(accounts: u64, seed: u64) -> Smallbank {
-    Smallbank::new(accounts, &KeyDistribution::Zipf { s: 1.1 }, seed)
+    Smallbank::new(accounts, &KeyDistribution::Zipf { s: 1.1, v: 0.0 }, seed)
+        .with_mix(&SmallbankKind::FULL)
 }
 
 pub fn shared<O>(orderer: O) -> chainify_node::cluster::Shared<O> {
