@@ -3,33 +3,26 @@
 //! organization's database tampered with midway and repaired from its checkpoint, and a closing
 //! summary. Exit code 0 when every organization agrees at the end.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::IsTerminal;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use chainify_core::{OrgId, TxId};
+use chainify_core::OrgId;
 use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
-use chainify_node::{NodeSettings, NodeStatus, RecoveryReport};
+use chainify_node::{NodeSettings, RecoveryReport};
 use chainify_orderer::LocalOrderer;
-use chainify_workload::{KeyDistribution, Smallbank};
-use indicatif::{ProgressBar, ProgressStyle};
+use chainify_workload::{KeyDistribution, YcsbRecord};
 use serde::Serialize;
-use tokio::sync::{broadcast, oneshot};
 
-/// The Smallbank tables every organization shares.
-const TABLES: [&str; 3] = ["accounts", "savings", "checking"];
+use crate::drive::{Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, heights, percentile};
+
 /// The organization whose commits the clients observe (latency is submit → appended there).
 const OBSERVER: OrgId = OrgId(1);
 /// The organization whose database is tampered with.
 const TAMPERED: OrgId = OrgId(2);
-/// How long the end of the run may take to settle (in-flight blocks, a late recovery).
-const SETTLE: Duration = Duration::from_secs(60);
-/// Lines of progress when stderr is not a terminal (no bar): one per this interval.
-const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
@@ -129,62 +122,6 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<std::process::ExitCode> {
     })
 }
 
-/// Where progress lines and events go: above the bar on a terminal, plain lines otherwise.
-struct Screen {
-    bar: Option<ProgressBar>,
-}
-
-impl Screen {
-    fn new(total: Duration) -> Screen {
-        if !std::io::stderr().is_terminal() {
-            return Screen { bar: None };
-        }
-        let bar = ProgressBar::new(total.as_millis() as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30.cyan/blue} {elapsed:>3} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        Screen { bar: Some(bar) }
-    }
-
-    fn say(&self, line: &str) {
-        match &self.bar {
-            Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
-        }
-    }
-
-    fn progress(&self, elapsed: Duration, line: &str, plain_due: &mut Instant) {
-        match &self.bar {
-            Some(bar) => {
-                bar.set_position(elapsed.as_millis() as u64);
-                bar.set_message(line.to_owned());
-            }
-            None if Instant::now() >= *plain_due => {
-                eprintln!("  {:>5.1} s  {line}", elapsed.as_secs_f64());
-                *plain_due = Instant::now() + PLAIN_PROGRESS_EVERY;
-            }
-            None => {}
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
-    }
-}
-
-/// A transaction a client waits for: when it was submitted, and whom to tell.
-type Pending = Arc<Mutex<HashMap<TxId, (Instant, oneshot::Sender<bool>)>>>;
-
-#[derive(Default)]
-struct Counters {
-    committed: AtomicU64,
-    succeeded: AtomicU64,
-    latencies_us: Mutex<Vec<u64>>,
-}
-
 async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
     let duration = Duration::from_secs_f64(args.duration);
     let tamper = !args.no_tamper;
@@ -207,7 +144,8 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
     let mut urls = Vec::new();
     for n in 1..=args.orgs {
         let url = format!("sqlite://{}", dir.join(format!("org{n}.db")).display());
-        crate::devnet::smallbank_database(&url, args.accounts)
+        Workload::Smallbank
+            .prepare(&url, args.accounts, YcsbRecord::default())
             .await
             .with_context(|| format!("loading Smallbank into org{n}'s database {url}"))?;
         urls.push(url);
@@ -218,7 +156,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         args.block_txs,
         Duration::from_millis(args.batch_timeout_ms),
         &urls,
-        &TABLES,
+        Workload::Smallbank.tables(),
     )
     .context("the demo network")?;
     let others: std::collections::BTreeSet<OrgId> = spec
@@ -253,28 +191,18 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         started.elapsed().as_secs_f64()
     );
 
-    let pending: Pending = Arc::default();
-    let counters = Arc::new(Counters::default());
-    let commits = cluster
-        .commits(OBSERVER)
-        .context("the observing organization is not running")?;
-    let listener = tokio::spawn(listen(commits, pending.clone(), counters.clone()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..args.clients)
+    let generators = (0..args.clients)
         .map(|i| {
-            let workload = Smallbank::new(
+            Workload::Smallbank.generator(
                 args.accounts,
                 &KeyDistribution::Zipf { s: 1.1, v: 0.0 },
+                YcsbRecord::default(),
                 args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
-            );
-            tokio::spawn(client(
-                cluster.clone(),
-                workload,
-                pending.clone(),
-                stop.clone(),
-            ))
+            )
         })
         .collect();
+    let load = Load::start(&cluster, OBSERVER, generators)?;
+    let counters = load.counters.clone();
 
     let screen = Screen::new(duration);
     let begin = Instant::now();
@@ -336,11 +264,8 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
     let measured = begin.elapsed();
     let committed_in_time = counters.committed.load(Ordering::Relaxed);
     let succeeded_in_time = counters.succeeded.load(Ordering::Relaxed);
-    stop.store(true, Ordering::Relaxed);
     screen.say("▸ load stopped; waiting for the last transactions and for every organization");
-    for c in clients {
-        c.await??;
-    }
+    load.stop().await?;
     if tamper && recoveries.iter().all(|(org, _, _)| *org != TAMPERED) {
         cluster
             .wait_until("the tampered organization's recovery", SETTLE, |s| {
@@ -361,7 +286,6 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         })
         .await?;
     screen.finish();
-    listener.abort();
 
     let statuses = cluster.statuses();
     let agreement = cluster.check_consistent(&orgs).await;
@@ -418,94 +342,6 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         all_agree: agreement.is_ok(),
         disagreement: agreement.err().map(|e| e.to_string()),
     })
-}
-
-fn heights(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
-    statuses
-        .iter()
-        .map(|(org, s)| format!("{org} {}", s.next_block.0.saturating_sub(1)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn percentile(sorted: &[u64], q: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1] as f64 / 1e3)
-}
-
-/// Tells each waiting client when its transaction is appended at the observing organization.
-async fn listen(
-    mut commits: broadcast::Receiver<Arc<chainify_node::Committed>>,
-    pending: Pending,
-    counters: Arc<Counters>,
-) {
-    loop {
-        let committed = match commits.recv().await {
-            Ok(c) => c,
-            // Missed blocks: their clients find their outcome by polling (see `client`).
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        let now = Instant::now();
-        let block = &committed.block;
-        let mut waiting = pending.lock().unwrap_or_else(PoisonError::into_inner);
-        for (index, id) in block.tx_ids.iter().enumerate() {
-            let success = block.success.get(index).copied().unwrap_or(false);
-            if let Some((submitted, tell)) = waiting.remove(id) {
-                counters.committed.fetch_add(1, Ordering::Relaxed);
-                if success {
-                    counters.succeeded.fetch_add(1, Ordering::Relaxed);
-                }
-                counters
-                    .latencies_us
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(now.duration_since(submitted).as_micros() as u64);
-                let _ = tell.send(success);
-            }
-        }
-    }
-}
-
-/// Submits one transaction at a time until told to stop, each after the previous is appended.
-async fn client(
-    cluster: Arc<Cluster<Shared<LocalOrderer>>>,
-    mut workload: Smallbank,
-    pending: Pending,
-    stop: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
-    while !stop.load(Ordering::Relaxed) {
-        let tx = cluster.endorse(workload.next_tx().1);
-        let id = tx.proposal.tx_id();
-        let (tell, mut told) = oneshot::channel();
-        pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, (Instant::now(), tell));
-        cluster.submit_raw(tx).await?;
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            match tokio::time::timeout(Duration::from_secs(1), &mut told).await {
-                Ok(_) => break,
-                // The listener lagged past this block: the collector's record says it landed.
-                Err(_) if cluster.outcome(OBSERVER, &id).is_some() => {
-                    pending
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .remove(&id);
-                    break;
-                }
-                Err(_) if Instant::now() >= deadline => {
-                    bail!("transaction {id} was not appended within {SETTLE:?}")
-                }
-                Err(_) => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 #[derive(Debug, Serialize)]

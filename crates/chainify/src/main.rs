@@ -12,6 +12,7 @@ mod analyze;
 mod client;
 mod demo;
 mod devnet;
+mod drive;
 mod init;
 mod serve;
 

@@ -1,0 +1,329 @@
+//! Driving an in-process network with closed-loop clients, for `demo` and `bench`: workloads,
+//! loading the databases, the clients and the listener that times them, progress on screen.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use chainify_core::tx::Transaction;
+use chainify_core::{OrgId, TxId};
+use chainify_node::NodeStatus;
+use chainify_node::cluster::{Cluster, Shared};
+use chainify_orderer::LocalOrderer;
+use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, recreate_database};
+use chainify_workload::{
+    KeyDistribution, SMALLBANK_SCHEMA, Smallbank, SmallbankKind, Ycsb, YcsbRecord, YcsbWorkload,
+    smallbank_load_sql, ycsb_load_sql, ycsb_schema,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+
+/// How long a client waits for its transaction before it gives up on the run.
+pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+/// Lines of progress when stderr is not a terminal (no bar): one per this interval.
+pub(crate) const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Which transactions the clients send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Workload {
+    /// Smallbank, the evaluation's four kinds.
+    Smallbank,
+    /// Smallbank with Amalgamate and Balance.
+    SmallbankFull,
+    /// YCSB A, B or C.
+    Ycsb(YcsbWorkload),
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Workload, String> {
+        match text {
+            "smallbank" => Ok(Workload::Smallbank),
+            "smallbank-full" => Ok(Workload::SmallbankFull),
+            _ => match text.strip_prefix("ycsb-") {
+                Some(w) => Ok(Workload::Ycsb(w.parse()?)),
+                None => Err(format!(
+                    "{text:?}: choose smallbank, smallbank-full, ycsb-a, ycsb-b or ycsb-c"
+                )),
+            },
+        }
+    }
+}
+
+impl Workload {
+    /// The shared tables it uses.
+    pub(crate) fn tables(self) -> &'static [&'static str] {
+        match self {
+            Workload::Smallbank | Workload::SmallbankFull => &["accounts", "savings", "checking"],
+            Workload::Ycsb(_) => &["usertable"],
+        }
+    }
+
+    /// A generator for one client.
+    pub(crate) fn generator(
+        self,
+        keys: u64,
+        dist: &KeyDistribution,
+        record: YcsbRecord,
+        seed: u64,
+    ) -> Generator {
+        match self {
+            Workload::Smallbank => Generator::Smallbank(Smallbank::new(keys, dist, seed)),
+            Workload::SmallbankFull => Generator::Smallbank(
+                Smallbank::new(keys, dist, seed).with_mix(&SmallbankKind::FULL),
+            ),
+            Workload::Ycsb(w) => Generator::Ycsb(Ycsb::new(keys, dist, w, record, seed)),
+        }
+    }
+
+    /// Creates the database at `url` afresh with the workload's tables and `keys` rows (accounts
+    /// or records).
+    pub(crate) async fn prepare(
+        self,
+        url: &str,
+        keys: u64,
+        record: YcsbRecord,
+    ) -> anyhow::Result<()> {
+        let (schema, load) = match self {
+            Workload::Smallbank | Workload::SmallbankFull => {
+                (SMALLBANK_SCHEMA.to_owned(), smallbank_load_sql(keys, 500))
+            }
+            Workload::Ycsb(_) => (ycsb_schema(record), ycsb_load_sql(keys, record, 100, 1)),
+        };
+        recreate_database(url).await?;
+        let backend = AnyBackend::connect(url, &StoreOptions::default()).await?;
+        let mut conn = backend.acquire().await?;
+        for ddl in schema.split(';').filter(|s| !s.trim().is_empty()) {
+            conn.batch(ddl).await?;
+        }
+        for insert in load {
+            conn.batch(&insert).await?;
+        }
+        drop(conn);
+        backend.close().await;
+        Ok(())
+    }
+}
+
+/// One client's transaction stream.
+#[derive(Clone, Debug)]
+pub(crate) enum Generator {
+    Smallbank(Smallbank),
+    Ycsb(Ycsb),
+}
+
+impl Generator {
+    /// The next transaction.
+    pub(crate) fn next(&mut self) -> Transaction {
+        match self {
+            Generator::Smallbank(g) => g.next_tx().1,
+            Generator::Ycsb(g) => g.next_tx().1,
+        }
+    }
+}
+
+/// Closed-loop clients submitting to an in-process network, timed at the observing
+/// organization.
+pub(crate) struct Load {
+    pub(crate) counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    clients: Vec<JoinHandle<anyhow::Result<()>>>,
+    listener: JoinHandle<()>,
+}
+
+impl Load {
+    /// Starts one client per generator.
+    pub(crate) fn start(
+        cluster: &Arc<Cluster<Shared<LocalOrderer>>>,
+        observer: OrgId,
+        generators: Vec<Generator>,
+    ) -> anyhow::Result<Load> {
+        let pending: Pending = Arc::default();
+        let counters = Arc::new(Counters::default());
+        let Some(commits) = cluster.commits(observer) else {
+            bail!("the observing organization {observer} is not running");
+        };
+        let listener = tokio::spawn(listen(commits, pending.clone(), counters.clone()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = generators
+            .into_iter()
+            .map(|g| {
+                tokio::spawn(client(
+                    cluster.clone(),
+                    observer,
+                    g,
+                    pending.clone(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        Ok(Load {
+            counters,
+            stop,
+            clients,
+            listener,
+        })
+    }
+
+    /// Stops the clients after their transaction under way is appended.
+    pub(crate) async fn stop(self) -> anyhow::Result<Arc<Counters>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.clients {
+            c.await??;
+        }
+        self.listener.abort();
+        Ok(self.counters)
+    }
+}
+
+/// Where progress lines and events go: above the bar on a terminal, plain lines otherwise.
+pub(crate) struct Screen {
+    bar: Option<ProgressBar>,
+}
+
+impl Screen {
+    pub(crate) fn new(total: Duration) -> Screen {
+        if !std::io::stderr().is_terminal() {
+            return Screen { bar: None };
+        }
+        let bar = ProgressBar::new(total.as_millis() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30.cyan/blue} {elapsed:>3} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Screen { bar: Some(bar) }
+    }
+
+    pub(crate) fn say(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    pub(crate) fn progress(&self, elapsed: Duration, line: &str, plain_due: &mut Instant) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(elapsed.as_millis() as u64);
+                bar.set_message(line.to_owned());
+            }
+            None if Instant::now() >= *plain_due => {
+                eprintln!("  {:>5.1} s  {line}", elapsed.as_secs_f64());
+                *plain_due = Instant::now() + PLAIN_PROGRESS_EVERY;
+            }
+            None => {}
+        }
+    }
+
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// A transaction a client waits for: when it was submitted, and whom to tell.
+type Pending = Arc<Mutex<HashMap<TxId, (Instant, oneshot::Sender<bool>)>>>;
+
+/// What the clients saw: transactions appended at the observer, of those committed, and each
+/// one's latency from submission to append.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) committed: AtomicU64,
+    pub(crate) succeeded: AtomicU64,
+    pub(crate) latencies_us: Mutex<Vec<u64>>,
+}
+
+pub(crate) fn heights(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
+    statuses
+        .iter()
+        .map(|(org, s)| format!("{org} {}", s.next_block.0.saturating_sub(1)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1] as f64 / 1e3)
+}
+
+/// Tells each waiting client when its transaction is appended at the observing organization.
+async fn listen(
+    mut commits: broadcast::Receiver<Arc<chainify_node::Committed>>,
+    pending: Pending,
+    counters: Arc<Counters>,
+) {
+    loop {
+        let committed = match commits.recv().await {
+            Ok(c) => c,
+            // Missed blocks: their clients find their outcome by polling (see `client`).
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let now = Instant::now();
+        let block = &committed.block;
+        let mut waiting = pending.lock().unwrap_or_else(PoisonError::into_inner);
+        for (index, id) in block.tx_ids.iter().enumerate() {
+            let success = block.success.get(index).copied().unwrap_or(false);
+            if let Some((submitted, tell)) = waiting.remove(id) {
+                counters.committed.fetch_add(1, Ordering::Relaxed);
+                if success {
+                    counters.succeeded.fetch_add(1, Ordering::Relaxed);
+                }
+                counters
+                    .latencies_us
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(now.duration_since(submitted).as_micros() as u64);
+                let _ = tell.send(success);
+            }
+        }
+    }
+}
+
+/// Submits one transaction at a time until told to stop, each after the previous is appended.
+async fn client(
+    cluster: Arc<Cluster<Shared<LocalOrderer>>>,
+    observer: OrgId,
+    mut workload: Generator,
+    pending: Pending,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    while !stop.load(Ordering::Relaxed) {
+        let tx = cluster.endorse(workload.next());
+        let id = tx.proposal.tx_id();
+        let (tell, mut told) = oneshot::channel();
+        pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, (Instant::now(), tell));
+        cluster.submit_raw(tx).await?;
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(1), &mut told).await {
+                Ok(_) => break,
+                // The listener lagged past this block: the collector's record says it landed.
+                Err(_) if cluster.outcome(observer, &id).is_some() => {
+                    pending
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&id);
+                    break;
+                }
+                Err(_) if Instant::now() >= deadline => {
+                    bail!("transaction {id} was not appended within {SETTLE:?}")
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
