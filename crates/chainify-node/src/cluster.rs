@@ -219,6 +219,7 @@ struct Running {
     task: JoinHandle<Result<(), NodeError>>,
     collector: JoinHandle<()>,
     commits: broadcast::Receiver<Arc<crate::Committed>>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct OrgRun {
@@ -333,6 +334,7 @@ impl<F: OrdererFactory> Cluster<F> {
         self.net.join(id, node.inbox());
         let status = node.status();
         let commits = node.commits();
+        let metrics = node.metrics();
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(node.run(async {
             let _ = stopped.await;
@@ -351,6 +353,7 @@ impl<F: OrdererFactory> Cluster<F> {
             task,
             collector,
             commits: subscription,
+            metrics,
         });
         Ok(())
     }
@@ -410,6 +413,11 @@ impl<F: OrdererFactory> Cluster<F> {
             .get(&org)
             .and_then(|r| r.running.as_ref())
             .is_some_and(|r| !r.task.is_finished())
+    }
+
+    /// The metrics `org`'s running node records (`None` while it is stopped).
+    pub fn metrics(&self, org: OrgId) -> Option<Arc<crate::metrics::Metrics>> {
+        Some(self.orgs.get(&org)?.running.as_ref()?.metrics.clone())
     }
 
     /// The blocks `org`'s running node appends from now on (`None` while it is stopped).

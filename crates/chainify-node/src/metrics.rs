@@ -60,6 +60,11 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// The sum of the observations.
+    pub fn sum(&self) -> f64 {
+        self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;

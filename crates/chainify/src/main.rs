@@ -9,12 +9,14 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod bench;
 mod client;
 mod demo;
 mod devnet;
 mod drive;
 mod init;
 mod serve;
+mod svg;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,6 +35,10 @@ enum Command {
     /// in-process orderer, Smallbank load, one organization tampered with and repaired, and a
     /// summary. Exit code 0 when every organization agrees at the end.
     Demo(demo::DemoArgs),
+    /// A measured run of an in-process network (SQLite, PostgreSQL or MariaDB organizations)
+    /// under closed-loop clients: result.json and result.svg. Exit code 0 when every
+    /// organization agrees at the end.
+    Bench(bench::BenchArgs),
     /// Write keys and configuration files for a local network of N organizations.
     Init(init::InitArgs),
     /// Run one organization's components (ChainifyServer, ExecutionServer, CommitServer) with
@@ -75,6 +81,15 @@ fn main() -> ExitCode {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("chainify demo: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Command::Bench(args) => {
+            return match bench::run(&args) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("chainify bench: {e:#}");
                     ExitCode::from(2)
                 }
             };

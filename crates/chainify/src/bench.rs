@@ -1,0 +1,521 @@
+//! `chainify bench`: a measured run of an in-process network (organizations on SQLite,
+//! PostgreSQL or MariaDB, the in-process orderer) under closed-loop clients, after a warm-up.
+//! Writes `result.json` and `result.svg` (throughput over time, latency percentiles, each
+//! organization's commit timeline, time per phase) into `--out`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chainify_core::OrgId;
+use chainify_node::NodeSettings;
+use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
+use chainify_node::metrics::{Metrics, Phase};
+use chainify_orderer::LocalOrderer;
+use chainify_storage::{ExecMode, database_on};
+use chainify_workload::{KeyDistribution, YcsbRecord};
+use serde_json::json;
+
+use crate::drive::{Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, heights, percentile};
+use crate::svg::{Panel, render};
+
+/// Where latency is measured (submitted → appended there) and throughput counted.
+const OBSERVER: OrgId = OrgId(1);
+/// How often throughput and heights are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchArgs {
+    /// Engine of each organization, comma-separated: sqlite, postgres or mariadb.
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,sqlite,sqlite")]
+    engines: Vec<String>,
+    /// PostgreSQL server URL (default: $CHAINIFY_TEST_POSTGRES_URL).
+    #[arg(long)]
+    postgres_url: Option<String>,
+    /// MariaDB server URL (default: $CHAINIFY_TEST_MYSQL_URL).
+    #[arg(long)]
+    mysql_url: Option<String>,
+    /// Agreement policy.
+    #[arg(long, default_value = "any-2")]
+    policy: String,
+    /// Concurrent closed-loop clients.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Largest block the orderer cuts.
+    #[arg(long, default_value_t = 256)]
+    block_txs: usize,
+    /// How long the orderer waits to fill a block, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    batch_timeout_ms: u64,
+    /// smallbank, smallbank-full, ycsb-a, ycsb-b or ycsb-c.
+    #[arg(long, default_value = "smallbank")]
+    workload: String,
+    /// Smallbank accounts or YCSB records.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Key distribution: uniform, zipf, zipf:S or zipf:S:V.
+    #[arg(long, default_value = "zipf")]
+    distribution: String,
+    /// YCSB: fields per record.
+    #[arg(long, default_value_t = 10)]
+    fields: usize,
+    /// YCSB: characters per field.
+    #[arg(long, default_value_t = 100)]
+    field_length: usize,
+    /// Seconds of load before measuring.
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// parallel (dependency-graph scheduling) or serial execution.
+    #[arg(long, default_value = "parallel")]
+    execution: String,
+    /// Transactions executing at once per organization, when parallel.
+    #[arg(long, default_value_t = 8)]
+    parallelism: usize,
+    /// Blocks executed ahead of agreement.
+    #[arg(long, default_value_t = 1)]
+    pipeline_depth: u64,
+    /// Blocks between checkpoints.
+    #[arg(long, default_value_t = 100)]
+    checkpoint_interval: u64,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory for result.json and result.svg (created).
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    /// Where SQLite files go (kept); default: a temporary directory, removed.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+struct Setup {
+    workload: Workload,
+    dist: KeyDistribution,
+    record: YcsbRecord,
+    mode: ExecMode,
+}
+
+impl BenchArgs {
+    fn check(&self) -> anyhow::Result<Setup> {
+        let workload: Workload = self
+            .workload
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--workload {e}"))?;
+        let dist: KeyDistribution = self
+            .distribution
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--distribution {e}"))?;
+        let record = YcsbRecord {
+            fields: self.fields,
+            field_length: self.field_length,
+        };
+        record
+            .check()
+            .map_err(|e| anyhow::anyhow!("--fields/--field-length: {e}"))?;
+        let mode = match self.execution.as_str() {
+            "parallel" if self.parallelism >= 1 => ExecMode::Parallel(self.parallelism),
+            "parallel" => bail!("--parallelism 0: at least 1"),
+            "serial" => ExecMode::Serial,
+            other => bail!("--execution {other:?}: parallel or serial"),
+        };
+        if self.engines.is_empty() || self.engines.len() > 16 {
+            bail!("--engines: name 1 to 16 organizations' engines");
+        }
+        for (name, v, max) in [
+            ("--warmup", self.warmup, 3600.0),
+            ("--duration", self.duration, 86_400.0),
+        ] {
+            if !(v.is_finite() && v >= 0.0 && v <= max) {
+                bail!("{name} {v}: 0 to {max} seconds");
+            }
+        }
+        if self.duration <= 0.0 {
+            bail!(
+                "--duration {}: measure for more than 0 seconds",
+                self.duration
+            );
+        }
+        if !(1..=10_000).contains(&self.clients) {
+            bail!("--clients {}: 1 to 10000", self.clients);
+        }
+        if self.keys < 10 {
+            bail!("--keys {}: at least 10", self.keys);
+        }
+        if self.block_txs == 0 || self.checkpoint_interval == 0 {
+            bail!("--block-txs and --checkpoint-interval must be at least 1");
+        }
+        Ok(Setup {
+            workload,
+            dist,
+            record,
+            mode,
+        })
+    }
+
+    fn server(&self, given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
+        given
+            .clone()
+            .or_else(|| std::env::var(var).ok())
+            .with_context(|| {
+                format!("give {flag} (or set {var}; `cargo xtask services env` prints it)")
+            })
+    }
+}
+
+pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    let setup = args.check()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (dir, temporary) = match &args.dir {
+        Some(dir) => (std::path::absolute(dir)?, false),
+        None => (
+            std::env::temp_dir().join(format!("chainify-bench-{}", std::process::id())),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = runtime.block_on(bench(args, &setup, &dir));
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let (report, agree) = result?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let json_path = args.out.join("result.json");
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&report.json)? + "\n",
+    )?;
+    let svg_path = args.out.join("result.svg");
+    std::fs::write(&svg_path, &report.svg)?;
+    let text = format!(
+        "{}  wrote {} and {}\n",
+        report.text,
+        json_path.display(),
+        svg_path.display()
+    );
+    std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
+    Ok(if agree {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}
+
+struct Report {
+    json: serde_json::Value,
+    svg: String,
+    text: String,
+}
+
+/// Sums and counts of every phase of every organization at one moment.
+fn phase_snapshot(cluster: &Cluster<Shared<LocalOrderer>>) -> BTreeMap<OrgId, Vec<(f64, u64)>> {
+    cluster
+        .orgs()
+        .into_iter()
+        .filter_map(|org| {
+            let m: Arc<Metrics> = cluster.metrics(org)?;
+            Some((
+                org,
+                Phase::ALL
+                    .iter()
+                    .map(|p| (m.phase(*p).sum(), m.phase(*p).count()))
+                    .collect(),
+            ))
+        })
+        .collect()
+}
+
+async fn bench(
+    args: &BenchArgs,
+    setup: &Setup,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Report, bool)> {
+    let tag = format!("bench_{}", std::process::id());
+    let mut urls = Vec::new();
+    for (i, engine) in args.engines.iter().enumerate() {
+        let name = format!("{tag}_org{}", i + 1);
+        urls.push(match engine.as_str() {
+            "sqlite" => format!(
+                "sqlite://{}",
+                dir.join(format!("org{}.db", i + 1)).display()
+            ),
+            "postgres" => database_on(
+                &args.server(
+                    &args.postgres_url,
+                    "CHAINIFY_TEST_POSTGRES_URL",
+                    "--postgres-url",
+                )?,
+                &name,
+            )?,
+            "mariadb" | "mysql" => database_on(
+                &args.server(&args.mysql_url, "CHAINIFY_TEST_MYSQL_URL", "--mysql-url")?,
+                &name,
+            )?,
+            other => bail!("--engines: {other:?} is not sqlite, postgres or mariadb"),
+        });
+    }
+    eprintln!(
+        "chainify bench: {} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of {}, {} execution, {:.0} s warm-up + {:.0} s",
+        urls.len(),
+        args.engines.join(","),
+        args.policy,
+        args.workload,
+        args.keys,
+        args.distribution,
+        args.clients,
+        args.block_txs,
+        args.execution,
+        args.warmup,
+        args.duration
+    );
+    for (i, url) in urls.iter().enumerate() {
+        setup
+            .workload
+            .prepare(url, args.keys, setup.record)
+            .await
+            .with_context(|| format!("preparing org{}'s database", i + 1))?;
+    }
+    let mut spec = ClusterSpec::generate(
+        "bench",
+        &args.policy,
+        args.block_txs,
+        Duration::from_millis(args.batch_timeout_ms),
+        &urls,
+        setup.workload.tables(),
+    )
+    .context("the bench network")?;
+    spec.settings = NodeSettings {
+        mode: setup.mode,
+        checkpoint_interval: args.checkpoint_interval,
+        pipeline_depth: args.pipeline_depth,
+        ..NodeSettings::default()
+    };
+    spec.store_options.max_connections = u32::try_from(args.parallelism + 2).unwrap_or(u32::MAX);
+    let orderer = LocalOrderer::start(
+        spec.network.network_id.clone(),
+        spec.network.max_block_txs,
+        spec.network.batch_timeout,
+    );
+    let cluster = Arc::new(Cluster::start(spec, Shared(Arc::new(orderer))).await?);
+    let generators = (0..args.clients)
+        .map(|i| {
+            setup.workload.generator(
+                args.keys,
+                &setup.dist,
+                setup.record,
+                args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
+            )
+        })
+        .collect();
+    let load = Load::start(&cluster, OBSERVER, generators)?;
+    let counters = load.counters.clone();
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let total = warmup + Duration::from_secs_f64(args.duration);
+    let screen = Screen::new(total);
+    let begin = Instant::now();
+    let mut plain_due = Instant::now() + PLAIN_PROGRESS_EVERY;
+    let mut committed_series: Vec<(f64, u64)> = vec![(0.0, 0)];
+    let mut heights_series: BTreeMap<OrgId, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut at_warmup = None;
+    loop {
+        tokio::time::sleep(SAMPLE_EVERY).await;
+        let t = begin.elapsed();
+        let committed = counters.committed.load(Ordering::Relaxed);
+        committed_series.push((t.as_secs_f64(), committed));
+        let statuses = cluster.statuses();
+        for (org, s) in &statuses {
+            heights_series
+                .entry(*org)
+                .or_default()
+                .push((t.as_secs_f64(), s.next_block.0.saturating_sub(1) as f64));
+        }
+        if at_warmup.is_none() && t >= warmup {
+            at_warmup = Some((
+                t,
+                committed,
+                counters.succeeded.load(Ordering::Relaxed),
+                counters.latencies_us.lock().map(|l| l.len()).unwrap_or(0),
+                phase_snapshot(&cluster),
+            ));
+        }
+        screen.progress(
+            t.min(total),
+            &format!(
+                "{} {committed} tx · blocks {}",
+                if t < warmup { "warm-up" } else { "measuring" },
+                heights(&statuses)
+            ),
+            &mut plain_due,
+        );
+        if t >= total {
+            break;
+        }
+    }
+    let end = begin.elapsed();
+    let (committed_end, succeeded_end) = (
+        counters.committed.load(Ordering::Relaxed),
+        counters.succeeded.load(Ordering::Relaxed),
+    );
+    let phases_end = phase_snapshot(&cluster);
+    load.stop().await?;
+    let target = cluster.statuses()[&OBSERVER].next_block;
+    cluster
+        .wait_until("every organization at the same height", SETTLE, |s| {
+            s.values().all(|s| s.next_block >= target)
+        })
+        .await?;
+    screen.finish();
+    let orgs = cluster.orgs();
+    let agreement = cluster.check_consistent(&orgs).await;
+    let Some((t0, committed0, succeeded0, latency0, phases0)) = at_warmup else {
+        bail!("the run ended before the warm-up did");
+    };
+    let measured = (end - t0).as_secs_f64();
+    let mut latencies: Vec<u64> = counters
+        .latencies_us
+        .lock()
+        .map(|l| l.get(latency0..).map(<[u64]>::to_vec).unwrap_or_default())
+        .unwrap_or_default();
+    latencies.sort_unstable();
+    let committed = committed_end - committed0;
+    let succeeded = succeeded_end - succeeded0;
+    let tps = succeeded as f64 / measured;
+    let quantiles = [("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p999", 0.999)];
+    let latency: Vec<(String, f64)> = quantiles
+        .iter()
+        .filter_map(|(n, q)| Some(((*n).to_owned(), percentile(&latencies, *q)?)))
+        .collect();
+    // Mean time per observation of each phase during the measured window, per organization.
+    let mut phases = serde_json::Map::new();
+    let mut phase_bars = Vec::new();
+    for (i, phase) in Phase::ALL.iter().enumerate() {
+        let mut per_org = serde_json::Map::new();
+        let mut means = Vec::new();
+        for (org, end) in &phases_end {
+            let (s0, c0) = phases0
+                .get(org)
+                .and_then(|v| v.get(i).copied())
+                .unwrap_or((0.0, 0));
+            let (s1, c1) = end[i];
+            if c1 > c0 {
+                let mean_ms = (s1 - s0) / (c1 - c0) as f64 * 1e3;
+                per_org.insert(
+                    org.to_string(),
+                    json!({ "mean_ms": mean_ms, "count": c1 - c0 }),
+                );
+                means.push(mean_ms);
+            }
+        }
+        if !means.is_empty() {
+            phase_bars.push((
+                phase.name().to_owned(),
+                means.iter().sum::<f64>() / means.len() as f64,
+            ));
+        }
+        phases.insert(phase.name().to_owned(), serde_json::Value::Object(per_org));
+    }
+    let throughput: Vec<(f64, f64)> = committed_series
+        .windows(2)
+        .map(|w| (w[1].0, (w[1].1 - w[0].1) as f64 / (w[1].0 - w[0].0)))
+        .collect();
+    let blocks = cluster.statuses()[&OBSERVER].next_block.0.saturating_sub(1);
+    let heading = format!(
+        "chainify bench: {} orgs ({}), {}, {} {} keys {}, {} clients, blocks ≤ {}, {} — {:.0} successful tx/s",
+        urls.len(),
+        args.engines.join(","),
+        args.policy,
+        args.workload,
+        args.keys,
+        args.distribution,
+        args.clients,
+        args.block_txs,
+        args.execution,
+        tps
+    );
+    let svg = render(
+        &heading,
+        &[
+            Panel::Lines {
+                title: "Throughput (transactions appended per second)".into(),
+                x_label: "seconds since start (warm-up shaded out of the figures)".into(),
+                y_label: "tx/s".into(),
+                series: vec![("appended at org1".into(), throughput.clone())],
+            },
+            Panel::Bars {
+                title: "Latency, submitted → appended (measured window)".into(),
+                unit: "ms".into(),
+                bars: latency.clone(),
+            },
+            Panel::Lines {
+                title: "Commit timeline per organization".into(),
+                x_label: "seconds since start".into(),
+                y_label: "agreed block".into(),
+                series: heights_series
+                    .iter()
+                    .map(|(org, s)| (org.to_string(), s.clone()))
+                    .collect(),
+            },
+            Panel::Bars {
+                title: "Mean time per phase (per tx: endorse, order; per block: the rest)".into(),
+                unit: "ms".into(),
+                bars: phase_bars.clone(),
+            },
+        ],
+    );
+    let all_agree = agreement.is_ok();
+    let json = json!({
+        "config": {
+            "engines": args.engines, "policy": args.policy, "clients": args.clients,
+            "block_txs": args.block_txs, "batch_timeout_ms": args.batch_timeout_ms,
+            "workload": args.workload, "keys": args.keys, "distribution": args.distribution,
+            "fields": args.fields, "field_length": args.field_length,
+            "warmup_s": args.warmup, "duration_s": args.duration, "execution": args.execution,
+            "parallelism": args.parallelism, "pipeline_depth": args.pipeline_depth,
+            "checkpoint_interval": args.checkpoint_interval, "seed": args.seed,
+        },
+        "measured_s": measured,
+        "committed": committed,
+        "succeeded": succeeded,
+        "successful_tps": tps,
+        "latency_ms": latency
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect::<serde_json::Map<_, _>>(),
+        "blocks": blocks,
+        "phases": phases,
+        "throughput_series": throughput,
+        "heights_series": heights_series.iter().map(|(o, s)| (o.to_string(), json!(s))).collect::<serde_json::Map<_, _>>(),
+        "all_agree": all_agree,
+        "disagreement": agreement.as_ref().err().map(ToString::to_string),
+    });
+    let text = format!(
+        "\nchainify bench ({:.1} s measured after {:.1} s warm-up)\n  successful TPS     {tps:.0} ({succeeded} of {committed} appended)\n  latency            {}\n  blocks             {blocks}\n  phases (mean ms)   {}\n  agreement          {}\n",
+        measured,
+        t0.as_secs_f64(),
+        latency
+            .iter()
+            .map(|(n, v)| format!("{n} {v:.1} ms"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        phase_bars
+            .iter()
+            .map(|(n, v)| format!("{n} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        match &agreement {
+            Ok(n) => format!("every organization agrees on {n} blocks"),
+            Err(e) => format!("DISAGREEMENT: {e}"),
+        }
+    );
+    let cluster = Arc::into_inner(cluster).context("a client still holds the cluster")?;
+    cluster.shutdown().await?;
+    Ok((Report { json, svg, text }, all_agree))
+}
