@@ -427,8 +427,9 @@ async fn bench(
         .map(|w| (w[1].0, (w[1].1 - w[0].1) as f64 / (w[1].0 - w[0].0)))
         .collect();
     let blocks = cluster.statuses()[&OBSERVER].next_block.0.saturating_sub(1);
-    let heading = format!(
-        "chainify bench: {} orgs ({}), {}, {} {} keys {}, {} clients, blocks ≤ {}, {} — {:.0} successful tx/s",
+    let heading = format!("chainify bench: {tps:.0} successful transactions per second");
+    let detail = format!(
+        "{} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution, {:.0} s measured after {:.0} s warm-up",
         urls.len(),
         args.engines.join(","),
         args.policy,
@@ -438,16 +439,20 @@ async fn bench(
         args.clients,
         args.block_txs,
         args.execution,
-        tps
+        measured,
+        t0.as_secs_f64()
     );
+    let warm = Some((t0.as_secs_f64(), "measured from here".to_owned()));
     let svg = render(
         &heading,
+        &detail,
         &[
             Panel::Lines {
                 title: "Throughput (transactions appended per second)".into(),
-                x_label: "seconds since start (warm-up shaded out of the figures)".into(),
+                x_label: "seconds since start".into(),
                 y_label: "tx/s".into(),
                 series: vec![("appended at org1".into(), throughput.clone())],
+                marker: warm.clone(),
             },
             Panel::Bars {
                 title: "Latency, submitted → appended (measured window)".into(),
@@ -462,9 +467,10 @@ async fn bench(
                     .iter()
                     .map(|(org, s)| (org.to_string(), s.clone()))
                     .collect(),
+                marker: warm,
             },
             Panel::Bars {
-                title: "Mean time per phase (per tx: endorse, order; per block: the rest)".into(),
+                title: "Mean time per phase and block".into(),
                 unit: "ms".into(),
                 bars: phase_bars.clone(),
             },

@@ -20,6 +20,8 @@ pub(crate) enum Panel {
         x_label: String,
         y_label: String,
         series: Vec<(String, Vec<(f64, f64)>)>,
+        /// A vertical line at this x with its label (e.g. the end of the warm-up).
+        marker: Option<(f64, String)>,
     },
     /// Horizontal bars with a value each.
     Bars {
@@ -64,6 +66,7 @@ fn lines(
     x_label: &str,
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
+    marker: Option<&(f64, String)>,
 ) {
     let (w, h) = (PANEL_W - 2.0 * MARGIN, PANEL_H - 2.0 * MARGIN);
     let points = series.iter().flat_map(|(_, p)| p.iter());
@@ -126,6 +129,17 @@ fn lines(
         top + h / 2.0,
         escape(y_label)
     );
+    if let Some((at, label)) = marker {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1}" stroke="#999" stroke-dasharray="4 3"/><text x="{2:.1}" y="{3}" class="tick">{4}</text>"##,
+            x(*at),
+            top + h,
+            x(*at) + 4.0,
+            top + h - 6.0,
+            escape(label)
+        );
+    }
     for (i, (name, points)) in series.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
         let path: Vec<String> = points
@@ -181,10 +195,10 @@ fn bars(out: &mut String, (ox, oy): (f64, f64), title: &str, unit: &str, bars: &
     }
 }
 
-/// The panels in a grid two wide, under a heading.
-pub(crate) fn render(heading: &str, panels: &[Panel]) -> String {
+/// The panels in a grid two wide, under a heading and a line of detail.
+pub(crate) fn render(heading: &str, detail: &str, panels: &[Panel]) -> String {
     let rows = panels.len().div_ceil(2).max(1);
-    let (width, height) = (2.0 * PANEL_W, 40.0 + rows as f64 * PANEL_H);
+    let (width, height) = (2.0 * PANEL_W, 56.0 + rows as f64 * PANEL_H);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -195,18 +209,28 @@ pub(crate) fn render(heading: &str, panels: &[Panel]) -> String {
     );
     let _ = writeln!(
         out,
-        r#"<rect width="{width}" height="{height}" fill="white"/><text x="16" y="26" font-size="17">{}</text>"#,
-        escape(heading)
+        r##"<rect width="{width}" height="{height}" fill="white"/><text x="16" y="24" font-size="17">{}</text><text x="16" y="44" font-size="12" fill="#333">{}</text>"##,
+        escape(heading),
+        escape(detail)
     );
     for (i, panel) in panels.iter().enumerate() {
-        let origin = ((i % 2) as f64 * PANEL_W, 40.0 + (i / 2) as f64 * PANEL_H);
+        let origin = ((i % 2) as f64 * PANEL_W, 56.0 + (i / 2) as f64 * PANEL_H);
         match panel {
             Panel::Lines {
                 title,
                 x_label,
                 y_label,
                 series,
-            } => lines(&mut out, origin, title, x_label, y_label, series),
+                marker,
+            } => lines(
+                &mut out,
+                origin,
+                title,
+                x_label,
+                y_label,
+                series,
+                marker.as_ref(),
+            ),
             Panel::Bars {
                 title,
                 unit,
@@ -233,6 +257,7 @@ mod tests {
     fn a_picture_has_a_line_per_series_and_a_bar_per_value_and_escapes_text() {
         let svg = render(
             "bench <any-2>",
+            "3 orgs",
             &[
                 Panel::Lines {
                     title: "blocks".into(),
@@ -242,6 +267,7 @@ mod tests {
                         ("org1".into(), vec![(0.0, 0.0), (1.0, 10.0)]),
                         ("org2".into(), vec![(0.0, 0.0), (1.0, 8.0)]),
                     ],
+                    marker: Some((0.5, "warm-up ends".into())),
                 },
                 Panel::Bars {
                     title: "phases".into(),

@@ -54,7 +54,7 @@ fn check(report: &Value, svg: &str, orgs: usize) {
     }
     // One throughput line and one commit-timeline line per organization.
     assert_eq!(svg.matches("<polyline").count(), 1 + orgs);
-    assert!(svg.contains("successful tx/s"));
+    assert!(svg.contains("successful transactions per second"));
 }
 
 #[test]
