@@ -2,7 +2,8 @@
 //! machine.
 //!
 //! - `test`: format check, clippy with warnings denied, then the PostgreSQL, MariaDB and Kafka
-//!   test servers (started if not running), then every test of the workspace.
+//!   test servers (started if not running), then every test of the workspace, then every
+//!   Criterion benchmark once (`cargo bench --workspace -- --test`).
 //! - `lint`: the format check and clippy only.
 //! - `services start|stop [postgres|mariadb|kafka|all]`, `services status`, `services env`:
 //!   throw-away database and Kafka servers for the integration tests, on private ports of
@@ -52,10 +53,12 @@ fn main() -> ExitCode {
     let ok = match task {
         // The storage and orderer tests run against real PostgreSQL, MariaDB and Kafka servers,
         // started here (installed first on a fresh machine) and left running for the next run.
+        // Then every Criterion benchmark runs once, so that none stops compiling or running.
         "test" => {
             lint()
                 && services::start_for_tests()
                     .is_some_and(|env| cargo_with_env(&["test", "--workspace", "--locked"], &env))
+                && cargo(&["bench", "--workspace", "--locked", "--", "--test"])
         }
         "lint" => lint(),
         "services" => services::main(&args[1..]),
