@@ -92,6 +92,10 @@ pub(crate) struct BenchArgs {
     /// Where SQLite files go (kept); default: a temporary directory, removed.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Then run the same transaction streams straight on each organization's engine (same
+    /// clients, warm-up and duration, no chainify) and report the layer ÷ raw ratio.
+    #[arg(long)]
+    raw: bool,
 }
 
 struct Setup {
@@ -233,6 +237,20 @@ fn phase_snapshot(cluster: &Cluster<Shared<LocalOrderer>>) -> BTreeMap<OrgId, Ve
         .collect()
 }
 
+/// One generator per client, seeded per client, identical for the layer and the raw runs.
+fn generators_for(args: &BenchArgs, setup: &Setup) -> Vec<crate::drive::Generator> {
+    (0..args.clients)
+        .map(|i| {
+            setup.workload.generator(
+                args.keys,
+                &setup.dist,
+                setup.record,
+                args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
+            )
+        })
+        .collect()
+}
+
 async fn bench(
     args: &BenchArgs,
     setup: &Setup,
@@ -305,16 +323,7 @@ async fn bench(
         spec.network.batch_timeout,
     );
     let cluster = Arc::new(Cluster::start(spec, Shared(Arc::new(orderer))).await?);
-    let generators = (0..args.clients)
-        .map(|i| {
-            setup.workload.generator(
-                args.keys,
-                &setup.dist,
-                setup.record,
-                args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
-            )
-        })
-        .collect();
+    let generators = generators_for(args, setup);
     let load = Load::start(&cluster, OBSERVER, generators)?;
     let counters = load.counters.clone();
     let warmup = Duration::from_secs_f64(args.warmup);
@@ -443,39 +452,36 @@ async fn bench(
         t0.as_secs_f64()
     );
     let warm = Some((t0.as_secs_f64(), "measured from here".to_owned()));
-    let svg = render(
-        &heading,
-        &detail,
-        &[
-            Panel::Lines {
-                title: "Throughput (transactions appended per second)".into(),
-                x_label: "seconds since start".into(),
-                y_label: "tx/s".into(),
-                series: vec![("appended at org1".into(), throughput.clone())],
-                marker: warm.clone(),
-            },
-            Panel::Bars {
-                title: "Latency, submitted → appended (measured window)".into(),
-                unit: "ms".into(),
-                bars: latency.clone(),
-            },
-            Panel::Lines {
-                title: "Commit timeline per organization".into(),
-                x_label: "seconds since start".into(),
-                y_label: "agreed block".into(),
-                series: heights_series
-                    .iter()
-                    .map(|(org, s)| (org.to_string(), s.clone()))
-                    .collect(),
-                marker: warm,
-            },
-            Panel::Bars {
-                title: "Mean time per phase and block".into(),
-                unit: "ms".into(),
-                bars: phase_bars.clone(),
-            },
-        ],
-    );
+    let report_panels = vec![
+        Panel::Lines {
+            title: "Throughput (transactions appended per second)".into(),
+            x_label: "seconds since start".into(),
+            y_label: "tx/s".into(),
+            series: vec![("appended at org1".into(), throughput.clone())],
+            marker: warm.clone(),
+        },
+        Panel::Bars {
+            title: "Latency, submitted → appended (measured window)".into(),
+            unit: "ms".into(),
+            bars: latency.clone(),
+        },
+        Panel::Lines {
+            title: "Commit timeline per organization".into(),
+            x_label: "seconds since start".into(),
+            y_label: "agreed block".into(),
+            series: heights_series
+                .iter()
+                .map(|(org, s)| (org.to_string(), s.clone()))
+                .collect(),
+            marker: warm,
+        },
+        Panel::Bars {
+            title: "Mean time per phase and block".into(),
+            unit: "ms".into(),
+            bars: phase_bars.clone(),
+        },
+    ];
+    let svg = render(&heading, &detail, &report_panels);
     let all_agree = agreement.is_ok();
     let json = json!({
         "config": {
@@ -523,5 +529,70 @@ async fn bench(
     );
     let cluster = Arc::into_inner(cluster).context("a client still holds the cluster")?;
     cluster.shutdown().await?;
+    let (mut json, mut svg, mut text) = (json, svg, text);
+    if args.raw {
+        let mut rows = Vec::new();
+        let mut bars = vec![("chainify".to_owned(), tps)];
+        for (i, engine) in args.engines.iter().enumerate() {
+            let org = i + 1;
+            let url = match engine.as_str() {
+                "sqlite" => format!(
+                    "sqlite://{}",
+                    dir.join(format!("raw_org{org}.db")).display()
+                ),
+                "postgres" => database_on(
+                    &args.server(
+                        &args.postgres_url,
+                        "CHAINIFY_TEST_POSTGRES_URL",
+                        "--postgres-url",
+                    )?,
+                    &format!("{tag}_raw_org{org}"),
+                )?,
+                _ => database_on(
+                    &args.server(&args.mysql_url, "CHAINIFY_TEST_MYSQL_URL", "--mysql-url")?,
+                    &format!("{tag}_raw_org{org}"),
+                )?,
+            };
+            setup
+                .workload
+                .prepare(&url, args.keys, setup.record)
+                .await
+                .with_context(|| format!("preparing the raw database of org{org}"))?;
+            eprintln!(
+                "▸ raw baseline on org{org}'s engine ({engine}): {} clients, no chainify",
+                args.clients
+            );
+            let result = crate::raw::run(
+                &url,
+                generators_for(args, setup),
+                Duration::from_secs_f64(args.warmup),
+                Duration::from_secs_f64(args.duration),
+            )
+            .await
+            .with_context(|| format!("raw baseline on {engine}"))?;
+            let ratio = tps / result.tps().max(f64::MIN_POSITIVE);
+            rows.push(json!({
+                "org": format!("org{org}"), "engine": engine,
+                "successful_tps": result.tps(), "aborted": result.aborted,
+                "retries": result.retries, "seconds": result.seconds,
+                "layer_over_raw": ratio,
+            }));
+            text.push_str(&format!(
+                "  raw org{org} {engine:<9} {:.0} successful tx/s ({} aborted, {} retries); chainify ÷ raw = {ratio:.2}\n",
+                result.tps(),
+                result.aborted,
+                result.retries
+            ));
+            bars.push((format!("raw org{org} ({engine})"), result.tps()));
+        }
+        json["raw"] = serde_json::Value::Array(rows);
+        let mut panels = report_panels;
+        panels.push(Panel::Bars {
+            title: "Successful TPS: chainify vs each engine raw".into(),
+            unit: "tx/s".into(),
+            bars,
+        });
+        svg = render(&heading, &detail, &panels);
+    }
     Ok((Report { json, svg, text }, all_agree))
 }

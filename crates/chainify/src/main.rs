@@ -15,6 +15,7 @@ mod demo;
 mod devnet;
 mod drive;
 mod init;
+mod raw;
 mod serve;
 mod svg;
 

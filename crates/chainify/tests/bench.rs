@@ -83,8 +83,11 @@ fn ycsb_a_on_sqlite_measures_and_agrees() {
 /// and in parallel.
 #[test]
 fn heterogeneous_engines_run_ycsb_and_the_full_smallbank_mix() {
-    for (workload, execution) in [("ycsb-b", "parallel"), ("smallbank-full", "serial")] {
-        let (report, svg) = run(&[
+    for (workload, execution, raw) in [
+        ("ycsb-b", "parallel", false),
+        ("smallbank-full", "serial", true),
+    ] {
+        let mut args = vec![
             "--engines",
             "postgres,mariadb,sqlite",
             "--workload",
@@ -99,7 +102,24 @@ fn heterogeneous_engines_run_ycsb_and_the_full_smallbank_mix() {
             "1",
             "--duration",
             "3",
-        ]);
+        ];
+        if raw {
+            args.push("--raw");
+        }
+        let (report, svg) = run(&args);
+        if raw {
+            // The raw baseline ran the same streams on each engine; its bars follow the rest.
+            let rows = report["raw"].as_array().unwrap();
+            assert_eq!(rows.len(), 3, "{report:#}");
+            for (row, engine) in rows.iter().zip(["postgres", "mariadb", "sqlite"]) {
+                assert_eq!(row["engine"], engine);
+                assert!(row["successful_tps"].as_f64().unwrap() > 0.0, "{row}");
+                assert!(row["layer_over_raw"].as_f64().unwrap() > 0.0, "{row}");
+            }
+            assert!(svg.contains("chainify vs each engine raw"));
+        } else {
+            assert!(report.get("raw").is_none());
+        }
         check(&report, &svg, 3);
     }
 }
