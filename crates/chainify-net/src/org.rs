@@ -21,7 +21,7 @@ use chainify_proto::pb::commit_service_server::CommitServiceServer;
 use chainify_proto::pb::endorsement_service_server::EndorsementServiceServer;
 use chainify_proto::pb::execution_service_server::ExecutionServiceServer;
 use chainify_proto::pb::query_service_server::QueryServiceServer;
-use chainify_storage::{AnyBackend, Backend, ExecMode, Store, StoreOptions};
+use chainify_storage::{AnyBackend, Backend, ExecMode, StorageError, Store, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::Server;
@@ -242,7 +242,8 @@ fn execution_addr(config: &OrgConfig) -> Result<String, NetError> {
 pub const REGISTRATION_WAIT: Duration = Duration::from_secs(60);
 
 /// Opens the organization's store. The process that executes registers the shared tables (DDL
-/// from two processes at once conflicts on PostgreSQL); the others wait until it has.
+/// from two processes at once conflicts on PostgreSQL); the others wait until it has. Migrations
+/// that race another component starting at the same time are retried.
 async fn open_store(
     config: &OrgConfig,
     network: &NetworkConfig,
@@ -255,9 +256,17 @@ async fn open_store(
         let backend = AnyBackend::connect(&config.database_url, &options)
             .await
             .map_err(NetError::Storage)?;
-        let store = Store::open(backend, options.clone())
-            .await
-            .map_err(NetError::Storage)?;
+        let store = match Store::open(backend, options.clone()).await {
+            Ok(store) => store,
+            // Another component of the organization is applying the same migrations right
+            // now (they start together): once it is done, opening succeeds.
+            Err(e @ StorageError::Migration { .. }) if tokio::time::Instant::now() < deadline => {
+                warn!(org = %config.org_id, error = %e, "migrating raced another component; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Err(e) => return Err(NetError::Storage(e)),
+        };
         if matches!(component, Component::All | Component::Execution) {
             store.register(&tables).await.map_err(NetError::Storage)?;
             return Ok(store);

@@ -15,11 +15,14 @@ use chainify_node::NodeSettings;
 use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_orderer::LocalOrderer;
-use chainify_storage::{ExecMode, database_on};
+use chainify_storage::ExecMode;
 use chainify_workload::{KeyDistribution, YcsbRecord};
 use serde_json::json;
 
-use crate::drive::{Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, heights, percentile};
+use crate::drive::{
+    Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, engine_url, heights, percentile,
+    scratch_dir,
+};
 use crate::svg::{Panel, render};
 
 /// Where latency is measured (submitted → appended there) and throughput counted.
@@ -161,15 +164,6 @@ impl BenchArgs {
             mode,
         })
     }
-
-    fn server(&self, given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
-        given
-            .clone()
-            .or_else(|| std::env::var(var).ok())
-            .with_context(|| {
-                format!("give {flag} (or set {var}; `cargo xtask services env` prints it)")
-            })
-    }
 }
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -177,14 +171,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (dir, temporary) = match &args.dir {
-        Some(dir) => (std::path::absolute(dir)?, false),
-        None => (
-            std::env::temp_dir().join(format!("chainify-bench-{}", std::process::id())),
-            true,
-        ),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (dir, temporary) = scratch_dir(&args.dir, "bench")?;
     let result = runtime.block_on(bench(args, &setup, &dir));
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
@@ -260,25 +247,13 @@ async fn bench(
     let mut urls = Vec::new();
     for (i, engine) in args.engines.iter().enumerate() {
         let name = format!("{tag}_org{}", i + 1);
-        urls.push(match engine.as_str() {
-            "sqlite" => format!(
-                "sqlite://{}",
-                dir.join(format!("org{}.db", i + 1)).display()
-            ),
-            "postgres" => database_on(
-                &args.server(
-                    &args.postgres_url,
-                    "CHAINIFY_TEST_POSTGRES_URL",
-                    "--postgres-url",
-                )?,
-                &name,
-            )?,
-            "mariadb" | "mysql" => database_on(
-                &args.server(&args.mysql_url, "CHAINIFY_TEST_MYSQL_URL", "--mysql-url")?,
-                &name,
-            )?,
-            other => bail!("--engines: {other:?} is not sqlite, postgres or mariadb"),
-        });
+        urls.push(engine_url(
+            engine,
+            &dir.join(format!("org{}.db", i + 1)),
+            &name,
+            &args.postgres_url,
+            &args.mysql_url,
+        )?);
     }
     eprintln!(
         "chainify bench: {} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of {}, {} execution, {:.0} s warm-up + {:.0} s",
@@ -535,24 +510,13 @@ async fn bench(
         let mut bars = vec![("chainify".to_owned(), tps)];
         for (i, engine) in args.engines.iter().enumerate() {
             let org = i + 1;
-            let url = match engine.as_str() {
-                "sqlite" => format!(
-                    "sqlite://{}",
-                    dir.join(format!("raw_org{org}.db")).display()
-                ),
-                "postgres" => database_on(
-                    &args.server(
-                        &args.postgres_url,
-                        "CHAINIFY_TEST_POSTGRES_URL",
-                        "--postgres-url",
-                    )?,
-                    &format!("{tag}_raw_org{org}"),
-                )?,
-                _ => database_on(
-                    &args.server(&args.mysql_url, "CHAINIFY_TEST_MYSQL_URL", "--mysql-url")?,
-                    &format!("{tag}_raw_org{org}"),
-                )?,
-            };
+            let url = engine_url(
+                engine,
+                &dir.join(format!("raw_org{org}.db")),
+                &format!("{tag}_raw_org{org}"),
+                &args.postgres_url,
+                &args.mysql_url,
+            )?;
             setup
                 .workload
                 .prepare(&url, args.keys, setup.record)

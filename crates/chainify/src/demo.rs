@@ -96,14 +96,7 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<std::process::ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (dir, temporary) = match &args.dir {
-        Some(dir) => (std::path::absolute(dir)?, false),
-        None => (
-            std::env::temp_dir().join(format!("chainify-demo-{}", std::process::id())),
-            true,
-        ),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (dir, temporary) = crate::drive::scratch_dir(&args.dir, "demo")?;
     let result = runtime.block_on(demo(args, &dir));
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);

@@ -19,6 +19,7 @@ use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, rec
 use chainify_workload::{SMALLBANK_SCHEMA, smallbank_load_sql};
 use serde_json::json;
 
+use crate::drive::server_url;
 use crate::init::InitArgs;
 use crate::serve::runtime;
 
@@ -163,15 +164,6 @@ fn pid_file(dir: &Path, org: u32, process: &str) -> PathBuf {
 
 fn log_file(dir: &Path, org: u32, process: &str) -> PathBuf {
     dir.join(format!("org{org}/{process}.log"))
-}
-
-fn server_url(given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
-    given
-        .clone()
-        .or_else(|| std::env::var(var).ok())
-        .with_context(|| {
-            format!("give {flag} (or set {var}; `cargo xtask services env` prints it)")
-        })
 }
 
 /// A name unique to this network, for databases and the Kafka topic.

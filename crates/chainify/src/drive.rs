@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use chainify_core::tx::Transaction;
 use chainify_core::{OrgId, TxId};
 use chainify_node::NodeStatus;
@@ -26,6 +26,56 @@ use tokio::task::JoinHandle;
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 /// Lines of progress when stderr is not a terminal (no bar): one per this interval.
 pub(crate) const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// The server URL of `flag`, else of the environment variable `var` (`cargo xtask services
+/// env` sets it).
+pub(crate) fn server_url(given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
+    given
+        .clone()
+        .or_else(|| std::env::var(var).ok())
+        .with_context(|| {
+            format!("give {flag} (or set {var}; `cargo xtask services env` prints it)")
+        })
+}
+
+/// Where an organization's database lives on `engine`: the SQLite file `sqlite`, or database
+/// `name` on the PostgreSQL or MariaDB server.
+pub(crate) fn engine_url(
+    engine: &str,
+    sqlite: &std::path::Path,
+    name: &str,
+    postgres: &Option<String>,
+    mysql: &Option<String>,
+) -> anyhow::Result<String> {
+    Ok(match engine {
+        "sqlite" => format!("sqlite://{}", sqlite.display()),
+        "postgres" => chainify_storage::database_on(
+            &server_url(postgres, "CHAINIFY_TEST_POSTGRES_URL", "--postgres-url")?,
+            name,
+        )?,
+        "mariadb" | "mysql" => chainify_storage::database_on(
+            &server_url(mysql, "CHAINIFY_TEST_MYSQL_URL", "--mysql-url")?,
+            name,
+        )?,
+        other => bail!("--engines: {other:?} is not sqlite, postgres or mariadb"),
+    })
+}
+
+/// A working directory: `given` (kept), or a fresh temporary one the caller removes (`true`).
+pub(crate) fn scratch_dir(
+    given: &Option<std::path::PathBuf>,
+    what: &str,
+) -> anyhow::Result<(std::path::PathBuf, bool)> {
+    let (dir, temporary) = match given {
+        Some(dir) => (std::path::absolute(dir)?, false),
+        None => (
+            std::env::temp_dir().join(format!("chainify-{what}-{}", std::process::id())),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok((dir, temporary))
+}
 
 /// Which transactions the clients send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
