@@ -7,10 +7,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainify_core::Digest;
 use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
+use chainify_core::{Digest, OrgId};
 use chainify_node::metrics::{Metrics, family, render_status};
 use chainify_node::{ExecutionServer, LocalExecution, Node, NodeSettings, resume_point};
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
@@ -25,6 +25,7 @@ use chainify_storage::{AnyBackend, Backend, ExecMode, StorageError, Store, Store
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::Server;
+use tonic::transport::server::Router;
 use tracing::{info, warn};
 
 use crate::NetError;
@@ -81,20 +82,11 @@ pub async fn bind(what: &str, addr: &str) -> Result<TcpListener, NetError> {
     })
 }
 
-/// Health and reflection services for a server offering `names`.
-async fn support(
-    names: &[&str],
-) -> Result<
-    (
-        tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
-        tonic_reflection::server::v1::ServerReflectionServer<
-            impl tonic_reflection::server::v1::ServerReflection,
-        >,
-    ),
-    NetError,
-> {
+/// A server with this organization's TLS, and health (`names` and the whole server serving) and
+/// reflection services, ready for the component's own services.
+async fn router(tls: Option<&Tls>, names: &[&str]) -> Result<Router, NetError> {
     let (reporter, health) = tonic_health::server::health_reporter();
-    for name in names {
+    for name in names.iter().chain(&[""]) {
         reporter
             .set_service_status(*name, tonic_health::ServingStatus::Serving)
             .await;
@@ -104,7 +96,9 @@ async fn support(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| NetError::Internal(format!("reflection: {e}")))?;
-    Ok((health, reflection))
+    Ok(server_builder(tls)?
+        .add_service(health)
+        .add_service(reflection))
 }
 
 /// A tonic server builder with this organization's TLS.
@@ -180,10 +174,19 @@ impl std::str::FromStr for Component {
 
 type Serving = Pin<Box<dyn Future<Output = Result<(), NetError>> + Send>>;
 
-fn serving(
+/// Serves `router` on `listener` until `until` completes.
+fn serve(
+    org: OrgId,
     name: &'static str,
-    fut: impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
+    router: Router,
+    listener: TcpListener,
+    until: impl Future<Output = ()> + Send + 'static,
 ) -> Serving {
+    info!(%org, addr = ?local(&listener), "{name} listening");
+    let fut = router.serve_with_incoming_shutdown(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        until,
+    );
     Box::pin(async move {
         fut.await
             .map_err(|e| NetError::Serve(format!("{name}: {e}")))
@@ -367,22 +370,18 @@ pub async fn run_org(
         let exec = ExecutionServer::new(store.clone(), network.clone(), mode, Digest::ZERO)
             .map_err(|e| NetError::Internal(e.to_string()))?;
         let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
-        let (health, reflection) = support(&["chainify.v1.ExecutionService", ""]).await?;
-        info!(org = %me, addr = ?local(&listener), "ExecutionService listening");
-        servers.push(serving(
+        servers.push(serve(
+            me,
             "ExecutionService",
-            server_builder(tls.as_ref())?
-                .add_service(health)
-                .add_service(reflection)
+            router(tls.as_ref(), &["chainify.v1.ExecutionService"])
+                .await?
                 .add_service(
                     ExecutionServiceServer::new(ExecutionGrpc::new(port))
                         .max_decoding_message_size(max)
                         .max_encoding_message_size(max),
-                )
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    stopped(stop_rx.clone()),
                 ),
+            listener,
+            stopped(stop_rx.clone()),
         ));
     }
 
@@ -480,32 +479,29 @@ pub async fn run_org(
         )?;
         chainify_server = Some(server.clone());
         let chainify = server;
-        let (health, reflection) = support(&[
-            "chainify.v1.ChainifyService",
-            "chainify.v1.EndorsementService",
-            "",
-        ])
-        .await?;
-        info!(org = %me, addr = ?local(&listener), "ChainifyService listening");
-        servers.push(serving(
-            "ChainifyService",
-            server_builder(tls.as_ref())?
-                .add_service(health)
-                .add_service(reflection)
-                .add_service(
-                    ChainifyServiceServer::new(chainify.clone())
-                        .max_decoding_message_size(max)
-                        .max_encoding_message_size(max),
-                )
-                .add_service(
-                    EndorsementServiceServer::new(chainify)
-                        .max_decoding_message_size(max)
-                        .max_encoding_message_size(max),
-                )
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    stopped(stop_rx.clone()),
-                ),
+        servers.push(serve(
+            me,
+            "ChainifyService and EndorsementService",
+            router(
+                tls.as_ref(),
+                &[
+                    "chainify.v1.ChainifyService",
+                    "chainify.v1.EndorsementService",
+                ],
+            )
+            .await?
+            .add_service(
+                ChainifyServiceServer::new(chainify.clone())
+                    .max_decoding_message_size(max)
+                    .max_encoding_message_size(max),
+            )
+            .add_service(
+                EndorsementServiceServer::new(chainify)
+                    .max_decoding_message_size(max)
+                    .max_encoding_message_size(max),
+            ),
+            listener,
+            stopped(stop_rx.clone()),
         ));
     }
 
@@ -513,22 +509,18 @@ pub async fn run_org(
         (handles, commit_listener, admin_listener)
     {
         let commit = CommitServer::new(inbox, store.clone(), status.clone());
-        let (health, reflection) = support(&["chainify.v1.CommitService", ""]).await?;
-        info!(org = %me, addr = ?local(&commit_listener), "CommitService listening");
-        servers.push(serving(
+        servers.push(serve(
+            me,
             "CommitService",
-            server_builder(tls.as_ref())?
-                .add_service(health)
-                .add_service(reflection)
+            router(tls.as_ref(), &["chainify.v1.CommitService"])
+                .await?
                 .add_service(
                     CommitServiceServer::new(commit)
                         .max_decoding_message_size(max)
                         .max_encoding_message_size(max),
-                )
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(commit_listener),
-                    stopped(stop_rx.clone()),
                 ),
+            commit_listener,
+            stopped(stop_rx.clone()),
         ));
         let admin = AdminServer::new(network.clone(), store.clone(), status, gate.clone());
         let queries = QueryServer::new(
@@ -537,24 +529,22 @@ pub async fn run_org(
             gate,
             runtime.chainify.query_wait,
         )?;
-        let (health, reflection) =
-            support(&["chainify.v1.AdminService", "chainify.v1.QueryService", ""]).await?;
-        info!(org = %me, addr = ?local(&admin_listener), "AdminService and QueryService listening");
-        servers.push(serving(
-            "AdminService",
-            server_builder(tls.as_ref())?
-                .add_service(health)
-                .add_service(reflection)
-                .add_service(AdminServiceServer::new(admin))
-                .add_service(
-                    QueryServiceServer::new(queries)
-                        .max_decoding_message_size(max)
-                        .max_encoding_message_size(max),
-                )
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(admin_listener),
-                    stopped(stop_rx.clone()),
-                ),
+        servers.push(serve(
+            me,
+            "AdminService and QueryService",
+            router(
+                tls.as_ref(),
+                &["chainify.v1.AdminService", "chainify.v1.QueryService"],
+            )
+            .await?
+            .add_service(AdminServiceServer::new(admin))
+            .add_service(
+                QueryServiceServer::new(queries)
+                    .max_decoding_message_size(max)
+                    .max_encoding_message_size(max),
+            ),
+            admin_listener,
+            stopped(stop_rx.clone()),
         ));
     }
 

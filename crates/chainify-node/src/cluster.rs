@@ -11,7 +11,7 @@
 //! and collects every organization's early-abort acceptance (the ChainifyServer's job in a
 //! deployed network).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -495,7 +495,7 @@ impl<F: OrdererFactory> Cluster<F> {
     /// An organization's ledger, read from its database.
     pub async fn ledger(&self, org: OrgId) -> Result<Vec<LedgerEntry>, ClusterError> {
         let store = &self.org(org)?.store;
-        read_ledger(store, org).await
+        read_ledger(store, org, Resume::START.block).await
     }
 
     /// A shared table's rows in key order on an organization's database.
@@ -720,6 +720,7 @@ fn describe(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
 async fn read_ledger(
     store: &Store<AnyBackend>,
     org: OrgId,
+    from: BlockNumber,
 ) -> Result<Vec<LedgerEntry>, ClusterError> {
     let Some((last, _)) = store
         .ledger_tail()
@@ -729,7 +730,7 @@ async fn read_ledger(
         return Ok(Vec::new());
     };
     let mut entries = Vec::new();
-    for b in Resume::START.block.0..=last.0 {
+    for b in from.0..=last.0 {
         entries.push(
             ledger_entry(store, BlockNumber(b))
                 .await
@@ -774,28 +775,35 @@ async fn collect(
             });
         }
     };
-    // Blocks appended before this start (a crash can fall between an append and its commit
-    // event): the ledger has them. Events from now on wait in `commits` meanwhile.
-    let mut seen = BTreeSet::new();
-    if let Ok(entries) = read_ledger(&store, org).await {
+    // Blocks arrive in order: everything before `next` is recorded. The ledger fills in what the
+    // stream did not bring: blocks appended before this start (a crash can fall between an
+    // append and its commit event; events from now on wait in `commits` meanwhile) and blocks
+    // missed by a lagging receiver.
+    let recorded = outcomes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .values()
+        .map(|o| o.block.0 + 1)
+        .max();
+    let mut next = BlockNumber(recorded.unwrap_or(Resume::START.block.0));
+    let catch_up = |next: &mut BlockNumber, entries: Vec<LedgerEntry>| {
         for e in entries {
-            seen.insert(e.block.number);
             record(&e.block);
+            *next = BlockNumber(e.block.number.0 + 1);
         }
+    };
+    if let Ok(entries) = read_ledger(&store, org, next).await {
+        catch_up(&mut next, entries);
     }
     loop {
         match commits.recv().await {
             Ok(c) => {
-                seen.insert(c.block.number);
                 record(&c.block);
+                next = next.max(BlockNumber(c.block.number.0 + 1));
             }
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                if let Ok(entries) = read_ledger(&store, org).await {
-                    for e in entries {
-                        if seen.insert(e.block.number) {
-                            record(&e.block);
-                        }
-                    }
+                if let Ok(entries) = read_ledger(&store, org, next).await {
+                    catch_up(&mut next, entries);
                 }
             }
             Err(broadcast::error::RecvError::Closed) => return,

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -166,6 +166,23 @@ impl BenchArgs {
     }
 }
 
+impl BenchArgs {
+    /// The run's configuration in a line, for the progress and the picture.
+    fn describe(&self, orgs: usize) -> String {
+        format!(
+            "{orgs} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution",
+            self.engines.join(","),
+            self.policy,
+            self.workload,
+            self.keys,
+            self.distribution,
+            self.clients,
+            self.block_txs,
+            self.execution
+        )
+    }
+}
+
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let setup = args.check()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -256,16 +273,8 @@ async fn bench(
         )?);
     }
     eprintln!(
-        "chainify bench: {} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of {}, {} execution, {:.0} s warm-up + {:.0} s",
-        urls.len(),
-        args.engines.join(","),
-        args.policy,
-        args.workload,
-        args.keys,
-        args.distribution,
-        args.clients,
-        args.block_txs,
-        args.execution,
+        "chainify bench: {}, {:.0} s warm-up + {:.0} s",
+        args.describe(urls.len()),
         args.warmup,
         args.duration
     );
@@ -326,7 +335,11 @@ async fn bench(
                 t,
                 committed,
                 counters.succeeded.load(Ordering::Relaxed),
-                counters.latencies_us.lock().map(|l| l.len()).unwrap_or(0),
+                counters
+                    .latencies_us
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len(),
                 phase_snapshot(&cluster),
             ));
         }
@@ -366,7 +379,9 @@ async fn bench(
     let mut latencies: Vec<u64> = counters
         .latencies_us
         .lock()
-        .map(|l| l.get(latency0..).map(<[u64]>::to_vec).unwrap_or_default())
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(latency0..)
+        .map(<[u64]>::to_vec)
         .unwrap_or_default();
     latencies.sort_unstable();
     let committed = committed_end - committed0;
@@ -413,17 +428,8 @@ async fn bench(
     let blocks = cluster.statuses()[&OBSERVER].next_block.0.saturating_sub(1);
     let heading = format!("chainify bench: {tps:.0} successful transactions per second");
     let detail = format!(
-        "{} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution, {:.0} s measured after {:.0} s warm-up",
-        urls.len(),
-        args.engines.join(","),
-        args.policy,
-        args.workload,
-        args.keys,
-        args.distribution,
-        args.clients,
-        args.block_txs,
-        args.execution,
-        measured,
+        "{}, {measured:.0} s measured after {:.0} s warm-up",
+        args.describe(urls.len()),
         t0.as_secs_f64()
     );
     let warm = Some((t0.as_secs_f64(), "measured from here".to_owned()));

@@ -15,11 +15,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chainify_core::config::OrgConfig;
-use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, recreate_database};
-use chainify_workload::{SMALLBANK_SCHEMA, smallbank_load_sql};
+use chainify_workload::YcsbRecord;
 use serde_json::json;
 
-use crate::drive::server_url;
+use crate::drive::{Workload, engine_url, server_url};
 use crate::init::InitArgs;
 use crate::serve::runtime;
 
@@ -182,22 +181,6 @@ fn tag(dir: &Path) -> String {
     format!("devnet_{base}_{}", millis % 1_000_000_000)
 }
 
-/// A fresh database at `url` with Smallbank's tables and `accounts` accounts.
-pub(crate) async fn smallbank_database(url: &str, accounts: u64) -> anyhow::Result<()> {
-    recreate_database(url).await?;
-    let backend = AnyBackend::connect(url, &StoreOptions::default()).await?;
-    let mut conn = backend.acquire().await?;
-    for ddl in SMALLBANK_SCHEMA.split(';').filter(|s| !s.trim().is_empty()) {
-        conn.batch(ddl).await?;
-    }
-    for insert in smallbank_load_sql(accounts, 500) {
-        conn.batch(&insert).await?;
-    }
-    drop(conn);
-    backend.close().await;
-    Ok(())
-}
-
 fn up(args: &UpArgs) -> anyhow::Result<()> {
     let dir = std::path::absolute(&args.dir)?;
     if dir.join("network.toml").exists() {
@@ -215,26 +198,17 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
     let mut urls = Vec::new();
     for (i, engine) in args.engines.iter().enumerate() {
         let name = format!("{tag}_org{}", i + 1);
-        urls.push(match engine.as_str() {
-            "postgres" => database_on(
-                &server_url(
-                    &args.postgres_url,
-                    "CHAINIFY_TEST_POSTGRES_URL",
-                    "--postgres-url",
-                )?,
-                &name,
-            )?,
-            "mariadb" | "mysql" => database_on(
-                &server_url(&args.mysql_url, "CHAINIFY_TEST_MYSQL_URL", "--mysql-url")?,
-                &name,
-            )?,
-            "sqlite" => {
-                let org_dir = dir.join(format!("org{}", i + 1));
-                std::fs::create_dir_all(&org_dir)?;
-                format!("sqlite://{}", org_dir.join("state.db").display())
-            }
-            other => bail!("--engines: {other:?} is not postgres, mariadb or sqlite"),
-        });
+        let org_dir = dir.join(format!("org{}", i + 1));
+        if engine == "sqlite" {
+            std::fs::create_dir_all(&org_dir)?;
+        }
+        urls.push(engine_url(
+            engine,
+            &org_dir.join("state.db"),
+            &name,
+            &args.postgres_url,
+            &args.mysql_url,
+        )?);
     }
     let kafka_brokers = match args.orderer.as_str() {
         "kafka" => Some(server_url(
@@ -247,7 +221,8 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
     };
     runtime()?.block_on(async {
         for (i, url) in urls.iter().enumerate() {
-            smallbank_database(url, args.accounts)
+            Workload::Smallbank
+                .prepare(url, args.accounts, YcsbRecord::default())
                 .await
                 .with_context(|| format!("database of org{}", i + 1))?;
         }
