@@ -276,7 +276,7 @@ impl CommitEngine {
             return;
         }
         let now = self.now;
-        let (me, network) = (self.me, self.ctx.network.clone());
+        let (me, network, signatures) = (self.me, self.ctx.network.clone(), self.ctx.signatures);
         let key = &self.key;
         let Some(slot) = self.slots.get_mut(&number) else {
             return;
@@ -285,7 +285,7 @@ impl CommitEngine {
         if slot.sent.is_some() {
             return;
         }
-        let vote = Vote::new_signed(network, number, *hash, me, key);
+        let vote = Vote::new_as(network, number, *hash, me, key, signatures);
         // Count our own vote like anybody else's.
         let _ = slot.tally.add(&self.ctx, vote.clone());
         slot.sent = Some((vote.clone(), now));

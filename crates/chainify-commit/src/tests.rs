@@ -27,6 +27,7 @@ fn net(policy: &str) -> Net {
             network: NetworkId::new("net").unwrap(),
             policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs).unwrap(),
             keys: public,
+            signatures: chainify_core::crypto::Signatures::Ed25519,
         },
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::crypto::PublicKey;
+use crate::crypto::{PublicKey, Signatures};
 use crate::policy::{AgreementPolicy, PolicySpec};
 use crate::{ClientId, NetworkId, OrgId};
 
@@ -113,6 +113,10 @@ pub struct NetworkFile {
     /// TLS between organizations and for clients; plaintext gRPC when absent.
     #[serde(default)]
     pub tls: Option<NetworkTlsFile>,
+    /// `ed25519` (the default) or `off`: only to measure what signatures cost; an unsigned
+    /// network trusts every client, organization and orderer.
+    #[serde(default)]
+    pub signatures: Signatures,
 }
 
 /// TLS settings shared by the network.
@@ -282,6 +286,8 @@ pub struct NetworkConfig {
     pub tables: Vec<String>,
     /// The CA certificate path when the network uses TLS (resolved).
     pub tls_ca: Option<PathBuf>,
+    /// Whether proposals, responses, votes and queries are signed and checked.
+    pub signatures: Signatures,
 }
 
 /// Largest block size accepted (bounds memory per block and the success bitmap).
@@ -538,6 +544,7 @@ impl NetworkFile {
             orderer: self.orderer,
             orgs,
             clients,
+            signatures: self.signatures,
         })
     }
 }
@@ -852,6 +859,17 @@ commit_endpoint = "localhost:7022"
             .unwrap_err()
             .to_string();
         assert!(e.contains("block.max_block_txs = 0"), "{e}");
+        let e = load(&network("signatures = \"none\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("signatures") && e.contains("none") && e.contains("`off`"),
+            "{e}"
+        );
+        assert_eq!(
+            load(&network("signatures = \"off\"")).unwrap().signatures,
+            Signatures::Off
+        );
         let e = load(&network("[orderer]\nkind = \"kafka\""))
             .unwrap_err()
             .to_string();

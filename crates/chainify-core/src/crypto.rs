@@ -167,9 +167,51 @@ impl TryFrom<&[u8]> for Signature {
     }
 }
 
+/// Whether a network signs and checks proposals, early-abort responses, votes and queries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Signatures {
+    /// Ed25519 on everything a client or organization says; checked on receipt.
+    #[default]
+    Ed25519,
+    /// Nothing signed or checked. Exists only to measure what signatures cost (the crypto switch
+    /// of the paper's Fig. 9): such a network trusts every client, organization and orderer.
+    Off,
+}
+
+impl Signatures {
+    /// Signs `message` with `key`, or returns the all-zero signature when signatures are off.
+    pub fn sign(self, key: &SigningKey, message: &[u8]) -> Signature {
+        match self {
+            Signatures::Ed25519 => key.sign(message),
+            Signatures::Off => Signature([0; 64]),
+        }
+    }
+
+    /// Runs `check` (a signature verification), or accepts when signatures are off.
+    pub fn check<E>(self, check: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        match self {
+            Signatures::Ed25519 => check(),
+            Signatures::Off => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signatures_off_neither_signs_nor_checks() {
+        let key = SigningKey::from_seed(&[7; 32]);
+        let on = Signatures::Ed25519.sign(&key, b"m");
+        assert!(key.public_key().verify(b"m", &on).is_ok());
+        let off = Signatures::Off.sign(&key, b"m");
+        assert_eq!(off, Signature([0; 64]));
+        let bad = || key.public_key().verify(b"m", &off);
+        assert!(Signatures::Ed25519.check(bad).is_err());
+        assert!(Signatures::Off.check(bad).is_ok());
+    }
 
     #[test]
     fn sign_verify_and_tamper() {

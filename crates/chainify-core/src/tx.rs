@@ -2,7 +2,7 @@
 //! canonical encodings (see [`crate::canonical`]), ids, hashes and signatures.
 
 use crate::canonical::Encoder;
-use crate::crypto::{CryptoError, PublicKey, Signature, SigningKey};
+use crate::crypto::{CryptoError, PublicKey, Signature, Signatures, SigningKey};
 use crate::{BlockNumber, ClientId, Digest, NetworkId, OrgId, TxId, Value};
 
 /// One SQL statement with its typed parameters.
@@ -86,7 +86,12 @@ impl ProposalBody {
 
     /// Signs the body with the client's key.
     pub fn sign(self, key: &SigningKey) -> Proposal {
-        let signature = key.sign(&self.encode_canonical());
+        self.sign_as(key, Signatures::Ed25519)
+    }
+
+    /// Signs the body with the client's key, or not when the network's signatures are off.
+    pub fn sign_as(self, key: &SigningKey, signatures: Signatures) -> Proposal {
+        let signature = signatures.sign(key, &self.encode_canonical());
         Proposal {
             body: self,
             signature,
@@ -190,7 +195,18 @@ impl EarlyAbortResponse {
 
     /// Creates and signs a response.
     pub fn new_signed(tx_id: TxId, org: OrgId, verdict: Verdict, key: &SigningKey) -> Self {
-        let signature = key.sign(&Self::signing_bytes(&tx_id, org, &verdict));
+        Self::new_as(tx_id, org, verdict, key, Signatures::Ed25519)
+    }
+
+    /// Creates a response, signed unless the network's signatures are off.
+    pub fn new_as(
+        tx_id: TxId,
+        org: OrgId,
+        verdict: Verdict,
+        key: &SigningKey,
+        signatures: Signatures,
+    ) -> Self {
+        let signature = signatures.sign(key, &Self::signing_bytes(&tx_id, org, &verdict));
         EarlyAbortResponse {
             tx_id,
             org,
@@ -315,12 +331,29 @@ impl Vote {
         org: OrgId,
         key: &SigningKey,
     ) -> Vote {
-        let signature = key.sign(&Self::signing_bytes(
-            &network,
+        Self::new_as(
+            network,
             block,
-            &ledger_block_hash,
+            ledger_block_hash,
             org,
-        ));
+            key,
+            Signatures::Ed25519,
+        )
+    }
+
+    /// Creates a vote, signed unless the network's signatures are off.
+    pub fn new_as(
+        network: NetworkId,
+        block: BlockNumber,
+        ledger_block_hash: Digest,
+        org: OrgId,
+        key: &SigningKey,
+        signatures: Signatures,
+    ) -> Vote {
+        let signature = signatures.sign(
+            key,
+            &Self::signing_bytes(&network, block, &ledger_block_hash, org),
+        );
         Vote {
             network,
             block,

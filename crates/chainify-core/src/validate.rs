@@ -71,8 +71,9 @@ pub fn validate_block(
                 .clients
                 .get(&body.client)
                 .ok_or_else(|| Invalid::UnknownClient(body.client.clone()))?;
-            proposal
-                .verify(&client.public_key)
+            network
+                .signatures
+                .check(|| proposal.verify(&client.public_key))
                 .map_err(|_| Invalid::BadClientSignature(body.client.clone()))?;
             let id = proposal.tx_id();
             let mut responders = BTreeSet::new();
@@ -85,8 +86,9 @@ pub fn validate_block(
                     .orgs
                     .get(&response.org)
                     .ok_or(Invalid::UnknownOrg(response.org))?;
-                response
-                    .verify(&org.public_key)
+                network
+                    .signatures
+                    .check(|| response.verify(&org.public_key))
                     .map_err(|_| Invalid::BadResponseSignature(response.org))?;
                 if !responders.insert(response.org) {
                     return Err(Invalid::DuplicateResponse(response.org));
@@ -253,6 +255,30 @@ mod tests {
         );
         assert_eq!(out[8], Err(Invalid::AlreadyInLedger(old_id)));
         assert_eq!(out[9], Err(Invalid::DuplicateInBlock(0)));
+    }
+
+    #[test]
+    fn an_unsigned_network_checks_everything_but_signatures() {
+        let mut n = network();
+        n.signatures = crate::crypto::Signatures::Off;
+        let mut forged_client = chained(1, &[1, 2]);
+        forged_client.proposal.signature = crate::crypto::Signature([1; 64]);
+        let mut forged_response = chained(2, &[1, 2]);
+        forged_response.responses[1].org = OrgId(3);
+        let short = chained(3, &[1]);
+        let mut stranger = chained(4, &[1, 2]);
+        stranger.proposal.body.client = ClientId::new("mallory").unwrap();
+        let out = validate_block(
+            &block(vec![forged_client, forged_response, short, stranger]),
+            &n,
+            |_| false,
+        );
+        assert!(out[0].is_ok() && out[1].is_ok(), "{out:?}");
+        assert_eq!(out[2], Err(Invalid::NotEndorsed { accepted: vec![1] }));
+        assert_eq!(
+            out[3],
+            Err(Invalid::UnknownClient(ClientId::new("mallory").unwrap()))
+        );
     }
 
     #[test]

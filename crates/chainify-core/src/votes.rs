@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::crypto::PublicKey;
+use crate::crypto::{PublicKey, Signatures};
 use crate::policy::{Agreement, AgreementPolicy};
 use crate::tx::{Certificate, LedgerBlock, Vote};
 use crate::{BlockNumber, Digest, NetworkId, OrgId};
@@ -71,6 +71,8 @@ pub struct VoteContext {
     pub policy: AgreementPolicy,
     /// Each organization's public key.
     pub keys: BTreeMap<OrgId, PublicKey>,
+    /// Whether votes are signed and checked.
+    pub signatures: Signatures,
 }
 
 /// The votes received for one block.
@@ -108,7 +110,7 @@ impl VoteTally {
 
     /// Checks and counts a vote.
     pub fn add(&mut self, ctx: &VoteContext, vote: Vote) -> Result<(), VoteRejection> {
-        check_vote(&vote, &ctx.network, self.block, &ctx.keys)?;
+        check_vote(&vote, ctx, self.block)?;
         if self.equivocators.contains(&vote.org) {
             return Err(VoteRejection::Duplicate(vote.org));
         }
@@ -174,12 +176,13 @@ impl VoteTally {
     }
 }
 
-fn check_vote(
-    vote: &Vote,
-    network: &NetworkId,
-    block: BlockNumber,
-    keys: &BTreeMap<OrgId, PublicKey>,
-) -> Result<(), VoteRejection> {
+fn check_vote(vote: &Vote, ctx: &VoteContext, block: BlockNumber) -> Result<(), VoteRejection> {
+    let VoteContext {
+        network,
+        keys,
+        signatures,
+        ..
+    } = ctx;
     let key = keys
         .get(&vote.org)
         .ok_or(VoteRejection::UnknownOrg(vote.org))?;
@@ -196,7 +199,8 @@ fn check_vote(
             expected: block,
         });
     }
-    vote.verify(key)
+    signatures
+        .check(|| vote.verify(key))
         .map_err(|_| VoteRejection::BadSignature(vote.org))
 }
 
@@ -232,18 +236,11 @@ pub enum CertificateError {
 /// Checks a certificate offline: every vote is valid, for the certified block and hash, from a
 /// distinct organization, and together they satisfy the agreement policy.
 pub fn verify_certificate(cert: &Certificate, ctx: &VoteContext) -> Result<(), CertificateError> {
-    let VoteContext {
-        network,
-        policy,
-        keys,
-    } = ctx;
     let mut voters = BTreeSet::new();
     for vote in &cert.votes {
-        check_vote(vote, network, cert.block, keys).map_err(|source| {
-            CertificateError::BadVote {
-                block: cert.block,
-                source,
-            }
+        check_vote(vote, ctx, cert.block).map_err(|source| CertificateError::BadVote {
+            block: cert.block,
+            source,
         })?;
         if vote.ledger_block_hash != cert.ledger_block_hash {
             return Err(CertificateError::HashMismatch {
@@ -258,7 +255,7 @@ pub fn verify_certificate(cert: &Certificate, ctx: &VoteContext) -> Result<(), C
             });
         }
     }
-    if policy.is_satisfied_by(&voters) {
+    if ctx.policy.is_satisfied_by(&voters) {
         Ok(())
     } else {
         Err(CertificateError::PolicyNotMet {
@@ -279,6 +276,7 @@ impl VoteContext {
                 .iter()
                 .map(|(id, o)| (*id, o.public_key))
                 .collect(),
+            signatures: network.signatures,
         }
     }
 }
@@ -367,6 +365,7 @@ mod tests {
                 policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs)
                     .unwrap(),
                 keys: public,
+                signatures: Signatures::Ed25519,
             },
         }
     }
@@ -509,6 +508,43 @@ mod tests {
             Err(VoteRejection::Duplicate(OrgId(1)))
         );
         assert_eq!(t.outcome(&n.ctx), Agreement::Pending);
+    }
+
+    #[test]
+    fn unsigned_votes_count_only_on_an_unsigned_network() {
+        let mut n = net("all");
+        let unsigned = |org: u32| {
+            Vote::new_as(
+                n.id.clone(),
+                BlockNumber(5),
+                Digest::of(b"h"),
+                OrgId(org),
+                &n.keys[0],
+                Signatures::Off,
+            )
+        };
+        let votes: Vec<Vote> = (1..=3).map(unsigned).collect();
+        let mut t = VoteTally::new(BlockNumber(5));
+        assert_eq!(
+            t.add(&n.ctx, votes[0].clone()),
+            Err(VoteRejection::BadSignature(OrgId(1)))
+        );
+        n.ctx.signatures = Signatures::Off;
+        for v in &votes {
+            t.add(&n.ctx, v.clone()).unwrap();
+        }
+        assert!(matches!(t.outcome(&n.ctx), Agreement::Agreed { .. }));
+        let cert = t.certificate(&n.ctx).unwrap();
+        verify_certificate(&cert, &n.ctx).unwrap();
+        // Still counted by the policy: two unsigned votes do not make "all".
+        let short = Certificate {
+            votes: cert.votes[..2].to_vec(),
+            ..cert
+        };
+        assert!(matches!(
+            verify_certificate(&short, &n.ctx),
+            Err(CertificateError::PolicyNotMet { .. })
+        ));
     }
 
     #[test]

@@ -467,13 +467,16 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
                     self.network.network_id
                 ))
             })?;
-        proposal.verify(&client.public_key).map_err(|_| {
-            Status::unauthenticated(format!(
-                "the signature of the proposal by client {:?} (nonce {}) does not verify",
-                proposal.body.client.as_str(),
-                proposal.body.nonce
-            ))
-        })?;
+        self.network
+            .signatures
+            .check(|| proposal.verify(&client.public_key))
+            .map_err(|_| {
+                Status::unauthenticated(format!(
+                    "the signature of the proposal by client {:?} (nonce {}) does not verify",
+                    proposal.body.client.as_str(),
+                    proposal.body.nonce
+                ))
+            })?;
         Ok(client)
     }
 
@@ -533,7 +536,13 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
         let mut accepted: BTreeMap<OrgId, EarlyAbortResponse> = BTreeMap::new();
         accepted.insert(
             self.me,
-            EarlyAbortResponse::new_signed(id, self.me, Verdict::Accept, &self.key),
+            EarlyAbortResponse::new_as(
+                id,
+                self.me,
+                Verdict::Accept,
+                &self.key,
+                self.network.signatures,
+            ),
         );
         let first: BTreeSet<OrgId> = policy
             .smallest_combination_with(self.me)
@@ -619,7 +628,8 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
             .get(&org)
             .map(|o| o.public_key)
             .ok_or_else(|| Refusal::Failed("not in the network".into()))?;
-        if resp.org != org || resp.tx_id != id || resp.verify(&key).is_err() {
+        let signed = self.network.signatures.check(|| resp.verify(&key));
+        if resp.org != org || resp.tx_id != id || signed.is_err() {
             return Err(Refusal::Failed(
                 "answered with a response that is not its signed verdict on this proposal".into(),
             ));
@@ -964,8 +974,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
                             Err(status) => Verdict::Reject(status.message().to_owned()),
                         },
                     };
-                    pb::EarlyAbortResponse::from(&EarlyAbortResponse::new_signed(
-                        *id, s.me, verdict, &s.key,
+                    pb::EarlyAbortResponse::from(&EarlyAbortResponse::new_as(
+                        *id,
+                        s.me,
+                        verdict,
+                        &s.key,
+                        s.network.signatures,
                     ))
                 })
                 .collect::<Vec<_>>()

@@ -133,13 +133,16 @@ impl<B: Backend + 'static> QueryServer<B> {
             sql: request.sql,
             params,
         };
-        body.verify(&client.public_key, &signature).map_err(|_| {
-            Status::unauthenticated(format!(
-                "the signature of the query by client {:?} does not verify for network {}",
-                body.client.as_str(),
-                this.network.network_id
-            ))
-        })?;
+        this.network
+            .signatures
+            .check(|| body.verify(&client.public_key, &signature))
+            .map_err(|_| {
+                Status::unauthenticated(format!(
+                    "the signature of the query by client {:?} does not verify for network {}",
+                    body.client.as_str(),
+                    this.network.network_id
+                ))
+            })?;
         let plan = this
             .analyzer
             .query(&body.sql, &body.params)

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use chainify_core::config::{ConfigError, NetworkConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::{
-    ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Transaction, Verdict,
+    ChainedTransaction, EarlyAbortResponse, ProposalBody, Transaction, Verdict,
 };
 use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
@@ -237,7 +237,93 @@ pub struct Cluster<F: OrdererFactory> {
     client_orderer: Arc<F::Orderer>,
     net: LocalNetwork,
     orgs: BTreeMap<OrgId, OrgRun>,
-    nonce: AtomicU64,
+    nonce: Arc<AtomicU64>,
+}
+
+/// A client of a cluster that needs no access to the cluster itself (which stays free to crash
+/// and restart organizations): endorses as every organization, submits to the orderer, and
+/// reads where its transactions landed at one organization. Clones share the nonce sequence.
+pub struct ClusterClient<O> {
+    spec: Arc<ClusterSpec>,
+    nonce: Arc<AtomicU64>,
+    orderer: Arc<O>,
+    observer: OrgId,
+    outcomes: Outcomes,
+}
+
+impl<O> std::fmt::Debug for ClusterClient<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClient")
+            .field("network", &self.spec.network.network_id)
+            .field("observer", &self.observer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<O> Clone for ClusterClient<O> {
+    fn clone(&self) -> Self {
+        ClusterClient {
+            spec: self.spec.clone(),
+            nonce: self.nonce.clone(),
+            orderer: self.orderer.clone(),
+            observer: self.observer,
+            outcomes: self.outcomes.clone(),
+        }
+    }
+}
+
+impl<O: Orderer> ClusterClient<O> {
+    /// The signed, endorsed transaction [`ClusterClient::submit_raw`] would send.
+    pub fn endorse(&self, transaction: Transaction) -> ChainedTransaction {
+        endorse(&self.spec, &self.nonce, transaction)
+    }
+
+    /// Submits an already built transaction as is.
+    pub async fn submit_raw(&self, tx: ChainedTransaction) -> Result<(), ClusterError> {
+        Ok(self.orderer.broadcast(tx).await?)
+    }
+
+    /// Where `id` is in the observing organization's ledger, once appended there.
+    pub fn outcome(&self, id: &TxId) -> Option<TxOutcome> {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .copied()
+    }
+
+    /// The organization whose outcomes [`ClusterClient::outcome`] reads.
+    pub fn observer(&self) -> OrgId {
+        self.observer
+    }
+}
+
+/// Signs `transaction` as the cluster's client and endorses it as every organization.
+fn endorse(spec: &ClusterSpec, nonce: &AtomicU64, transaction: Transaction) -> ChainedTransaction {
+    let body = ProposalBody {
+        client: spec.client.clone(),
+        nonce: nonce.fetch_add(1, Ordering::Relaxed) + 1,
+        network: spec.network.network_id.clone(),
+        transaction,
+    };
+    let proposal = body.sign_as(&spec.client_key, spec.network.signatures);
+    let id = proposal.tx_id();
+    ChainedTransaction {
+        responses: spec
+            .orgs
+            .iter()
+            .map(|o| {
+                EarlyAbortResponse::new_as(
+                    id,
+                    o.id,
+                    Verdict::Accept,
+                    &o.key,
+                    spec.network.signatures,
+                )
+            })
+            .collect(),
+        proposal,
+    }
 }
 
 impl<F: OrdererFactory> std::fmt::Debug for Cluster<F> {
@@ -275,7 +361,7 @@ impl<F: OrdererFactory> Cluster<F> {
             client_orderer,
             net: LocalNetwork::new(),
             orgs: BTreeMap::new(),
-            nonce: AtomicU64::new(0),
+            nonce: Arc::default(),
         };
         for org in cluster.spec.orgs.clone() {
             let store = Arc::new(open_store(&cluster.spec, &org).await?);
@@ -369,24 +455,18 @@ impl<F: OrdererFactory> Cluster<F> {
 
     /// The signed, endorsed transaction [`Cluster::submit`] would send.
     pub fn endorse(&self, transaction: Transaction) -> ChainedTransaction {
-        let body = ProposalBody {
-            client: self.spec.client.clone(),
-            nonce: self.nonce.fetch_add(1, Ordering::Relaxed) + 1,
-            network: self.spec.network.network_id.clone(),
-            transaction,
-        };
-        let signature = self.spec.client_key.sign(&body.encode_canonical());
-        let proposal = Proposal { body, signature };
-        let id = proposal.tx_id();
-        ChainedTransaction {
-            responses: self
-                .spec
-                .orgs
-                .iter()
-                .map(|o| EarlyAbortResponse::new_signed(id, o.id, Verdict::Accept, &o.key))
-                .collect(),
-            proposal,
-        }
+        endorse(&self.spec, &self.nonce, transaction)
+    }
+
+    /// A client whose transactions' outcomes are read at `observer`.
+    pub fn client(&self, observer: OrgId) -> Result<ClusterClient<F::Orderer>, ClusterError> {
+        Ok(ClusterClient {
+            spec: Arc::new(self.spec.clone()),
+            nonce: self.nonce.clone(),
+            orderer: self.client_orderer.clone(),
+            observer,
+            outcomes: self.org(observer)?.outcomes.clone(),
+        })
     }
 
     /// Submits an already built transaction (forged, replayed, …) as is.

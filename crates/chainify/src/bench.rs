@@ -3,7 +3,7 @@
 //! Writes `result.json` and `result.svg` (throughput over time, latency percentiles, each
 //! organization's commit timeline, time per phase) into `--out`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chainify_core::OrgId;
+use chainify_core::crypto::Signatures;
+use chainify_core::policy::{AgreementPolicy, PolicySpec};
 use chainify_node::NodeSettings;
 use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
 use chainify_node::metrics::{Metrics, Phase};
@@ -23,6 +25,7 @@ use crate::drive::{
     Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, engine_url, heights, percentile,
     scratch_dir,
 };
+use crate::faults::Fault;
 use crate::svg::{Panel, render};
 
 /// Where latency is measured (submitted → appended there) and throughput counted.
@@ -77,6 +80,10 @@ pub(crate) struct BenchArgs {
     /// parallel (dependency-graph scheduling) or serial execution.
     #[arg(long, default_value = "parallel")]
     execution: String,
+    /// on: every proposal, early-abort response and vote signed (Ed25519) and checked; off:
+    /// none (the network trusts everyone), to measure what signatures cost.
+    #[arg(long, default_value = "on")]
+    crypto: String,
     /// Transactions executing at once per organization, when parallel.
     #[arg(long, default_value_t = 8)]
     parallelism: usize,
@@ -95,6 +102,14 @@ pub(crate) struct BenchArgs {
     /// Where SQLite files go (kept); default: a temporary directory, removed.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Change an organization's database behind chainify's back, `ORG@SECONDS` (repeatable):
+    /// it disagrees, restores its checkpoint and replays (the paper's Fig. 8).
+    #[arg(long)]
+    tamper: Vec<String>,
+    /// Crash an organization's node, `ORG@SECONDS[+DOWN]` (repeatable; down 5 s unless given):
+    /// it starts again and catches up.
+    #[arg(long)]
+    fail: Vec<String>,
     /// Then run the same transaction streams straight on each organization's engine (same
     /// clients, warm-up and duration, no chainify) and report the layer ÷ raw ratio.
     #[arg(long)]
@@ -102,6 +117,8 @@ pub(crate) struct BenchArgs {
 }
 
 struct Setup {
+    faults: Vec<Fault>,
+    signatures: Signatures,
     workload: Workload,
     dist: KeyDistribution,
     record: YcsbRecord,
@@ -131,6 +148,11 @@ impl BenchArgs {
             "serial" => ExecMode::Serial,
             other => bail!("--execution {other:?}: parallel or serial"),
         };
+        let signatures = match self.crypto.as_str() {
+            "on" => Signatures::Ed25519,
+            "off" => Signatures::Off,
+            other => bail!("--crypto {other:?}: on or off"),
+        };
         if self.engines.is_empty() || self.engines.len() > 16 {
             bail!("--engines: name 1 to 16 organizations' engines");
         }
@@ -157,7 +179,47 @@ impl BenchArgs {
         if self.block_txs == 0 || self.checkpoint_interval == 0 {
             bail!("--block-txs and --checkpoint-interval must be at least 1");
         }
+        let mut faults = Vec::new();
+        for (flag, texts) in [("--tamper", &self.tamper), ("--fail", &self.fail)] {
+            for text in texts {
+                let fault =
+                    Fault::parse(flag, text, self.engines.len()).map_err(anyhow::Error::msg)?;
+                if fault.at() >= self.warmup + self.duration {
+                    bail!(
+                        "{flag} {text:?}: the run ends at {} s",
+                        self.warmup + self.duration
+                    );
+                }
+                if flag == "--fail" && fault.org() == OBSERVER {
+                    bail!(
+                        "{flag} {text:?}: {OBSERVER} observes the latency; fail another organization"
+                    );
+                }
+                faults.push(fault);
+            }
+        }
+        faults.sort_by(|a, b| a.at().total_cmp(&b.at()));
+        let orgs: BTreeSet<OrgId> = (1..=self.engines.len() as u32).map(OrgId).collect();
+        let policy = self
+            .policy
+            .parse::<PolicySpec>()
+            .and_then(|p| AgreementPolicy::new(&p, &orgs).map_err(|e| e.to_string()))
+            .map_err(|e| anyhow::anyhow!("--policy {:?}: {e}", self.policy))?;
+        for fault in &faults {
+            let mut others = orgs.clone();
+            others.remove(&fault.org());
+            if !policy.is_satisfied_by(&others) {
+                bail!(
+                    "--policy {}: the organizations other than {} cannot agree while it is \
+                     tampered with or down; choose a policy they meet alone (any-2 of 3)",
+                    self.policy,
+                    fault.org()
+                );
+            }
+        }
         Ok(Setup {
+            faults,
+            signatures,
             workload,
             dist,
             record,
@@ -170,7 +232,7 @@ impl BenchArgs {
     /// The run's configuration in a line, for the progress and the picture.
     fn describe(&self, orgs: usize) -> String {
         format!(
-            "{orgs} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution",
+            "{orgs} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution, crypto {}",
             self.engines.join(","),
             self.policy,
             self.workload,
@@ -178,7 +240,8 @@ impl BenchArgs {
             self.distribution,
             self.clients,
             self.block_txs,
-            self.execution
+            self.execution,
+            self.crypto
         )
     }
 }
@@ -223,22 +286,146 @@ struct Report {
     text: String,
 }
 
-/// Sums and counts of every phase of every organization at one moment.
-fn phase_snapshot(cluster: &Cluster<Shared<LocalOrderer>>) -> BTreeMap<OrgId, Vec<(f64, u64)>> {
+/// Sums and counts of every phase of every running organization at one moment, with the
+/// metrics they come from (a restarted node counts afresh).
+type PhaseSnapshot = BTreeMap<OrgId, (Arc<Metrics>, Vec<(f64, u64)>)>;
+
+fn phase_snapshot(cluster: &Cluster<Shared<LocalOrderer>>) -> PhaseSnapshot {
     cluster
         .orgs()
         .into_iter()
         .filter_map(|org| {
             let m: Arc<Metrics> = cluster.metrics(org)?;
-            Some((
-                org,
-                Phase::ALL
-                    .iter()
-                    .map(|p| (m.phase(*p).sum(), m.phase(*p).count()))
-                    .collect(),
-            ))
+            let sums = Phase::ALL
+                .iter()
+                .map(|p| (m.phase(*p).sum(), m.phase(*p).count()))
+                .collect();
+            Some((org, (m, sums)))
         })
         .collect()
+}
+
+/// What the injected faults did, as the run saw it.
+#[derive(Default)]
+struct FaultLog {
+    /// (seconds, what happened), for the JSON and the markers.
+    events: Vec<(f64, String)>,
+    /// Crashed organizations and when to start them again.
+    down: Vec<(OrgId, f64)>,
+    /// Restarted organizations: when, the height to reach, when reached.
+    catch_ups: Vec<(OrgId, f64, u64, Option<f64>)>,
+    /// When each organization was last tampered with.
+    tampered: BTreeMap<OrgId, f64>,
+    /// Recovery reports seen per organization.
+    reported: BTreeMap<OrgId, usize>,
+    recoveries: Vec<serde_json::Value>,
+}
+
+impl FaultLog {
+    /// Injects what is due at `t`, restarts what is due, and notes recoveries and catch-ups.
+    async fn tick(
+        &mut self,
+        t: f64,
+        due: &mut std::collections::VecDeque<Fault>,
+        cluster: &mut Cluster<Shared<LocalOrderer>>,
+        tamper_sql: &str,
+        screen: &Screen,
+    ) -> anyhow::Result<()> {
+        while due.front().is_some_and(|f| f.at() <= t) {
+            let Some(fault) = due.pop_front() else { break };
+            let event = match fault {
+                Fault::Tamper { org, .. } => {
+                    cluster.tamper(org, tamper_sql).await?;
+                    self.tampered.insert(org, t);
+                    format!("{org} tampered")
+                }
+                Fault::Crash { org, down, .. } => {
+                    cluster.crash(org).await?;
+                    self.down.push((org, t + down));
+                    format!("{org} crashed")
+                }
+            };
+            screen.say(&format!("▸ {t:>5.1} s  {event}"));
+            self.events.push((t, event));
+        }
+        let mut i = 0;
+        while i < self.down.len() {
+            let (org, when) = self.down[i];
+            if when <= t {
+                self.down.remove(i);
+                self.restart(t, org, cluster, screen).await?;
+            } else {
+                i += 1;
+            }
+        }
+        let statuses = cluster.statuses();
+        for (org, started, target, caught) in &mut self.catch_ups {
+            let next = statuses.get(org).map_or(0, |s| s.next_block.0);
+            if caught.is_none() && next >= *target {
+                *caught = Some(t);
+                screen.say(&format!(
+                    "▸ {t:>5.1} s  {org} caught up (block {}) {:.2} s after its restart",
+                    next.saturating_sub(1),
+                    t - *started
+                ));
+            }
+        }
+        for (org, status) in &statuses {
+            let seen = self.reported.entry(*org).or_insert(0);
+            if status.recoveries.len() < *seen {
+                *seen = 0; // a restarted node reports afresh
+            }
+            for r in status.recoveries.iter().skip(*seen) {
+                let since = self.tampered.get(org).map(|at| t - at);
+                screen.say(&format!(
+                    "▸ {t:>5.1} s  {org} disagreed at block {}: restored checkpoint {}, replayed {} blocks, agreed again in {:.0} ms",
+                    r.block,
+                    r.checkpoint.map_or("none".into(), |c| c.to_string()),
+                    r.replayed,
+                    r.elapsed.as_secs_f64() * 1e3
+                ));
+                self.recoveries.push(json!({
+                    "org": org.to_string(), "seen_at_s": t, "block": r.block.0,
+                    "checkpoint": r.checkpoint.map(|c| c.0), "replayed": r.replayed,
+                    "restore_ms": r.restore.as_secs_f64() * 1e3,
+                    "replay_ms": r.replay.as_secs_f64() * 1e3,
+                    "disagreement_to_agreed_ms": r.elapsed.as_secs_f64() * 1e3,
+                    "tamper_to_seen_s": since,
+                }));
+            }
+            *seen = status.recoveries.len();
+        }
+        Ok(())
+    }
+
+    async fn restart(
+        &mut self,
+        t: f64,
+        org: OrgId,
+        cluster: &mut Cluster<Shared<LocalOrderer>>,
+        screen: &Screen,
+    ) -> anyhow::Result<()> {
+        cluster.restart(org).await?;
+        let target = cluster.status(OBSERVER)?.next_block.0;
+        self.catch_ups.push((org, t, target, None));
+        let event = format!("{org} restarted");
+        screen.say(&format!("▸ {t:>5.1} s  {event}"));
+        self.events.push((t, event));
+        Ok(())
+    }
+
+    /// Starts every organization still down (the run ended first).
+    async fn restart_all(
+        &mut self,
+        t: f64,
+        cluster: &mut Cluster<Shared<LocalOrderer>>,
+        screen: &Screen,
+    ) -> anyhow::Result<()> {
+        for (org, _) in std::mem::take(&mut self.down) {
+            self.restart(t, org, cluster, screen).await?;
+        }
+        Ok(())
+    }
 }
 
 /// One generator per client, seeded per client, identical for the layer and the raw runs.
@@ -294,6 +481,7 @@ async fn bench(
         setup.workload.tables(),
     )
     .context("the bench network")?;
+    std::sync::Arc::make_mut(&mut spec.network).signatures = setup.signatures;
     spec.settings = NodeSettings {
         mode: setup.mode,
         checkpoint_interval: args.checkpoint_interval,
@@ -306,7 +494,7 @@ async fn bench(
         spec.network.max_block_txs,
         spec.network.batch_timeout,
     );
-    let cluster = Arc::new(Cluster::start(spec, Shared(Arc::new(orderer))).await?);
+    let mut cluster = Cluster::start(spec, Shared(Arc::new(orderer))).await?;
     let generators = generators_for(args, setup);
     let load = Load::start(&cluster, OBSERVER, generators)?;
     let counters = load.counters.clone();
@@ -318,8 +506,19 @@ async fn bench(
     let mut committed_series: Vec<(f64, u64)> = vec![(0.0, 0)];
     let mut heights_series: BTreeMap<OrgId, Vec<(f64, f64)>> = BTreeMap::new();
     let mut at_warmup = None;
+    let mut due: std::collections::VecDeque<Fault> = setup.faults.iter().cloned().collect();
+    let mut faults = FaultLog::default();
     loop {
         tokio::time::sleep(SAMPLE_EVERY).await;
+        faults
+            .tick(
+                begin.elapsed().as_secs_f64(),
+                &mut due,
+                &mut cluster,
+                setup.workload.tamper_sql(),
+                &screen,
+            )
+            .await?;
         let t = begin.elapsed();
         let committed = counters.committed.load(Ordering::Relaxed);
         committed_series.push((t.as_secs_f64(), committed));
@@ -362,12 +561,25 @@ async fn bench(
         counters.succeeded.load(Ordering::Relaxed),
     );
     let phases_end = phase_snapshot(&cluster);
+    faults
+        .restart_all(begin.elapsed().as_secs_f64(), &mut cluster, &screen)
+        .await?;
     load.stop().await?;
     let target = cluster.statuses()[&OBSERVER].next_block;
     cluster
         .wait_until("every organization at the same height", SETTLE, |s| {
             s.values().all(|s| s.next_block >= target)
         })
+        .await?;
+    // Catch-ups and recoveries that completed while settling.
+    faults
+        .tick(
+            begin.elapsed().as_secs_f64(),
+            &mut due,
+            &mut cluster,
+            setup.workload.tamper_sql(),
+            &screen,
+        )
         .await?;
     screen.finish();
     let orgs = cluster.orgs();
@@ -398,10 +610,11 @@ async fn bench(
     for (i, phase) in Phase::ALL.iter().enumerate() {
         let mut per_org = serde_json::Map::new();
         let mut means = Vec::new();
-        for (org, end) in &phases_end {
+        for (org, (metrics, end)) in &phases_end {
             let (s0, c0) = phases0
                 .get(org)
-                .and_then(|v| v.get(i).copied())
+                .filter(|(m, _)| Arc::ptr_eq(m, metrics))
+                .and_then(|(_, v)| v.get(i).copied())
                 .unwrap_or((0.0, 0));
             let (s1, c1) = end[i];
             if c1 > c0 {
@@ -432,14 +645,15 @@ async fn bench(
         args.describe(urls.len()),
         t0.as_secs_f64()
     );
-    let warm = Some((t0.as_secs_f64(), "measured from here".to_owned()));
+    let mut markers = vec![(t0.as_secs_f64(), "measured from here".to_owned())];
+    markers.extend(faults.events.iter().cloned());
     let report_panels = vec![
         Panel::Lines {
             title: "Throughput (transactions appended per second)".into(),
             x_label: "seconds since start".into(),
             y_label: "tx/s".into(),
             series: vec![("appended at org1".into(), throughput.clone())],
-            marker: warm.clone(),
+            markers: markers.clone(),
         },
         Panel::Bars {
             title: "Latency, submitted → appended (measured window)".into(),
@@ -454,7 +668,7 @@ async fn bench(
                 .iter()
                 .map(|(org, s)| (org.to_string(), s.clone()))
                 .collect(),
-            marker: warm,
+            markers,
         },
         Panel::Bars {
             title: "Mean time per phase and block".into(),
@@ -471,7 +685,7 @@ async fn bench(
             "workload": args.workload, "keys": args.keys, "distribution": args.distribution,
             "fields": args.fields, "field_length": args.field_length,
             "warmup_s": args.warmup, "duration_s": args.duration, "execution": args.execution,
-            "parallelism": args.parallelism, "pipeline_depth": args.pipeline_depth,
+            "crypto": args.crypto, "parallelism": args.parallelism, "pipeline_depth": args.pipeline_depth,
             "checkpoint_interval": args.checkpoint_interval, "seed": args.seed,
         },
         "measured_s": measured,
@@ -486,6 +700,12 @@ async fn bench(
         "phases": phases,
         "throughput_series": throughput,
         "heights_series": heights_series.iter().map(|(o, s)| (o.to_string(), json!(s))).collect::<serde_json::Map<_, _>>(),
+        "faults": faults.events.iter().map(|(t, e)| json!({ "at_s": t, "event": e })).collect::<Vec<_>>(),
+        "recoveries": faults.recoveries,
+        "catch_ups": faults.catch_ups.iter().map(|(org, at, target, caught)| json!({
+            "org": org.to_string(), "restarted_at_s": at, "target_block": target.saturating_sub(1),
+            "caught_up_after_s": caught.map(|c| c - at),
+        })).collect::<Vec<_>>(),
         "all_agree": all_agree,
         "disagreement": agreement.as_ref().err().map(ToString::to_string),
     });
@@ -508,7 +728,27 @@ async fn bench(
             Err(e) => format!("DISAGREEMENT: {e}"),
         }
     );
-    let cluster = Arc::into_inner(cluster).context("a client still holds the cluster")?;
+    let mut text = text;
+    for r in &faults.recoveries {
+        text.push_str(&format!(
+            "  recovery           {} at block {}: restore {:.0} ms + replay of {} blocks {:.0} ms, disagreement → agreed {:.0} ms\n",
+            r["org"].as_str().unwrap_or("?"),
+            r["block"],
+            r["restore_ms"].as_f64().unwrap_or(0.0),
+            r["replayed"],
+            r["replay_ms"].as_f64().unwrap_or(0.0),
+            r["disagreement_to_agreed_ms"].as_f64().unwrap_or(0.0),
+        ));
+    }
+    for (org, at, _, caught) in &faults.catch_ups {
+        text.push_str(&match caught {
+            Some(c) => format!(
+                "  catch-up           {org} {:.2} s after its restart\n",
+                c - at
+            ),
+            None => format!("  catch-up           {org} had not caught up when the run ended\n"),
+        });
+    }
     cluster.shutdown().await?;
     let (mut json, mut svg, mut text) = (json, svg, text);
     if args.raw {

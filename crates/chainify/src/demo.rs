@@ -209,7 +209,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let elapsed = begin.elapsed();
         if tamper && tampered_at.is_none() && elapsed >= duration / 2 {
-            let sql = "UPDATE checking SET bal = bal + 1000 WHERE custid = 1";
+            let sql = Workload::Smallbank.tamper_sql();
             cluster.tamper(TAMPERED, sql).await?;
             tampered_at = Some(Instant::now());
             screen.say(&format!(

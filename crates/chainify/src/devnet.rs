@@ -107,6 +107,9 @@ pub(crate) struct UpArgs {
     /// Plaintext gRPC.
     #[arg(long)]
     no_tls: bool,
+    /// No signatures (see `init --unsigned`): to measure what they cost.
+    #[arg(long)]
+    unsigned: bool,
     /// Run each organization's components as three processes (execution, commit, chainify)
     /// instead of one.
     #[arg(long)]
@@ -245,6 +248,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         batch_timeout_ms: args.batch_timeout_ms,
         checkpoint_interval: args.checkpoint_interval,
         no_tls: args.no_tls,
+        unsigned: args.unsigned,
     })?;
     std::fs::write(dir.join("layout"), if args.split { "split" } else { "all" })?;
     if args.orderer == "solo" {

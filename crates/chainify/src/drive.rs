@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use chainify_core::tx::Transaction;
 use chainify_core::{OrgId, TxId};
 use chainify_node::NodeStatus;
-use chainify_node::cluster::{Cluster, Shared};
+use chainify_node::cluster::{Cluster, ClusterClient, Shared};
 use chainify_orderer::LocalOrderer;
 use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, recreate_database};
 use chainify_workload::{
@@ -114,6 +114,17 @@ impl Workload {
         }
     }
 
+    /// A change behind chainify's back that makes an organization's digest differ from the
+    /// others' on its next block (a row every run's data set has).
+    pub(crate) fn tamper_sql(self) -> &'static str {
+        match self {
+            Workload::Smallbank | Workload::SmallbankFull => {
+                "UPDATE checking SET bal = bal + 1000 WHERE custid = 1"
+            }
+            Workload::Ycsb(_) => "UPDATE usertable SET field0 = 'x' WHERE ycsb_key = 1",
+        }
+    }
+
     /// A generator for one client.
     pub(crate) fn generator(
         self,
@@ -189,10 +200,11 @@ pub(crate) struct Load {
 impl Load {
     /// Starts one client per generator.
     pub(crate) fn start(
-        cluster: &Arc<Cluster<Shared<LocalOrderer>>>,
+        cluster: &Cluster<Shared<LocalOrderer>>,
         observer: OrgId,
         generators: Vec<Generator>,
     ) -> anyhow::Result<Load> {
+        let submitter = cluster.client(observer)?;
         let pending: Pending = Arc::default();
         let counters = Arc::new(Counters::default());
         let Some(commits) = cluster.commits(observer) else {
@@ -202,15 +214,7 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let clients = generators
             .into_iter()
-            .map(|g| {
-                tokio::spawn(client(
-                    cluster.clone(),
-                    observer,
-                    g,
-                    pending.clone(),
-                    stop.clone(),
-                ))
-            })
+            .map(|g| tokio::spawn(client(submitter.clone(), g, pending.clone(), stop.clone())))
             .collect();
         Ok(Load {
             counters,
@@ -341,8 +345,7 @@ async fn listen(
 
 /// Submits one transaction at a time until told to stop, each after the previous is appended.
 async fn client(
-    cluster: Arc<Cluster<Shared<LocalOrderer>>>,
-    observer: OrgId,
+    cluster: ClusterClient<LocalOrderer>,
     mut workload: Generator,
     pending: Pending,
     stop: Arc<AtomicBool>,
@@ -361,7 +364,7 @@ async fn client(
             match tokio::time::timeout(Duration::from_secs(1), &mut told).await {
                 Ok(_) => break,
                 // The listener lagged past this block: the collector's record says it landed.
-                Err(_) if cluster.outcome(observer, &id).is_some() => {
+                Err(_) if cluster.outcome(&id).is_some() => {
                     pending
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)

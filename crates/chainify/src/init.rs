@@ -15,7 +15,7 @@ use chainify_core::config::{
     NetworkTlsFile, OrdererFile, OrdererKind, OrgConfig, OrgEntry, OrgFile, OrgTlsFile,
     StatementKind,
 };
-use chainify_core::crypto::SigningKey;
+use chainify_core::crypto::{Signatures, SigningKey};
 use chainify_core::policy::PolicySpec;
 
 #[derive(Clone, Debug, clap::Args)]
@@ -72,6 +72,10 @@ pub(crate) struct InitArgs {
     /// Plaintext gRPC instead of TLS (not for networks beyond one machine).
     #[arg(long)]
     pub(crate) no_tls: bool,
+    /// Sign and check nothing (`signatures = "off"`): only to measure what signatures cost; the
+    /// network then trusts every client, organization and orderer.
+    #[arg(long)]
+    pub(crate) unsigned: bool,
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -335,6 +339,11 @@ fn write_network(
         tls: certs.map(|_| NetworkTlsFile {
             ca: PathBuf::from("tls/ca.pem"),
         }),
+        signatures: if args.unsigned {
+            Signatures::Off
+        } else {
+            Signatures::Ed25519
+        },
     };
     let network_path = out.join("network.toml");
     write_new(&network_path, toml::to_string(&network)?.as_bytes())?;

@@ -14,6 +14,7 @@ mod client;
 mod demo;
 mod devnet;
 mod drive;
+mod faults;
 mod init;
 mod raw;
 mod serve;

@@ -20,8 +20,8 @@ pub(crate) enum Panel {
         x_label: String,
         y_label: String,
         series: Vec<(String, Vec<(f64, f64)>)>,
-        /// A vertical line at this x with its label (e.g. the end of the warm-up).
-        marker: Option<(f64, String)>,
+        /// Vertical lines at these x with their labels (the end of the warm-up, a fault).
+        markers: Vec<(f64, String)>,
     },
     /// Horizontal bars with a value each.
     Bars {
@@ -66,7 +66,7 @@ fn lines(
     x_label: &str,
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
-    marker: Option<&(f64, String)>,
+    markers: &[(f64, String)],
 ) {
     let (w, h) = (PANEL_W - 2.0 * MARGIN, PANEL_H - 2.0 * MARGIN);
     let points = series.iter().flat_map(|(_, p)| p.iter());
@@ -129,14 +129,15 @@ fn lines(
         top + h / 2.0,
         escape(y_label)
     );
-    if let Some((at, label)) = marker {
+    // Labels stack upwards from the bottom so that close markers stay readable.
+    for (i, (at, label)) in markers.iter().enumerate() {
         let _ = writeln!(
             out,
             r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1}" stroke="#999" stroke-dasharray="4 3"/><text x="{2:.1}" y="{3}" class="tick">{4}</text>"##,
             x(*at),
             top + h,
             x(*at) + 4.0,
-            top + h - 6.0,
+            top + h - 6.0 - 12.0 * i as f64,
             escape(label)
         );
     }
@@ -221,16 +222,8 @@ pub(crate) fn render(heading: &str, detail: &str, panels: &[Panel]) -> String {
                 x_label,
                 y_label,
                 series,
-                marker,
-            } => lines(
-                &mut out,
-                origin,
-                title,
-                x_label,
-                y_label,
-                series,
-                marker.as_ref(),
-            ),
+                markers,
+            } => lines(&mut out, origin, title, x_label, y_label, series, markers),
             Panel::Bars {
                 title,
                 unit,
@@ -267,7 +260,7 @@ mod tests {
                         ("org1".into(), vec![(0.0, 0.0), (1.0, 10.0)]),
                         ("org2".into(), vec![(0.0, 0.0), (1.0, 8.0)]),
                     ],
-                    marker: Some((0.5, "warm-up ends".into())),
+                    markers: vec![(0.5, "warm-up ends".into()), (0.8, "org2 <crashed>".into())],
                 },
                 Panel::Bars {
                     title: "phases".into(),
@@ -278,6 +271,8 @@ mod tests {
         );
         assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 2);
+        assert_eq!(svg.matches("stroke-dasharray").count(), 2);
+        assert!(svg.contains("org2 &lt;crashed&gt;"));
         assert_eq!(svg.matches("<rect x=").count(), 2);
         assert!(svg.contains("bench &lt;any-2&gt;") && !svg.contains("<any-2>"));
         assert_eq!(svg.matches('<').count(), svg.matches('>').count());

@@ -57,9 +57,19 @@ fn check(report: &Value, svg: &str, orgs: usize) {
     assert!(svg.contains("successful transactions per second"));
 }
 
+/// Unsigned YCSB A on SQLite while org2 is tampered with and org3 crashes and restarts: the
+/// figures of a Fig. 8 run (recovery, catch-up) are reported and everything agrees at the end.
 #[test]
-fn ycsb_a_on_sqlite_measures_and_agrees() {
+fn ycsb_a_on_sqlite_measures_recovery_and_catch_up_without_signatures() {
     let (report, svg) = run(&[
+        "--crypto",
+        "off",
+        "--tamper",
+        "2@1.5",
+        "--fail",
+        "3@2+1",
+        "--checkpoint-interval",
+        "5",
         "--workload",
         "ycsb-a",
         "--keys",
@@ -77,6 +87,31 @@ fn ycsb_a_on_sqlite_measures_and_agrees() {
     ]);
     check(&report, &svg, 3);
     assert_eq!(report["config"]["workload"], "ycsb-a");
+    assert_eq!(report["config"]["crypto"], "off");
+    let events: Vec<&str> = report["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        events,
+        ["org2 tampered", "org3 crashed", "org3 restarted"],
+        "{report:#}"
+    );
+    let recoveries = report["recoveries"].as_array().unwrap();
+    assert!(
+        recoveries
+            .iter()
+            .any(|r| r["org"] == "org2" && r["disagreement_to_agreed_ms"].as_f64().unwrap() > 0.0),
+        "{report:#}"
+    );
+    let catch_ups = report["catch_ups"].as_array().unwrap();
+    assert_eq!(catch_ups.len(), 1, "{report:#}");
+    assert_eq!(catch_ups[0]["org"], "org3");
+    assert!(catch_ups[0]["caught_up_after_s"].as_f64().unwrap() >= 0.0);
+    // The warm-up and the three faults are marked on both time panels.
+    assert_eq!(svg.matches("stroke-dasharray").count(), 2 * 4);
 }
 
 /// YCSB B and the full Smallbank mix on PostgreSQL, MariaDB and SQLite side by side, serially
@@ -132,8 +167,23 @@ fn bad_options_are_refused_by_name() {
         (&["--execution", "quantum"][..], "--execution \"quantum\""),
         (&["--duration", "0"][..], "--duration 0"),
         (&["--fields", "0"][..], "0 fields"),
+        (&["--crypto", "maybe"][..], "--crypto \"maybe\""),
         (
-            &["--engines", "oracle", "--duration", "1"][..],
+            &["--tamper", "4@1"][..],
+            "--tamper \"4@1\": the network has organizations 1 to 3",
+        ),
+        (&["--fail", "1@1"][..], "org1 observes the latency"),
+        (
+            &["--policy", "all", "--tamper", "2@1"][..],
+            "other than org2 cannot agree",
+        ),
+        (&["--policy", "any-5"][..], "--policy \"any-5\""),
+        (
+            &["--fail", "2@99", "--duration", "5"][..],
+            "the run ends at 10 s",
+        ),
+        (
+            &["--engines", "oracle,sqlite,sqlite", "--duration", "1"][..],
             "\"oracle\" is not sqlite",
         ),
     ] {

@@ -240,6 +240,7 @@ fn init_options_reach_the_configuration() {
     assert_eq!(net.orderer.kafka_topic.as_deref(), Some("ledger"));
     assert_eq!(net.tables, ["accounts", "checking"]);
     assert_eq!(net.max_block_txs, 64);
+    assert_eq!(net.signatures, chainify_core::crypto::Signatures::Ed25519);
     let c2 = net
         .clients
         .values()
@@ -272,9 +273,16 @@ fn init_options_reach_the_configuration() {
     }
 
     let plain = dir.path().join("plain");
-    let o = chainify(&["init", "--out", plain.to_str().unwrap(), "--no-tls"]);
+    let o = chainify(&[
+        "init",
+        "--out",
+        plain.to_str().unwrap(),
+        "--no-tls",
+        "--unsigned",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let net = NetworkConfig::load(&plain.join("network.toml")).unwrap();
+    assert_eq!(net.signatures, chainify_core::crypto::Signatures::Off);
     assert!(net.tls_ca.is_none());
     assert!(!plain.join("tls").exists());
     let cfg = OrgConfig::load(&plain.join("org1/org.toml")).unwrap();
