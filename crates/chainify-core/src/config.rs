@@ -172,6 +172,14 @@ pub struct OrdererFile {
     /// Kafka topic; defaults to the network id.
     #[serde(default)]
     pub kafka_topic: Option<String>,
+    /// Replicas of the topic when chainify creates it: 1 for a single broker, 3 for a cluster
+    /// of three (with the brokers' `min.insync.replicas = 2`, one broker may fail).
+    #[serde(default = "default_kafka_replication")]
+    pub kafka_replication: u16,
+}
+
+fn default_kafka_replication() -> u16 {
+    1
 }
 
 fn default_orderer_kind() -> OrdererKind {
@@ -185,6 +193,7 @@ impl Default for OrdererFile {
             solo_endpoint: None,
             kafka_brokers: None,
             kafka_topic: None,
+            kafka_replication: default_kafka_replication(),
         }
     }
 }
@@ -451,6 +460,9 @@ impl NetworkFile {
                 Some(b) => {
                     for broker in b.split(',') {
                         c.endpoint("orderer.kafka_brokers".into(), broker.trim())?;
+                    }
+                    if self.orderer.kafka_replication == 0 {
+                        return Err(c.err("orderer.kafka_replication", "0", "at least 1 replica"));
                     }
                 }
                 None => {

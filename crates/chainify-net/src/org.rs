@@ -214,7 +214,7 @@ async fn connect_orderer(
                 network: network.network_id.clone(),
                 max_block_txs: network.max_block_txs,
                 batch_timeout: network.batch_timeout,
-                replication: 1,
+                replication: i32::from(network.orderer.kafka_replication),
                 markers_from: resume,
             })
             .await

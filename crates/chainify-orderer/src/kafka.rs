@@ -20,7 +20,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::time::Instant;
@@ -257,6 +257,13 @@ impl Orderer for KafkaOrderer {
                 loop {
                     let message = match consumer.recv().await {
                         Ok(m) => m.detach(),
+                        // librdkafka reports a lost broker connection and goes on fetching from
+                        // the same offset once the partition has a leader again (a broker of a
+                        // cluster died): nothing for the reader to do.
+                        Err(KafkaError::MessageConsumption(
+                            RDKafkaErrorCode::BrokerTransportFailure
+                            | RDKafkaErrorCode::AllBrokersDown,
+                        )) => continue,
                         Err(e) => {
                             return Some((Err(unavailable("consuming", e)), (consumer, cutter)));
                         }

@@ -21,11 +21,12 @@ use chainify_storage::ExecMode;
 use chainify_workload::{KeyDistribution, YcsbRecord};
 use serde_json::json;
 
+use crate::drive::Counters;
 use crate::drive::{
-    Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, engine_url, heights, percentile,
-    scratch_dir,
+    Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, engine_url, percentile, scratch_dir,
 };
 use crate::faults::Fault;
+use crate::remote::{Devnet, RemoteLoad};
 use crate::svg::{Panel, render};
 
 /// Where latency is measured (submitted → appended there) and throughput counted.
@@ -33,8 +34,17 @@ const OBSERVER: OrgId = OrgId(1);
 /// How often throughput and heights are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub(crate) struct BenchArgs {
+    /// Drive the network of processes in this directory (`chainify devnet up`) with SDK clients
+    /// over gRPC, instead of an in-process network; its engines, policy, block size and
+    /// execution are the network's own, and its Smallbank accounts are the keys.
+    #[arg(long, conflicts_with_all = [
+        "engines", "policy", "block_txs", "batch_timeout_ms", "keys", "execution", "crypto",
+        "parallelism", "pipeline_depth", "checkpoint_interval", "raw", "tamper", "fail", "dir",
+        "postgres_url", "mysql_url",
+    ])]
+    devnet: Option<PathBuf>,
     /// Engine of each organization, comma-separated: sqlite, postgres or mariadb.
     #[arg(long, value_delimiter = ',', default_value = "sqlite,sqlite,sqlite")]
     engines: Vec<String>,
@@ -144,6 +154,8 @@ impl BenchArgs {
             .map_err(|e| anyhow::anyhow!("--fields/--field-length: {e}"))?;
         let mode = match self.execution.as_str() {
             "parallel" if self.parallelism >= 1 => ExecMode::Parallel(self.parallelism),
+            // A devnet's organizations execute as their configurations say.
+            "as configured" if self.devnet.is_some() => ExecMode::Serial,
             "parallel" => bail!("--parallelism 0: at least 1"),
             "serial" => ExecMode::Serial,
             other => bail!("--execution {other:?}: parallel or serial"),
@@ -230,10 +242,25 @@ impl BenchArgs {
 
 impl BenchArgs {
     /// The run's configuration in a line, for the progress and the picture.
-    fn describe(&self, orgs: usize) -> String {
+    fn describe(&self, engines: &[String]) -> String {
+        if let Some(dir) = &self.devnet {
+            return format!(
+                "devnet {} ({} organizations: {}), policy {}, {} with {} keys ({}), {} clients over gRPC, blocks of at most {}",
+                dir.display(),
+                engines.len(),
+                engines.join(","),
+                self.policy,
+                self.workload,
+                self.keys,
+                self.distribution,
+                self.clients,
+                self.block_txs,
+            );
+        }
         format!(
-            "{orgs} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution, crypto {}",
-            self.engines.join(","),
+            "{} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution, crypto {}",
+            engines.len(),
+            engines.join(","),
             self.policy,
             self.workload,
             self.keys,
@@ -247,6 +274,29 @@ impl BenchArgs {
 }
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    let mut args = args.clone();
+    if let Some(dir) = &args.devnet {
+        // The network decides these; the report says what they were.
+        let devnet = Devnet::open(dir)?;
+        if !args.workload.starts_with("smallbank") {
+            bail!(
+                "--workload {}: a devnet holds Smallbank's tables (smallbank or smallbank-full)",
+                args.workload
+            );
+        }
+        args.keys = devnet.accounts()?;
+        args.engines = devnet.engines();
+        args.block_txs = devnet.network.max_block_txs;
+        args.batch_timeout_ms = u64::try_from(devnet.network.batch_timeout.as_millis())?;
+        args.policy = devnet.policy();
+        args.crypto = match devnet.network.signatures {
+            Signatures::Ed25519 => "on",
+            Signatures::Off => "off",
+        }
+        .into();
+        args.execution = "as configured".into();
+    }
+    let args = &args;
     let setup = args.check()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -288,7 +338,7 @@ struct Report {
 
 /// Sums and counts of every phase of every running organization at one moment, with the
 /// metrics they come from (a restarted node counts afresh).
-type PhaseSnapshot = BTreeMap<OrgId, (Arc<Metrics>, Vec<(f64, u64)>)>;
+type PhaseSnapshot = BTreeMap<OrgId, (u64, Vec<(f64, u64)>)>;
 
 fn phase_snapshot(cluster: &Cluster<Shared<LocalOrderer>>) -> PhaseSnapshot {
     cluster
@@ -300,7 +350,8 @@ fn phase_snapshot(cluster: &Cluster<Shared<LocalOrderer>>) -> PhaseSnapshot {
                 .iter()
                 .map(|p| (m.phase(*p).sum(), m.phase(*p).count()))
                 .collect();
-            Some((org, (m, sums)))
+            // The metrics' address tells a restarted node's metrics from the old ones.
+            Some((org, (Arc::as_ptr(&m) as usize as u64, sums)))
         })
         .collect()
 }
@@ -442,12 +493,253 @@ fn generators_for(args: &BenchArgs, setup: &Setup) -> Vec<crate::drive::Generato
         .collect()
 }
 
+/// What a run drives: an in-process network, or a devnet of processes.
+enum Net {
+    Local(Box<Cluster<Shared<LocalOrderer>>>),
+    Devnet(Box<Devnet>),
+}
+
+impl Net {
+    /// Every organization's newest agreed block.
+    async fn heights(&self) -> anyhow::Result<BTreeMap<OrgId, u64>> {
+        match self {
+            Net::Local(cluster) => Ok(cluster
+                .statuses()
+                .iter()
+                .map(|(org, s)| (*org, s.next_block.0.saturating_sub(1)))
+                .collect()),
+            Net::Devnet(devnet) => devnet.heights().await,
+        }
+    }
+
+    async fn phases(&self) -> PhaseSnapshot {
+        match self {
+            Net::Local(cluster) => phase_snapshot(cluster),
+            Net::Devnet(devnet) => devnet.phases().await,
+        }
+    }
+}
+
+/// What the sampling loop saw.
+struct Measured {
+    committed_series: Vec<(f64, u64)>,
+    heights_series: BTreeMap<OrgId, Vec<(f64, f64)>>,
+    /// At the end of the warm-up: time, committed, succeeded, latencies recorded, phases.
+    t0: Duration,
+    committed0: u64,
+    succeeded0: u64,
+    latency0: usize,
+    phases0: PhaseSnapshot,
+    end: Duration,
+    committed_end: u64,
+    succeeded_end: u64,
+    phases_end: PhaseSnapshot,
+    faults: FaultLog,
+}
+
+/// Samples throughput, heights and phases every [`SAMPLE_EVERY`] until warm-up and duration
+/// have passed, injecting the faults of an in-process network on schedule.
+async fn measure(
+    args: &BenchArgs,
+    setup: &Setup,
+    net: &mut Net,
+    counters: &Counters,
+) -> anyhow::Result<Measured> {
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let total = warmup + Duration::from_secs_f64(args.duration);
+    let screen = Screen::new(total);
+    let begin = Instant::now();
+    let mut plain_due = Instant::now() + PLAIN_PROGRESS_EVERY;
+    let mut committed_series: Vec<(f64, u64)> = vec![(0.0, 0)];
+    let mut heights_series: BTreeMap<OrgId, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut at_warmup = None;
+    let mut due: std::collections::VecDeque<Fault> = setup.faults.iter().cloned().collect();
+    let mut faults = FaultLog::default();
+    let succeeded = || counters.succeeded.load(Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(SAMPLE_EVERY).await;
+        if let Net::Local(cluster) = net {
+            let t = begin.elapsed().as_secs_f64();
+            let sql = setup.workload.tamper_sql();
+            faults.tick(t, &mut due, cluster, sql, &screen).await?;
+        }
+        let t = begin.elapsed();
+        let committed = counters.committed.load(Ordering::Relaxed);
+        committed_series.push((t.as_secs_f64(), committed));
+        let heights = net.heights().await?;
+        for (org, h) in &heights {
+            heights_series
+                .entry(*org)
+                .or_default()
+                .push((t.as_secs_f64(), *h as f64));
+        }
+        if at_warmup.is_none() && t >= warmup {
+            let latencies = counters
+                .latencies_us
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len();
+            at_warmup = Some((t, committed, succeeded(), latencies, net.phases().await));
+        }
+        screen.progress(
+            t.min(total),
+            &format!(
+                "{} {committed} tx · blocks {}",
+                if t < warmup { "warm-up" } else { "measuring" },
+                heights
+                    .iter()
+                    .map(|(org, h)| format!("{org} {h}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            &mut plain_due,
+        );
+        if t >= total {
+            break;
+        }
+    }
+    let end = begin.elapsed();
+    let (committed_end, succeeded_end) = (counters.committed.load(Ordering::Relaxed), succeeded());
+    let phases_end = net.phases().await;
+    if let Net::Local(cluster) = net {
+        faults
+            .restart_all(begin.elapsed().as_secs_f64(), cluster, &screen)
+            .await?;
+    }
+    screen.finish();
+    let Some((t0, committed0, succeeded0, latency0, phases0)) = at_warmup else {
+        bail!("the run ended before the warm-up did");
+    };
+    Ok(Measured {
+        committed_series,
+        heights_series,
+        t0,
+        committed0,
+        succeeded0,
+        latency0,
+        phases0,
+        end,
+        committed_end,
+        succeeded_end,
+        phases_end,
+        faults,
+    })
+}
+
+/// Waits until every organization has agreed on `target` (or `SETTLE` passed).
+async fn settle(net: &Net, target: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let heights = net.heights().await?;
+        if heights.values().all(|h| *h >= target) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the organizations did not all reach block {target} within {SETTLE:?}: {heights:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn bench(
     args: &BenchArgs,
     setup: &Setup,
     dir: &std::path::Path,
 ) -> anyhow::Result<(Report, bool)> {
     let tag = format!("bench_{}", std::process::id());
+    let mut net = match &args.devnet {
+        Some(path) => {
+            let devnet = Devnet::open(path)?;
+            eprintln!(
+                "chainify bench: the devnet in {} ({}), {} clients over gRPC, {:.0} s warm-up + {:.0} s",
+                path.display(),
+                devnet.engines().join(","),
+                args.clients,
+                args.warmup,
+                args.duration
+            );
+            Net::Devnet(Box::new(devnet))
+        }
+        None => Net::Local(Box::new(start_local(args, setup, dir, &tag).await?)),
+    };
+    let generators = generators_for(args, setup);
+    let (local_load, remote_load, counters) = match &net {
+        Net::Local(cluster) => {
+            let load = Load::start(cluster, OBSERVER, generators)?;
+            let counters = load.counters.clone();
+            (Some(load), None, counters)
+        }
+        Net::Devnet(devnet) => {
+            let load = RemoteLoad::start(devnet, generators).await?;
+            let counters = load.counters.clone();
+            (None, Some(load), counters)
+        }
+    };
+    let measured = measure(args, setup, &mut net, &counters).await?;
+    let mut refused = None;
+    if let Some(load) = local_load {
+        load.stop().await?;
+    }
+    if let Some(load) = remote_load {
+        refused = Some(load.refused.load(Ordering::Relaxed));
+        load.stop().await?;
+    }
+    let heights = net.heights().await?;
+    let target = heights.values().copied().max().unwrap_or(0);
+    settle(&net, target).await?;
+    let mut faults = measured.faults;
+    let (agreement, engines, orgs) = match &mut net {
+        Net::Local(cluster) => {
+            // Catch-ups and recoveries that completed while settling.
+            let screen = Screen::new(Duration::ZERO);
+            let mut none = std::collections::VecDeque::new();
+            let sql = setup.workload.tamper_sql();
+            faults
+                .tick(measured.end.as_secs_f64(), &mut none, cluster, sql, &screen)
+                .await?;
+            let orgs = cluster.orgs();
+            let agreement = cluster
+                .check_consistent(&orgs)
+                .await
+                .map_err(|e| e.to_string());
+            (agreement, args.engines.clone(), orgs.len())
+        }
+        Net::Devnet(devnet) => (
+            devnet.ledgers_agree().await?,
+            devnet.engines(),
+            devnet.network.orgs.len(),
+        ),
+    };
+    let measured = Measured { faults, ..measured };
+    let mut report = report(
+        args, &engines, orgs, &measured, &counters, &agreement, target, refused,
+    );
+    if let Net::Local(cluster) = net {
+        cluster.shutdown().await?;
+        if args.raw {
+            raw(args, setup, dir, &tag, &mut report).await?;
+        }
+    }
+    let all_agree = agreement.is_ok();
+    Ok((
+        Report {
+            json: report.json,
+            svg: report.svg,
+            text: report.text,
+        },
+        all_agree,
+    ))
+}
+
+/// Prepares the organizations' databases and starts an in-process network on them.
+async fn start_local(
+    args: &BenchArgs,
+    setup: &Setup,
+    dir: &std::path::Path,
+    tag: &str,
+) -> anyhow::Result<Cluster<Shared<LocalOrderer>>> {
     let mut urls = Vec::new();
     for (i, engine) in args.engines.iter().enumerate() {
         let name = format!("{tag}_org{}", i + 1);
@@ -461,7 +753,7 @@ async fn bench(
     }
     eprintln!(
         "chainify bench: {}, {:.0} s warm-up + {:.0} s",
-        args.describe(urls.len()),
+        args.describe(&args.engines),
         args.warmup,
         args.duration
     );
@@ -494,110 +786,42 @@ async fn bench(
         spec.network.max_block_txs,
         spec.network.batch_timeout,
     );
-    let mut cluster = Cluster::start(spec, Shared(Arc::new(orderer))).await?;
-    let generators = generators_for(args, setup);
-    let load = Load::start(&cluster, OBSERVER, generators)?;
-    let counters = load.counters.clone();
-    let warmup = Duration::from_secs_f64(args.warmup);
-    let total = warmup + Duration::from_secs_f64(args.duration);
-    let screen = Screen::new(total);
-    let begin = Instant::now();
-    let mut plain_due = Instant::now() + PLAIN_PROGRESS_EVERY;
-    let mut committed_series: Vec<(f64, u64)> = vec![(0.0, 0)];
-    let mut heights_series: BTreeMap<OrgId, Vec<(f64, f64)>> = BTreeMap::new();
-    let mut at_warmup = None;
-    let mut due: std::collections::VecDeque<Fault> = setup.faults.iter().cloned().collect();
-    let mut faults = FaultLog::default();
-    loop {
-        tokio::time::sleep(SAMPLE_EVERY).await;
-        faults
-            .tick(
-                begin.elapsed().as_secs_f64(),
-                &mut due,
-                &mut cluster,
-                setup.workload.tamper_sql(),
-                &screen,
-            )
-            .await?;
-        let t = begin.elapsed();
-        let committed = counters.committed.load(Ordering::Relaxed);
-        committed_series.push((t.as_secs_f64(), committed));
-        let statuses = cluster.statuses();
-        for (org, s) in &statuses {
-            heights_series
-                .entry(*org)
-                .or_default()
-                .push((t.as_secs_f64(), s.next_block.0.saturating_sub(1) as f64));
-        }
-        if at_warmup.is_none() && t >= warmup {
-            at_warmup = Some((
-                t,
-                committed,
-                counters.succeeded.load(Ordering::Relaxed),
-                counters
-                    .latencies_us
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .len(),
-                phase_snapshot(&cluster),
-            ));
-        }
-        screen.progress(
-            t.min(total),
-            &format!(
-                "{} {committed} tx · blocks {}",
-                if t < warmup { "warm-up" } else { "measuring" },
-                heights(&statuses)
-            ),
-            &mut plain_due,
-        );
-        if t >= total {
-            break;
-        }
-    }
-    let end = begin.elapsed();
-    let (committed_end, succeeded_end) = (
-        counters.committed.load(Ordering::Relaxed),
-        counters.succeeded.load(Ordering::Relaxed),
-    );
-    let phases_end = phase_snapshot(&cluster);
-    faults
-        .restart_all(begin.elapsed().as_secs_f64(), &mut cluster, &screen)
-        .await?;
-    load.stop().await?;
-    let target = cluster.statuses()[&OBSERVER].next_block;
-    cluster
-        .wait_until("every organization at the same height", SETTLE, |s| {
-            s.values().all(|s| s.next_block >= target)
-        })
-        .await?;
-    // Catch-ups and recoveries that completed while settling.
-    faults
-        .tick(
-            begin.elapsed().as_secs_f64(),
-            &mut due,
-            &mut cluster,
-            setup.workload.tamper_sql(),
-            &screen,
-        )
-        .await?;
-    screen.finish();
-    let orgs = cluster.orgs();
-    let agreement = cluster.check_consistent(&orgs).await;
-    let Some((t0, committed0, succeeded0, latency0, phases0)) = at_warmup else {
-        bail!("the run ended before the warm-up did");
-    };
-    let measured = (end - t0).as_secs_f64();
+    Ok(Cluster::start(spec, Shared(Arc::new(orderer))).await?)
+}
+
+/// A report being assembled: the layer's figures, then possibly the raw baseline's.
+struct Draft {
+    tps: f64,
+    heading: String,
+    detail: String,
+    panels: Vec<Panel>,
+    json: serde_json::Value,
+    svg: String,
+    text: String,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    args: &BenchArgs,
+    engines: &[String],
+    orgs: usize,
+    m: &Measured,
+    counters: &Counters,
+    agreement: &Result<usize, String>,
+    blocks: u64,
+    refused: Option<u64>,
+) -> Draft {
+    let measured = (m.end - m.t0).as_secs_f64();
     let mut latencies: Vec<u64> = counters
         .latencies_us
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .get(latency0..)
+        .get(m.latency0..)
         .map(<[u64]>::to_vec)
         .unwrap_or_default();
     latencies.sort_unstable();
-    let committed = committed_end - committed0;
-    let succeeded = succeeded_end - succeeded0;
+    let committed = m.committed_end - m.committed0;
+    let succeeded = m.succeeded_end - m.succeeded0;
     let tps = succeeded as f64 / measured;
     let quantiles = [("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p999", 0.999)];
     let latency: Vec<(String, f64)> = quantiles
@@ -610,10 +834,11 @@ async fn bench(
     for (i, phase) in Phase::ALL.iter().enumerate() {
         let mut per_org = serde_json::Map::new();
         let mut means = Vec::new();
-        for (org, (metrics, end)) in &phases_end {
-            let (s0, c0) = phases0
+        for (org, (token, end)) in &m.phases_end {
+            let (s0, c0) = m
+                .phases0
                 .get(org)
-                .filter(|(m, _)| Arc::ptr_eq(m, metrics))
+                .filter(|(t, _)| t == token)
                 .and_then(|(_, v)| v.get(i).copied())
                 .unwrap_or((0.0, 0));
             let (s1, c1) = end[i];
@@ -634,29 +859,34 @@ async fn bench(
         }
         phases.insert(phase.name().to_owned(), serde_json::Value::Object(per_org));
     }
-    let throughput: Vec<(f64, f64)> = committed_series
+    let throughput: Vec<(f64, f64)> = m
+        .committed_series
         .windows(2)
         .map(|w| (w[1].0, (w[1].1 - w[0].1) as f64 / (w[1].0 - w[0].0)))
         .collect();
-    let blocks = cluster.statuses()[&OBSERVER].next_block.0.saturating_sub(1);
     let heading = format!("chainify bench: {tps:.0} successful transactions per second");
+    let t0 = m.t0.as_secs_f64();
     let detail = format!(
-        "{}, {measured:.0} s measured after {:.0} s warm-up",
-        args.describe(urls.len()),
-        t0.as_secs_f64()
+        "{}, {measured:.0} s measured after {t0:.0} s warm-up",
+        args.describe(engines)
     );
-    let mut markers = vec![(t0.as_secs_f64(), "measured from here".to_owned())];
-    markers.extend(faults.events.iter().cloned());
-    let report_panels = vec![
+    let mut markers = vec![(t0, "measured from here".to_owned())];
+    markers.extend(m.faults.events.iter().cloned());
+    let where_appended = if args.devnet.is_some() {
+        "agreed at the clients' organizations"
+    } else {
+        "appended at org1"
+    };
+    let panels = vec![
         Panel::Lines {
-            title: "Throughput (transactions appended per second)".into(),
+            title: "Throughput (transactions agreed per second)".into(),
             x_label: "seconds since start".into(),
             y_label: "tx/s".into(),
-            series: vec![("appended at org1".into(), throughput.clone())],
+            series: vec![(where_appended.into(), throughput.clone())],
             markers: markers.clone(),
         },
         Panel::Bars {
-            title: "Latency, submitted → appended (measured window)".into(),
+            title: "Latency, submitted → agreed (measured window)".into(),
             unit: "ms".into(),
             bars: latency.clone(),
         },
@@ -664,7 +894,8 @@ async fn bench(
             title: "Commit timeline per organization".into(),
             x_label: "seconds since start".into(),
             y_label: "agreed block".into(),
-            series: heights_series
+            series: m
+                .heights_series
                 .iter()
                 .map(|(org, s)| (org.to_string(), s.clone()))
                 .collect(),
@@ -676,11 +907,13 @@ async fn bench(
             bars: phase_bars.clone(),
         },
     ];
-    let svg = render(&heading, &detail, &report_panels);
-    let all_agree = agreement.is_ok();
+    let svg = render(&heading, &detail, &panels);
+    let faults = &m.faults;
     let json = json!({
         "config": {
-            "engines": args.engines, "policy": args.policy, "clients": args.clients,
+            "target": args.devnet.as_ref().map_or("in-process".into(), |d| format!("devnet {}", d.display())),
+            "orgs": orgs,
+            "engines": engines, "policy": args.policy, "clients": args.clients,
             "block_txs": args.block_txs, "batch_timeout_ms": args.batch_timeout_ms,
             "workload": args.workload, "keys": args.keys, "distribution": args.distribution,
             "fields": args.fields, "field_length": args.field_length,
@@ -691,6 +924,7 @@ async fn bench(
         "measured_s": measured,
         "committed": committed,
         "succeeded": succeeded,
+        "refused": refused,
         "successful_tps": tps,
         "latency_ms": latency
             .iter()
@@ -699,20 +933,21 @@ async fn bench(
         "blocks": blocks,
         "phases": phases,
         "throughput_series": throughput,
-        "heights_series": heights_series.iter().map(|(o, s)| (o.to_string(), json!(s))).collect::<serde_json::Map<_, _>>(),
+        "heights_series": m.heights_series.iter().map(|(o, s)| (o.to_string(), json!(s))).collect::<serde_json::Map<_, _>>(),
         "faults": faults.events.iter().map(|(t, e)| json!({ "at_s": t, "event": e })).collect::<Vec<_>>(),
         "recoveries": faults.recoveries,
         "catch_ups": faults.catch_ups.iter().map(|(org, at, target, caught)| json!({
             "org": org.to_string(), "restarted_at_s": at, "target_block": target.saturating_sub(1),
             "caught_up_after_s": caught.map(|c| c - at),
         })).collect::<Vec<_>>(),
-        "all_agree": all_agree,
-        "disagreement": agreement.as_ref().err().map(ToString::to_string),
+        "all_agree": agreement.is_ok(),
+        "disagreement": agreement.as_ref().err(),
     });
-    let text = format!(
-        "\nchainify bench ({:.1} s measured after {:.1} s warm-up)\n  successful TPS     {tps:.0} ({succeeded} of {committed} appended)\n  latency            {}\n  blocks             {blocks}\n  phases (mean ms)   {}\n  agreement          {}\n",
-        measured,
-        t0.as_secs_f64(),
+    let mut text = format!(
+        "\nchainify bench ({measured:.1} s measured after {t0:.1} s warm-up)\n  successful TPS     {tps:.0} ({succeeded} of {committed} agreed{})\n  latency            {}\n  blocks             {blocks}\n  phases (mean ms)   {}\n  agreement          {}\n",
+        refused.map_or(String::new(), |r| format!(
+            "; {r} submissions refused and retried"
+        )),
         latency
             .iter()
             .map(|(n, v)| format!("{n} {v:.1} ms"))
@@ -723,12 +958,11 @@ async fn bench(
             .map(|(n, v)| format!("{n} {v:.2}"))
             .collect::<Vec<_>>()
             .join(", "),
-        match &agreement {
+        match agreement {
             Ok(n) => format!("every organization agrees on {n} blocks"),
             Err(e) => format!("DISAGREEMENT: {e}"),
         }
     );
-    let mut text = text;
     for r in &faults.recoveries {
         text.push_str(&format!(
             "  recovery           {} at block {}: restore {:.0} ms + replay of {} blocks {:.0} ms, disagreement → agreed {:.0} ms\n",
@@ -749,60 +983,74 @@ async fn bench(
             None => format!("  catch-up           {org} had not caught up when the run ended\n"),
         });
     }
-    cluster.shutdown().await?;
-    let (mut json, mut svg, mut text) = (json, svg, text);
-    if args.raw {
-        let mut rows = Vec::new();
-        let mut bars = vec![("chainify".to_owned(), tps)];
-        for (i, engine) in args.engines.iter().enumerate() {
-            let org = i + 1;
-            let url = engine_url(
-                engine,
-                &dir.join(format!("raw_org{org}.db")),
-                &format!("{tag}_raw_org{org}"),
-                &args.postgres_url,
-                &args.mysql_url,
-            )?;
-            setup
-                .workload
-                .prepare(&url, args.keys, setup.record)
-                .await
-                .with_context(|| format!("preparing the raw database of org{org}"))?;
-            eprintln!(
-                "▸ raw baseline on org{org}'s engine ({engine}): {} clients, no chainify",
-                args.clients
-            );
-            let result = crate::raw::run(
-                &url,
-                generators_for(args, setup),
-                Duration::from_secs_f64(args.warmup),
-                Duration::from_secs_f64(args.duration),
-            )
-            .await
-            .with_context(|| format!("raw baseline on {engine}"))?;
-            let ratio = tps / result.tps().max(f64::MIN_POSITIVE);
-            rows.push(json!({
-                "org": format!("org{org}"), "engine": engine,
-                "successful_tps": result.tps(), "aborted": result.aborted,
-                "retries": result.retries, "seconds": result.seconds,
-                "layer_over_raw": ratio,
-            }));
-            text.push_str(&format!(
-                "  raw org{org} {engine:<9} {:.0} successful tx/s ({} aborted, {} retries); chainify ÷ raw = {ratio:.2}\n",
-                result.tps(),
-                result.aborted,
-                result.retries
-            ));
-            bars.push((format!("raw org{org} ({engine})"), result.tps()));
-        }
-        json["raw"] = serde_json::Value::Array(rows);
-        let mut panels = report_panels;
-        panels.push(Panel::Bars {
-            title: "Successful TPS: chainify vs each engine raw".into(),
-            unit: "tx/s".into(),
-            bars,
-        });
-        svg = render(&heading, &detail, &panels);
+    Draft {
+        tps,
+        heading,
+        detail,
+        panels,
+        json,
+        svg,
+        text,
     }
-    Ok((Report { json, svg, text }, all_agree))
+}
+
+/// The same transaction streams straight on each organization's engine, beside the layer.
+async fn raw(
+    args: &BenchArgs,
+    setup: &Setup,
+    dir: &std::path::Path,
+    tag: &str,
+    draft: &mut Draft,
+) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    let mut bars = vec![("chainify".to_owned(), draft.tps)];
+    for (i, engine) in args.engines.iter().enumerate() {
+        let org = i + 1;
+        let url = engine_url(
+            engine,
+            &dir.join(format!("raw_org{org}.db")),
+            &format!("{tag}_raw_org{org}"),
+            &args.postgres_url,
+            &args.mysql_url,
+        )?;
+        setup
+            .workload
+            .prepare(&url, args.keys, setup.record)
+            .await
+            .with_context(|| format!("preparing the raw database of org{org}"))?;
+        eprintln!(
+            "▸ raw baseline on org{org}'s engine ({engine}): {} clients, no chainify",
+            args.clients
+        );
+        let result = crate::raw::run(
+            &url,
+            generators_for(args, setup),
+            Duration::from_secs_f64(args.warmup),
+            Duration::from_secs_f64(args.duration),
+        )
+        .await
+        .with_context(|| format!("raw baseline on {engine}"))?;
+        let ratio = draft.tps / result.tps().max(f64::MIN_POSITIVE);
+        rows.push(json!({
+            "org": format!("org{org}"), "engine": engine,
+            "successful_tps": result.tps(), "aborted": result.aborted,
+            "retries": result.retries, "seconds": result.seconds,
+            "layer_over_raw": ratio,
+        }));
+        draft.text.push_str(&format!(
+            "  raw org{org} {engine:<9} {:.0} successful tx/s ({} aborted, {} retries); chainify ÷ raw = {ratio:.2}\n",
+            result.tps(),
+            result.aborted,
+            result.retries
+        ));
+        bars.push((format!("raw org{org} ({engine})"), result.tps()));
+    }
+    draft.json["raw"] = serde_json::Value::Array(rows);
+    draft.panels.push(Panel::Bars {
+        title: "Successful TPS: chainify vs each engine raw".into(),
+        unit: "tx/s".into(),
+        bars,
+    });
+    draft.svg = render(&draft.heading, &draft.detail, &draft.panels);
+    Ok(())
 }

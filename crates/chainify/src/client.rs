@@ -112,7 +112,7 @@ pub(crate) struct VerifyArgs {
     database: Option<String>,
 }
 
-fn ca_of(network: &NetworkConfig) -> anyhow::Result<Option<Vec<u8>>> {
+pub(crate) fn ca_of(network: &NetworkConfig) -> anyhow::Result<Option<Vec<u8>>> {
     network
         .tls_ca
         .as_ref()
@@ -299,39 +299,43 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<()> {
     })
 }
 
+/// `org`'s whole ledger, over its CommitService.
+pub(crate) async fn read_ledger(
+    network: &NetworkConfig,
+    org: OrgId,
+) -> anyhow::Result<Vec<LedgerEntry>> {
+    let info = network
+        .orgs
+        .get(&org)
+        .with_context(|| format!("--org {}: no such organization in the network", org.0))?;
+    let channel = chainify_client::channel(&info.commit_endpoint, ca_of(network)?.as_deref())?;
+    let mut commit = pb::commit_service_client::CommitServiceClient::new(channel)
+        .max_decoding_message_size(256 * 1024 * 1024);
+    let mut stream = commit
+        .get_ledger(pb::GetLedgerRequest {
+            from_block: 1,
+            to_block: 0,
+        })
+        .await
+        .with_context(|| format!("reading the ledger of {org}"))?
+        .into_inner();
+    let mut entries = Vec::new();
+    while let Some(e) = stream.next().await {
+        let e = e.with_context(|| format!("reading the ledger of {org}"))?;
+        let n = entries.len() + 1;
+        entries.push(
+            LedgerEntry::try_from(e).with_context(|| format!("ledger entry {n} is malformed"))?,
+        );
+    }
+    Ok(entries)
+}
+
 /// The exit code of `verify-ledger`.
 pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode> {
     let network = NetworkConfig::load(&args.network)?;
     let entries: Vec<LedgerEntry> = runtime()?.block_on(async {
         match (&args.org, &args.database) {
-            (Some(org), None) => {
-                let info = network
-                    .orgs
-                    .get(&OrgId(*org))
-                    .with_context(|| format!("--org {org}: no such organization in the network"))?;
-                let channel =
-                    chainify_client::channel(&info.commit_endpoint, ca_of(&network)?.as_deref())?;
-                let mut commit = pb::commit_service_client::CommitServiceClient::new(channel)
-                    .max_decoding_message_size(256 * 1024 * 1024);
-                let mut stream = commit
-                    .get_ledger(pb::GetLedgerRequest {
-                        from_block: 1,
-                        to_block: 0,
-                    })
-                    .await
-                    .with_context(|| format!("reading the ledger of org{org}"))?
-                    .into_inner();
-                let mut entries = Vec::new();
-                while let Some(e) = stream.next().await {
-                    let e = e.with_context(|| format!("reading the ledger of org{org}"))?;
-                    let n = entries.len() + 1;
-                    entries.push(
-                        LedgerEntry::try_from(e)
-                            .with_context(|| format!("ledger entry {n} is malformed"))?,
-                    );
-                }
-                Ok(entries)
-            }
+            (Some(org), None) => read_ledger(&network, OrgId(*org)).await,
             (None, Some(url)) => read_database_ledger(url).await,
             _ => bail!("give --org N (over gRPC) or --database URL"),
         }

@@ -138,7 +138,10 @@ pub(crate) fn run(command: &DevnetCommand) -> anyhow::Result<()> {
 
 /// The processes of one organization, in start order: `node` (all components in one) or,
 /// for a network started with --split, `execution`, `commit`, `chainify`.
-fn processes(dir: &Path) -> Vec<&'static str> {
+/// The number of Smallbank accounts loaded, in the network's directory.
+pub(crate) const ACCOUNTS_FILE: &str = "accounts";
+
+pub(crate) fn processes(dir: &Path) -> Vec<&'static str> {
     match std::fs::read_to_string(dir.join("layout")) {
         Ok(layout) if layout.trim() == "split" => vec!["execution", "commit", "chainify"],
         _ => vec!["node"],
@@ -160,7 +163,7 @@ fn selected(dir: &Path, component: Option<&str>) -> anyhow::Result<Vec<&'static 
     }
 }
 
-fn pid_file(dir: &Path, org: u32, process: &str) -> PathBuf {
+pub(crate) fn pid_file(dir: &Path, org: u32, process: &str) -> PathBuf {
     dir.join(format!("org{org}/{process}.pid"))
 }
 
@@ -242,6 +245,8 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         orderer: args.orderer.clone(),
         kafka_brokers,
         kafka_topic: Some(tag.replace('_', "-")),
+        kafka_replication: 1,
+        hosts: Vec::new(),
         databases: urls,
         tables: vec!["accounts".into(), "savings".into(), "checking".into()],
         block_txs: args.block_txs,
@@ -251,6 +256,8 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         unsigned: args.unsigned,
     })?;
     std::fs::write(dir.join("layout"), if args.split { "split" } else { "all" })?;
+    // `chainify bench --devnet` draws keys from the accounts that exist.
+    std::fs::write(dir.join(ACCOUNTS_FILE), format!("{}\n", args.accounts))?;
     if args.orderer == "solo" {
         spawn(
             &dir,
@@ -356,7 +363,7 @@ fn start_process(dir: &Path, org: u32, process: &str) -> anyhow::Result<u32> {
     Ok(pid)
 }
 
-fn read_pid(path: &Path) -> Option<u32> {
+pub(crate) fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
@@ -450,7 +457,9 @@ fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
     })
 }
 
-async fn admin_status(cfg: &OrgConfig) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
+pub(crate) async fn admin_status(
+    cfg: &OrgConfig,
+) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
     let ca = match &cfg.network.tls_ca {
         Some(p) => Some(std::fs::read(p)?),
         None => None,

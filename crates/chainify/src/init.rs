@@ -47,6 +47,14 @@ pub(crate) struct InitArgs {
     /// Kafka topic (default: the network id).
     #[arg(long)]
     pub(crate) kafka_topic: Option<String>,
+    /// Replicas of the Kafka topic when chainify creates it (3 for a cluster of three).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) kafka_replication: u16,
+    /// Host name or address of each organization's machine, comma-separated, in order: the
+    /// network's endpoints name them, certificates are issued for them, and the chainify and
+    /// commit services listen on every interface (default: all on 127.0.0.1).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) hosts: Vec<String>,
     /// Database URL of each organization in order (repeat once per organization); default:
     /// an SQLite file in each organization's folder.
     #[arg(long = "database")]
@@ -119,6 +127,30 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
     };
     if orderer_kind == OrdererKind::Kafka && args.kafka_brokers.is_none() {
         bail!("--orderer kafka needs --kafka-brokers host:port[,host:port…]");
+    }
+    if !args.hosts.is_empty() {
+        if args.hosts.len() != args.orgs as usize {
+            bail!(
+                "--hosts names {} machines for {} organizations: name one per organization",
+                args.hosts.len(),
+                args.orgs
+            );
+        }
+        for h in &args.hosts {
+            if h.is_empty() || h.contains([':', '/', ' ', '@']) {
+                bail!("--hosts: {h:?} is not a host name or IPv4 address");
+            }
+        }
+        if orderer_kind != OrdererKind::Kafka {
+            bail!(
+                "--hosts with --orderer {}: organizations on several machines order through \
+                 Kafka (--orderer kafka)",
+                args.orderer
+            );
+        }
+    }
+    if orderer_kind == OrdererKind::Kafka && args.kafka_replication == 0 {
+        bail!("--kafka-replication 0: at least 1 replica");
     }
     if !args.databases.is_empty() && args.databases.len() != args.orgs as usize {
         bail!(
@@ -225,13 +257,26 @@ fn write_network(
         .with_context(|| format!("cannot create {}", out.display()))?;
 
     let port = |org: u32, offset: u32| u32::from(args.base_port) + 10 * (org - 1) + offset;
+    let host = |org: u32| {
+        args.hosts
+            .get(org as usize - 1)
+            .map_or("127.0.0.1", String::as_str)
+    };
+    // What other machines reach listens on every interface; admin, metrics and the internal
+    // execution service stay on loopback (an operator opens them deliberately).
+    let public = if args.hosts.is_empty() {
+        "127.0.0.1"
+    } else {
+        "0.0.0.0"
+    };
     let certs = if args.no_tls {
         None
     } else {
         std::fs::create_dir_all(out.join("tls"))
             .with_context(|| format!("cannot create {}", out.join("tls").display()))?;
         // One certificate per organization, and one for the solo orderer.
-        let hosts = vec![Vec::new(); args.orgs as usize + 1];
+        let mut hosts: Vec<Vec<String>> = args.hosts.iter().map(|h| vec![h.clone()]).collect();
+        hosts.resize(args.orgs as usize + 1, Vec::new());
         let certs = chainify_net::tls::issue_network_certs(&args.network_id, &hosts)?;
         write_new(&out.join("tls/ca.pem"), certs.ca.cert_pem.as_bytes())?;
         write_new(&out.join("tls/ca.key"), certs.ca.key_pem.as_bytes())?;
@@ -252,8 +297,8 @@ fn write_network(
             id: i,
             name: format!("org{i}"),
             public_key: key.public_key().to_string(),
-            chainify_endpoint: format!("127.0.0.1:{}", port(i, 0)),
-            commit_endpoint: format!("127.0.0.1:{}", port(i, 1)),
+            chainify_endpoint: format!("{}:{}", host(i), port(i, 0)),
+            commit_endpoint: format!("{}:{}", host(i), port(i, 1)),
         });
         let org = OrgFile {
             org_id: i,
@@ -267,8 +312,8 @@ fn write_network(
                 ),
             },
             listen: ListenFile {
-                chainify: format!("127.0.0.1:{}", port(i, 0)),
-                commit: format!("127.0.0.1:{}", port(i, 1)),
+                chainify: format!("{public}:{}", port(i, 0)),
+                commit: format!("{public}:{}", port(i, 1)),
                 admin: format!("127.0.0.1:{}", port(i, 2)),
                 metrics: format!("127.0.0.1:{}", port(i, 3)),
                 execution: Some(format!("127.0.0.1:{}", port(i, 4))),
@@ -332,6 +377,7 @@ fn write_network(
                 .then(|| format!("127.0.0.1:{}", port(args.orgs + 1, 0))),
             kafka_brokers: args.kafka_brokers.clone(),
             kafka_topic: args.kafka_topic.clone(),
+            kafka_replication: args.kafka_replication,
         },
         orgs,
         clients,

@@ -17,6 +17,7 @@ mod drive;
 mod faults;
 mod init;
 mod raw;
+mod remote;
 mod serve;
 mod svg;
 

@@ -325,6 +325,33 @@ fn bad_init_options_are_named_and_nothing_is_written() {
             "--orderer kafka needs --kafka-brokers",
         ),
         (&["--orderer", "raft"][..], "--orderer \"raft\""),
+        (
+            &["--hosts", "a.example,b.example"][..],
+            "--hosts names 2 machines for 3 organizations",
+        ),
+        (&["--hosts", "a,b,c"][..], "--hosts with --orderer solo"),
+        (
+            &[
+                "--hosts",
+                "a,b:7,c",
+                "--orderer",
+                "kafka",
+                "--kafka-brokers",
+                "k:1",
+            ][..],
+            "--hosts: \"b:7\" is not a host name",
+        ),
+        (
+            &[
+                "--orderer",
+                "kafka",
+                "--kafka-brokers",
+                "k:1",
+                "--kafka-replication",
+                "0",
+            ][..],
+            "--kafka-replication 0",
+        ),
         // Caught only when the written network is loaded: still nothing is left behind.
         (&["--tables", "accounts,Bad Table"][..], "Bad Table"),
         (&["--block-txs", "0"][..], "max_block_txs"),
@@ -418,6 +445,51 @@ fn devnet_submit_query_and_verify_ledger_from_the_command_line() {
     assert!(rows["height"].as_u64().unwrap() >= outcome["block"].as_u64().unwrap());
     assert_eq!(rows["columns"], json!(["bal"]), "{rows}");
     assert_eq!(rows["rows"].as_array().unwrap().len(), 1, "{rows}");
+
+    // The benchmark drives the processes over gRPC, spread over the three organizations.
+    let results = tmp.path().join("bench");
+    let r = results.to_str().unwrap();
+    let bench = chainify(&[
+        "bench",
+        "--devnet",
+        d,
+        "--clients",
+        "6",
+        "--warmup",
+        "1",
+        "--duration",
+        "2",
+        "--out",
+        r,
+    ]);
+    assert!(bench.status.success(), "{}", stderr(&bench));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("result.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["all_agree"], true, "{report:#}");
+    assert!(
+        report["successful_tps"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    assert_eq!(report["config"]["keys"], 1000, "the devnet's accounts");
+    assert_eq!(
+        report["config"]["engines"],
+        json!(["sqlite", "sqlite", "sqlite"])
+    );
+    for phase in ["endorse", "order", "execute", "vote"] {
+        let orgs = report["phases"][phase].as_object().unwrap();
+        assert_eq!(orgs.len(), 3, "{phase} at every organization: {report:#}");
+    }
+    for (args, needle) in [
+        (&["--engines", "postgres"][..], "--engines"),
+        (&["--workload", "ycsb-a"][..], "a devnet holds Smallbank"),
+    ] {
+        let mut all = vec!["bench", "--devnet", d, "--out", r];
+        all.extend_from_slice(args);
+        let o = chainify(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
 
     for org in ["1", "2", "3"] {
         let o = chainify(&["verify-ledger", "--network", n, "--org", org]);

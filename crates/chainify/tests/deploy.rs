@@ -105,19 +105,95 @@ fn components_start_in_the_order_they_need_each_other() {
 }
 
 #[test]
-fn the_service_user_is_valid_for_sysusers() {
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("etc")).unwrap();
-    let file = deploy()
-        .join("chainify.sysusers.conf")
-        .canonicalize()
-        .unwrap();
+fn the_service_users_are_valid_for_sysusers() {
+    for (file, user) in [
+        (deploy().join("chainify.sysusers.conf"), "chainify"),
+        (deploy().join("../kafka/kafka.sysusers.conf"), "kafka"),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("etc")).unwrap();
+        let (ok, said) = output(
+            Command::new("systemd-sysusers")
+                .arg(format!("--root={}", root.path().display()))
+                .arg("--dry-run")
+                .arg(file.canonicalize().unwrap()),
+        );
+        assert!(ok, "{said}");
+        assert!(said.contains(&format!("Creating user '{user}'")), "{said}");
+    }
+}
+
+/// The Kafka unit verifies too (the cluster it runs is tested in chainify-orderer's
+/// kafka_kraft_cluster test).
+#[test]
+fn the_kafka_unit_verifies_without_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(deploy().join("../kafka/kafka.service")).unwrap();
+    assert!(
+        text.contains("kafka.Kafka /etc/kafka/server.properties"),
+        "{text}"
+    );
+    std::fs::write(dir.path().join("kafka.service"), text).unwrap();
     let (ok, said) = output(
-        Command::new("systemd-sysusers")
-            .arg(format!("--root={}", root.path().display()))
-            .arg("--dry-run")
-            .arg(&file),
+        Command::new("systemd-analyze")
+            .args(["verify", "--man=no", "kafka.service"])
+            .current_dir(dir.path())
+            .env("SYSTEMD_UNIT_PATH", format!("{}:", dir.path().display())),
+    );
+    assert!(
+        ok && said.trim().is_empty(),
+        "systemd-analyze verify:\n{said}"
+    );
+}
+
+/// `deploy/examples/three-orgs.sh` writes a network across three machines that loads: endpoints
+/// on the organizations' hosts, the public services on every interface and the rest on
+/// loopback, certificates for the hosts, the Kafka cluster with three replicas, one engine each.
+#[test]
+fn the_example_network_across_machines_loads() {
+    use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("example");
+    let (ok, said) = output(
+        Command::new("bash")
+            .arg(deploy().join("../examples/three-orgs.sh"))
+            .arg(&out)
+            .arg(env!("CARGO_BIN_EXE_chainify")),
     );
     assert!(ok, "{said}");
-    assert!(said.contains("Creating user 'chainify'"), "{said}");
+    let net = NetworkConfig::load(&out.join("network.toml")).unwrap();
+    assert_eq!(net.orderer.kind, OrdererKind::Kafka);
+    assert_eq!(net.orderer.kafka_replication, 3);
+    assert_eq!(
+        net.orderer.kafka_brokers.as_deref(),
+        Some("kafka1.example.net:9092,kafka2.example.net:9092,kafka3.example.net:9092")
+    );
+    for (i, scheme) in [(1, "postgres://"), (2, "mysql://"), (3, "postgres://")] {
+        let org = &net.orgs[&chainify_core::OrgId(i)];
+        assert!(
+            org.chainify_endpoint
+                .starts_with(&format!("org{i}.example.net:")),
+            "{org:?}"
+        );
+        assert!(
+            org.commit_endpoint
+                .starts_with(&format!("org{i}.example.net:"))
+        );
+        let cfg = OrgConfig::load(&out.join(format!("org{i}/org.toml"))).unwrap();
+        assert!(cfg.database_url.starts_with(scheme), "{}", cfg.database_url);
+        assert!(cfg.listen.chainify.starts_with("0.0.0.0:"));
+        assert!(cfg.listen.commit.starts_with("0.0.0.0:"));
+        assert!(cfg.listen.admin.starts_with("127.0.0.1:"));
+        assert!(cfg.listen.metrics.starts_with("127.0.0.1:"));
+        // The certificate names the organization's host.
+        let (ok, san) = output(
+            Command::new("openssl")
+                .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+                .arg(out.join(format!("org{i}/tls.pem"))),
+        );
+        assert!(
+            ok && san.contains(&format!("DNS:org{i}.example.net")),
+            "{san}"
+        );
+    }
 }
