@@ -9,6 +9,7 @@
 #   bench/paper.sh blocks       # Fig. 10: block size 256–4096
 #   bench/paper.sh recovery     # Fig. 8: commit timeline with a tampered and a failed organization
 #   bench/paper.sh raw          # one organization: chainify vs the same stream straight on the engine
+#   bench/paper.sh devnet       # the same load on a network of processes with Kafka, over gRPC
 #   bench/paper.sh all          # every one of them, in this order
 #
 # Environment: DURATION (s measured, default 15), WARMUP (default 3), ENGINES (default
@@ -73,9 +74,14 @@ clients() {
 }
 
 crypto() {
-    for execution in parallel serial; do
-        for c in on off; do
-            run crypto "$execution-crypto-$c" --engines "$engines" --clients 24 --execution "$execution" --crypto "$c"
+    # Small blocks (24 clients, cut after 10 ms) and full blocks of 1024 (2048 clients).
+    for shape in "24 256 10" "2048 1024 200"; do
+        read -r clients block timeout <<<"$shape"
+        for execution in parallel serial; do
+            for c in on off; do
+                run crypto "block-$block-$execution-crypto-$c" --engines "$engines" --clients "$clients" \
+                    --block-txs "$block" --batch-timeout-ms "$timeout" --execution "$execution" --crypto "$c"
+            done
         done
     done
     summarize crypto
@@ -107,11 +113,30 @@ raw() {
     summarize raw
 }
 
+devnet() {
+    # The same load through the real stack: each organization as its own processes (execution,
+    # commit, chainify), Kafka, TLS, SDK clients over gRPC spread over the organizations.
+    cargo xtask services start kafka >&2
+    eval "$(cargo xtask services env)"
+    local net="$out/devnet/network"
+    rm -rf "$net"
+    mkdir -p "$out/devnet"
+    # Kafka cuts blocks by time: with a time-to-cut shorter than a block's trip through the
+    # processes (~30 ms), tiny blocks queue up; 100 ms lets blocks grow with the load.
+    "$CHAINIFY" devnet up --dir "$net" --engines "$engines" --orderer kafka --split --accounts 10000 \
+        --base-port 17300 --block-txs 1024 --batch-timeout-ms 100 --checkpoint-interval 100 >&2
+    trap '"$CHAINIFY" devnet down --dir "$net" >&2' RETURN
+    for n in 24 128 512; do
+        run devnet "split-kafka-$n" --devnet "$net" --clients "$n"
+    done
+    summarize devnet
+}
+
 case "${1:-}" in
-    clients | crypto | blocks | recovery | raw) "$1" ;;
-    all) clients && crypto && blocks && recovery && raw ;;
+    clients | crypto | blocks | recovery | raw | devnet) "$1" ;;
+    all) clients && crypto && blocks && recovery && raw && devnet ;;
     *)
-        sed -n '2,17p' "$0" >&2
+        sed -n '2,18p' "$0" >&2
         exit 2
         ;;
 esac

@@ -243,22 +243,12 @@ impl BenchArgs {
 impl BenchArgs {
     /// The run's configuration in a line, for the progress and the picture.
     fn describe(&self, engines: &[String]) -> String {
-        if let Some(dir) = &self.devnet {
-            return format!(
-                "devnet {} ({} organizations: {}), policy {}, {} with {} keys ({}), {} clients over gRPC, blocks of at most {}",
-                dir.display(),
-                engines.len(),
-                engines.join(","),
-                self.policy,
-                self.workload,
-                self.keys,
-                self.distribution,
-                self.clients,
-                self.block_txs,
-            );
-        }
+        let (target, clients) = match &self.devnet {
+            Some(dir) => (format!("devnet {}: ", dir.display()), "clients over gRPC"),
+            None => (String::new(), "clients"),
+        };
         format!(
-            "{} organizations ({}), policy {}, {} with {} keys ({}), {} clients, blocks of at most {}, {} execution, crypto {}",
+            "{target}{} organizations ({}), policy {}, {} with {} keys ({}), {} {clients}, blocks of at most {}, {} execution, crypto {}",
             engines.len(),
             engines.join(","),
             self.policy,
