@@ -48,12 +48,12 @@ print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for path in sorted(base.glob("*/result.json"), key=lambda p: p.stat().st_mtime):
     r = json.loads(path.read_text())
     c = r["config"]
-    ph = lambda n: sum(v["mean_ms"] for v in r["phases"][n].values()) / max(len(r["phases"][n]), 1)
+    ph = lambda n: sum(v["mean_ms"] for v in r["phases"].get(n, {}).values()) / max(len(r["phases"].get(n, {})), 1)
     raw = ", ".join(f'{x["engine"]} {x["successful_tps"]:.0f} ({x["layer_over_raw"]:.2f})' for x in r.get("raw", [])) or "–"
     print(f'| {path.parent.name} | {",".join(c["engines"])} | {c["policy"]} | {c["clients"]} | {c["block_txs"]} '
           f'| {c["execution"]} | {c.get("crypto", "on")} | {r["successful_tps"]:.0f} '
           f'| {r["latency_ms"]["p50"]:.1f} / {r["latency_ms"]["p99"]:.1f} | {r["committed"] / max(r["blocks"], 1):.0f} '
-          f'| {ph("validate_analyse"):.1f}, {ph("execute"):.1f}, {ph("digest"):.1f}, {ph("vote"):.1f} | {raw} |')
+          f'| {ph("validate") + ph("analyse"):.1f}, {ph("execute"):.1f}, {ph("digest"):.1f}, {ph("vote"):.1f} | {raw} |')
     for rec in r.get("recoveries", []):
         print(f'|  ↳ recovery | {rec["org"]} block {rec["block"]} | restore {rec["restore_ms"]:.0f} ms | replay {rec["replayed"]} blocks {rec["replay_ms"]:.0f} ms '
               f'| disagreement → agreed {rec["disagreement_to_agreed_ms"]:.0f} ms | | | | | | | |')

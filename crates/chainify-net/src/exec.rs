@@ -167,6 +167,8 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
             ledger,
             outcome,
             invalid: from_reasons(response.invalid),
+            validate_time: Duration::ZERO,
+            analyse_time: Duration::ZERO,
         },
         checkpoint: match (response.checkpoint_asked, response.checkpoint_error) {
             (false, _) => None,

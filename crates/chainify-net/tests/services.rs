@@ -388,13 +388,7 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     let height = metric(&metrics, "chainify_block_height{component=\"commit\"}");
     assert!(height >= block as f64, "{height} after block {block}");
     for phase in [
-        "endorse",
-        "order",
-        "validate_analyse",
-        "execute",
-        "digest",
-        "vote",
-        "append",
+        "endorse", "order", "validate", "analyse", "execute", "digest", "vote", "append",
     ] {
         let n = metric(
             &metrics,

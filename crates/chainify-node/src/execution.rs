@@ -38,6 +38,11 @@ pub struct Executed {
     pub outcome: BlockOutcome,
     /// Transactions flagged invalid before execution, with the reason.
     pub invalid: Vec<(usize, String)>,
+    /// Time spent validating the block (zero when the block came back over the
+    /// ExecutionService: the execution process records its own).
+    pub validate_time: std::time::Duration,
+    /// Time spent analysing its SQL (likewise).
+    pub analyse_time: std::time::Duration,
 }
 
 /// Executes ordered blocks on one organization's database.
@@ -92,8 +97,11 @@ impl<B: Backend> ExecutionServer<B> {
             .iter()
             .map(|t| t.proposal.tx_id())
             .collect();
+        let validating = std::time::Instant::now();
         let known: BTreeSet<TxId> = self.store.known_transactions(block.number, &ids).await?;
         let validation = validate_block(block, &self.network, |id| known.contains(id));
+        let validate_time = validating.elapsed();
+        let analysing = std::time::Instant::now();
         let mut invalid = Vec::new();
         let mut txs = Vec::with_capacity(block.transactions.len());
         let mut valid_ids = Vec::new();
@@ -133,6 +141,7 @@ impl<B: Backend> ExecutionServer<B> {
                 }
             }
         }
+        let analyse_time = analysing.elapsed();
         let exec = ExecBlock {
             number: block.number,
             txs,
@@ -153,6 +162,8 @@ impl<B: Backend> ExecutionServer<B> {
             ledger,
             outcome,
             invalid,
+            validate_time,
+            analyse_time,
         })
     }
 }

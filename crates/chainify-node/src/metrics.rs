@@ -97,8 +97,10 @@ pub enum Phase {
     Endorse,
     /// Handing the transaction to the orderer (ChainifyServer).
     Order,
-    /// Validating signatures and policies and analysing the SQL of a block.
-    ValidateAnalyse,
+    /// Validating a block: signatures, endorsement policy, replays.
+    Validate,
+    /// Analysing a block's SQL: read/write sets, determinism rules, grants.
+    Analyse,
     /// Running a block's transactions on the database.
     Execute,
     /// Reading back and hashing a block's changes.
@@ -113,10 +115,11 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in pipeline order.
-    pub const ALL: [Phase; 8] = [
+    pub const ALL: [Phase; 9] = [
         Phase::Endorse,
         Phase::Order,
-        Phase::ValidateAnalyse,
+        Phase::Validate,
+        Phase::Analyse,
         Phase::Execute,
         Phase::Digest,
         Phase::Checkpoint,
@@ -129,7 +132,8 @@ impl Phase {
         match self {
             Phase::Endorse => "endorse",
             Phase::Order => "order",
-            Phase::ValidateAnalyse => "validate_analyse",
+            Phase::Validate => "validate",
+            Phase::Analyse => "analyse",
             Phase::Execute => "execute",
             Phase::Digest => "digest",
             Phase::Checkpoint => "checkpoint",

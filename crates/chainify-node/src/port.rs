@@ -85,16 +85,11 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
             server.set_previous(previous);
-            let started = Instant::now();
             let executed = server.execute(&block).await?;
             let outcome = &executed.outcome;
             let m = &self.metrics;
-            m.observe(
-                Phase::ValidateAnalyse,
-                started
-                    .elapsed()
-                    .saturating_sub(outcome.execute_time + outcome.digest_time),
-            );
+            m.observe(Phase::Validate, executed.validate_time);
+            m.observe(Phase::Analyse, executed.analyse_time);
             // A block run again returns its stored outcome: nothing was executed or digested.
             if !(outcome.execute_time.is_zero() && outcome.digest_time.is_zero()) {
                 m.observe(Phase::Execute, outcome.execute_time);

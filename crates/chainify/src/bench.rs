@@ -87,6 +87,10 @@ pub(crate) struct BenchArgs {
     /// Seconds measured.
     #[arg(long, default_value_t = 30.0)]
     duration: f64,
+    /// Or measure until this many transactions are agreed after the warm-up (the duration then
+    /// only bounds the run).
+    #[arg(long)]
+    transactions: Option<u64>,
     /// parallel (dependency-graph scheduling) or serial execution.
     #[arg(long, default_value = "parallel")]
     execution: String,
@@ -181,6 +185,9 @@ impl BenchArgs {
                 "--duration {}: measure for more than 0 seconds",
                 self.duration
             );
+        }
+        if self.transactions == Some(0) {
+            bail!("--transactions 0: measure at least 1 transaction");
         }
         if !(1..=10_000).contains(&self.clients) {
             bail!("--clients {}: 1 to 10000", self.clients);
@@ -584,7 +591,11 @@ async fn measure(
             ),
             &mut plain_due,
         );
-        if t >= total {
+        let counted = match (args.transactions, &at_warmup) {
+            (Some(n), Some((_, committed0, ..))) => committed - committed0 >= n,
+            _ => false,
+        };
+        if t >= total || counted {
             break;
         }
     }
@@ -907,7 +918,8 @@ fn report(
             "block_txs": args.block_txs, "batch_timeout_ms": args.batch_timeout_ms,
             "workload": args.workload, "keys": args.keys, "distribution": args.distribution,
             "fields": args.fields, "field_length": args.field_length,
-            "warmup_s": args.warmup, "duration_s": args.duration, "execution": args.execution,
+            "warmup_s": args.warmup, "duration_s": args.duration, "transactions": args.transactions,
+            "execution": args.execution,
             "crypto": args.crypto, "parallelism": args.parallelism, "pipeline_depth": args.pipeline_depth,
             "checkpoint_interval": args.checkpoint_interval, "seed": args.seed,
         },

@@ -48,7 +48,7 @@ fn check(report: &Value, svg: &str, orgs: usize) {
     assert!(report["blocks"].as_u64().unwrap() > 0);
     let heights = report["heights_series"].as_object().unwrap();
     assert_eq!(heights.len(), orgs);
-    for phase in ["validate_analyse", "execute", "digest", "vote", "append"] {
+    for phase in ["validate", "analyse", "execute", "digest", "vote", "append"] {
         let per_org = report["phases"][phase].as_object().unwrap();
         assert_eq!(per_org.len(), orgs, "{phase}: {report:#}");
     }
@@ -114,6 +114,27 @@ fn ycsb_a_on_sqlite_measures_recovery_and_catch_up_without_signatures() {
     assert_eq!(svg.matches("stroke-dasharray").count(), 2 * 4);
 }
 
+/// `--transactions` ends the measurement once that many are agreed, well before the duration.
+#[test]
+fn a_transaction_count_ends_the_measurement() {
+    let (report, svg) = run(&[
+        "--keys",
+        "500",
+        "--clients",
+        "8",
+        "--warmup",
+        "0.5",
+        "--duration",
+        "120",
+        "--transactions",
+        "300",
+    ]);
+    check(&report, &svg, 3);
+    assert!(report["committed"].as_u64().unwrap() >= 300, "{report:#}");
+    assert!(report["measured_s"].as_f64().unwrap() < 120.0, "{report:#}");
+    assert_eq!(report["config"]["transactions"], 300);
+}
+
 /// YCSB B and the full Smallbank mix on PostgreSQL, MariaDB and SQLite side by side, serially
 /// and in parallel.
 #[test]
@@ -168,6 +189,7 @@ fn bad_options_are_refused_by_name() {
         (&["--duration", "0"][..], "--duration 0"),
         (&["--fields", "0"][..], "0 fields"),
         (&["--crypto", "maybe"][..], "--crypto \"maybe\""),
+        (&["--transactions", "0"][..], "--transactions 0"),
         (
             &["--tamper", "4@1"][..],
             "--tamper \"4@1\": the network has organizations 1 to 3",
