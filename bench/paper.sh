@@ -35,6 +35,7 @@ run() {
     local experiment="$1" name="$2"
     shift 2
     echo "▸ $experiment/$name: chainify bench $*" >&2
+    rm -rf "${out:?}/$experiment/$name"
     "$CHAINIFY" bench --warmup "$warmup" --duration "$duration" --out "$out/$experiment/$name" "$@" >&2
 }
 
@@ -43,7 +44,7 @@ summarize() {
     python3 - "$out/$1" <<'PY' | tee "$out/$1/summary.md"
 import json, pathlib, sys
 base = pathlib.Path(sys.argv[1])
-print("| run | engines | policy | clients | block | execution | crypto | successful TPS | p50 / p99 ms | mean txs per block | phases (ms: validate+analyse, execute, digest, vote) | raw TPS (÷) |")
+print("| run | engines | policy | clients | block | execution | crypto | successful TPS | p50 / p99 ms | mean txs per block (measured) | phases (ms: validate+analyse, execute, digest, vote) | raw TPS (÷) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for path in sorted(base.glob("*/result.json"), key=lambda p: p.stat().st_mtime):
     r = json.loads(path.read_text())
@@ -52,7 +53,7 @@ for path in sorted(base.glob("*/result.json"), key=lambda p: p.stat().st_mtime):
     raw = ", ".join(f'{x["engine"]} {x["successful_tps"]:.0f} ({x["layer_over_raw"]:.2f})' for x in r.get("raw", [])) or "–"
     print(f'| {path.parent.name} | {",".join(c["engines"])} | {c["policy"]} | {c["clients"]} | {c["block_txs"]} '
           f'| {c["execution"]} | {c.get("crypto", "on")} | {r["successful_tps"]:.0f} '
-          f'| {r["latency_ms"]["p50"]:.1f} / {r["latency_ms"]["p99"]:.1f} | {r["committed"] / max(r["blocks"], 1):.0f} '
+          f'| {r["latency_ms"]["p50"]:.1f} / {r["latency_ms"]["p99"]:.1f} | {r["committed"] / max(r.get("blocks_measured", r["blocks"]), 1):.0f} '
           f'| {ph("validate") + ph("analyse"):.1f}, {ph("execute"):.1f}, {ph("digest"):.1f}, {ph("vote"):.1f} | {raw} |')
     for rec in r.get("recoveries", []):
         print(f'|  ↳ recovery | {rec["org"]} block {rec["block"]} | restore {rec["restore_ms"]:.0f} ms | replay {rec["replayed"]} blocks {rec["replay_ms"]:.0f} ms '
@@ -125,7 +126,8 @@ devnet() {
     # processes (~30 ms), tiny blocks queue up; 100 ms lets blocks grow with the load.
     "$CHAINIFY" devnet up --dir "$net" --engines "$engines" --orderer kafka --split --accounts 10000 \
         --base-port 17300 --block-txs 1024 --batch-timeout-ms 100 --checkpoint-interval 100 >&2
-    trap '"$CHAINIFY" devnet down --dir "$net" >&2' RETURN
+    # EXIT too: `set -e` leaves the script without returning from the function.
+    trap '"$CHAINIFY" devnet down --dir "$net" >&2' RETURN EXIT
     for n in 24 128 512; do
         run devnet "split-kafka-$n" --devnet "$net" --clients "$n"
     done
@@ -134,9 +136,17 @@ devnet() {
 
 case "${1:-}" in
     clients | crypto | blocks | recovery | raw | devnet) "$1" ;;
-    all) clients && crypto && blocks && recovery && raw && devnet ;;
+    # One per line: in `a && b` bash would not stop a function at its first failing command.
+    all)
+        clients
+        crypto
+        blocks
+        recovery
+        raw
+        devnet
+        ;;
     *)
-        sed -n '2,18p' "$0" >&2
+        sed -n '2,16p' "$0" >&2
         exit 2
         ;;
 esac

@@ -306,6 +306,10 @@ pub async fn run_org(
     use Component::{All, Chainify, Commit, Execution};
     let me = config.org_id;
     let network = Arc::new(config.network.clone());
+    if network.signatures == chainify_core::crypto::Signatures::Off {
+        warn!(org = %me, "signatures = \"off\": nothing is signed or checked, every client, \
+            organization and orderer is trusted (for benchmarks only)");
+    }
     let key = Arc::new(
         SigningKey::load(&config.signing_key)
             .map_err(|e| NetError::Config(format!("signing key: {e}")))?,

@@ -259,10 +259,10 @@ impl Orderer for KafkaOrderer {
                         Ok(m) => m.detach(),
                         // librdkafka reports a lost broker connection and goes on fetching from
                         // the same offset once the partition has a leader again (a broker of a
-                        // cluster died): nothing for the reader to do.
+                        // cluster died): nothing for the reader to do. With every broker gone
+                        // (`AllBrokersDown`) the error reaches the reader, which says so.
                         Err(KafkaError::MessageConsumption(
-                            RDKafkaErrorCode::BrokerTransportFailure
-                            | RDKafkaErrorCode::AllBrokersDown,
+                            RDKafkaErrorCode::BrokerTransportFailure,
                         )) => continue,
                         Err(e) => {
                             return Some((Err(unavailable("consuming", e)), (consumer, cutter)));

@@ -62,6 +62,21 @@ impl Fault {
         }
     }
 
+    /// Whether two crashes keep their organizations down at the same time.
+    pub(crate) fn overlaps(&self, other: &Fault) -> bool {
+        match (self, other) {
+            (
+                Fault::Crash { at, down, .. },
+                Fault::Crash {
+                    at: at2,
+                    down: down2,
+                    ..
+                },
+            ) => *at < at2 + down2 && *at2 < at + down,
+            _ => false,
+        }
+    }
+
     /// When it starts.
     pub(crate) fn at(&self) -> f64 {
         match self {
@@ -73,6 +88,23 @@ impl Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crashes_overlap_while_both_organizations_are_down() {
+        let crash = |org, at, down| Fault::Crash {
+            org: OrgId(org),
+            at,
+            down,
+        };
+        assert!(crash(2, 5.0, 10.0).overlaps(&crash(3, 8.0, 1.0)));
+        assert!(crash(3, 8.0, 1.0).overlaps(&crash(2, 5.0, 10.0)));
+        assert!(!crash(2, 5.0, 3.0).overlaps(&crash(3, 8.0, 1.0)));
+        let tamper = Fault::Tamper {
+            org: OrgId(2),
+            at: 8.0,
+        };
+        assert!(!tamper.overlaps(&crash(3, 5.0, 10.0)));
+    }
 
     #[test]
     fn faults_parse_and_errors_name_the_flag_and_value() {

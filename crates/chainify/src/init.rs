@@ -148,6 +148,12 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
                 args.orderer
             );
         }
+        if args.unsigned {
+            bail!(
+                "--unsigned with --hosts: an unsigned network trusts everyone; it is for \
+                 benchmarks on one machine"
+            );
+        }
     }
     if orderer_kind == OrdererKind::Kafka && args.kafka_replication == 0 {
         bail!("--kafka-replication 0: at least 1 replica");

@@ -206,7 +206,8 @@ fn phase_sums(text: &str) -> Vec<(f64, u64)> {
 /// Closed-loop SDK clients spread over the organizations' ChainifyServices.
 pub(crate) struct RemoteLoad {
     pub(crate) counters: Arc<Counters>,
-    /// Submissions an organization refused (e.g. overload), retried.
+    /// Submissions that failed (overload, a peer's refusal, a deadline); the client goes on
+    /// with its next transaction.
     pub(crate) refused: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     clients: Vec<JoinHandle<anyhow::Result<()>>>,

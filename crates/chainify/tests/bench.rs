@@ -201,6 +201,10 @@ fn bad_options_are_refused_by_name() {
         ),
         (&["--policy", "any-5"][..], "--policy \"any-5\""),
         (
+            &["--fail", "2@1+5", "--fail", "3@2"][..],
+            "other than org2 and org3 cannot agree while they are",
+        ),
+        (
             &["--fail", "2@99", "--duration", "5"][..],
             "the run ends at 10 s",
         ),

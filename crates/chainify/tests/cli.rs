@@ -352,6 +352,18 @@ fn bad_init_options_are_named_and_nothing_is_written() {
             ][..],
             "--kafka-replication 0",
         ),
+        (
+            &[
+                "--hosts",
+                "a,b,c",
+                "--orderer",
+                "kafka",
+                "--kafka-brokers",
+                "k:1",
+                "--unsigned",
+            ][..],
+            "--unsigned with --hosts",
+        ),
         // Caught only when the written network is loaded: still nothing is left behind.
         (&["--tables", "accounts,Bad Table"][..], "Bad Table"),
         (&["--block-txs", "0"][..], "max_block_txs"),
@@ -496,6 +508,7 @@ fn devnet_submit_query_and_verify_ledger_from_the_command_line() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let report: Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(report["ok"], true, "{report}");
+        assert_eq!(report["signatures_checked"], true, "{report}");
         assert!(report["blocks_checked"].as_u64().unwrap() >= 2, "{report}");
     }
     // The same ledger checked against another network's keys: its first certificate fails.
