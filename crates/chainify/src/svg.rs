@@ -197,9 +197,29 @@ fn bars(out: &mut String, (ox, oy): (f64, f64), title: &str, unit: &str, bars: &
 }
 
 /// The panels in a grid two wide, under a heading and a line of detail.
+/// Characters of the 12 px description that fit the picture's width.
+const DETAIL_CHARS: usize = 170;
+
+/// `text` in lines of at most `max` characters, broken after commas where it can be.
+fn wrap(text: &str, max: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for part in text.split_inclusive(", ") {
+        let line = lines.last_mut().map_or(0, |l| l.chars().count());
+        if line > 0 && line + part.chars().count() > max {
+            lines.push(String::new());
+        }
+        if let Some(l) = lines.last_mut() {
+            l.push_str(part);
+        }
+    }
+    lines
+}
+
 pub(crate) fn render(heading: &str, detail: &str, panels: &[Panel]) -> String {
     let rows = panels.len().div_ceil(2).max(1);
-    let (width, height) = (2.0 * PANEL_W, 56.0 + rows as f64 * PANEL_H);
+    let detail = wrap(detail, DETAIL_CHARS);
+    let top = 40.0 + 16.0 * detail.len() as f64;
+    let (width, height) = (2.0 * PANEL_W, top + rows as f64 * PANEL_H);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -210,12 +230,19 @@ pub(crate) fn render(heading: &str, detail: &str, panels: &[Panel]) -> String {
     );
     let _ = writeln!(
         out,
-        r##"<rect width="{width}" height="{height}" fill="white"/><text x="16" y="24" font-size="17">{}</text><text x="16" y="44" font-size="12" fill="#333">{}</text>"##,
+        r##"<rect width="{width}" height="{height}" fill="white"/><text x="16" y="24" font-size="17">{}</text>"##,
         escape(heading),
-        escape(detail)
     );
+    for (i, line) in detail.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            r##"<text x="16" y="{}" font-size="12" fill="#333">{}</text>"##,
+            44 + 16 * i,
+            escape(line.trim_end())
+        );
+    }
     for (i, panel) in panels.iter().enumerate() {
-        let origin = ((i % 2) as f64 * PANEL_W, 56.0 + (i / 2) as f64 * PANEL_H);
+        let origin = ((i % 2) as f64 * PANEL_W, top + (i / 2) as f64 * PANEL_H);
         match panel {
             Panel::Lines {
                 title,
@@ -238,6 +265,22 @@ pub(crate) fn render(heading: &str, detail: &str, panels: &[Panel]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_descriptions_wrap_after_commas() {
+        let text =
+            "3 organizations (postgres,mariadb,postgres), policy any-2, smallbank, 24 clients";
+        assert_eq!(wrap(text, 200), [text]);
+        let lines = wrap(text, 50);
+        assert_eq!(lines.concat(), text);
+        assert!(
+            lines.len() > 1 && lines.iter().all(|l| l.chars().count() <= 50),
+            "{lines:?}"
+        );
+        assert!(lines[0].ends_with(", "));
+        // A part longer than a line stays whole.
+        assert_eq!(wrap("abcdef", 3), ["abcdef"]);
+    }
 
     #[test]
     fn steps_are_round() {
