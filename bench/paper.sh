@@ -126,12 +126,14 @@ devnet() {
     # processes (~30 ms), tiny blocks queue up; 100 ms lets blocks grow with the load.
     "$CHAINIFY" devnet up --dir "$net" --engines "$engines" --orderer kafka --split --accounts 10000 \
         --base-port 17300 --block-txs 1024 --batch-timeout-ms 100 --checkpoint-interval 100 >&2
-    # EXIT too: `set -e` leaves the script without returning from the function.
-    trap '"$CHAINIFY" devnet down --dir "$net" >&2' RETURN EXIT
+    # A failing run ends the script (`set -e`) without returning here: take the network down then.
+    trap "\"$CHAINIFY\" devnet down --dir \"$net\" >&2" EXIT
     for n in 24 128 512; do
         run devnet "split-kafka-$n" --devnet "$net" --clients "$n"
     done
     summarize devnet
+    "$CHAINIFY" devnet down --dir "$net" >&2
+    trap - EXIT
 }
 
 case "${1:-}" in
