@@ -281,10 +281,15 @@ impl BenchArgs {
 }
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // Clients' channels are made (connecting lazily) on the runtime.
+    let _entered = runtime.enter();
     let mut args = args.clone();
-    if let Some(dir) = &args.devnet {
+    let devnet = args.devnet.as_deref().map(Devnet::open).transpose()?;
+    if let Some(devnet) = &devnet {
         // The network decides these; the report says what they were.
-        let devnet = Devnet::open(dir)?;
         if !args.workload.starts_with("smallbank") {
             bail!(
                 "--workload {}: a devnet holds Smallbank's tables (smallbank or smallbank-full)",
@@ -305,11 +310,8 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     }
     let args = &args;
     let setup = args.check()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let (dir, temporary) = scratch_dir(&args.dir, "bench")?;
-    let result = runtime.block_on(bench(args, &setup, &dir));
+    let result = runtime.block_on(bench(args, &setup, &dir, devnet));
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -578,11 +580,10 @@ async fn measure(
     setup: &Setup,
     net: &mut Net,
     counters: &Counters,
+    (screen, begin): (&Screen, Instant),
 ) -> anyhow::Result<Measured> {
     let warmup = Duration::from_secs_f64(args.warmup);
     let total = warmup + Duration::from_secs_f64(args.duration);
-    let screen = Screen::new(total);
-    let begin = Instant::now();
     let mut plain_due = Instant::now() + PLAIN_PROGRESS_EVERY;
     let mut committed_series: Vec<(f64, u64)> = vec![(0.0, 0)];
     let mut heights_series: BTreeMap<OrgId, Vec<(f64, f64)>> = BTreeMap::new();
@@ -598,7 +599,7 @@ async fn measure(
         if let Net::Local(cluster) = net {
             let t = begin.elapsed().as_secs_f64();
             let sql = setup.workload.tamper_sql();
-            faults.tick(t, &mut due, cluster, sql, &screen).await?;
+            faults.tick(t, &mut due, cluster, sql, screen).await?;
         }
         let t = begin.elapsed();
         let committed = counters.committed.load(Ordering::Relaxed);
@@ -666,10 +667,9 @@ async fn measure(
     let phases_end = net.phases().await;
     if let Net::Local(cluster) = net {
         faults
-            .restart_all(begin.elapsed().as_secs_f64(), cluster, &screen)
+            .restart_all(begin.elapsed().as_secs_f64(), cluster, screen)
             .await?;
     }
-    screen.finish();
     let Some((t0, committed0, succeeded0, latency0, phases0, blocks0)) = at_warmup else {
         bail!("the run ended before the warm-up did");
     };
@@ -718,14 +718,14 @@ async fn bench(
     args: &BenchArgs,
     setup: &Setup,
     dir: &std::path::Path,
+    devnet: Option<Devnet>,
 ) -> anyhow::Result<(Report, bool)> {
     let tag = format!("bench_{}", std::process::id());
-    let mut net = match &args.devnet {
-        Some(path) => {
-            let devnet = Devnet::open(path)?;
+    let mut net = match devnet {
+        Some(devnet) => {
             eprintln!(
                 "chainify bench: the devnet in {} ({}), {} clients over gRPC, {:.0} s warm-up + {:.0} s",
-                path.display(),
+                devnet.dir.display(),
                 devnet.engines().join(","),
                 args.clients,
                 args.warmup,
@@ -748,7 +748,9 @@ async fn bench(
             (None, Some(load), counters)
         }
     };
-    let measured = measure(args, setup, &mut net, &counters).await?;
+    let total = Duration::from_secs_f64(args.warmup + args.duration);
+    let (screen, begin) = (Screen::new(total), Instant::now());
+    let measured = measure(args, setup, &mut net, &counters, (&screen, begin)).await?;
     let mut refused = None;
     if let Some(load) = local_load {
         load.stop().await?;
@@ -763,13 +765,11 @@ async fn bench(
     let mut faults = measured.faults;
     let (agreement, engines, orgs) = match &mut net {
         Net::Local(cluster) => {
-            // Catch-ups and recoveries that completed while settling.
-            let screen = Screen::new(Duration::ZERO);
+            // Catch-ups and recoveries that completed while settling, at the time they are seen.
             let mut none = std::collections::VecDeque::new();
             let sql = setup.workload.tamper_sql();
-            faults
-                .tick(measured.end.as_secs_f64(), &mut none, cluster, sql, &screen)
-                .await?;
+            let t = begin.elapsed().as_secs_f64();
+            faults.tick(t, &mut none, cluster, sql, &screen).await?;
             let orgs = cluster.orgs();
             let agreement = cluster
                 .check_consistent(&orgs)
@@ -783,6 +783,7 @@ async fn bench(
             devnet.network.orgs.len(),
         ),
     };
+    screen.finish();
     let measured = Measured { faults, ..measured };
     let mut report = report(
         args, &engines, orgs, &measured, &counters, &agreement, target, refused,

@@ -457,18 +457,32 @@ fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
     })
 }
 
-pub(crate) async fn admin_status(
-    cfg: &OrgConfig,
-) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
+pub(crate) type AdminClient =
+    chainify_proto::pb::admin_service_client::AdminServiceClient<tonic::transport::Channel>;
+
+/// A client of the organization's AdminService (connecting on first use).
+pub(crate) fn admin_client(cfg: &OrgConfig) -> anyhow::Result<AdminClient> {
     let ca = match &cfg.network.tls_ca {
         Some(p) => Some(std::fs::read(p)?),
         None => None,
     };
     let channel = chainify_client::channel(&cfg.listen.admin, ca.as_deref())?;
-    let mut admin = chainify_proto::pb::admin_service_client::AdminServiceClient::new(channel);
+    Ok(AdminClient::new(channel))
+}
+
+/// The organization's status, within 2 s.
+pub(crate) async fn status_of(
+    admin: &mut AdminClient,
+) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
     let mut request = tonic::Request::new(chainify_proto::pb::StatusRequest {});
     request.set_timeout(Duration::from_secs(2));
     Ok(admin.status(request).await?.into_inner())
+}
+
+pub(crate) async fn admin_status(
+    cfg: &OrgConfig,
+) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
+    status_of(&mut admin_client(cfg)?).await
 }
 
 fn status(dir: &Path) -> anyhow::Result<()> {

@@ -21,9 +21,11 @@ use crate::drive::{Counters, Generator};
 
 /// A running devnet, as its files describe it.
 pub(crate) struct Devnet {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     pub(crate) network: NetworkConfig,
     configs: BTreeMap<OrgId, OrgConfig>,
+    /// One AdminService connection per organization, kept across samples.
+    admins: BTreeMap<OrgId, crate::devnet::AdminClient>,
 }
 
 impl Devnet {
@@ -37,11 +39,16 @@ impl Devnet {
                 let cfg = OrgConfig::load(&dir.join(format!("{org}/org.toml")))?;
                 Ok((*org, cfg))
             })
+            .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+        let admins = configs
+            .iter()
+            .map(|(org, cfg)| Ok((*org, crate::devnet::admin_client(cfg)?)))
             .collect::<anyhow::Result<_>>()?;
         Ok(Devnet {
             dir: dir.to_owned(),
             network,
             configs,
+            admins,
         })
     }
 
@@ -85,8 +92,8 @@ impl Devnet {
     /// Every organization's newest agreed block, from its AdminService.
     pub(crate) async fn heights(&self) -> anyhow::Result<BTreeMap<OrgId, u64>> {
         let mut out = BTreeMap::new();
-        for (org, cfg) in &self.configs {
-            let status = crate::devnet::admin_status(cfg)
+        for (org, admin) in &self.admins {
+            let status = crate::devnet::status_of(&mut admin.clone())
                 .await
                 .with_context(|| format!("{org}'s AdminService"))?;
             out.insert(*org, status.agreed_height);
