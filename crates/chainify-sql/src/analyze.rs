@@ -40,9 +40,11 @@ pub struct StatementPlan {
     pub grants_needed: Vec<(String, StatementKind)>,
     /// Highest placeholder number used (`$3` → 3).
     pub param_count: usize,
-    /// The parsed statement (for per-dialect rendering by the executor).
+    /// The parsed statement.
     pub statement: SqlStatement,
     pub(crate) accesses: Vec<Access>,
+    /// The statement in the portable subset, from which every engine's SQL is rendered.
+    pub portable: crate::portable::Portable,
 }
 
 /// Why a statement is rejected (without the statement number; the caller adds it).

@@ -20,6 +20,7 @@ mod determinism;
 mod ident;
 pub mod json;
 mod plan;
+pub mod portable;
 mod query;
 pub mod render;
 pub mod schema;
@@ -35,7 +36,8 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 
 pub use analyze::StatementPlan;
-pub use query::{OutputColumn, QueryPlan};
+pub use portable::{MAX_DEPTH, MAX_TERMS, Typed};
+pub use query::{MAX_QUERY_ROWS, OutputColumn, QueryPlan};
 pub use schema::{ColumnType, Schema, SchemaError};
 
 /// Why a transaction was rejected by analysis: which statement and what construct.
@@ -55,6 +57,8 @@ pub struct TxAnalysis {
     pub rwset: ReadWriteSet,
     /// The plan of each statement, in order.
     pub plans: Vec<Arc<StatementPlan>>,
+    /// Each statement typed for its parameters and rendered for every engine, in order.
+    pub typed: Vec<Arc<Typed>>,
 }
 
 /// A statement needs a grant the client does not have.
@@ -102,6 +106,12 @@ pub const PLAN_CACHE_CAPACITY: usize = 16_384;
 
 /// Longest SQL text accepted, in bytes.
 pub const MAX_SQL_LEN: usize = 64 * 1024;
+
+/// Stack for analysing a new statement shape. The parser, the checks and the analysis walk the
+/// syntax tree recursively; a hostile statement must be refused (it nests deeper than
+/// [`MAX_DEPTH`]) rather than overflow a small worker stack while being walked. What is
+/// accepted is shallow enough for any thread.
+const ANALYSIS_STACK: usize = 64 * 1024 * 1024;
 
 type PlanResult = Result<Arc<StatementPlan>, String>;
 
@@ -153,7 +163,28 @@ impl Analyzer {
                 sql.len()
             ));
         }
-        let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
+        if let Some((at, c)) = sql.char_indices().find(|(_, c)| portable::is_refused_control(*c)) {
+            return Err(format!(
+                "SQL text contains the control character U+{:04X} at byte {at}",
+                u32::from(c)
+            ));
+        }
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("chainify-analyse".into())
+                .stack_size(ANALYSIS_STACK)
+                .spawn_scoped(scope, || self.plan_on_this_stack(sql))
+                .map_err(|e| format!("cannot start the analysis: {e}"))?
+                .join()
+                .unwrap_or_else(|_| Err("the analysis failed unexpectedly".into()))
+        })
+    }
+
+    fn plan_on_this_stack(&self, sql: &str) -> Result<StatementPlan, String> {
+        let mut statements = Parser::new(&GenericDialect {})
+            .with_recursion_limit(MAX_DEPTH)
+            .try_with_sql(sql)
+            .and_then(|mut p| p.parse_statements())
             .map_err(|e| format!("does not parse: {e}"))?;
         let statement = match statements.len() {
             1 => statements.remove(0),
@@ -164,7 +195,10 @@ impl Analyzer {
                 ));
             }
         };
+        // (Every walk here runs on the analysis stack; the portable form bounds depth and size
+        // for whoever holds the plan afterwards.)
         let param_count = determinism::check(&statement)?;
+        let portable = portable::build(&statement, &self.schema)?;
         let a = analyze::Analysis::new(&self.schema).statement(&statement)?;
         Ok(StatementPlan {
             kind: a.kind,
@@ -172,6 +206,7 @@ impl Analyzer {
             param_count,
             statement,
             accesses: a.accesses,
+            portable,
         })
     }
 
@@ -186,6 +221,7 @@ impl Analyzer {
         }
         let mut rwset = ReadWriteSet::default();
         let mut plans = Vec::with_capacity(tx.statements.len());
+        let mut typed = Vec::with_capacity(tx.statements.len());
         for (i, st) in tx.statements.iter().enumerate() {
             let err = |reason: String| AnalysisError {
                 statement: i + 1,
@@ -193,10 +229,17 @@ impl Analyzer {
             };
             let plan = self.plan(&st.sql).map_err(err)?;
             check_params(&plan, &st.params).map_err(err)?;
+            let t = plan.portable.typed(&st.params).map_err(err)?;
+            portable::check_values(&t, &st.params).map_err(err)?;
             bind_into(&plan, &st.params, &mut rwset);
             plans.push(plan);
+            typed.push(t);
         }
-        Ok(TxAnalysis { rwset, plans })
+        Ok(TxAnalysis {
+            rwset,
+            plans,
+            typed,
+        })
     }
 }
 

@@ -29,15 +29,19 @@ pub struct OutputColumn {
     pub ty: ColumnType,
 }
 
+/// Most rows a query may return; its rendered form asks the engine for one more, so that an
+/// oversized result is told from a full one without reading it all.
+pub const MAX_QUERY_ROWS: usize = 10_000;
+
 /// A checked read-only query.
 #[derive(Clone, Debug)]
 pub struct QueryPlan {
-    /// The query's text as given (rendered per engine by the store).
+    /// The query's text as given.
     pub sql: String,
-    /// Whether the query has its own LIMIT.
-    pub limited: bool,
     /// The statement's plan (grants, the parsed statement).
     pub plan: Arc<StatementPlan>,
+    /// The query typed for its parameters and rendered for every engine with the row cap.
+    pub typed: Arc<crate::Typed>,
     /// The result columns in order.
     pub columns: Vec<OutputColumn>,
 }
@@ -76,11 +80,15 @@ impl Analyzer {
         }
         check_params(&plan, params).map_err(err)?;
         let columns = output_columns(self, &plan.statement).map_err(err)?;
-        let limited = matches!(&plan.statement, Statement::Query(q) if q.limit_clause.is_some());
+        let typed = plan
+            .portable
+            .typed_capped(params, Some(MAX_QUERY_ROWS as u64))
+            .map_err(err)?;
+        crate::portable::check_values(&typed, params).map_err(err)?;
         Ok(QueryPlan {
             sql: sql.to_owned(),
-            limited,
             plan,
+            typed,
             columns,
         })
     }
@@ -331,7 +339,7 @@ mod tests {
             reason("SELECT bal + 1 FROM checking WHERE custid = 1", &[])
                 .contains("query output 1 (bal + 1)")
         );
-        assert!(reason("SELECT SUM(bal) FROM checking", &[]).contains("SUM is typed differently"));
+        assert!(reason("SELECT SUM(bal) FROM checking", &[]).contains("SUM() is not portable"));
         assert!(reason("SELECT custid FROM checking WHERE custid = $1", &[]).contains("parameter"));
         assert!(reason("SELECT custid FROM nowhere", &[]).contains("nowhere"));
         assert!(reason("SELECT custid FROM checking; SELECT 1", &[]).contains("2 SQL statements"));
@@ -348,7 +356,7 @@ mod tests {
         // An unqualified name in two FROM tables is ambiguous.
         assert!(
             reason("SELECT custid FROM accounts, checking", &[])
-                .contains("query output 1 (custid)")
+                .contains("column custid is ambiguous")
         );
     }
 

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use chainify_core::tx::{Statement, Transaction};
 use chainify_sql::json::{rwset_json, value_from_json};
+use chainify_sql::render::Dialect;
 use chainify_sql::{Analyzer, Schema};
 
 fn run_cases(dir: &Path) -> String {
@@ -49,7 +50,23 @@ fn run_cases(dir: &Path) -> String {
             ));
         }
         out.push_str(&serde_json::to_string(&result).unwrap());
-        out.push_str("\n\n");
+        out.push('\n');
+        // What each engine runs: rendered from the portable form, never copied from the text.
+        if let Ok(a) = analyzer.analyze(&tx) {
+            for (name, dialect) in [
+                ("postgres", Dialect::Postgres),
+                ("mysql", Dialect::MySql),
+                ("sqlite", Dialect::Sqlite),
+            ] {
+                let r = a.typed[0].rendered(dialect);
+                out.push_str(&format!("   {name}: {}", r.sql));
+                if dialect == Dialect::MySql && !r.bind_order.is_empty() {
+                    out.push_str(&format!("  binds {:?}", r.bind_order));
+                }
+                out.push('\n');
+            }
+        }
+        out.push('\n');
     }
     out
 }

@@ -511,11 +511,15 @@ impl<B: Backend> Store<B> {
     /// Runs a transaction's statements on `conn` inside an open database transaction.
     async fn run_statements(&self, conn: &mut B::Conn, tx: &ExecTx) -> Result<(), Failure> {
         let statements = &tx.transaction.statements;
-        for (i, (st, plan)) in statements.iter().zip(&tx.analysis.plans).enumerate() {
+        let analysis = &tx.analysis;
+        for (i, ((st, plan), typed)) in statements
+            .iter()
+            .zip(&analysis.plans)
+            .zip(&analysis.typed)
+            .enumerate()
+        {
             let n = i + 1;
-            let rendered = self
-                .rendered(&st.sql)
-                .map_err(|e| Failure::Abort(format!("statement {n}: {e}")))?;
+            let rendered = typed.rendered(self.backend.dialect());
             let mut params = Vec::with_capacity(rendered.bind_order.len());
             for &p in &rendered.bind_order {
                 params.push(st.params.get(p).ok_or_else(|| {

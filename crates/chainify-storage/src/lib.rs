@@ -37,7 +37,8 @@ pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_ur
 pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
 pub use mysql::{MySql, MySqlConn};
 pub use postgres::{PgConn, Postgres};
-pub use query::{MAX_QUERY_ROWS, QueryResult};
+pub use chainify_sql::MAX_QUERY_ROWS;
+pub use query::QueryResult;
 pub use sqlite::{Sqlite, SqliteConn};
 pub use store::Store;
 

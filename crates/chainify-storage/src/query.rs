@@ -1,14 +1,10 @@
 //! Read-only queries for clients (`ChainifyService.Query`) and transaction lookups.
 
 use chainify_core::{BlockNumber, TxId, Value};
-use chainify_sql::QueryPlan;
+use chainify_sql::{MAX_QUERY_ROWS, QueryPlan};
 
 use crate::ddl::ReadType;
 use crate::{Backend, StorageError, Store};
-
-/// Most rows one query returns; a query that would return more is refused (add a LIMIT with a
-/// total ORDER BY, or narrow the WHERE).
-pub const MAX_QUERY_ROWS: usize = 10_000;
 
 /// The result of a query.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +22,7 @@ impl<B: Backend> Store<B> {
         query: &QueryPlan,
         params: &[Value],
     ) -> Result<QueryResult, StorageError> {
-        let rendered = self.rendered(&query.sql).map_err(StorageError::Query)?;
+        let rendered = query.typed.rendered(self.backend().dialect());
         let mut bound = Vec::with_capacity(rendered.bind_order.len());
         for &p in &rendered.bind_order {
             bound.push(params.get(p).ok_or_else(|| {
@@ -37,14 +33,11 @@ impl<B: Backend> Store<B> {
                 ))
             })?);
         }
-        // One row more than allowed tells an oversized result from a full one.
-        let text = if !query.limited {
-            format!("{} LIMIT {}", rendered.sql, MAX_QUERY_ROWS + 1)
-        } else {
-            rendered.sql.clone()
-        };
+        // The rendered query asks for at most one row more than allowed (the cap is part of
+        // its text), which tells an oversized result from a full one.
+        let text = &rendered.sql;
         let types: Vec<ReadType> = query.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-        let rows = self.query("running a query", &text, &bound, &types).await?;
+        let rows = self.query("running a query", text, &bound, &types).await?;
         if rows.len() > MAX_QUERY_ROWS {
             return Err(StorageError::Query(format!(
                 "the result has more than {MAX_QUERY_ROWS} rows; narrow the WHERE clause or page \

@@ -3,21 +3,16 @@
 //! objects.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use chainify_core::Value;
 use chainify_sql::Schema;
-use chainify_sql::render::{Rendered, render};
-use rustc_hash::FxHashMap;
 
 use crate::StoreOptions;
 use crate::backend::{Backend, Conn};
 use crate::catalog::CatalogTable;
 use crate::ddl::{self, ReadType};
 use crate::error::{DbError, DbErrorKind, RegistrationError, StorageError};
-
-/// Most rendered statements kept per store (statement shapes, not executions).
-const RENDER_CACHE_CAP: usize = 16_384;
 
 /// A database with chainify's system tables, its registered shared tables and their digest
 /// objects.
@@ -27,7 +22,6 @@ pub struct Store<B: Backend> {
     pub(crate) options: StoreOptions,
     /// Registered shared tables by name.
     tables: RwLock<Arc<BTreeMap<String, CatalogTable>>>,
-    rendered: Mutex<FxHashMap<String, Arc<Rendered>>>,
 }
 
 impl<B: Backend> Store<B> {
@@ -39,7 +33,6 @@ impl<B: Backend> Store<B> {
             backend,
             options,
             tables: RwLock::new(Arc::new(BTreeMap::new())),
-            rendered: Mutex::new(FxHashMap::default()),
         };
         let registered = store
             .query(
@@ -196,25 +189,6 @@ impl<B: Backend> Store<B> {
             }
         }
         Ok(())
-    }
-
-    /// The portable statement text rendered for this engine (cached by text).
-    pub(crate) fn rendered(&self, sql: &str) -> Result<Arc<Rendered>, String> {
-        if let Some(r) = self
-            .rendered
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(sql)
-        {
-            return Ok(r.clone());
-        }
-        let r = Arc::new(render(sql, self.backend.dialect())?);
-        let mut cache = self.rendered.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= RENDER_CACHE_CAP {
-            cache.clear();
-        }
-        cache.insert(sql.to_owned(), r.clone());
-        Ok(r)
     }
 
     /// A connection, or an error naming the database.

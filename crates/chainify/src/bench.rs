@@ -1105,6 +1105,7 @@ async fn raw(
         );
         let result = crate::raw::run(
             &url,
+            &setup.workload.schema_sql(setup.record),
             generators_for(args, setup),
             Duration::from_secs_f64(args.warmup),
             Duration::from_secs_f64(args.duration),

@@ -143,6 +143,14 @@ impl Workload {
         }
     }
 
+    /// The workload's tables as portable `CREATE TABLE` statements.
+    pub(crate) fn schema_sql(self, record: YcsbRecord) -> String {
+        match self {
+            Workload::Smallbank | Workload::SmallbankFull => SMALLBANK_SCHEMA.to_owned(),
+            Workload::Ycsb(_) => ycsb_schema(record),
+        }
+    }
+
     /// Creates the database at `url` afresh with the workload's tables and `keys` rows (accounts
     /// or records).
     pub(crate) async fn prepare(
@@ -151,11 +159,10 @@ impl Workload {
         keys: u64,
         record: YcsbRecord,
     ) -> anyhow::Result<()> {
-        let (schema, load) = match self {
-            Workload::Smallbank | Workload::SmallbankFull => {
-                (SMALLBANK_SCHEMA.to_owned(), smallbank_load_sql(keys, 500))
-            }
-            Workload::Ycsb(_) => (ycsb_schema(record), ycsb_load_sql(keys, record, 100, 1)),
+        let schema = self.schema_sql(record);
+        let load = match self {
+            Workload::Smallbank | Workload::SmallbankFull => smallbank_load_sql(keys, 500),
+            Workload::Ycsb(_) => ycsb_load_sql(keys, record, 100, 1),
         };
         recreate_database(url).await?;
         let backend = AnyBackend::connect(url, &StoreOptions::default()).await?;

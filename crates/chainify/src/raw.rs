@@ -5,14 +5,13 @@
 //! back when a statement fails or an `expect_rows` guard does not hold, retried when the engine
 //! reports a deadlock, a lock timeout or a busy database.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chainify_core::tx::Transaction;
-use chainify_sql::render::{Rendered, render};
+use chainify_sql::{Analyzer, Schema};
 use chainify_storage::{AnyBackend, Backend, Conn, DbError, DbErrorKind, StoreOptions};
 
 use crate::drive::Generator;
@@ -49,34 +48,33 @@ enum Outcome {
     Aborted,
 }
 
-/// Runs `tx` on `conn` in one database transaction; `Err` for a transient or connection error
-/// (rolled back).
+/// Runs `tx` on `conn` in one database transaction, as the layer renders it for this engine;
+/// `Err` for a transient or connection error (rolled back).
 async fn run_tx(
     conn: &mut chainify_storage::AnyConn,
     tx: &Transaction,
-    rendered: &mut HashMap<String, Rendered>,
+    analyzer: &Analyzer,
     dialect: chainify_sql::render::Dialect,
 ) -> anyhow::Result<Result<Outcome, DbError>> {
+    let analysis = analyzer
+        .analyze(tx)
+        .map_err(|e| anyhow::anyhow!("the workload's transaction is refused: {e}"))?;
     if let Err(e) = conn.begin().await {
         return Ok(Err(e));
     }
-    for st in &tx.statements {
-        if !rendered.contains_key(&st.sql) {
-            let r = render(&st.sql, dialect)
-                .map_err(|e| anyhow::anyhow!("rendering {:?}: {e}", st.sql))?;
-            rendered.insert(st.sql.clone(), r);
-        }
-        let r = &rendered[&st.sql];
+    for ((st, plan), typed) in tx
+        .statements
+        .iter()
+        .zip(&analysis.plans)
+        .zip(&analysis.typed)
+    {
+        let r = typed.rendered(dialect);
         let params: Vec<_> = r
             .bind_order
             .iter()
             .filter_map(|i| st.params.get(*i))
             .collect();
-        let returns_rows = st
-            .sql
-            .trim_start()
-            .get(..6)
-            .is_some_and(|w| w.eq_ignore_ascii_case("select"));
+        let returns_rows = plan.kind == chainify_core::config::StatementKind::Select;
         match conn.execute(&r.sql, &params, returns_rows).await {
             Ok(rows) if st.expect_rows.is_none_or(|e| e == rows) => {}
             Ok(_) => {
@@ -101,6 +99,7 @@ async fn run_tx(
 
 async fn client(
     backend: Arc<AnyBackend>,
+    analyzer: Arc<Analyzer>,
     mut generator: Generator,
     measuring: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
@@ -110,13 +109,12 @@ async fn client(
         .await
         .map_err(|e| anyhow::anyhow!("connecting: {e}"))?;
     let dialect = backend.dialect();
-    let mut rendered = HashMap::new();
     let mut tally = Tally::default();
     while !stop.load(Ordering::Relaxed) {
         let tx = generator.next();
         let mut delay = Duration::from_millis(1);
         loop {
-            match run_tx(&mut conn, &tx, &mut rendered, dialect).await? {
+            match run_tx(&mut conn, &tx, &analyzer, dialect).await? {
                 Ok(outcome) => {
                     if measuring.load(Ordering::Relaxed) {
                         match outcome {
@@ -142,6 +140,7 @@ async fn client(
 /// measures for `duration`.
 pub(crate) async fn run(
     url: &str,
+    schema: &str,
     generators: Vec<Generator>,
     warmup: Duration,
     duration: Duration,
@@ -155,11 +154,22 @@ pub(crate) async fn run(
             .await
             .with_context(|| format!("connecting to {url}"))?,
     );
+    let analyzer = Arc::new(Analyzer::new(
+        Schema::from_sql(schema).context("reading the workload's schema")?,
+    ));
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = generators
         .into_iter()
-        .map(|g| tokio::spawn(client(backend.clone(), g, measuring.clone(), stop.clone())))
+        .map(|g| {
+            tokio::spawn(client(
+                backend.clone(),
+                analyzer.clone(),
+                g,
+                measuring.clone(),
+                stop.clone(),
+            ))
+        })
         .collect();
     tokio::time::sleep(warmup).await;
     measuring.store(true, Ordering::Relaxed);

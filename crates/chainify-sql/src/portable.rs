@@ -1,0 +1,2421 @@
+//! The portable intermediate form: what an engine runs is rendered from here, never copied from
+//! the client's text.
+//!
+//! [`build`] turns an analysed statement's syntax tree into a small tree of the portable subset,
+//! resolving every name once (innermost scope first, as SQL does; ambiguity refused) and
+//! refusing every construct it does not represent. [`Portable::typed`] types that tree from the
+//! schema and the parameters' types and renders it for each engine, caching one result per
+//! parameter-type signature. Rendering is canonical: every table occurrence gets a generated
+//! alias, every column is qualified, every operator is parenthesized, literals are re-spelled
+//! from their values. Comments, optimizer hints, control characters or dialect quirks in the
+//! client's text therefore never reach an engine, and a name can never bind differently there
+//! (an output alias shadowing a column, a bare name in a subquery).
+//!
+//! The type rules accept an operator, function or comparison only for the types on which
+//! PostgreSQL, MariaDB/MySQL and SQLite compute the same value and fail alike; where only the
+//! spelling differs, each engine gets its own (`DIV`, `char_length`, `NULLS FIRST`, checked
+//! integer arithmetic on SQLite). Everything else is refused with the reason. The table of
+//! semantics is `docs/design/portable-sql.md`.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use chainify_core::Value;
+use sqlparser::ast::{
+    AssignmentTarget, BinaryOperator, Delete, Distinct, Expr as SqlExpr, FromTable,
+    FunctionArg, FunctionArgExpr, FunctionArgumentClause, FunctionArguments, GroupByExpr, Insert,
+    JoinConstraint, JoinOperator, LimitClause, ObjectName, OrderByKind, Query, Select, SelectItem,
+    SelectItemQualifiedWildcardKind, SetExpr, Statement as SqlStatement, TableFactor, TableObject,
+    UnaryOperator, Update, Value as SqlValue,
+};
+
+use crate::analyze::{Reject, literal, placeholder_index};
+use crate::ident::object_name;
+use crate::render::{Dialect, Rendered};
+use crate::schema::{ColumnType, Schema, Table};
+
+/// Deepest expression nesting accepted (operators, function arguments, subqueries).
+pub const MAX_DEPTH: usize = 48;
+
+/// Most expression nodes one statement may have.
+pub const MAX_TERMS: usize = 4_096;
+
+/// Longest rendered statement: SQLite's checked arithmetic repeats an operand, so nesting could
+/// otherwise grow the text.
+const MAX_RENDERED_LEN: usize = 256 * 1024;
+
+/// The value types of the portable subset.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum Ty {
+    /// 64-bit integers (every integer column, literal and parameter computes in 64 bits).
+    Int,
+    /// Exact decimals.
+    Dec,
+    /// UTF-8 text, compared byte-wise.
+    Text,
+    /// Booleans.
+    Bool,
+    /// Bytes.
+    Bytes,
+    /// A NULL literal or parameter: fits any type.
+    Null,
+}
+
+impl Ty {
+    fn of_value(v: &Value) -> Ty {
+        match v {
+            Value::Null => Ty::Null,
+            Value::Int(_) => Ty::Int,
+            Value::Decimal(_) => Ty::Dec,
+            Value::Text(_) => Ty::Text,
+            Value::Bool(_) => Ty::Bool,
+            Value::Bytes(_) => Ty::Bytes,
+        }
+    }
+
+    fn of_column(c: &ColumnType) -> Option<Ty> {
+        Some(match c {
+            ColumnType::Int => Ty::Int,
+            ColumnType::Decimal { .. } => Ty::Dec,
+            ColumnType::Text => Ty::Text,
+            ColumnType::Bool => Ty::Bool,
+            ColumnType::Bytes => Ty::Bytes,
+            ColumnType::Float | ColumnType::Other(_) => return None,
+        })
+    }
+
+    fn numeric(self) -> bool {
+        matches!(self, Ty::Int | Ty::Dec)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Ty::Int => "integer",
+            Ty::Dec => "decimal",
+            Ty::Text => "text",
+            Ty::Bool => "boolean",
+            Ty::Bytes => "bytes",
+            Ty::Null => "NULL",
+        }
+    }
+
+    /// Whether values of the two types may be compared: both numeric, or the same type.
+    fn comparable(self, other: Ty) -> bool {
+        self == Ty::Null || other == Ty::Null || self == other || (self.numeric() && other.numeric())
+    }
+
+    /// The common type of CASE results, COALESCE arguments and the like.
+    fn unify(self, other: Ty) -> Option<Ty> {
+        match (self, other) {
+            (Ty::Null, t) | (t, Ty::Null) => Some(t),
+            (a, b) if a == b => Some(a),
+            (Ty::Int, Ty::Dec) | (Ty::Dec, Ty::Int) => Some(Ty::Dec),
+            _ => None,
+        }
+    }
+}
+
+/// A condition on a parameter's value, checked when the transaction is analysed (every
+/// organization checks the same values, so the verdict is the same everywhere).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ValueCheck {
+    /// A divisor: must be a positive integer (division by zero and `MIN / -1` fail differently
+    /// on each engine).
+    Positive(usize),
+    /// LIMIT and OFFSET: a non-negative integer (SQLite reads a negative LIMIT as none).
+    NonNegative(usize),
+    /// SUBSTR's start: at least 1 (engines disagree on 0 and negative starts).
+    AtLeastOne(usize),
+    /// A LIKE pattern: `\` escapes only `%`, `_` and `\`, and never ends the pattern.
+    LikePattern(usize),
+    /// A query's LIMIT: a non-negative integer of at most the row cap (plus one).
+    AtMost(usize, u64),
+}
+
+/// One statement in the portable subset, with names resolved.
+#[derive(Debug)]
+pub struct Portable {
+    stmt: Stmt,
+    /// Typed and rendered forms by parameter-type signature and row cap (usually one).
+    typed: Mutex<Vec<(Vec<Ty>, Option<u64>, Result<Arc<Typed>, Reject>)>>,
+}
+
+/// A statement typed for one parameter-type signature and rendered for every engine.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Typed {
+    /// PostgreSQL, MySQL/MariaDB and SQLite text, in [`Dialect`] order.
+    rendered: [Rendered; 3],
+    /// Conditions on parameter values.
+    pub checks: Vec<ValueCheck>,
+}
+
+impl Typed {
+    /// The statement for `dialect`.
+    pub fn rendered(&self, dialect: Dialect) -> &Rendered {
+        &self.rendered[dialect_index(dialect)]
+    }
+}
+
+fn dialect_index(d: Dialect) -> usize {
+    match d {
+        Dialect::Postgres => 0,
+        Dialect::MySql => 1,
+        Dialect::Sqlite => 2,
+    }
+}
+
+impl Portable {
+    /// Types the statement for these parameters' types and renders it (cached by signature).
+    pub fn typed(&self, params: &[Value]) -> Result<Arc<Typed>, Reject> {
+        self.typed_capped(params, None)
+    }
+
+    /// As [`Portable::typed`], for a read-only query whose rendered form returns at most
+    /// `row_cap + 1` rows (one more than allowed tells an oversized result from a full one).
+    pub fn typed_capped(
+        &self,
+        params: &[Value],
+        row_cap: Option<u64>,
+    ) -> Result<Arc<Typed>, Reject> {
+        let sig: Vec<Ty> = params.iter().map(Ty::of_value).collect();
+        let mut cache = self.typed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, r)) = cache.iter().find(|(s, c, _)| *s == sig && *c == row_cap) {
+            return r.clone();
+        }
+        let r = self.type_and_render(&sig, row_cap).map(Arc::new);
+        // A shape sees few signatures (NULL or not per parameter); bound them all the same.
+        if cache.len() >= 16 {
+            cache.clear();
+        }
+        cache.push((sig, row_cap, r.clone()));
+        r
+    }
+
+    fn type_and_render(&self, sig: &[Ty], row_cap: Option<u64>) -> Result<Typed, Reject> {
+        let mut checks = Vec::new();
+        let mut out: [Option<Rendered>; 3] = [None, None, None];
+        for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+            let mut w = Writer {
+                dialect,
+                sig,
+                sql: String::new(),
+                bind_order: Vec::new(),
+                checks: Vec::new(),
+                level: 0,
+                aggregates: false,
+                row_cap,
+            };
+            w.stmt(&self.stmt)?;
+            if w.sql.len() > MAX_RENDERED_LEN {
+                return Err(format!(
+                    "the statement renders to {} bytes on {dialect:?}; at most {MAX_RENDERED_LEN} (nest less arithmetic)",
+                    w.sql.len()
+                ));
+            }
+            let highest = sig.len();
+            let bind_order = if dialect == Dialect::MySql {
+                w.bind_order
+            } else {
+                (0..highest).collect()
+            };
+            if dialect == Dialect::Postgres {
+                checks = w.checks;
+            }
+            out[dialect_index(dialect)] = Some(Rendered {
+                sql: w.sql,
+                bind_order,
+            });
+        }
+        let [Some(pg), Some(my), Some(lite)] = out else {
+            return Err("internal: a dialect was not rendered".into());
+        };
+        checks.dedup();
+        Ok(Typed {
+            rendered: [pg, my, lite],
+            checks,
+        })
+    }
+}
+
+/// Checks parameter values against a typed statement's conditions and refuses control
+/// characters in text. Errors name the parameter.
+pub fn check_values(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
+    for (i, p) in params.iter().enumerate() {
+        if let Value::Text(s) = p
+            && let Some(c) = s.chars().find(|c| is_refused_control(*c))
+        {
+            return Err(format!(
+                "parameter ${} contains the control character U+{:04X}; engines store or refuse it differently",
+                i + 1,
+                u32::from(c)
+            ));
+        }
+    }
+    for c in &typed.checks {
+        let (i, ok, what) = match *c {
+            ValueCheck::Positive(i) => (
+                i,
+                matches!(params.get(i), Some(Value::Int(n)) if *n > 0),
+                "a positive integer (it divides)",
+            ),
+            ValueCheck::NonNegative(i) => (
+                i,
+                matches!(params.get(i), Some(Value::Int(n)) if *n >= 0),
+                "a non-negative integer (LIMIT/OFFSET)",
+            ),
+            ValueCheck::AtLeastOne(i) => (
+                i,
+                matches!(params.get(i), Some(Value::Int(n)) if *n >= 1),
+                "an integer of at least 1 (SUBSTR's start)",
+            ),
+            ValueCheck::AtMost(i, cap) => (
+                i,
+                matches!(params.get(i), Some(Value::Int(n)) if *n >= 0 && n.unsigned_abs() <= cap),
+                "a non-negative integer no larger than the query row cap",
+            ),
+            ValueCheck::LikePattern(i) => (
+                i,
+                match params.get(i) {
+                    Some(Value::Text(p)) => like_pattern_ok(p),
+                    Some(Value::Null) => true,
+                    _ => false,
+                },
+                "a LIKE pattern whose \\ escapes only %, _ or \\",
+            ),
+        };
+        if !ok {
+            let got = params
+                .get(i)
+                .map_or_else(|| "nothing".to_owned(), |v| v.to_string());
+            return Err(format!("parameter ${} must be {what}, not {got}", i + 1));
+        }
+    }
+    Ok(())
+}
+
+/// Control characters refused in SQL text and text values: all of C0 but tab, newline and
+/// carriage return, and DEL. (NUL ends strings in C APIs; PostgreSQL refuses it in text.)
+pub fn is_refused_control(c: char) -> bool {
+    (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || c == '\u{7f}'
+}
+
+fn like_pattern_ok(p: &str) -> bool {
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' && !matches!(chars.next(), Some('%' | '_' | '\\')) {
+            return false;
+        }
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tree.
+
+#[derive(Debug)]
+enum Stmt {
+    Select(Box<Q>),
+    Insert {
+        table: String,
+        columns: Vec<(String, Ty)>,
+        source: Source,
+    },
+    Update {
+        table: String,
+        sets: Vec<(String, Ty, E)>,
+        selection: Option<E>,
+    },
+    Delete {
+        table: String,
+        selection: Option<E>,
+    },
+}
+
+#[derive(Debug)]
+enum Source {
+    Values(Vec<Vec<E>>),
+    Query(Box<Q>),
+}
+
+/// A table occurrence: its name and the alias rendered for it (`None`: the UPDATE or DELETE
+/// target, rendered by its name).
+#[derive(Debug, Clone)]
+struct Occurrence {
+    table: String,
+    alias: Option<String>,
+    /// Columns in the table's primary key.
+    key_arity: usize,
+}
+
+impl Occurrence {
+    fn qualifier(&self) -> &str {
+        self.alias.as_deref().unwrap_or(&self.table)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JoinKind {
+    Cross,
+    Inner,
+    Left,
+}
+
+#[derive(Debug)]
+struct FromItem {
+    occ: Occurrence,
+    join: JoinKind,
+    on: Option<E>,
+}
+
+#[derive(Debug)]
+struct OrderItem {
+    key: OrderKey,
+    desc: bool,
+    nulls_first: Option<bool>,
+}
+
+#[derive(Debug)]
+enum OrderKey {
+    /// An output column, 1-based.
+    Output(usize),
+    Expr(E),
+}
+
+#[derive(Debug)]
+struct Q {
+    distinct: bool,
+    items: Vec<E>,
+    from: Vec<FromItem>,
+    selection: Option<E>,
+    group_by: Vec<E>,
+    having: Option<E>,
+    order_by: Vec<OrderItem>,
+    limit: Option<E>,
+    offset: Option<E>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Cmp {
+    fn sql(self) -> &'static str {
+        match self {
+            Cmp::Eq => "=",
+            Cmp::Ne => "<>",
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+            Cmp::Gt => ">",
+            Cmp::Ge => ">=",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Func {
+    Abs,
+    Coalesce,
+    Nullif,
+    Length,
+    Substr,
+    Trim,
+    Ltrim,
+    Rtrim,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agg {
+    CountStar,
+    Count { distinct: bool },
+    Min,
+    Max,
+}
+
+/// A resolved column: which query level (0 = the innermost one it appears in), which occurrence
+/// of that level, and the column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ColRef {
+    qualifier: String,
+    column: String,
+    ty: Ty,
+    /// Depth of the query that owns the occurrence (0 = the statement's outermost query).
+    owner: usize,
+    /// Index of the occurrence in its query's FROM (for grouping and key checks).
+    occurrence: usize,
+    /// Whether the column is (part of) that table's primary key, and at which position.
+    key_position: Option<usize>,
+}
+
+#[derive(Debug)]
+enum E {
+    Col(ColRef),
+    Param(usize),
+    Lit(Value),
+    Neg(Box<E>),
+    Not(Box<E>),
+    Arith(Arith, Box<E>, Box<E>),
+    Cmp(Cmp, Box<E>, Box<E>),
+    And(Box<E>, Box<E>),
+    Or(Box<E>, Box<E>),
+    Concat(Box<E>, Box<E>),
+    IsNull(Box<E>, bool),
+    Between {
+        e: Box<E>,
+        lo: Box<E>,
+        hi: Box<E>,
+        negated: bool,
+    },
+    InList {
+        e: Box<E>,
+        list: Vec<E>,
+        negated: bool,
+    },
+    InQuery {
+        e: Box<E>,
+        q: Box<Q>,
+        negated: bool,
+    },
+    Exists {
+        q: Box<Q>,
+        negated: bool,
+    },
+    Scalar(Box<Q>),
+    Case {
+        operand: Option<Box<E>>,
+        whens: Vec<(E, E)>,
+        otherwise: Option<Box<E>>,
+    },
+    Func(Func, Vec<E>),
+    Agg(Agg, Option<Box<E>>),
+    Like {
+        e: Box<E>,
+        pattern: Box<E>,
+        negated: bool,
+    },
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building the tree from the syntax tree.
+
+/// Builds the portable form of an analysed statement.
+pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Reject> {
+    let mut b = Builder {
+        schema,
+        levels: Vec::new(),
+        aliases: 0,
+        terms: 0,
+        depth: 0,
+    };
+    let stmt = match st {
+        SqlStatement::Query(q) => Stmt::Select(Box::new(b.query(q)?)),
+        SqlStatement::Insert(i) => b.insert(i)?,
+        SqlStatement::Update(u) => b.update(u)?,
+        SqlStatement::Delete(d) => b.delete(d)?,
+        other => return Err(crate::determinism::statement_kind_rejection(other)),
+    };
+    Ok(Portable {
+        stmt,
+        typed: Mutex::new(Vec::new()),
+    })
+}
+
+/// One query level's tables: (name the query uses, occurrence, table).
+struct Level<'s> {
+    tables: Vec<(String, Occurrence, &'s Table)>,
+    /// The level's output columns with their aliases, for ORDER BY.
+    outputs: Vec<Option<String>>,
+}
+
+struct Builder<'s> {
+    schema: &'s Schema,
+    levels: Vec<Level<'s>>,
+    aliases: usize,
+    terms: usize,
+    depth: usize,
+}
+
+fn plain_name(name: &str, what: &str) -> Result<String, Reject> {
+    let lower = name.to_lowercase();
+    let mut chars = lower.chars();
+    let ok = matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'));
+    if ok {
+        Ok(lower)
+    } else {
+        Err(format!(
+            "{what} {name:?} is not a plain name (letters, digits and '_')"
+        ))
+    }
+}
+
+fn single_name(name: &ObjectName, what: &str) -> Result<String, Reject> {
+    let n = object_name(name);
+    if n.contains('.') {
+        return Err(format!("{what} {n}: qualified names are not portable"));
+    }
+    plain_name(&n, what)
+}
+
+fn boxed(e: E) -> Box<E> {
+    Box::new(e)
+}
+
+impl<'s> Builder<'s> {
+    fn table(&self, name: &ObjectName) -> Result<&'s Table, Reject> {
+        let n = single_name(name, "table")?;
+        self.schema
+            .table(&n)
+            .ok_or_else(|| format!("table {n} is not a registered shared table"))
+    }
+
+    fn next_alias(&mut self) -> String {
+        self.aliases += 1;
+        format!("chainify_t{}", self.aliases)
+    }
+
+    fn target_level(&mut self, t: &'s Table, alias: Option<&sqlparser::ast::TableAlias>) -> Result<(), Reject> {
+        let name = match alias {
+            Some(a) => {
+                if !a.columns.is_empty() {
+                    return Err("column aliases on a table are not portable".into());
+                }
+                plain_name(&a.name.value, "alias")?
+            }
+            None => t.name.clone(),
+        };
+        self.levels.push(Level {
+            tables: vec![(
+                name,
+                Occurrence {
+                    table: t.name.clone(),
+                    alias: None,
+                    key_arity: t.primary_key.len(),
+                },
+                t,
+            )],
+            outputs: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn update(&mut self, u: &Update) -> Result<Stmt, Reject> {
+        let TableFactor::Table { name, alias, .. } = &u.table.relation else {
+            return Err("UPDATE must name one table".into());
+        };
+        let t = self.table(name)?;
+        self.target_level(t, alias.as_ref())?;
+        let mut sets = Vec::new();
+        for a in &u.assignments {
+            let AssignmentTarget::ColumnName(col) = &a.target else {
+                return Err("tuple assignments are not portable; assign columns one by one".into());
+            };
+            let col = col
+                .0
+                .last()
+                .map(|p| p.to_string().trim_matches('"').to_lowercase())
+                .unwrap_or_default();
+            let i = t
+                .column(&col)
+                .ok_or_else(|| format!("UPDATE sets unknown column {col} of table {}", t.name))?;
+            let ty = Ty::of_column(&t.columns[i].ty)
+                .ok_or_else(|| format!("column {col} of table {} has no portable type", t.name))?;
+            sets.push((t.columns[i].name.clone(), ty, self.expr(&a.value)?));
+        }
+        let selection = u.selection.as_ref().map(|e| self.expr(e)).transpose()?;
+        self.levels.pop();
+        Ok(Stmt::Update {
+            table: t.name.clone(),
+            sets,
+            selection,
+        })
+    }
+
+    fn delete(&mut self, d: &Delete) -> Result<Stmt, Reject> {
+        let from = match &d.from {
+            FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+        };
+        let [twj] = from.as_slice() else {
+            return Err("DELETE must name one table".into());
+        };
+        let TableFactor::Table { name, alias, .. } = &twj.relation else {
+            return Err("DELETE must name one table".into());
+        };
+        let t = self.table(name)?;
+        self.target_level(t, alias.as_ref())?;
+        let selection = d.selection.as_ref().map(|e| self.expr(e)).transpose()?;
+        self.levels.pop();
+        Ok(Stmt::Delete {
+            table: t.name.clone(),
+            selection,
+        })
+    }
+
+    fn insert(&mut self, ins: &Insert) -> Result<Stmt, Reject> {
+        let TableObject::TableName(name) = &ins.table else {
+            return Err("INSERT into a table function is not portable".into());
+        };
+        let t = self.table(name)?;
+        let mut columns = Vec::new();
+        for c in &ins.columns {
+            let n =
+                c.0.last()
+                    .map(|p| p.to_string().trim_matches('"').to_lowercase())
+                    .unwrap_or_default();
+            let i = t
+                .column(&n)
+                .ok_or_else(|| format!("INSERT into {} names unknown column {n}", t.name))?;
+            let ty = Ty::of_column(&t.columns[i].ty)
+                .ok_or_else(|| format!("column {n} of table {} has no portable type", t.name))?;
+            columns.push((t.columns[i].name.clone(), ty));
+        }
+        let source = ins
+            .source
+            .as_ref()
+            .ok_or_else(|| format!("INSERT into {} has no VALUES or SELECT", t.name))?;
+        let source = match source.body.as_ref() {
+            SetExpr::Values(v) => {
+                if source.order_by.is_some() || source.limit_clause.is_some() {
+                    return Err("VALUES with ORDER BY or LIMIT is not portable".into());
+                }
+                let mut rows = Vec::new();
+                for row in &v.rows {
+                    rows.push(
+                        row.content
+                            .iter()
+                            .map(|e| self.expr(e))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    );
+                }
+                Source::Values(rows)
+            }
+            _ => {
+                let q = self.query(source)?;
+                if q.items.len() != columns.len() {
+                    return Err(format!(
+                        "INSERT into {} lists {} columns but its SELECT gives {}",
+                        t.name,
+                        columns.len(),
+                        q.items.len()
+                    ));
+                }
+                Source::Query(Box::new(q))
+            }
+        };
+        Ok(Stmt::Insert {
+            table: t.name.clone(),
+            columns,
+            source,
+        })
+    }
+
+    fn query(&mut self, q: &Query) -> Result<Q, Reject> {
+        if q.with.is_some() {
+            return Err("WITH (common table expressions) is not supported".into());
+        }
+        let SetExpr::Select(s) = q.body.as_ref() else {
+            return Err(
+                "only a plain SELECT is portable here (no UNION, VALUES or parenthesized query)"
+                    .into(),
+            );
+        };
+        self.enter()?;
+        self.levels.push(Level {
+            tables: Vec::new(),
+            outputs: Vec::new(),
+        });
+        let built = self.select(q, s);
+        self.levels.pop();
+        self.depth -= 1;
+        built
+    }
+
+    fn enter(&mut self) -> Result<(), Reject> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!(
+                "the statement nests deeper than {MAX_DEPTH} levels"
+            ));
+        }
+        Ok(())
+    }
+
+    fn select(&mut self, q: &Query, s: &Select) -> Result<Q, Reject> {
+        if s.top.is_some()
+            || s.into.is_some()
+            || !s.lateral_views.is_empty()
+            || s.prewhere.is_some()
+            || !s.named_window.is_empty()
+            || s.qualify.is_some()
+            || matches!(s.distinct, Some(Distinct::On(_)))
+        {
+            return Err("SELECT clause is not in the portable subset".into());
+        }
+        let distinct = matches!(s.distinct, Some(Distinct::Distinct));
+        // FROM: every occurrence named first, then the ON conditions (which may name any table
+        // of the FROM clause: the rendered joins are all at one level, left to right).
+        let mut pending_on: Vec<(usize, &SqlExpr)> = Vec::new();
+        let mut from = Vec::new();
+        for twj in &s.from {
+            from.push(self.occurrence(&twj.relation, JoinKind::Cross)?);
+            for j in &twj.joins {
+                let (kind, constraint) = match &j.join_operator {
+                    JoinOperator::Join(c) | JoinOperator::Inner(c) => (JoinKind::Inner, c),
+                    JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
+                    JoinOperator::CrossJoin(c) => (JoinKind::Cross, c),
+                    _ => return Err("only INNER, LEFT and CROSS joins are portable".into()),
+                };
+                let item = self.occurrence(&j.relation, kind)?;
+                match constraint {
+                    JoinConstraint::On(e) => pending_on.push((from.len(), e)),
+                    JoinConstraint::None if kind == JoinKind::Cross => {}
+                    _ => return Err("joins need ON conditions (USING and NATURAL are not portable)".into()),
+                }
+                from.push(item);
+            }
+        }
+        for (i, e) in pending_on {
+            from[i].on = Some(self.expr(e)?);
+        }
+        // Output columns, with wildcards expanded.
+        let mut items = Vec::new();
+        let mut outputs = Vec::new();
+        for item in &s.projection {
+            match item {
+                SelectItem::Wildcard(opts) => {
+                    if opts.opt_exclude.is_some()
+                        || opts.opt_except.is_some()
+                        || opts.opt_replace.is_some()
+                        || opts.opt_rename.is_some()
+                        || opts.opt_ilike.is_some()
+                    {
+                        return Err("SELECT * options are not portable".into());
+                    }
+                    let level = self.levels.len() - 1;
+                    for occurrence in 0..self.levels[level].tables.len() {
+                        for c in self.level_columns(level, occurrence)? {
+                            items.push(E::Col(c));
+                            outputs.push(None);
+                        }
+                    }
+                }
+                SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(n), _) => {
+                    let q = single_name(n, "table")?;
+                    let level = self.levels.len() - 1;
+                    let occurrence = self.levels[level]
+                        .tables
+                        .iter()
+                        .position(|(name, _, _)| *name == q)
+                        .ok_or_else(|| format!("{q}.*: no table {q} in FROM"))?;
+                    for c in self.level_columns(level, occurrence)? {
+                        items.push(E::Col(c));
+                        outputs.push(None);
+                    }
+                }
+                SelectItem::UnnamedExpr(e) => {
+                    items.push(self.expr(e)?);
+                    outputs.push(None);
+                }
+                SelectItem::ExprWithAlias { expr, alias } => {
+                    items.push(self.expr(expr)?);
+                    outputs.push(Some(plain_name(&alias.value, "output alias")?));
+                }
+                _ => return Err(format!("SELECT item `{item}` is not portable")),
+            }
+        }
+        if let Some(l) = self.levels.last_mut() {
+            l.outputs = outputs;
+        }
+        let selection = s.selection.as_ref().map(|e| self.expr(e)).transpose()?;
+        let group_by = match &s.group_by {
+            GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => exprs
+                .iter()
+                .map(|e| match self.expr(e)? {
+                    c @ E::Col(_) => Ok(c),
+                    _ => Err("GROUP BY takes columns only".to_owned()),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return Err("GROUP BY ALL and grouping modifiers are not portable".into()),
+        };
+        let having = s.having.as_ref().map(|e| self.expr(e)).transpose()?;
+        let mut order_by = Vec::new();
+        if let Some(ob) = &q.order_by {
+            let OrderByKind::Expressions(exprs) = &ob.kind else {
+                return Err("ORDER BY ALL is not portable".into());
+            };
+            if ob.interpolate.is_some() {
+                return Err("ORDER BY … INTERPOLATE is not portable".into());
+            }
+            for o in exprs {
+                if o.with_fill.is_some() {
+                    return Err("ORDER BY … WITH FILL is not portable".into());
+                }
+                let desc = match &o.options.sort {
+                    None | Some(sqlparser::ast::OrderBySort::Asc) => false,
+                    Some(sqlparser::ast::OrderBySort::Desc) => true,
+                    Some(sqlparser::ast::OrderBySort::Using(_)) => {
+                        return Err("ORDER BY … USING is not portable".into());
+                    }
+                };
+                order_by.push(OrderItem {
+                    key: self.order_key(&o.expr, items.len())?,
+                    desc,
+                    nulls_first: o.options.nulls_first,
+                });
+            }
+        }
+        let (limit, offset) = match &q.limit_clause {
+            None => (None, None),
+            Some(LimitClause::LimitOffset {
+                limit,
+                offset,
+                limit_by,
+            }) if limit_by.is_empty() => (
+                limit.as_ref().map(|e| self.expr(e)).transpose()?,
+                offset
+                    .as_ref()
+                    .map(|o| self.expr(&o.value))
+                    .transpose()?,
+            ),
+            Some(_) => return Err("LIMIT form is not portable; write LIMIT n OFFSET m".into()),
+        };
+        if q.fetch.is_some() || !q.locks.is_empty() {
+            return Err("FETCH and FOR UPDATE are not portable".into());
+        }
+        let built = Q {
+            distinct,
+            items,
+            from,
+            selection,
+            group_by,
+            having,
+            order_by,
+            limit,
+            offset,
+        };
+        let level = self.levels.len() - 1;
+        check_grouping(&built, level)?;
+        if built.limit.is_some() || built.offset.is_some() {
+            check_total_order(&built, level, &self.levels[level])?;
+        }
+        Ok(built)
+    }
+
+    /// ORDER BY: a bare name that is an output alias, or an integer, names an output column
+    /// (as every engine reads it); anything else is an expression over the FROM tables.
+    fn order_key(&mut self, e: &SqlExpr, outputs: usize) -> Result<OrderKey, Reject> {
+        let level = self.levels.len() - 1;
+        if let SqlExpr::Identifier(id) = e {
+            let name = id.value.to_lowercase();
+            let by_alias: Vec<usize> = self.levels[level]
+                .outputs
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.as_deref() == Some(name.as_str()))
+                .map(|(i, _)| i + 1)
+                .collect();
+            match by_alias.as_slice() {
+                [i] => return Ok(OrderKey::Output(*i)),
+                [] => {}
+                _ => return Err(format!("ORDER BY {name}: several outputs are called {name}")),
+            }
+        }
+        if let SqlExpr::Value(v) = e
+            && let SqlValue::Number(n, _) = &v.value
+        {
+            return match n.parse::<usize>() {
+                Ok(i) if (1..=outputs).contains(&i) => Ok(OrderKey::Output(i)),
+                _ => Err(format!("ORDER BY {n}: there is no output column {n}")),
+            };
+        }
+        Ok(OrderKey::Expr(self.expr(e)?))
+    }
+
+    fn occurrence(&mut self, f: &TableFactor, join: JoinKind) -> Result<FromItem, Reject> {
+        let TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            with_hints,
+            version: None,
+            partitions,
+            sample: None,
+            index_hints,
+            with_ordinality: false,
+            json_path: None,
+            ..
+        } = f
+        else {
+            return Err(format!("FROM item `{f}` is not in the portable subset"));
+        };
+        if !with_hints.is_empty() || !partitions.is_empty() || !index_hints.is_empty() {
+            return Err("table hints are not portable".into());
+        }
+        let t = self.table(name)?;
+        let used = match alias {
+            Some(a) if a.columns.is_empty() => plain_name(&a.name.value, "alias")?,
+            Some(_) => return Err("column aliases on a table are not portable".into()),
+            None => t.name.clone(),
+        };
+        let level = self.levels.len() - 1;
+        if self.levels[level].tables.iter().any(|(n, _, _)| *n == used) {
+            return Err(format!("FROM names {used} twice; give each occurrence its own alias"));
+        }
+        if let Some(target) = self.levels.first().and_then(|l| l.tables.first())
+            && target.1.alias.is_none()
+            && target.1.table == t.name
+        {
+            return Err(format!(
+                "a subquery reads table {}, which the statement modifies; MySQL and MariaDB refuse that",
+                t.name
+            ));
+        }
+        let occ = Occurrence {
+            table: t.name.clone(),
+            alias: Some(self.next_alias()),
+            key_arity: t.primary_key.len(),
+        };
+        self.levels[level].tables.push((used, occ.clone(), t));
+        Ok(FromItem { occ, join, on: None })
+    }
+
+    fn level_columns(&self, level: usize, occurrence: usize) -> Result<Vec<ColRef>, Reject> {
+        let (_, occ, t) = &self.levels[level].tables[occurrence];
+        t.columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                Ok(ColRef {
+                    qualifier: occ.qualifier().to_owned(),
+                    column: c.name.clone(),
+                    ty: Ty::of_column(&c.ty).ok_or_else(|| {
+                        format!("column {} of table {} has no portable type", c.name, t.name)
+                    })?,
+                    owner: level,
+                    occurrence,
+                    key_position: t.primary_key.iter().position(|k| *k == i),
+                })
+            })
+            .collect()
+    }
+
+    /// Resolves a column reference: the innermost level with a matching table (qualified) or
+    /// column (bare); a bare name found in two tables of one level is ambiguous.
+    fn column(&self, qualifier: Option<&str>, column: &str) -> Result<ColRef, Reject> {
+        let column = column.to_lowercase();
+        let shown = match qualifier {
+            Some(q) => format!("{q}.{column}"),
+            None => column.clone(),
+        };
+        for level in (0..self.levels.len()).rev() {
+            let mut found = None;
+            for (occurrence, (name, occ, t)) in self.levels[level].tables.iter().enumerate() {
+                if qualifier.is_some_and(|q| q != name) {
+                    continue;
+                }
+                match t.column(&column) {
+                    Some(i) => {
+                        if found.is_some() {
+                            return Err(format!(
+                                "column {shown} is ambiguous; qualify it with its table"
+                            ));
+                        }
+                        let c = &t.columns[i];
+                        found = Some(ColRef {
+                            qualifier: occ.qualifier().to_owned(),
+                            column: c.name.clone(),
+                            ty: Ty::of_column(&c.ty).ok_or_else(|| {
+                                format!("column {shown} has no portable type")
+                            })?,
+                            owner: level,
+                            occurrence,
+                            key_position: t.primary_key.iter().position(|k| *k == i),
+                        });
+                    }
+                    None if qualifier.is_some() => {
+                        return Err(format!("table {name} has no column {column}"));
+                    }
+                    None => {}
+                }
+            }
+            if let Some(c) = found {
+                return Ok(c);
+            }
+        }
+        Err(format!("unknown column {shown}"))
+    }
+
+    fn expr(&mut self, e: &SqlExpr) -> Result<E, Reject> {
+        self.terms += 1;
+        if self.terms > MAX_TERMS {
+            return Err(format!(
+                "the statement has more than {MAX_TERMS} terms"
+            ));
+        }
+        self.enter()?;
+        let r = self.expr_inner(e);
+        self.depth -= 1;
+        r
+    }
+
+    fn exprs(&mut self, es: &[SqlExpr]) -> Result<Vec<E>, Reject> {
+        es.iter().map(|e| self.expr(e)).collect()
+    }
+
+    fn expr_inner(&mut self, e: &SqlExpr) -> Result<E, Reject> {
+        Ok(match e {
+            SqlExpr::Identifier(id) => {
+                if id.value.starts_with('@') {
+                    return Err(format!("variable {} depends on the session", id.value));
+                }
+                E::Col(self.column(None, &id.value)?)
+            }
+            SqlExpr::CompoundIdentifier(parts) => match parts.as_slice() {
+                [q, c] => E::Col(self.column(Some(&q.value.to_lowercase()), &c.value)?),
+                _ => return Err(format!("name {e} is not portable; write table.column")),
+            },
+            SqlExpr::Nested(inner) => self.expr_inner(inner)?,
+            SqlExpr::Value(v) => match &v.value {
+                SqlValue::Placeholder(p) => E::Param(
+                    placeholder_index(p)
+                        .ok_or_else(|| format!("placeholder {p} is not $1..$n"))?
+                        - 1,
+                ),
+                SqlValue::SingleQuotedString(s) => {
+                    if let Some(c) = s.chars().find(|c| is_refused_control(*c)) {
+                        return Err(format!(
+                            "a string literal contains the control character U+{:04X}",
+                            u32::from(c)
+                        ));
+                    }
+                    E::Lit(Value::Text(s.clone()))
+                }
+                other => E::Lit(
+                    literal(other).ok_or_else(|| format!("literal {other} is not portable"))?,
+                ),
+            },
+            SqlExpr::UnaryOp { op, expr } => match op {
+                UnaryOperator::Plus => self.expr(expr)?,
+                UnaryOperator::Minus => match self.expr(expr)? {
+                    E::Lit(Value::Int(i)) => E::Lit(Value::Int(-i)),
+                    E::Lit(Value::Decimal(d)) => E::Lit(Value::Decimal(
+                        chainify_core::Decimal::new(-d.mantissa(), d.scale())
+                            .ok_or("a decimal literal is out of range")?,
+                    )),
+                    other => E::Neg(boxed(other)),
+                },
+                UnaryOperator::Not => E::Not(boxed(self.expr(expr)?)),
+                other => return Err(format!("operator {other} is not portable")),
+            },
+            SqlExpr::BinaryOp { left, op, right } => {
+                let (l, r) = (self.expr(left)?, self.expr(right)?);
+                let (l, r) = (boxed(l), boxed(r));
+                match op {
+                    BinaryOperator::Plus => E::Arith(Arith::Add, l, r),
+                    BinaryOperator::Minus => E::Arith(Arith::Sub, l, r),
+                    BinaryOperator::Multiply => E::Arith(Arith::Mul, l, r),
+                    BinaryOperator::Divide => E::Arith(Arith::Div, l, r),
+                    BinaryOperator::Modulo => E::Arith(Arith::Mod, l, r),
+                    BinaryOperator::Eq => E::Cmp(Cmp::Eq, l, r),
+                    BinaryOperator::NotEq => E::Cmp(Cmp::Ne, l, r),
+                    BinaryOperator::Lt => E::Cmp(Cmp::Lt, l, r),
+                    BinaryOperator::LtEq => E::Cmp(Cmp::Le, l, r),
+                    BinaryOperator::Gt => E::Cmp(Cmp::Gt, l, r),
+                    BinaryOperator::GtEq => E::Cmp(Cmp::Ge, l, r),
+                    BinaryOperator::And => E::And(l, r),
+                    BinaryOperator::Or => E::Or(l, r),
+                    BinaryOperator::StringConcat => E::Concat(l, r),
+                    other => return Err(format!("operator {other} is not portable")),
+                }
+            }
+            SqlExpr::IsNull(x) => E::IsNull(boxed(self.expr(x)?), false),
+            SqlExpr::IsNotNull(x) => E::IsNull(boxed(self.expr(x)?), true),
+            SqlExpr::Between {
+                expr,
+                negated,
+                low,
+                high,
+            } => E::Between {
+                e: boxed(self.expr(expr)?),
+                lo: boxed(self.expr(low)?),
+                hi: boxed(self.expr(high)?),
+                negated: *negated,
+            },
+            SqlExpr::InList {
+                expr,
+                list,
+                negated,
+            } => {
+                if list.is_empty() {
+                    return Err("IN () with an empty list is not portable".into());
+                }
+                E::InList {
+                    e: boxed(self.expr(expr)?),
+                    list: self.exprs(list)?,
+                    negated: *negated,
+                }
+            }
+            SqlExpr::InSubquery {
+                expr,
+                subquery,
+                negated,
+            } => E::InQuery {
+                e: boxed(self.expr(expr)?),
+                q: Box::new(self.query(subquery)?),
+                negated: *negated,
+            },
+            SqlExpr::Exists { subquery, negated } => E::Exists {
+                q: Box::new(self.query(subquery)?),
+                negated: *negated,
+            },
+            SqlExpr::Subquery(q) => E::Scalar(Box::new(self.query(q)?)),
+            SqlExpr::Case {
+                operand,
+                conditions,
+                else_result,
+                ..
+            } => E::Case {
+                operand: operand.as_ref().map(|o| self.expr(o)).transpose()?.map(boxed),
+                whens: conditions
+                    .iter()
+                    .map(|w| Ok((self.expr(&w.condition)?, self.expr(&w.result)?)))
+                    .collect::<Result<Vec<_>, Reject>>()?,
+                otherwise: else_result
+                    .as_ref()
+                    .map(|o| self.expr(o))
+                    .transpose()?
+                    .map(boxed),
+            },
+            SqlExpr::Like {
+                negated,
+                any: false,
+                expr,
+                pattern,
+                escape_char: None,
+            } => E::Like {
+                e: boxed(self.expr(expr)?),
+                pattern: boxed(self.expr(pattern)?),
+                negated: *negated,
+            },
+            SqlExpr::Like { .. } => {
+                return Err("LIKE … ESCAPE is not portable; \\ is the escape character".into());
+            }
+            SqlExpr::Substring {
+                expr,
+                substring_from: Some(from),
+                substring_for,
+                ..
+            } => {
+                let mut args = vec![self.expr(expr)?, self.expr(from)?];
+                if let Some(f) = substring_for {
+                    args.push(self.expr(f)?);
+                }
+                E::Func(Func::Substr, args)
+            }
+            SqlExpr::Trim {
+                trim_where: None,
+                trim_what: None,
+                expr,
+                trim_characters: None,
+            } => E::Func(Func::Trim, vec![self.expr(expr)?]),
+            SqlExpr::Trim { .. } => {
+                return Err("TRIM removes spaces only; other forms are not portable".into());
+            }
+            SqlExpr::Function(f) => self.function(f)?,
+            SqlExpr::Cast { .. } => {
+                return Err(
+                    "CAST is not portable: engines round, truncate and parse differently".into(),
+                );
+            }
+            other => {
+                let text = other.to_string();
+                let head: String = text.chars().take(40).collect();
+                return Err(format!("expression `{head}` is not in the portable subset"));
+            }
+        })
+    }
+
+    fn function(&mut self, f: &sqlparser::ast::Function) -> Result<E, Reject> {
+        let name = object_name(&f.name);
+        let shown = name.to_uppercase();
+        if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
+            return Err(format!("{shown}() with OVER/FILTER/WITHIN GROUP is not portable"));
+        }
+        let FunctionArguments::List(list) = &f.args else {
+            return Err(format!("{shown} needs an argument list"));
+        };
+        if list
+            .clauses
+            .iter()
+            .any(|c| !matches!(c, FunctionArgumentClause::OrderBy(v) if v.is_empty()))
+        {
+            return Err(format!("{shown}() argument clauses are not portable"));
+        }
+        let distinct = match list.duplicate_treatment {
+            None | Some(sqlparser::ast::DuplicateTreatment::All) => false,
+            Some(sqlparser::ast::DuplicateTreatment::Distinct) => true,
+        };
+        let mut star = false;
+        let mut args = Vec::new();
+        for a in &list.args {
+            match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => args.push(self.expr(e)?),
+                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => star = true,
+                _ => return Err(format!("{shown}(): named or qualified-wildcard arguments are not portable")),
+            }
+        }
+        if star && (name != "count" || !args.is_empty() || distinct) {
+            return Err(format!("{shown}(*) is only portable as COUNT(*)"));
+        }
+        if distinct && name != "count" {
+            return Err(format!("{shown}(DISTINCT …) is not portable"));
+        }
+        let arity = |n: std::ops::RangeInclusive<usize>| -> Result<(), Reject> {
+            if n.contains(&args.len()) {
+                Ok(())
+            } else {
+                Err(format!("{shown}() takes {} arguments, got {}", fmt_range(&n), args.len()))
+            }
+        };
+        let func = match name.as_str() {
+            "count" if star => return Ok(E::Agg(Agg::CountStar, None)),
+            "count" | "min" | "max" => {
+                arity(1..=1)?;
+                let agg = match name.as_str() {
+                    "count" => Agg::Count { distinct },
+                    "min" => Agg::Min,
+                    _ => Agg::Max,
+                };
+                return Ok(E::Agg(agg, args.pop().map(boxed)));
+            }
+            "sum" | "avg" => {
+                return Err(format!(
+                    "{shown}() is not portable: PostgreSQL and MySQL compute it in decimals, SQLite in 64-bit integers that overflow"
+                ));
+            }
+            "abs" => {
+                arity(1..=1)?;
+                Func::Abs
+            }
+            "coalesce" => {
+                arity(1..=32)?;
+                Func::Coalesce
+            }
+            "nullif" => {
+                arity(2..=2)?;
+                Func::Nullif
+            }
+            "length" | "char_length" | "character_length" => {
+                arity(1..=1)?;
+                Func::Length
+            }
+            "substr" | "substring" => {
+                arity(2..=3)?;
+                Func::Substr
+            }
+            "trim" => {
+                arity(1..=1)?;
+                Func::Trim
+            }
+            "ltrim" => {
+                arity(1..=1)?;
+                Func::Ltrim
+            }
+            "rtrim" => {
+                arity(1..=1)?;
+                Func::Rtrim
+            }
+            "replace" => {
+                arity(3..=3)?;
+                Func::Replace
+            }
+            "lower" | "upper" | "lcase" | "ucase" => {
+                return Err(format!(
+                    "{shown}() is not portable: engines map non-ASCII letters differently"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "{shown}() is not in chainify's portable function subset"
+                ));
+            }
+        };
+        Ok(E::Func(func, args))
+    }
+}
+
+fn fmt_range(r: &std::ops::RangeInclusive<usize>) -> String {
+    if r.start() == r.end() {
+        r.start().to_string()
+    } else {
+        format!("{} to {}", r.start(), r.end())
+    }
+}
+
+/// Walks an expression of query level `owner` without entering subqueries.
+fn walk_own(e: &E, f: &mut dyn FnMut(&E) -> Result<bool, Reject>) -> Result<(), Reject> {
+    // `f` returns false to skip the children (aggregates).
+    if !f(e)? {
+        return Ok(());
+    }
+    let mut each = |x: &E| walk_own(x, f);
+    match e {
+        E::Col(_) | E::Param(_) | E::Lit(_) | E::Exists { .. } | E::Scalar(_) => Ok(()),
+        E::Neg(x) | E::Not(x) | E::IsNull(x, _) => each(x),
+        E::Arith(_, a, b) | E::Cmp(_, a, b) | E::And(a, b) | E::Or(a, b) | E::Concat(a, b) => {
+            each(a)?;
+            each(b)
+        }
+        E::Between { e, lo, hi, .. } => {
+            each(e)?;
+            each(lo)?;
+            each(hi)
+        }
+        E::InList { e, list, .. } => {
+            each(e)?;
+            list.iter().try_for_each(each)
+        }
+        E::InQuery { e, .. } => each(e),
+        E::Case {
+            operand,
+            whens,
+            otherwise,
+        } => {
+            if let Some(o) = operand {
+                each(o)?;
+            }
+            for (w, t) in whens {
+                each(w)?;
+                each(t)?;
+            }
+            otherwise.as_deref().map_or(Ok(()), each)
+        }
+        E::Func(_, args) => args.iter().try_for_each(each),
+        E::Agg(_, a) => a.as_deref().map_or(Ok(()), each),
+        E::Like { e, pattern, .. } => {
+            each(e)?;
+            each(pattern)
+        }
+    }
+}
+
+fn has_aggregate(e: &E) -> bool {
+    let mut found = false;
+    let _ = walk_own(e, &mut |x| {
+        if matches!(x, E::Agg(..)) {
+            found = true;
+        }
+        Ok(true)
+    });
+    found
+}
+
+/// A grouped query (GROUP BY or an aggregate in its outputs) may show only grouped columns of
+/// its own tables outside aggregates: engines pick different rows for the others.
+fn check_grouping(q: &Q, level: usize) -> Result<(), Reject> {
+    let grouped = !q.group_by.is_empty()
+        || q.items.iter().any(has_aggregate)
+        || q.having.as_ref().is_some_and(has_aggregate);
+    for e in q.selection.iter().chain(q.from.iter().filter_map(|f| f.on.as_ref())) {
+        if has_aggregate(e) {
+            return Err("aggregates are not allowed in WHERE or ON".into());
+        }
+    }
+    if !grouped {
+        return Ok(());
+    }
+    let keys: Vec<&ColRef> = q
+        .group_by
+        .iter()
+        .filter_map(|g| match g {
+            E::Col(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let check = |e: &E| {
+        walk_own(e, &mut |x| match x {
+            E::Agg(..) => Ok(false),
+            E::Col(c) if c.owner == level && !keys.contains(&c) => Err(format!(
+                "column {}.{} is neither grouped nor aggregated; engines pick different rows for it",
+                c.qualifier, c.column
+            )),
+            _ => Ok(true),
+        })
+    };
+    for e in &q.items {
+        check(e)?;
+    }
+    if let Some(h) = &q.having {
+        check(h)?;
+    }
+    for o in &q.order_by {
+        if let OrderKey::Expr(e) = &o.key {
+            check(e)?;
+        }
+    }
+    Ok(())
+}
+
+/// LIMIT and OFFSET are deterministic only when ORDER BY covers every table's full primary key
+/// (resolved as the engines resolve it: an output alias is its expression).
+fn check_total_order(q: &Q, level: usize, l: &Level<'_>) -> Result<(), Reject> {
+    let mut covered: Vec<(usize, usize)> = Vec::new();
+    for o in &q.order_by {
+        let e = match &o.key {
+            OrderKey::Output(i) => &q.items[i - 1],
+            OrderKey::Expr(e) => e,
+        };
+        if let E::Col(c) = e
+            && c.owner == level
+            && let Some(p) = c.key_position
+        {
+            covered.push((c.occurrence, p));
+        }
+    }
+    let total = !l.tables.is_empty()
+        && l.tables.iter().enumerate().all(|(i, (_, _, t))| {
+            (0..t.primary_key.len()).all(|p| covered.contains(&(i, p)))
+        });
+    if total {
+        Ok(())
+    } else {
+        Err("LIMIT/OFFSET without an ORDER BY over the full primary key of every table is non-deterministic".into())
+    }
+}
+
+/// Whether a scalar subquery yields at most one row: aggregates without GROUP BY, LIMIT 1, or
+/// one table whose WHERE fixes its whole primary key by equalities.
+fn at_most_one_row(q: &Q, level: usize) -> bool {
+    if q.group_by.is_empty() && !q.items.is_empty() && q.items.iter().all(|e| matches!(e, E::Agg(..))) {
+        return true;
+    }
+    if matches!(q.limit, Some(E::Lit(Value::Int(n))) if n <= 1) {
+        return true;
+    }
+    let [only] = q.from.as_slice() else {
+        return false;
+    };
+    let _ = only;
+    let mut fixed: Vec<usize> = Vec::new();
+    let mut conjuncts: Vec<&E> = q.selection.iter().collect();
+    while let Some(c) = conjuncts.pop() {
+        match c {
+            E::And(a, b) => {
+                conjuncts.push(a);
+                conjuncts.push(b);
+            }
+            E::Cmp(Cmp::Eq, a, b) => {
+                for (col, other) in [(a, b), (b, a)] {
+                    if let E::Col(c) = col.as_ref()
+                        && c.owner == level
+                        && let Some(p) = c.key_position
+                        && !mentions_level(other, level)
+                    {
+                        fixed.push(p);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let arity = key_arity(q);
+    arity > 0 && (0..arity).all(|p| fixed.contains(&p))
+}
+
+fn key_arity(q: &Q) -> usize {
+    q.from.first().map_or(0, |f| f.occ.key_arity)
+}
+
+fn mentions_level(e: &E, level: usize) -> bool {
+    let mut found = false;
+    let _ = walk_own(e, &mut |x| {
+        if let E::Col(c) = x
+            && c.owner == level
+        {
+            found = true;
+        }
+        // Subqueries are not entered: a correlated reference inside them may still name this
+        // level, so treat them as mentioning it.
+        if matches!(x, E::Scalar(_) | E::Exists { .. } | E::InQuery { .. }) {
+            found = true;
+        }
+        Ok(true)
+    });
+    found
+}
+
+// ---------------------------------------------------------------------------------------------
+// Typing and rendering.
+
+/// Where an expression's value goes: stored into a column (DECIMAL arithmetic is rounded to the
+/// column's scale there), or used by something else (compared, returned, passed on).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Stored,
+    Other,
+}
+
+/// A rendered fragment: its text and, for MySQL, the parameters of its `?`s in order.
+struct Piece {
+    sql: String,
+    binds: Vec<usize>,
+}
+
+struct Writer<'a> {
+    dialect: Dialect,
+    sig: &'a [Ty],
+    sql: String,
+    bind_order: Vec<usize>,
+    checks: Vec<ValueCheck>,
+    /// The query level being written (0 = outermost; UPDATE/DELETE targets are level 0).
+    level: usize,
+    /// Whether aggregates may appear here (a query's outputs, HAVING, ORDER BY).
+    aggregates: bool,
+    /// The row cap of a top-level read-only query.
+    row_cap: Option<u64>,
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{name}\"")
+}
+
+impl Writer<'_> {
+    fn push(&mut self, s: &str) {
+        self.sql.push_str(s);
+    }
+
+    fn capture<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, Reject>,
+    ) -> Result<(T, Piece), Reject> {
+        let sql = std::mem::take(&mut self.sql);
+        let binds = std::mem::take(&mut self.bind_order);
+        let r = f(self);
+        let piece = Piece {
+            sql: std::mem::replace(&mut self.sql, sql),
+            binds: std::mem::replace(&mut self.bind_order, binds),
+        };
+        Ok((r?, piece))
+    }
+
+    fn emit(&mut self, p: &Piece) {
+        self.sql.push_str(&p.sql);
+        self.bind_order.extend_from_slice(&p.binds);
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), Reject> {
+        match s {
+            Stmt::Select(q) => {
+                self.query(q, self.row_cap)?;
+            }
+            Stmt::Insert {
+                table,
+                columns,
+                source,
+            } => {
+                let cols: Vec<String> = columns.iter().map(|(c, _)| quote(c)).collect();
+                self.push(&format!("INSERT INTO {} ({}) ", quote(table), cols.join(", ")));
+                match source {
+                    Source::Values(rows) => {
+                        self.push("VALUES ");
+                        for (r, row) in rows.iter().enumerate() {
+                            if row.len() != columns.len() {
+                                return Err(format!(
+                                    "VALUES row {} has {} values for {} columns",
+                                    r + 1,
+                                    row.len(),
+                                    columns.len()
+                                ));
+                            }
+                            self.push(if r == 0 { "(" } else { ", (" });
+                            for (i, (e, (c, cty))) in row.iter().zip(columns).enumerate() {
+                                if i > 0 {
+                                    self.push(", ");
+                                }
+                                let ty = self.expr(e, Use::Stored)?;
+                                assignable(table, c, *cty, ty)?;
+                            }
+                            self.push(")");
+                        }
+                    }
+                    Source::Query(q) => {
+                        let types = self.query(q, None)?;
+                        for ((c, cty), ty) in columns.iter().zip(types) {
+                            assignable(table, c, *cty, ty)?;
+                        }
+                    }
+                }
+            }
+            Stmt::Update {
+                table,
+                sets,
+                selection,
+            } => {
+                self.push(&format!("UPDATE {} SET ", quote(table)));
+                self.level = 1;
+                for (i, (c, cty, e)) in sets.iter().enumerate() {
+                    if i > 0 {
+                        self.push(", ");
+                    }
+                    self.push(&format!("{} = ", quote(c)));
+                    let ty = self.expr(e, Use::Stored)?;
+                    assignable(table, c, *cty, ty)?;
+                }
+                if let Some(w) = selection {
+                    self.push(" WHERE ");
+                    self.condition(w, "WHERE")?;
+                }
+            }
+            Stmt::Delete { table, selection } => {
+                self.push(&format!("DELETE FROM {}", quote(table)));
+                self.level = 1;
+                if let Some(w) = selection {
+                    self.push(" WHERE ");
+                    self.condition(w, "WHERE")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A boolean condition.
+    fn condition(&mut self, e: &E, what: &str) -> Result<(), Reject> {
+        let ty = self.expr(e, Use::Other)?;
+        if matches!(ty, Ty::Bool | Ty::Null) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what} needs a boolean condition, not {} (engines read numbers as truth values differently)",
+                ty.name()
+            ))
+        }
+    }
+
+    /// Writes a query; returns its output types.
+    fn query(&mut self, q: &Q, row_cap: Option<u64>) -> Result<Vec<Ty>, Reject> {
+        let outer_aggregates = self.aggregates;
+        let level = self.level;
+        self.level += 1;
+        let r = self.query_at(q, level, row_cap);
+        self.level = level;
+        self.aggregates = outer_aggregates;
+        r
+    }
+
+    fn query_at(&mut self, q: &Q, level: usize, row_cap: Option<u64>) -> Result<Vec<Ty>, Reject> {
+        // Expressions of this query are at `level`; its subqueries one further in.
+        self.level = level + 1;
+        let _ = level;
+        self.push("SELECT ");
+        if q.distinct {
+            self.push("DISTINCT ");
+        }
+        let mut types = Vec::new();
+        self.aggregates = true;
+        for (i, e) in q.items.iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            types.push(self.expr(e, Use::Other)?);
+        }
+        self.aggregates = false;
+        for (i, f) in q.from.iter().enumerate() {
+            let table = format!(
+                "{} AS {}",
+                quote(&f.occ.table),
+                quote(f.occ.qualifier())
+            );
+            match (i, f.join) {
+                (0, _) => self.push(&format!(" FROM {table}")),
+                (_, JoinKind::Cross) => self.push(&format!(" CROSS JOIN {table}")),
+                (_, JoinKind::Inner) => self.push(&format!(" JOIN {table}")),
+                (_, JoinKind::Left) => self.push(&format!(" LEFT JOIN {table}")),
+            }
+            if let Some(on) = &f.on {
+                self.push(" ON ");
+                self.condition(on, "ON")?;
+            }
+        }
+        if let Some(w) = &q.selection {
+            self.push(" WHERE ");
+            self.condition(w, "WHERE")?;
+        }
+        if !q.group_by.is_empty() {
+            self.push(" GROUP BY ");
+            for (i, g) in q.group_by.iter().enumerate() {
+                if i > 0 {
+                    self.push(", ");
+                }
+                self.expr(g, Use::Other)?;
+            }
+        }
+        if let Some(h) = &q.having {
+            self.aggregates = true;
+            self.push(" HAVING ");
+            self.condition(h, "HAVING")?;
+        }
+        if !q.order_by.is_empty() {
+            self.aggregates = true;
+            self.push(" ORDER BY ");
+            for (i, o) in q.order_by.iter().enumerate() {
+                if i > 0 {
+                    self.push(", ");
+                }
+                self.order_item(q, o)?;
+            }
+        }
+        self.aggregates = false;
+        let cap = row_cap.map(|c| c.saturating_add(1));
+        match (&q.limit, cap) {
+            (None, None) => {}
+            (None, Some(c)) => self.push(&format!(" LIMIT {c}")),
+            (Some(l), cap) => {
+                self.push(" LIMIT ");
+                self.count(l, "LIMIT", cap)?;
+            }
+        }
+        if let Some(o) = &q.offset {
+            if q.limit.is_none() && cap.is_none() {
+                return Err("OFFSET without LIMIT is not portable".into());
+            }
+            self.push(" OFFSET ");
+            self.count(o, "OFFSET", None)?;
+        }
+        Ok(types)
+    }
+
+    /// A LIMIT or OFFSET: a non-negative integer literal or parameter (at most `cap`).
+    fn count(&mut self, e: &E, what: &str, cap: Option<u64>) -> Result<(), Reject> {
+        match e {
+            E::Lit(Value::Int(n)) if *n >= 0 => {
+                let n = cap.map_or(*n, |c| (*n).min(i64::try_from(c).unwrap_or(i64::MAX)));
+                self.push(&n.to_string());
+                Ok(())
+            }
+            E::Param(i) if self.sig.get(*i) == Some(&Ty::Int) => {
+                self.checks.push(match cap {
+                    Some(c) => ValueCheck::AtMost(*i, c),
+                    None => ValueCheck::NonNegative(*i),
+                });
+                self.param(*i);
+                Ok(())
+            }
+            _ => Err(format!(
+                "{what} must be a non-negative integer literal or an integer parameter"
+            )),
+        }
+    }
+
+    fn order_item(&mut self, q: &Q, o: &OrderItem) -> Result<(), Reject> {
+        let dir = if o.desc { " DESC" } else { " ASC" };
+        // chainify's order: NULL is the smallest value (MySQL's and SQLite's default).
+        let nulls_first = o.nulls_first.unwrap_or(!o.desc);
+        let key = match &o.key {
+            OrderKey::Output(i) => &q.items[i - 1],
+            OrderKey::Expr(e) => e,
+        };
+        let (ty, piece) = self.capture(|w| w.expr(key, Use::Other))?;
+        if ty == Ty::Null {
+            return Err("ORDER BY NULL is not portable".into());
+        }
+        let own = match &o.key {
+            OrderKey::Output(i) => Piece {
+                sql: i.to_string(),
+                binds: Vec::new(),
+            },
+            OrderKey::Expr(_) => Piece {
+                sql: piece.sql.clone(),
+                binds: piece.binds.clone(),
+            },
+        };
+        match self.dialect {
+            Dialect::Postgres | Dialect::Sqlite => {
+                self.emit(&own);
+                self.push(dir);
+                self.push(if nulls_first { " NULLS FIRST" } else { " NULLS LAST" });
+            }
+            Dialect::MySql => {
+                if nulls_first == o.desc {
+                    // Not MySQL's default: sort on IS NULL first.
+                    self.push("(");
+                    self.emit(&piece);
+                    self.push(" IS NULL)");
+                    self.push(if nulls_first { " DESC, " } else { " ASC, " });
+                }
+                self.emit(&own);
+                self.push(dir);
+            }
+        }
+        Ok(())
+    }
+
+    fn param(&mut self, i: usize) {
+        match self.dialect {
+            Dialect::Postgres => {
+                let _ = write!(self.sql, "${}", i + 1);
+            }
+            Dialect::Sqlite => {
+                let _ = write!(self.sql, "?{}", i + 1);
+            }
+            Dialect::MySql => {
+                self.sql.push('?');
+                self.bind_order.push(i);
+            }
+        }
+    }
+
+    fn literal(&mut self, v: &Value) -> Ty {
+        let text = match v {
+            Value::Null => "NULL".to_owned(),
+            Value::Int(i64::MIN) => "(-9223372036854775807 - 1)".to_owned(),
+            Value::Int(i) if *i < 0 => format!("({i})"),
+            Value::Int(i) => i.to_string(),
+            Value::Decimal(d) if d.mantissa() < 0 => format!("({d})"),
+            Value::Decimal(d) => d.to_string(),
+            Value::Text(s) => format!("'{}'", s.replace('\'', "''")),
+            Value::Bool(b) => match (self.dialect, b) {
+                (Dialect::Sqlite, true) => "1".to_owned(),
+                (Dialect::Sqlite, false) => "0".to_owned(),
+                (_, true) => "TRUE".to_owned(),
+                (_, false) => "FALSE".to_owned(),
+            },
+            Value::Bytes(b) => {
+                let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+                match self.dialect {
+                    // X'…' is a bit string in PostgreSQL.
+                    Dialect::Postgres => format!("CAST('\\x{hex}' AS BYTEA)"),
+                    _ => format!("X'{hex}'"),
+                }
+            }
+        };
+        self.sql.push_str(&text);
+        Ty::of_value(v)
+    }
+
+    fn expr(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
+        match e {
+            E::Col(c) => {
+                let _ = write!(self.sql, "{}.{}", quote(&c.qualifier), quote(&c.column));
+                Ok(c.ty)
+            }
+            E::Param(i) => {
+                let ty = *self.sig.get(*i).ok_or_else(|| {
+                    format!("uses ${} but {} parameters were given", i + 1, self.sig.len())
+                })?;
+                self.param(*i);
+                Ok(ty)
+            }
+            E::Lit(v) => Ok(self.literal(v)),
+            E::Arith(..) | E::Neg(_) => {
+                let (ty, piece) = self.capture(|w| w.arith(e, use_))?;
+                if ty == Ty::Int && self.dialect == Dialect::Sqlite {
+                    // SQLite turns an overflowing integer result into a floating-point number
+                    // where the others fail: fail here too (json() of a non-JSON text raises).
+                    self.push("(");
+                    self.emit(&piece);
+                    self.push(" + json(CASE WHEN typeof(");
+                    self.emit(&piece);
+                    self.push(") = 'real' THEN 'integer overflow' ELSE '0' END))");
+                } else {
+                    self.emit(&piece);
+                }
+                Ok(ty)
+            }
+            E::Not(x) => {
+                self.push("(NOT ");
+                let ty = self.expr(x, Use::Other)?;
+                self.push(")");
+                bool_operand(ty, "NOT")?;
+                Ok(Ty::Bool)
+            }
+            E::And(a, b) | E::Or(a, b) => {
+                let op = if matches!(e, E::And(..)) { "AND" } else { "OR" };
+                self.push("(");
+                let ta = self.expr(a, Use::Other)?;
+                let _ = write!(self.sql, " {op} ");
+                let tb = self.expr(b, Use::Other)?;
+                self.push(")");
+                bool_operand(ta, op)?;
+                bool_operand(tb, op)?;
+                Ok(Ty::Bool)
+            }
+            E::Cmp(op, a, b) => {
+                self.push("(");
+                let ta = self.expr(a, Use::Other)?;
+                let _ = write!(self.sql, " {} ", op.sql());
+                let tb = self.expr(b, Use::Other)?;
+                self.push(")");
+                comparable(ta, tb, op.sql())?;
+                Ok(Ty::Bool)
+            }
+            E::Concat(a, b) => {
+                self.push("(");
+                let ta = self.expr(a, Use::Other)?;
+                self.push(" || ");
+                let tb = self.expr(b, Use::Other)?;
+                self.push(")");
+                for t in [ta, tb] {
+                    if !matches!(t, Ty::Text | Ty::Null) {
+                        return Err(format!(
+                            "|| joins text, not {} (engines convert other types differently)",
+                            t.name()
+                        ));
+                    }
+                }
+                Ok(Ty::Text)
+            }
+            E::IsNull(x, negated) => {
+                self.push("(");
+                self.expr(x, Use::Other)?;
+                self.push(if *negated { " IS NOT NULL)" } else { " IS NULL)" });
+                Ok(Ty::Bool)
+            }
+            E::Between {
+                e,
+                lo,
+                hi,
+                negated,
+            } => {
+                self.push("(");
+                let t = self.expr(e, Use::Other)?;
+                self.push(if *negated { " NOT BETWEEN " } else { " BETWEEN " });
+                let tl = self.expr(lo, Use::Other)?;
+                self.push(" AND ");
+                let th = self.expr(hi, Use::Other)?;
+                self.push(")");
+                comparable(t, tl, "BETWEEN")?;
+                comparable(t, th, "BETWEEN")?;
+                Ok(Ty::Bool)
+            }
+            E::InList { e, list, negated } => {
+                self.push("(");
+                let t = self.expr(e, Use::Other)?;
+                self.push(if *negated { " NOT IN (" } else { " IN (" });
+                for (i, x) in list.iter().enumerate() {
+                    if i > 0 {
+                        self.push(", ");
+                    }
+                    let tx = self.expr(x, Use::Other)?;
+                    comparable(t, tx, "IN")?;
+                }
+                self.push("))");
+                Ok(Ty::Bool)
+            }
+            E::InQuery { e, q, negated } => {
+                if q.limit.is_some() {
+                    return Err("LIMIT inside IN (subquery) is not supported by MySQL/MariaDB".into());
+                }
+                self.push("(");
+                let t = self.expr(e, Use::Other)?;
+                self.push(if *negated { " NOT IN (" } else { " IN (" });
+                let types = self.query(q, None)?;
+                self.push("))");
+                let [tq] = types.as_slice() else {
+                    return Err(format!("IN (subquery) needs one column, not {}", types.len()));
+                };
+                comparable(t, *tq, "IN")?;
+                Ok(Ty::Bool)
+            }
+            E::Exists { q, negated } => {
+                self.push(if *negated { "(NOT EXISTS (" } else { "(EXISTS (" });
+                self.query(q, None)?;
+                self.push("))");
+                Ok(Ty::Bool)
+            }
+            E::Scalar(q) => {
+                if !at_most_one_row(q, self.level) {
+                    return Err(
+                        "a scalar subquery must return at most one row: select by the whole primary key, an aggregate, or LIMIT 1 (SQLite takes the first row where the others fail)"
+                            .into(),
+                    );
+                }
+                self.push("(");
+                let types = self.query(q, None)?;
+                self.push(")");
+                match types.as_slice() {
+                    [t] => Ok(*t),
+                    _ => Err(format!("a scalar subquery needs one column, not {}", types.len())),
+                }
+            }
+            E::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                self.push("(CASE");
+                let top = match operand {
+                    Some(o) => {
+                        self.push(" ");
+                        Some(self.expr(o, Use::Other)?)
+                    }
+                    None => None,
+                };
+                let mut result = Ty::Null;
+                let unify = |t: Ty, result: &mut Ty| -> Result<(), Reject> {
+                    *result = result.unify(t).ok_or_else(|| {
+                        format!(
+                            "CASE mixes {} and {} results",
+                            result.name(),
+                            t.name()
+                        )
+                    })?;
+                    Ok(())
+                };
+                for (w, t) in whens {
+                    self.push(" WHEN ");
+                    match top {
+                        Some(tt) => {
+                            let tw = self.expr(w, Use::Other)?;
+                            comparable(tt, tw, "CASE … WHEN")?;
+                        }
+                        None => self.condition(w, "CASE WHEN")?,
+                    }
+                    self.push(" THEN ");
+                    let tt = self.expr(t, use_)?;
+                    unify(tt, &mut result)?;
+                }
+                if let Some(o) = otherwise {
+                    self.push(" ELSE ");
+                    let to = self.expr(o, use_)?;
+                    unify(to, &mut result)?;
+                }
+                self.push(" END)");
+                Ok(result)
+            }
+            E::Func(f, args) => self.function(*f, args),
+            E::Agg(a, arg) => {
+                if !self.aggregates {
+                    return Err("aggregates are only allowed in a query's outputs, HAVING and ORDER BY".into());
+                }
+                // An aggregate's argument is a row-level expression.
+                self.aggregates = false;
+                let r = self.aggregate(*a, arg.as_deref());
+                self.aggregates = true;
+                r
+            }
+            E::Like {
+                e,
+                pattern,
+                negated,
+            } => {
+                self.push("(");
+                let t = self.expr(e, Use::Other)?;
+                self.push(if *negated { " NOT LIKE " } else { " LIKE " });
+                let tp = match pattern.as_ref() {
+                    E::Lit(Value::Text(p)) => {
+                        if !like_pattern_ok(p) {
+                            return Err(format!(
+                                "LIKE pattern '{p}': \\ may only escape %, _ or \\"
+                            ));
+                        }
+                        self.expr(pattern, Use::Other)?
+                    }
+                    E::Param(i) => {
+                        self.checks.push(ValueCheck::LikePattern(*i));
+                        self.expr(pattern, Use::Other)?
+                    }
+                    E::Lit(Value::Null) => self.expr(pattern, Use::Other)?,
+                    _ => {
+                        return Err("a LIKE pattern must be a text literal or a parameter".into());
+                    }
+                };
+                self.push(" ESCAPE '\\')");
+                for x in [t, tp] {
+                    if !matches!(x, Ty::Text | Ty::Null) {
+                        return Err(format!("LIKE matches text, not {}", x.name()));
+                    }
+                }
+                Ok(Ty::Bool)
+            }
+        }
+    }
+
+    /// Arithmetic without SQLite's overflow check (applied once, around the outermost integer
+    /// operation, by [`Writer::expr`]).
+    fn arith(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
+        match e {
+            E::Neg(x) => {
+                self.push("(-");
+                let t = self.operand(x, use_)?;
+                self.push(")");
+                if !t.numeric() {
+                    return Err(format!("unary - takes a number, not {}", t.name()));
+                }
+                Ok(t)
+            }
+            E::Arith(op, a, b) => {
+                self.push("(");
+                let ta = self.operand(a, use_)?;
+                self.push(match (op, self.dialect) {
+                    (Arith::Add, _) => " + ",
+                    (Arith::Sub, _) => " - ",
+                    (Arith::Mul, _) => " * ",
+                    (Arith::Div, Dialect::MySql) => " DIV ",
+                    (Arith::Div, _) => " / ",
+                    (Arith::Mod, _) => " % ",
+                });
+                let tb = self.operand(b, use_)?;
+                self.push(")");
+                let sym = match op {
+                    Arith::Add => "+",
+                    Arith::Sub => "-",
+                    Arith::Mul => "*",
+                    Arith::Div => "/",
+                    Arith::Mod => "%",
+                };
+                for t in [ta, tb] {
+                    if !matches!(t, Ty::Int | Ty::Dec | Ty::Null) {
+                        return Err(format!("operator {sym} takes numbers, not {}", t.name()));
+                    }
+                }
+                if ta == Ty::Null && tb == Ty::Null {
+                    return Err(format!("operator {sym} needs at least one typed operand"));
+                }
+                if ta == Ty::Dec || tb == Ty::Dec {
+                    let why = "SQLite computes DECIMAL arithmetic in floating point";
+                    if matches!(op, Arith::Div | Arith::Mod) {
+                        return Err(format!("operator {sym} on DECIMAL values is not portable ({why})"));
+                    }
+                    if *op == Arith::Mul && ta == Ty::Dec && tb == Ty::Dec {
+                        return Err(format!(
+                            "DECIMAL * DECIMAL is not portable ({why}); multiply by an integer"
+                        ));
+                    }
+                    if use_ != Use::Stored {
+                        return Err(format!(
+                            "DECIMAL arithmetic ({sym}) is only portable in a value stored into a column, which rounds it to the column's scale ({why})"
+                        ));
+                    }
+                    return Ok(Ty::Dec);
+                }
+                if matches!(op, Arith::Div | Arith::Mod) {
+                    match b.as_ref() {
+                        E::Lit(Value::Int(n)) if *n > 0 => {}
+                        E::Param(i) => self.checks.push(ValueCheck::Positive(*i)),
+                        _ => {
+                            return Err(format!(
+                                "the divisor of {sym} must be a positive integer literal or parameter (division by zero fails differently on each engine)"
+                            ));
+                        }
+                    }
+                }
+                Ok(Ty::Int)
+            }
+            other => self.expr(other, use_),
+        }
+    }
+
+    /// An arithmetic operand: nested arithmetic stays unchecked; PostgreSQL computes integer
+    /// columns and literals in 64 bits like the other engines (an INTEGER column is 32-bit
+    /// there, and `2147483647 + 1` would fail).
+    fn operand(&mut self, x: &E, use_: Use) -> Result<Ty, Reject> {
+        match x {
+            E::Arith(..) | E::Neg(_) => self.arith(x, use_),
+            E::Col(c) if c.ty == Ty::Int && self.dialect == Dialect::Postgres => {
+                self.push("CAST(");
+                self.expr(x, use_)?;
+                self.push(" AS BIGINT)");
+                Ok(Ty::Int)
+            }
+            E::Lit(Value::Int(_)) if self.dialect == Dialect::Postgres => {
+                self.push("CAST(");
+                self.expr(x, use_)?;
+                self.push(" AS BIGINT)");
+                Ok(Ty::Int)
+            }
+            _ => self.expr(x, use_),
+        }
+    }
+
+    fn function(&mut self, f: Func, args: &[E]) -> Result<Ty, Reject> {
+        match f {
+            Func::Abs => {
+                self.push("abs(");
+                let t = self.operand(&args[0], Use::Other)?;
+                self.push(")");
+                if !t.numeric() {
+                    return Err(format!("ABS takes a number, not {}", t.name()));
+                }
+                Ok(t)
+            }
+            Func::Coalesce | Func::Nullif => {
+                self.push(if f == Func::Coalesce { "coalesce(" } else { "nullif(" });
+                let mut result = Ty::Null;
+                let mut first = None;
+                for (i, a) in args.iter().enumerate() {
+                    if i > 0 {
+                        self.push(", ");
+                    }
+                    let t = self.expr(a, Use::Other)?;
+                    first.get_or_insert(t);
+                    result = result.unify(t).ok_or_else(|| {
+                        format!(
+                            "{} mixes {} and {} arguments",
+                            if f == Func::Coalesce { "COALESCE" } else { "NULLIF" },
+                            result.name(),
+                            t.name()
+                        )
+                    })?;
+                }
+                self.push(")");
+                if f == Func::Nullif {
+                    return Ok(first.unwrap_or(Ty::Null));
+                }
+                Ok(result)
+            }
+            Func::Length => {
+                let (t, piece) = self.capture(|w| w.expr(&args[0], Use::Other))?;
+                let name = match (t, self.dialect) {
+                    (Ty::Text, Dialect::Postgres | Dialect::MySql) => "char_length",
+                    (Ty::Bytes, Dialect::Postgres) => "octet_length",
+                    (Ty::Text | Ty::Bytes, _) => "length",
+                    _ => {
+                        return Err(format!(
+                            "LENGTH takes text or bytes, not {}",
+                            t.name()
+                        ));
+                    }
+                };
+                self.push(name);
+                self.push("(");
+                self.emit(&piece);
+                self.push(")");
+                Ok(Ty::Int)
+            }
+            Func::Substr => {
+                self.push("substr(");
+                let t = self.expr(&args[0], Use::Other)?;
+                if !matches!(t, Ty::Text | Ty::Null) {
+                    return Err(format!("SUBSTR takes text, not {}", t.name()));
+                }
+                self.push(", ");
+                match &args[1] {
+                    E::Lit(Value::Int(n)) if *n >= 1 => {}
+                    E::Param(i) if self.sig.get(*i) == Some(&Ty::Int) => {
+                        self.checks.push(ValueCheck::AtLeastOne(*i));
+                    }
+                    _ => {
+                        return Err("SUBSTR's start must be an integer literal ≥ 1 or an integer parameter (engines disagree on 0 and negative starts)".into());
+                    }
+                }
+                self.expr(&args[1], Use::Other)?;
+                if let Some(len) = args.get(2) {
+                    self.push(", ");
+                    match len {
+                        E::Lit(Value::Int(n)) if *n >= 0 => {}
+                        E::Param(i) if self.sig.get(*i) == Some(&Ty::Int) => {
+                            self.checks.push(ValueCheck::NonNegative(*i));
+                        }
+                        _ => {
+                            return Err("SUBSTR's length must be a non-negative integer literal or an integer parameter".into());
+                        }
+                    }
+                    self.expr(len, Use::Other)?;
+                }
+                self.push(")");
+                Ok(Ty::Text)
+            }
+            Func::Trim | Func::Ltrim | Func::Rtrim | Func::Replace => {
+                self.push(match f {
+                    Func::Trim => "trim(",
+                    Func::Ltrim => "ltrim(",
+                    Func::Rtrim => "rtrim(",
+                    _ => "replace(",
+                });
+                for (i, a) in args.iter().enumerate() {
+                    if i > 0 {
+                        self.push(", ");
+                    }
+                    let t = self.expr(a, Use::Other)?;
+                    if !matches!(t, Ty::Text | Ty::Null) {
+                        return Err(format!("{f:?} takes text, not {}", t.name()).to_uppercase());
+                    }
+                }
+                self.push(")");
+                Ok(Ty::Text)
+            }
+        }
+    }
+
+    fn aggregate(&mut self, a: Agg, arg: Option<&E>) -> Result<Ty, Reject> {
+        match (a, arg) {
+            (Agg::CountStar, _) => {
+                self.push("count(*)");
+                Ok(Ty::Int)
+            }
+            (Agg::Count { distinct }, Some(x)) => {
+                self.push(if distinct { "count(DISTINCT " } else { "count(" });
+                self.expr(x, Use::Other)?;
+                self.push(")");
+                Ok(Ty::Int)
+            }
+            (Agg::Min | Agg::Max, Some(x)) => {
+                self.push(if a == Agg::Min { "min(" } else { "max(" });
+                let t = self.expr(x, Use::Other)?;
+                self.push(")");
+                if matches!(t, Ty::Bool | Ty::Null) {
+                    return Err(format!("MIN/MAX of {} is not portable", t.name()));
+                }
+                Ok(t)
+            }
+            _ => Err("an aggregate is missing its argument".into()),
+        }
+    }
+}
+
+fn bool_operand(t: Ty, op: &str) -> Result<(), Reject> {
+    if matches!(t, Ty::Bool | Ty::Null) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{op} takes booleans, not {} (engines read numbers as truth values differently)",
+            t.name()
+        ))
+    }
+}
+
+fn comparable(a: Ty, b: Ty, op: &str) -> Result<(), Reject> {
+    if a.comparable(b) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{op} compares {} with {}; engines convert between them differently",
+            a.name(),
+            b.name()
+        ))
+    }
+}
+
+/// Whether a value of type `ty` may be stored into `column` of type `cty` alike everywhere.
+fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Reject> {
+    let ok = ty == Ty::Null || cty == ty || (cty == Ty::Dec && ty == Ty::Int);
+    if ok {
+        Ok(())
+    } else {
+        let why = if cty == Ty::Int && ty == Ty::Dec {
+            " (engines round or refuse the fraction differently)"
+        } else {
+            " (engines convert between them differently)"
+        };
+        Err(format!(
+            "column {column} of table {table} is {}; a {} value cannot be stored portably{why}",
+            cty.name(),
+            ty.name()
+        ))
+    }
+}
