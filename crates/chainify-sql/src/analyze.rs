@@ -18,9 +18,9 @@ use chainify_core::config::StatementKind;
 use chainify_core::rwset::Resource;
 use sqlparser::ast::{
     AssignmentTarget, BinaryOperator, Delete, Expr, FromTable, Insert, JoinConstraint,
-    JoinOperator, LimitClause, ObjectName, OrderByKind, Query, Select, SetExpr,
-    Statement as SqlStatement, TableFactor, TableObject, TableWithJoins, UnaryOperator, Update,
-    Value as SqlValue, Visit, Visitor, visit_relations,
+    JoinOperator, ObjectName, Query, Select, SetExpr, Statement as SqlStatement, TableFactor,
+    TableObject, TableWithJoins, UnaryOperator, Update, Value as SqlValue, Visit, Visitor,
+    visit_relations,
 };
 
 use crate::ident::object_name;
@@ -562,48 +562,11 @@ impl<'s> Analysis<'s> {
         {
             return Err("query clause is not in the portable subset".into());
         }
-        if let Some(limit) = &q.limit_clause {
-            self.check_total_order(q, limit)?;
-        }
         // Subqueries in ORDER BY and LIMIT expressions.
         if let Some(ob) = &q.order_by {
             self.subqueries_of(ob)?;
         }
         self.set_expr(&q.body, outer)
-    }
-
-    fn check_total_order(&self, q: &Query, limit: &LimitClause) -> Result<(), Reject> {
-        let what = match limit {
-            LimitClause::LimitOffset { limit: Some(_), .. }
-            | LimitClause::OffsetCommaLimit { .. } => "LIMIT",
-            _ => "OFFSET",
-        };
-        let err = || -> Reject {
-            format!(
-                "{what} without an ORDER BY over the full primary key of every table is non-deterministic"
-            )
-        };
-        let SetExpr::Select(select) = q.body.as_ref() else {
-            return Err(err());
-        };
-        let scope = self.scope(select)?;
-        let Some(OrderByKind::Expressions(exprs)) = q.order_by.as_ref().map(|o| &o.kind) else {
-            return Err(err());
-        };
-        let covered: Vec<(usize, usize)> = exprs
-            .iter()
-            .filter_map(|o| scope.key_column(&o.expr))
-            .collect();
-        let total = scope
-            .tables
-            .iter()
-            .enumerate()
-            .all(|(i, (_, t))| (0..t.primary_key.len()).all(|p| covered.contains(&(i, p))));
-        if total && !scope.tables.is_empty() {
-            Ok(())
-        } else {
-            Err(err())
-        }
     }
 
     fn set_expr(&mut self, body: &SetExpr, outer: Option<&Outer<'s>>) -> Result<(), Reject> {

@@ -163,7 +163,10 @@ impl Analyzer {
                 sql.len()
             ));
         }
-        if let Some((at, c)) = sql.char_indices().find(|(_, c)| portable::is_refused_control(*c)) {
+        if let Some((at, c)) = sql
+            .char_indices()
+            .find(|(_, c)| portable::is_refused_control(*c))
+        {
             return Err(format!(
                 "SQL text contains the control character U+{:04X} at byte {at}",
                 u32::from(c)

@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 
 use chainify_core::Value;
 use sqlparser::ast::{
-    AssignmentTarget, BinaryOperator, Delete, Distinct, Expr as SqlExpr, FromTable,
-    FunctionArg, FunctionArgExpr, FunctionArgumentClause, FunctionArguments, GroupByExpr, Insert,
+    AssignmentTarget, BinaryOperator, Delete, Distinct, Expr as SqlExpr, FromTable, FunctionArg,
+    FunctionArgExpr, FunctionArgumentClause, FunctionArguments, GroupByExpr, Insert,
     JoinConstraint, JoinOperator, LimitClause, ObjectName, OrderByKind, Query, Select, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, Statement as SqlStatement, TableFactor, TableObject,
     UnaryOperator, Update, Value as SqlValue,
@@ -101,7 +101,10 @@ impl Ty {
 
     /// Whether values of the two types may be compared: both numeric, or the same type.
     fn comparable(self, other: Ty) -> bool {
-        self == Ty::Null || other == Ty::Null || self == other || (self.numeric() && other.numeric())
+        self == Ty::Null
+            || other == Ty::Null
+            || self == other
+            || (self.numeric() && other.numeric())
     }
 
     /// The common type of CASE results, COALESCE arguments and the like.
@@ -132,12 +135,15 @@ pub enum ValueCheck {
     AtMost(usize, u64),
 }
 
+/// A cached typing: parameter types, row cap, result.
+type TypedEntry = (Vec<Ty>, Option<u64>, Result<Arc<Typed>, Reject>);
+
 /// One statement in the portable subset, with names resolved.
 #[derive(Debug)]
 pub struct Portable {
     stmt: Stmt,
     /// Typed and rendered forms by parameter-type signature and row cap (usually one).
-    typed: Mutex<Vec<(Vec<Ty>, Option<u64>, Result<Arc<Typed>, Reject>)>>,
+    typed: Mutex<Vec<TypedEntry>>,
 }
 
 /// A statement typed for one parameter-type signature and rendered for every engine.
@@ -589,7 +595,11 @@ impl<'s> Builder<'s> {
         format!("chainify_t{}", self.aliases)
     }
 
-    fn target_level(&mut self, t: &'s Table, alias: Option<&sqlparser::ast::TableAlias>) -> Result<(), Reject> {
+    fn target_level(
+        &mut self,
+        t: &'s Table,
+        alias: Option<&sqlparser::ast::TableAlias>,
+    ) -> Result<(), Reject> {
         let name = match alias {
             Some(a) => {
                 if !a.columns.is_empty() {
@@ -784,7 +794,11 @@ impl<'s> Builder<'s> {
                 match constraint {
                     JoinConstraint::On(e) => pending_on.push((from.len(), e)),
                     JoinConstraint::None if kind == JoinKind::Cross => {}
-                    _ => return Err("joins need ON conditions (USING and NATURAL are not portable)".into()),
+                    _ => {
+                        return Err(
+                            "joins need ON conditions (USING and NATURAL are not portable)".into(),
+                        );
+                    }
                 }
                 from.push(item);
             }
@@ -814,7 +828,10 @@ impl<'s> Builder<'s> {
                         }
                     }
                 }
-                SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(n), _) => {
+                SelectItem::QualifiedWildcard(
+                    SelectItemQualifiedWildcardKind::ObjectName(n),
+                    _,
+                ) => {
                     let q = single_name(n, "table")?;
                     let level = self.levels.len() - 1;
                     let occurrence = self.levels[level]
@@ -887,10 +904,7 @@ impl<'s> Builder<'s> {
                 limit_by,
             }) if limit_by.is_empty() => (
                 limit.as_ref().map(|e| self.expr(e)).transpose()?,
-                offset
-                    .as_ref()
-                    .map(|o| self.expr(&o.value))
-                    .transpose()?,
+                offset.as_ref().map(|o| self.expr(&o.value)).transpose()?,
             ),
             Some(_) => return Err("LIMIT form is not portable; write LIMIT n OFFSET m".into()),
         };
@@ -932,7 +946,11 @@ impl<'s> Builder<'s> {
             match by_alias.as_slice() {
                 [i] => return Ok(OrderKey::Output(*i)),
                 [] => {}
-                _ => return Err(format!("ORDER BY {name}: several outputs are called {name}")),
+                _ => {
+                    return Err(format!(
+                        "ORDER BY {name}: several outputs are called {name}"
+                    ));
+                }
             }
         }
         if let SqlExpr::Value(v) = e
@@ -974,7 +992,9 @@ impl<'s> Builder<'s> {
         };
         let level = self.levels.len() - 1;
         if self.levels[level].tables.iter().any(|(n, _, _)| *n == used) {
-            return Err(format!("FROM names {used} twice; give each occurrence its own alias"));
+            return Err(format!(
+                "FROM names {used} twice; give each occurrence its own alias"
+            ));
         }
         if let Some(target) = self.levels.first().and_then(|l| l.tables.first())
             && target.1.alias.is_none()
@@ -991,7 +1011,11 @@ impl<'s> Builder<'s> {
             key_arity: t.primary_key.len(),
         };
         self.levels[level].tables.push((used, occ.clone(), t));
-        Ok(FromItem { occ, join, on: None })
+        Ok(FromItem {
+            occ,
+            join,
+            on: None,
+        })
     }
 
     fn level_columns(&self, level: usize, occurrence: usize) -> Result<Vec<ColRef>, Reject> {
@@ -1039,9 +1063,8 @@ impl<'s> Builder<'s> {
                         found = Some(ColRef {
                             qualifier: occ.qualifier().to_owned(),
                             column: c.name.clone(),
-                            ty: Ty::of_column(&c.ty).ok_or_else(|| {
-                                format!("column {shown} has no portable type")
-                            })?,
+                            ty: Ty::of_column(&c.ty)
+                                .ok_or_else(|| format!("column {shown} has no portable type"))?,
                             owner: level,
                             occurrence,
                             key_position: t.primary_key.iter().position(|k| *k == i),
@@ -1063,9 +1086,7 @@ impl<'s> Builder<'s> {
     fn expr(&mut self, e: &SqlExpr) -> Result<E, Reject> {
         self.terms += 1;
         if self.terms > MAX_TERMS {
-            return Err(format!(
-                "the statement has more than {MAX_TERMS} terms"
-            ));
+            return Err(format!("the statement has more than {MAX_TERMS} terms"));
         }
         self.enter()?;
         let r = self.expr_inner(e);
@@ -1092,8 +1113,7 @@ impl<'s> Builder<'s> {
             SqlExpr::Nested(inner) => self.expr_inner(inner)?,
             SqlExpr::Value(v) => match &v.value {
                 SqlValue::Placeholder(p) => E::Param(
-                    placeholder_index(p)
-                        .ok_or_else(|| format!("placeholder {p} is not $1..$n"))?
+                    placeholder_index(p).ok_or_else(|| format!("placeholder {p} is not $1..$n"))?
                         - 1,
                 ),
                 SqlValue::SingleQuotedString(s) => {
@@ -1190,7 +1210,11 @@ impl<'s> Builder<'s> {
                 else_result,
                 ..
             } => E::Case {
-                operand: operand.as_ref().map(|o| self.expr(o)).transpose()?.map(boxed),
+                operand: operand
+                    .as_ref()
+                    .map(|o| self.expr(o))
+                    .transpose()?
+                    .map(boxed),
                 whens: conditions
                     .iter()
                     .map(|w| Ok((self.expr(&w.condition)?, self.expr(&w.result)?)))
@@ -1254,7 +1278,9 @@ impl<'s> Builder<'s> {
         let name = object_name(&f.name);
         let shown = name.to_uppercase();
         if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
-            return Err(format!("{shown}() with OVER/FILTER/WITHIN GROUP is not portable"));
+            return Err(format!(
+                "{shown}() with OVER/FILTER/WITHIN GROUP is not portable"
+            ));
         }
         let FunctionArguments::List(list) = &f.args else {
             return Err(format!("{shown} needs an argument list"));
@@ -1276,7 +1302,11 @@ impl<'s> Builder<'s> {
             match a {
                 FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => args.push(self.expr(e)?),
                 FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => star = true,
-                _ => return Err(format!("{shown}(): named or qualified-wildcard arguments are not portable")),
+                _ => {
+                    return Err(format!(
+                        "{shown}(): named or qualified-wildcard arguments are not portable"
+                    ));
+                }
             }
         }
         if star && (name != "count" || !args.is_empty() || distinct) {
@@ -1289,7 +1319,11 @@ impl<'s> Builder<'s> {
             if n.contains(&args.len()) {
                 Ok(())
             } else {
-                Err(format!("{shown}() takes {} arguments, got {}", fmt_range(&n), args.len()))
+                Err(format!(
+                    "{shown}() takes {} arguments, got {}",
+                    fmt_range(&n),
+                    args.len()
+                ))
             }
         };
         let func = match name.as_str() {
@@ -1431,7 +1465,11 @@ fn check_grouping(q: &Q, level: usize) -> Result<(), Reject> {
     let grouped = !q.group_by.is_empty()
         || q.items.iter().any(has_aggregate)
         || q.having.as_ref().is_some_and(has_aggregate);
-    for e in q.selection.iter().chain(q.from.iter().filter_map(|f| f.on.as_ref())) {
+    for e in q
+        .selection
+        .iter()
+        .chain(q.from.iter().filter_map(|f| f.on.as_ref()))
+    {
         if has_aggregate(e) {
             return Err("aggregates are not allowed in WHERE or ON".into());
         }
@@ -1488,9 +1526,10 @@ fn check_total_order(q: &Q, level: usize, l: &Level<'_>) -> Result<(), Reject> {
         }
     }
     let total = !l.tables.is_empty()
-        && l.tables.iter().enumerate().all(|(i, (_, _, t))| {
-            (0..t.primary_key.len()).all(|p| covered.contains(&(i, p)))
-        });
+        && l.tables
+            .iter()
+            .enumerate()
+            .all(|(i, (_, _, t))| (0..t.primary_key.len()).all(|p| covered.contains(&(i, p))));
     if total {
         Ok(())
     } else {
@@ -1501,7 +1540,10 @@ fn check_total_order(q: &Q, level: usize, l: &Level<'_>) -> Result<(), Reject> {
 /// Whether a scalar subquery yields at most one row: aggregates without GROUP BY, LIMIT 1, or
 /// one table whose WHERE fixes its whole primary key by equalities.
 fn at_most_one_row(q: &Q, level: usize) -> bool {
-    if q.group_by.is_empty() && !q.items.is_empty() && q.items.iter().all(|e| matches!(e, E::Agg(..))) {
+    if q.group_by.is_empty()
+        && !q.items.is_empty()
+        && q.items.iter().all(|e| matches!(e, E::Agg(..)))
+    {
         return true;
     }
     if matches!(q.limit, Some(E::Lit(Value::Int(n))) if n <= 1) {
@@ -1629,7 +1671,11 @@ impl Writer<'_> {
                 source,
             } => {
                 let cols: Vec<String> = columns.iter().map(|(c, _)| quote(c)).collect();
-                self.push(&format!("INSERT INTO {} ({}) ", quote(table), cols.join(", ")));
+                self.push(&format!(
+                    "INSERT INTO {} ({}) ",
+                    quote(table),
+                    cols.join(", ")
+                ));
                 match source {
                     Source::Values(rows) => {
                         self.push("VALUES ");
@@ -1735,11 +1781,7 @@ impl Writer<'_> {
         }
         self.aggregates = false;
         for (i, f) in q.from.iter().enumerate() {
-            let table = format!(
-                "{} AS {}",
-                quote(&f.occ.table),
-                quote(f.occ.qualifier())
-            );
+            let table = format!("{} AS {}", quote(&f.occ.table), quote(f.occ.qualifier()));
             match (i, f.join) {
                 (0, _) => self.push(&format!(" FROM {table}")),
                 (_, JoinKind::Cross) => self.push(&format!(" CROSS JOIN {table}")),
@@ -1847,7 +1889,11 @@ impl Writer<'_> {
             Dialect::Postgres | Dialect::Sqlite => {
                 self.emit(&own);
                 self.push(dir);
-                self.push(if nulls_first { " NULLS FIRST" } else { " NULLS LAST" });
+                self.push(if nulls_first {
+                    " NULLS FIRST"
+                } else {
+                    " NULLS LAST"
+                });
             }
             Dialect::MySql => {
                 if nulls_first == o.desc {
@@ -1915,7 +1961,11 @@ impl Writer<'_> {
             }
             E::Param(i) => {
                 let ty = *self.sig.get(*i).ok_or_else(|| {
-                    format!("uses ${} but {} parameters were given", i + 1, self.sig.len())
+                    format!(
+                        "uses ${} but {} parameters were given",
+                        i + 1,
+                        self.sig.len()
+                    )
                 })?;
                 self.param(*i);
                 Ok(ty)
@@ -1982,18 +2032,21 @@ impl Writer<'_> {
             E::IsNull(x, negated) => {
                 self.push("(");
                 self.expr(x, Use::Other)?;
-                self.push(if *negated { " IS NOT NULL)" } else { " IS NULL)" });
+                self.push(if *negated {
+                    " IS NOT NULL)"
+                } else {
+                    " IS NULL)"
+                });
                 Ok(Ty::Bool)
             }
-            E::Between {
-                e,
-                lo,
-                hi,
-                negated,
-            } => {
+            E::Between { e, lo, hi, negated } => {
                 self.push("(");
                 let t = self.expr(e, Use::Other)?;
-                self.push(if *negated { " NOT BETWEEN " } else { " BETWEEN " });
+                self.push(if *negated {
+                    " NOT BETWEEN "
+                } else {
+                    " BETWEEN "
+                });
                 let tl = self.expr(lo, Use::Other)?;
                 self.push(" AND ");
                 let th = self.expr(hi, Use::Other)?;
@@ -2018,7 +2071,9 @@ impl Writer<'_> {
             }
             E::InQuery { e, q, negated } => {
                 if q.limit.is_some() {
-                    return Err("LIMIT inside IN (subquery) is not supported by MySQL/MariaDB".into());
+                    return Err(
+                        "LIMIT inside IN (subquery) is not supported by MySQL/MariaDB".into(),
+                    );
                 }
                 self.push("(");
                 let t = self.expr(e, Use::Other)?;
@@ -2026,13 +2081,20 @@ impl Writer<'_> {
                 let types = self.query(q, None)?;
                 self.push("))");
                 let [tq] = types.as_slice() else {
-                    return Err(format!("IN (subquery) needs one column, not {}", types.len()));
+                    return Err(format!(
+                        "IN (subquery) needs one column, not {}",
+                        types.len()
+                    ));
                 };
                 comparable(t, *tq, "IN")?;
                 Ok(Ty::Bool)
             }
             E::Exists { q, negated } => {
-                self.push(if *negated { "(NOT EXISTS (" } else { "(EXISTS (" });
+                self.push(if *negated {
+                    "(NOT EXISTS ("
+                } else {
+                    "(EXISTS ("
+                });
                 self.query(q, None)?;
                 self.push("))");
                 Ok(Ty::Bool)
@@ -2049,7 +2111,10 @@ impl Writer<'_> {
                 self.push(")");
                 match types.as_slice() {
                     [t] => Ok(*t),
-                    _ => Err(format!("a scalar subquery needs one column, not {}", types.len())),
+                    _ => Err(format!(
+                        "a scalar subquery needs one column, not {}",
+                        types.len()
+                    )),
                 }
             }
             E::Case {
@@ -2068,11 +2133,7 @@ impl Writer<'_> {
                 let mut result = Ty::Null;
                 let unify = |t: Ty, result: &mut Ty| -> Result<(), Reject> {
                     *result = result.unify(t).ok_or_else(|| {
-                        format!(
-                            "CASE mixes {} and {} results",
-                            result.name(),
-                            t.name()
-                        )
+                        format!("CASE mixes {} and {} results", result.name(), t.name())
                     })?;
                     Ok(())
                 };
@@ -2100,7 +2161,10 @@ impl Writer<'_> {
             E::Func(f, args) => self.function(*f, args),
             E::Agg(a, arg) => {
                 if !self.aggregates {
-                    return Err("aggregates are only allowed in a query's outputs, HAVING and ORDER BY".into());
+                    return Err(
+                        "aggregates are only allowed in a query's outputs, HAVING and ORDER BY"
+                            .into(),
+                    );
                 }
                 // An aggregate's argument is a row-level expression.
                 self.aggregates = false;
@@ -2189,7 +2253,9 @@ impl Writer<'_> {
                 if ta == Ty::Dec || tb == Ty::Dec {
                     let why = "SQLite computes DECIMAL arithmetic in floating point";
                     if matches!(op, Arith::Div | Arith::Mod) {
-                        return Err(format!("operator {sym} on DECIMAL values is not portable ({why})"));
+                        return Err(format!(
+                            "operator {sym} on DECIMAL values is not portable ({why})"
+                        ));
                     }
                     if *op == Arith::Mul && ta == Ty::Dec && tb == Ty::Dec {
                         return Err(format!(
@@ -2254,7 +2320,11 @@ impl Writer<'_> {
                 Ok(t)
             }
             Func::Coalesce | Func::Nullif => {
-                self.push(if f == Func::Coalesce { "coalesce(" } else { "nullif(" });
+                self.push(if f == Func::Coalesce {
+                    "coalesce("
+                } else {
+                    "nullif("
+                });
                 let mut result = Ty::Null;
                 let mut first = None;
                 for (i, a) in args.iter().enumerate() {
@@ -2266,7 +2336,11 @@ impl Writer<'_> {
                     result = result.unify(t).ok_or_else(|| {
                         format!(
                             "{} mixes {} and {} arguments",
-                            if f == Func::Coalesce { "COALESCE" } else { "NULLIF" },
+                            if f == Func::Coalesce {
+                                "COALESCE"
+                            } else {
+                                "NULLIF"
+                            },
                             result.name(),
                             t.name()
                         )
@@ -2285,10 +2359,7 @@ impl Writer<'_> {
                     (Ty::Bytes, Dialect::Postgres) => "octet_length",
                     (Ty::Text | Ty::Bytes, _) => "length",
                     _ => {
-                        return Err(format!(
-                            "LENGTH takes text or bytes, not {}",
-                            t.name()
-                        ));
+                        return Err(format!("LENGTH takes text or bytes, not {}", t.name()));
                     }
                 };
                 self.push(name);
@@ -2359,7 +2430,11 @@ impl Writer<'_> {
                 Ok(Ty::Int)
             }
             (Agg::Count { distinct }, Some(x)) => {
-                self.push(if distinct { "count(DISTINCT " } else { "count(" });
+                self.push(if distinct {
+                    "count(DISTINCT "
+                } else {
+                    "count("
+                });
                 self.expr(x, Use::Other)?;
                 self.push(")");
                 Ok(Ty::Int)

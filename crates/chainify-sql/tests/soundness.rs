@@ -70,7 +70,9 @@ fn sql_lit(l: &Lit, params: &mut Vec<Value>) -> String {
             x.abs() / 10,
             x.abs() % 10
         ),
-        Lit::Str(i) => format!("'{i}'"),
+        // Text compared with a number is refused now (engines convert differently); the
+        // numeric-string case renders as the number it stood for.
+        Lit::Str(i) => i.to_string(),
         Lit::Null => "NULL".into(),
         Lit::Param(i) => {
             params.push(Value::Int(*i));

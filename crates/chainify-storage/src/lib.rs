@@ -32,12 +32,12 @@ use std::time::Duration;
 
 pub use any::{AnyBackend, AnyConn, database_on, recreate_database};
 pub use backend::{Backend, Conn, DeferForeignKeys, PoolUse};
+pub use chainify_sql::MAX_QUERY_ROWS;
 pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};
 pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
 pub use mysql::{MySql, MySqlConn};
 pub use postgres::{PgConn, Postgres};
-pub use chainify_sql::MAX_QUERY_ROWS;
 pub use query::QueryResult;
 pub use sqlite::{Sqlite, SqliteConn};
 pub use store::Store;

@@ -1,0 +1,248 @@
+//! The portable form as an attacker meets it: text that engines would read differently from the
+//! analyser renders the same as the plain statement (or is refused), control characters are
+//! refused by name, and the largest accepted statement is safe to analyse, render and drop on
+//! an ordinary worker stack while anything past the bounds is refused, never a crash.
+#![allow(clippy::unwrap_used)]
+
+use chainify_core::Value;
+use chainify_core::tx::{Statement, Transaction};
+use chainify_sql::render::Dialect;
+use chainify_sql::{Analyzer, MAX_DEPTH, MAX_TERMS, Schema};
+
+const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite];
+
+fn analyzer() -> Analyzer {
+    Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE checking (custid BIGINT PRIMARY KEY, bal BIGINT NOT NULL);
+             CREATE TABLE accounts (custid BIGINT PRIMARY KEY, name VARCHAR(64) NOT NULL);",
+        )
+        .unwrap(),
+    )
+}
+
+fn tx(sql: &str, params: Vec<Value>) -> Transaction {
+    Transaction {
+        statements: vec![Statement::new(sql, params)],
+    }
+}
+
+fn rendered(a: &Analyzer, sql: &str, params: Vec<Value>) -> Result<Vec<String>, String> {
+    let analysis = a.analyze(&tx(sql, params)).map_err(|e| e.to_string())?;
+    Ok(DIALECTS
+        .iter()
+        .map(|d| analysis.typed[0].rendered(*d).sql.clone())
+        .collect())
+}
+
+/// Comments of every flavour, MySQL's executable comments, and comment markers some engine does
+/// not treat as comments (`--` without a space, `#`) either vanish from what engines run (the
+/// analyser read them as comments) or are refused; they never smuggle in a predicate.
+#[test]
+fn comments_and_hints_never_reach_an_engine() {
+    let a = analyzer();
+    let plain = rendered(
+        &a,
+        "UPDATE checking SET bal = bal + 1 WHERE custid = $1",
+        vec![Value::Int(1)],
+    )
+    .unwrap();
+    for hostile in [
+        "UPDATE checking SET bal = bal + 1 WHERE custid = $1 --OR TRUE",
+        "UPDATE checking SET bal = bal + 1 WHERE custid = $1 -- OR TRUE",
+        "UPDATE checking SET bal = bal + 1 WHERE custid = $1 /* outer /* nested */ OR TRUE */",
+        "UPDATE /*+ NO_INDEX(checking) */ checking SET bal = bal + 1 WHERE custid = $1",
+        "UPDATE checking SET bal = bal + 1 WHERE custid = $1\n-- OR TRUE\n",
+    ] {
+        assert_eq!(
+            rendered(&a, hostile, vec![Value::Int(1)]).unwrap(),
+            plain,
+            "{hostile}"
+        );
+    }
+    // What the analyser reads as code (MySQL's /*! … */) is analysed as code: its OR TRUE is in
+    // the read/write set (the whole table) and in every engine's text alike.
+    let hinted = a
+        .analyze(&tx(
+            "UPDATE checking SET bal = bal + 1 WHERE custid = $1 /*! OR TRUE */",
+            vec![Value::Int(1)],
+        ))
+        .unwrap();
+    for d in DIALECTS {
+        let sql = &hinted.typed[0].rendered(d).sql;
+        assert!(!sql.contains("/*") && !sql.contains("--"), "{sql}");
+        assert!(sql.contains(" OR "), "{sql}");
+    }
+    // `#` starts a comment only on MySQL: the analyser refuses it rather than guess.
+    assert!(
+        a.analyze(&tx(
+            "UPDATE checking SET bal = bal + 1 WHERE custid = $1 # OR TRUE",
+            vec![Value::Int(1)]
+        ))
+        .is_err()
+    );
+}
+
+/// No rendered text contains a comment marker, a backslash escape or a quote outside a literal,
+/// whatever the client wrote inside string literals.
+#[test]
+fn literals_are_re_spelled_from_their_values() {
+    let a = analyzer();
+    for name in [
+        "O'Brien",
+        "a\\' OR TRUE -- ",
+        "/* x */",
+        "$1 ?1 ?",
+        "東京 é",
+    ] {
+        let sql = format!(
+            "UPDATE accounts SET name = '{}' WHERE custid = 1",
+            name.replace('\'', "''")
+        );
+        let out = rendered(&a, &sql, vec![]).unwrap();
+        let expected = format!("'{}'", name.replace('\'', "''"));
+        for r in &out {
+            assert!(r.contains(&expected), "{r}");
+            // Everything outside the one literal is chainify's own spelling.
+            let outside = r.replacen(&expected, "", 1);
+            assert!(!outside.contains('\''), "{r}");
+            assert!(!outside.contains("--") && !outside.contains("/*"), "{r}");
+        }
+    }
+}
+
+#[test]
+fn control_characters_are_refused_by_name() {
+    let a = analyzer();
+    let e = a
+        .analyze(&tx(
+            "UPDATE checking SET bal = 1 WHERE custid = 1\0 OR TRUE",
+            vec![],
+        ))
+        .unwrap_err();
+    assert!(e.reason.contains("U+0000"), "{e}");
+    let e = a
+        .analyze(&tx(
+            "UPDATE accounts SET name = $2 WHERE custid = $1",
+            vec![Value::Int(1), Value::Text("a\u{1b}[2J".into())],
+        ))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "statement 1: parameter $2 contains the control character U+001B; engines store or refuse it differently"
+    );
+    let e = a
+        .analyze(&tx(
+            "UPDATE accounts SET name = 'a\u{7f}' WHERE custid = 1",
+            vec![],
+        ))
+        .unwrap_err();
+    assert!(e.reason.contains("U+007F"), "{e}");
+    // Tabs and newlines are ordinary text.
+    a.analyze(&tx(
+        "UPDATE accounts SET name = $2\tWHERE custid = $1",
+        vec![Value::Int(1), Value::Text("line 1\nline 2\t".into())],
+    ))
+    .unwrap();
+}
+
+/// `bal + (bal + (… + 1))` with `n` additions.
+fn nested(n: usize) -> String {
+    let mut e = "1".to_owned();
+    for _ in 0..n {
+        e = format!("bal + ({e})");
+    }
+    format!("UPDATE checking SET bal = {e} WHERE custid = 1")
+}
+
+/// The deepest accepted statement is analysed, rendered, bound and dropped on a thread with a
+/// tokio worker's stack; one level more is refused with a message, as is a 50 KB OR chain that
+/// once overflowed a worker's stack and aborted the process.
+#[test]
+fn bounds_are_refusals_and_the_largest_accepted_statement_is_safe() {
+    let a = analyzer();
+    let deepest = (1..200)
+        .take_while(|n| a.plan(&nested(*n)).is_ok())
+        .last()
+        .unwrap();
+    assert!(
+        deepest >= MAX_DEPTH / 2 - 2,
+        "only {deepest} levels accepted"
+    );
+    let e = a.plan(&nested(deepest + 1)).unwrap_err();
+    assert!(e.contains("deeper than") || e.contains("recursion"), "{e}");
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let fresh = analyzer();
+            let analysis = fresh.analyze(&tx(&nested(deepest), vec![])).unwrap();
+            for d in DIALECTS {
+                assert!(analysis.typed[0].rendered(d).sql.len() < 200_000);
+            }
+            drop(analysis);
+            drop(fresh);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+
+    let chain: Vec<String> = (0..3_000).map(|i| format!("custid = {i}")).collect();
+    let sql = format!("UPDATE checking SET bal = 0 WHERE {}", chain.join(" OR "));
+    assert!(sql.len() > 40_000);
+    let e = a.plan(&sql).unwrap_err();
+    assert!(e.contains("deeper than") || e.contains("terms"), "{e}");
+
+    // A flat IN list is bounded by the number of terms.
+    let list = |n: usize| {
+        let items: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+        format!(
+            "UPDATE checking SET bal = 0 WHERE custid IN ({})",
+            items.join(", ")
+        )
+    };
+    let ok = list(MAX_TERMS - 10);
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let fresh = analyzer();
+            fresh.analyze(&tx(&ok, vec![])).unwrap();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let e = a.plan(&list(MAX_TERMS + 10)).unwrap_err();
+    assert!(e.contains("terms"), "{e}");
+}
+
+/// Output aliases, bare names in subqueries and ordinals resolve as the engines resolve them;
+/// rendering qualifies every column with a generated alias so no engine can bind it elsewhere.
+#[test]
+fn names_resolve_once_and_render_qualified() {
+    let a = analyzer();
+    // `ORDER BY custid` names the output alias (bal), not the key: no total order.
+    assert!(
+        a.plan("SELECT bal AS custid FROM checking ORDER BY custid LIMIT 1")
+            .is_err()
+    );
+    let ok = a
+        .analyze(&tx(
+            "SELECT custid AS k FROM checking ORDER BY 1 LIMIT 2",
+            vec![],
+        ))
+        .unwrap();
+    for d in DIALECTS {
+        let sql = &ok.typed[0].rendered(d).sql;
+        assert!(sql.contains("\"chainify_t1\".\"custid\""), "{sql}");
+        assert!(sql.contains("ORDER BY 1"), "{sql}");
+        assert!(!sql.contains(" k"), "{sql}");
+    }
+    // A bare name inside a subquery binds to the innermost table that has it.
+    let inner = a
+        .analyze(&tx(
+            "SELECT custid FROM accounts WHERE EXISTS (SELECT 1 FROM checking WHERE custid = 7)",
+            vec![],
+        ))
+        .unwrap();
+    let pg = &inner.typed[0].rendered(Dialect::Postgres).sql;
+    assert!(pg.contains("(\"chainify_t2\".\"custid\" = 7)"), "{pg}");
+}
