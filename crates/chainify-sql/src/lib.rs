@@ -233,7 +233,7 @@ impl Analyzer {
             let plan = self.plan(&st.sql).map_err(err)?;
             check_params(&plan, &st.params).map_err(err)?;
             let t = plan.portable.typed(&st.params).map_err(err)?;
-            portable::check_values(&t, &st.params).map_err(err)?;
+            plan.portable.check_values(&t, &st.params).map_err(err)?;
             bind_into(&plan, &st.params, &mut rwset);
             plans.push(plan);
             typed.push(t);

@@ -32,13 +32,16 @@ use sqlparser::ast::{
 use crate::analyze::{Reject, literal, placeholder_index};
 use crate::ident::object_name;
 use crate::render::{Dialect, Rendered};
-use crate::schema::{ColumnType, Schema, Table};
+use crate::schema::{ColumnType, Limit, Schema, Table};
 
 /// Deepest expression nesting accepted (operators, function arguments, subqueries).
 pub const MAX_DEPTH: usize = 48;
 
 /// Most expression nodes one statement may have.
 pub const MAX_TERMS: usize = 4_096;
+
+/// The largest magnitude of a parameter in a filter's arithmetic ([`ValueCheck::Small`]).
+const SMALL: u64 = 1 << 31;
 
 /// Longest rendered statement: SQLite's checked arithmetic repeats an operand, so nesting could
 /// otherwise grow the text.
@@ -127,8 +130,12 @@ pub enum ValueCheck {
     Positive(usize),
     /// LIMIT and OFFSET: a non-negative integer (SQLite reads a negative LIMIT as none).
     NonNegative(usize),
-    /// SUBSTR's start: at least 1 (engines disagree on 0 and negative starts).
-    AtLeastOne(usize),
+    /// An integer within bounds (SUBSTR's start and length: engines disagree on 0 and negative
+    /// starts, and PostgreSQL takes 32 bits).
+    Range(usize, i64, i64),
+    /// An integer that takes part in arithmetic in a filter (WHERE, ON, HAVING): at most 2^31 in
+    /// magnitude, so the arithmetic provably cannot overflow.
+    Small(usize),
     /// A LIKE pattern: `\` escapes only `%`, `_` and `\`, and never ends the pattern.
     LikePattern(usize),
     /// A query's LIMIT: a non-negative integer of at most the row cap (plus one).
@@ -142,6 +149,9 @@ type TypedEntry = (Vec<Ty>, Option<u64>, Result<Arc<Typed>, Reject>);
 #[derive(Debug)]
 pub struct Portable {
     stmt: Stmt,
+    /// Whether the statement has constant arithmetic or stores constants, which are checked
+    /// with the parameters' values ([`Portable::check_values`]).
+    has_constants: bool,
     /// Typed and rendered forms by parameter-type signature and row cap (usually one).
     typed: Mutex<Vec<TypedEntry>>,
 }
@@ -210,6 +220,7 @@ impl Portable {
                 level: 0,
                 aggregates: false,
                 row_cap,
+                filter: false,
             };
             w.stmt(&self.stmt)?;
             if w.sql.len() > MAX_RENDERED_LEN {
@@ -243,9 +254,71 @@ impl Portable {
     }
 }
 
+impl Portable {
+    /// Checks parameter values against a typed statement's conditions, refuses control
+    /// characters in text, and evaluates what is constant: arithmetic that would overflow, and
+    /// constants stored into a column they do not fit, are refused here. (PostgreSQL folds
+    /// constants — parameters included — when it plans, and fails even where no row is
+    /// touched; the others fail only on a row.) Errors name the parameter, value or column.
+    pub fn check_values(&self, typed: &Typed, params: &[Value]) -> Result<(), Reject> {
+        check_parameters(typed, params)?;
+        if self.has_constants {
+            self.check_constants(params)?;
+        }
+        Ok(())
+    }
+
+    fn check_constants(&self, params: &[Value]) -> Result<(), Reject> {
+        let mut first_error = None;
+        walk_statement(&self.stmt, &mut |e| {
+            if first_error.is_none()
+                && is_operator(e)
+                && let Err(why) = eval(e, params)
+            {
+                first_error = Some(why);
+            }
+        });
+        if let Some(why) = first_error {
+            return Err(why);
+        }
+        let stored: Vec<(&str, &str, Limit, &E)> = match &self.stmt {
+            Stmt::Update { table, sets, .. } => sets
+                .iter()
+                .map(|(c, _, l, e)| (table.as_str(), c.as_str(), *l, e))
+                .collect(),
+            Stmt::Insert {
+                table,
+                columns,
+                source,
+            } => {
+                let rows: Vec<&Vec<E>> = match source {
+                    Source::Values(rows) => rows.iter().collect(),
+                    Source::Query(q) => vec![&q.items],
+                };
+                rows.into_iter()
+                    .flat_map(|row| {
+                        row.iter()
+                            .zip(columns)
+                            .map(|(e, (c, _, l))| (table.as_str(), c.as_str(), *l, e))
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        for (table, column, limit, e) in stored {
+            if let Some(v) = eval(e, params)? {
+                fits(&v, limit).map_err(|what| {
+                    format!("the value {v} does not fit column {column} of table {table} ({what})")
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Checks parameter values against a typed statement's conditions and refuses control
 /// characters in text. Errors name the parameter.
-pub fn check_values(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
+fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
     for (i, p) in params.iter().enumerate() {
         if let Value::Text(s) = p
             && let Some(c) = s.chars().find(|c| is_refused_control(*c))
@@ -269,10 +342,16 @@ pub fn check_values(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
                 matches!(params.get(i), Some(Value::Int(n)) if *n >= 0),
                 "a non-negative integer (LIMIT/OFFSET)",
             ),
-            ValueCheck::AtLeastOne(i) => (
+            ValueCheck::Range(i, lo, hi) => (
                 i,
-                matches!(params.get(i), Some(Value::Int(n)) if *n >= 1),
-                "an integer of at least 1 (SUBSTR's start)",
+                matches!(params.get(i), Some(Value::Int(n)) if (lo..=hi).contains(n)),
+                "an integer within SUBSTR's bounds (start from 1, length from 0, at most 2147483647)",
+            ),
+            ValueCheck::Small(i) => (
+                i,
+                matches!(params.get(i), Some(Value::Int(n)) if n.unsigned_abs() <= SMALL)
+                    || matches!(params.get(i), Some(Value::Null)),
+                "an integer within ±2^31 (it takes part in arithmetic in a filter, which must not overflow)",
             ),
             ValueCheck::AtMost(i, cap) => (
                 i,
@@ -323,12 +402,12 @@ enum Stmt {
     Select(Box<Q>),
     Insert {
         table: String,
-        columns: Vec<(String, Ty)>,
+        columns: Vec<(String, Ty, Limit)>,
         source: Source,
     },
     Update {
         table: String,
-        sets: Vec<(String, Ty, E)>,
+        sets: Vec<(String, Ty, Limit, E)>,
         selection: Option<E>,
     },
     Delete {
@@ -466,6 +545,8 @@ struct ColRef {
     occurrence: usize,
     /// Whether the column is (part of) that table's primary key, and at which position.
     key_position: Option<usize>,
+    /// The column's declared limit (its integer width, for overflow bounds).
+    limit: Limit,
 }
 
 #[derive(Debug)]
@@ -535,8 +616,21 @@ pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Reje
         SqlStatement::Delete(d) => b.delete(d)?,
         other => return Err(crate::determinism::statement_kind_rejection(other)),
     };
+    if let Stmt::Update { sets, .. } = &stmt {
+        check_update_order(sets)?;
+    }
+    // PostgreSQL folds more than literal-only trees (a CASE whose condition is a constant, a
+    // COALESCE whose first argument is): any operator or stored value may turn out constant
+    // once the parameters are known.
+    let mut has_constants = matches!(stmt, Stmt::Update { .. } | Stmt::Insert { .. });
+    walk_statement(&stmt, &mut |e| {
+        if is_operator(e) {
+            has_constants = true;
+        }
+    });
     Ok(Portable {
         stmt,
+        has_constants,
         typed: Mutex::new(Vec::new()),
     })
 }
@@ -645,7 +739,8 @@ impl<'s> Builder<'s> {
                 .ok_or_else(|| format!("UPDATE sets unknown column {col} of table {}", t.name))?;
             let ty = Ty::of_column(&t.columns[i].ty)
                 .ok_or_else(|| format!("column {col} of table {} has no portable type", t.name))?;
-            sets.push((t.columns[i].name.clone(), ty, self.expr(&a.value)?));
+            let c = &t.columns[i];
+            sets.push((c.name.clone(), ty, c.limit, self.expr(&a.value)?));
         }
         let selection = u.selection.as_ref().map(|e| self.expr(e)).transpose()?;
         self.levels.pop();
@@ -692,7 +787,7 @@ impl<'s> Builder<'s> {
                 .ok_or_else(|| format!("INSERT into {} names unknown column {n}", t.name))?;
             let ty = Ty::of_column(&t.columns[i].ty)
                 .ok_or_else(|| format!("column {n} of table {} has no portable type", t.name))?;
-            columns.push((t.columns[i].name.clone(), ty));
+            columns.push((t.columns[i].name.clone(), ty, t.columns[i].limit));
         }
         let source = ins
             .source
@@ -1033,6 +1128,7 @@ impl<'s> Builder<'s> {
                     owner: level,
                     occurrence,
                     key_position: t.primary_key.iter().position(|k| *k == i),
+                    limit: c.limit,
                 })
             })
             .collect()
@@ -1068,6 +1164,7 @@ impl<'s> Builder<'s> {
                             owner: level,
                             occurrence,
                             key_position: t.primary_key.iter().position(|k| *k == i),
+                            limit: c.limit,
                         });
                     }
                     None if qualifier.is_some() => {
@@ -1630,6 +1727,9 @@ struct Writer<'a> {
     aggregates: bool,
     /// The row cap of a top-level read-only query.
     row_cap: Option<u64>,
+    /// Inside a WHERE, ON or HAVING: engines choose which rows and conjuncts they evaluate
+    /// there, so nothing in it may fail on some rows (integer arithmetic must not overflow).
+    filter: bool,
 }
 
 fn quote(name: &str) -> String {
@@ -1670,7 +1770,7 @@ impl Writer<'_> {
                 columns,
                 source,
             } => {
-                let cols: Vec<String> = columns.iter().map(|(c, _)| quote(c)).collect();
+                let cols: Vec<String> = columns.iter().map(|(c, _, _)| quote(c)).collect();
                 self.push(&format!(
                     "INSERT INTO {} ({}) ",
                     quote(table),
@@ -1689,7 +1789,7 @@ impl Writer<'_> {
                                 ));
                             }
                             self.push(if r == 0 { "(" } else { ", (" });
-                            for (i, (e, (c, cty))) in row.iter().zip(columns).enumerate() {
+                            for (i, (e, (c, cty, _))) in row.iter().zip(columns).enumerate() {
                                 if i > 0 {
                                     self.push(", ");
                                 }
@@ -1701,7 +1801,7 @@ impl Writer<'_> {
                     }
                     Source::Query(q) => {
                         let types = self.query(q, None)?;
-                        for ((c, cty), ty) in columns.iter().zip(types) {
+                        for ((c, cty, _), ty) in columns.iter().zip(types) {
                             assignable(table, c, *cty, ty)?;
                         }
                     }
@@ -1714,7 +1814,7 @@ impl Writer<'_> {
             } => {
                 self.push(&format!("UPDATE {} SET ", quote(table)));
                 self.level = 1;
-                for (i, (c, cty, e)) in sets.iter().enumerate() {
+                for (i, (c, cty, _, e)) in sets.iter().enumerate() {
                     if i > 0 {
                         self.push(", ");
                     }
@@ -1724,7 +1824,7 @@ impl Writer<'_> {
                 }
                 if let Some(w) = selection {
                     self.push(" WHERE ");
-                    self.condition(w, "WHERE")?;
+                    self.filter(w, "WHERE")?;
                 }
             }
             Stmt::Delete { table, selection } => {
@@ -1732,11 +1832,20 @@ impl Writer<'_> {
                 self.level = 1;
                 if let Some(w) = selection {
                     self.push(" WHERE ");
-                    self.condition(w, "WHERE")?;
+                    self.filter(w, "WHERE")?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// A WHERE, ON or HAVING condition.
+    fn filter(&mut self, e: &E, what: &str) -> Result<(), Reject> {
+        let outer = self.filter;
+        self.filter = true;
+        let r = self.condition(e, what);
+        self.filter = outer;
+        r
     }
 
     /// A boolean condition.
@@ -1790,12 +1899,12 @@ impl Writer<'_> {
             }
             if let Some(on) = &f.on {
                 self.push(" ON ");
-                self.condition(on, "ON")?;
+                self.filter(on, "ON")?;
             }
         }
         if let Some(w) = &q.selection {
             self.push(" WHERE ");
-            self.condition(w, "WHERE")?;
+            self.filter(w, "WHERE")?;
         }
         if !q.group_by.is_empty() {
             self.push(" GROUP BY ");
@@ -1809,7 +1918,7 @@ impl Writer<'_> {
         if let Some(h) = &q.having {
             self.aggregates = true;
             self.push(" HAVING ");
-            self.condition(h, "HAVING")?;
+            self.filter(h, "HAVING")?;
         }
         if !q.order_by.is_empty() {
             self.aggregates = true;
@@ -1973,6 +2082,9 @@ impl Writer<'_> {
             E::Lit(v) => Ok(self.literal(v)),
             E::Arith(..) | E::Neg(_) => {
                 let (ty, piece) = self.capture(|w| w.arith(e, use_))?;
+                if ty == Ty::Int {
+                    self.no_overflow_in_filter(e)?;
+                }
                 if ty == Ty::Int && self.dialect == Dialect::Sqlite {
                     // SQLite turns an overflowing integer result into a floating-point number
                     // where the others fail: fail here too (json() of a non-JSON text raises).
@@ -2209,6 +2321,25 @@ impl Writer<'_> {
         }
     }
 
+    /// In a filter, integer arithmetic over columns must provably stay within 64 bits: an
+    /// engine may evaluate it for rows (or conjuncts) another skips, and only some would fail.
+    /// Constant parts are evaluated when the transaction is analysed instead.
+    fn no_overflow_in_filter(&mut self, e: &E) -> Result<(), Reject> {
+        if !self.filter || is_constant(e) {
+            return Ok(());
+        }
+        let mut checks = Vec::new();
+        let bound = int_bound(e, &mut checks);
+        if bound > u128::from(i64::MAX.unsigned_abs()) {
+            return Err(
+                "integer arithmetic in a WHERE, ON or HAVING may overflow 64 bits, and engines evaluate filters on different rows; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)"
+                    .into(),
+            );
+        }
+        self.checks.extend(checks);
+        Ok(())
+    }
+
     /// Arithmetic without SQLite's overflow check (applied once, around the outermost integer
     /// operation, by [`Writer::expr`]).
     fn arith(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
@@ -2247,8 +2378,12 @@ impl Writer<'_> {
                         return Err(format!("operator {sym} takes numbers, not {}", t.name()));
                     }
                 }
-                if ta == Ty::Null && tb == Ty::Null {
-                    return Err(format!("operator {sym} needs at least one typed operand"));
+                if ta == Ty::Null || tb == Ty::Null {
+                    // MySQL types NULL arithmetic as floating point, and COALESCE or CASE
+                    // around it then rounds 64-bit integers.
+                    return Err(format!(
+                        "operator {sym} with a NULL operand is always NULL; write NULL (a NULL parameter counts too)"
+                    ));
                 }
                 if ta == Ty::Dec || tb == Ty::Dec {
                     let why = "SQLite computes DECIMAL arithmetic in floating point";
@@ -2317,6 +2452,9 @@ impl Writer<'_> {
                 if !t.numeric() {
                     return Err(format!("ABS takes a number, not {}", t.name()));
                 }
+                if t == Ty::Int {
+                    self.no_overflow_in_filter(&args[0])?;
+                }
                 Ok(t)
             }
             Func::Coalesce | Func::Nullif => {
@@ -2374,31 +2512,73 @@ impl Writer<'_> {
                 if !matches!(t, Ty::Text | Ty::Null) {
                     return Err(format!("SUBSTR takes text, not {}", t.name()));
                 }
-                self.push(", ");
-                match &args[1] {
-                    E::Lit(Value::Int(n)) if *n >= 1 => {}
-                    E::Param(i) if self.sig.get(*i) == Some(&Ty::Int) => {
-                        self.checks.push(ValueCheck::AtLeastOne(*i));
-                    }
-                    _ => {
-                        return Err("SUBSTR's start must be an integer literal ≥ 1 or an integer parameter (engines disagree on 0 and negative starts)".into());
-                    }
-                }
-                self.expr(&args[1], Use::Other)?;
-                if let Some(len) = args.get(2) {
+                for (arg, lo, what) in [
+                    (
+                        args.get(1),
+                        1,
+                        "start must be an integer literal or parameter from 1",
+                    ),
+                    (
+                        args.get(2),
+                        0,
+                        "length must be an integer literal or parameter from 0",
+                    ),
+                ] {
+                    let Some(arg) = arg else { continue };
                     self.push(", ");
-                    match len {
-                        E::Lit(Value::Int(n)) if *n >= 0 => {}
+                    match arg {
+                        E::Lit(Value::Int(n)) if (lo..=i64::from(i32::MAX)).contains(n) => {
+                            self.expr(arg, Use::Other)?;
+                        }
                         E::Param(i) if self.sig.get(*i) == Some(&Ty::Int) => {
-                            self.checks.push(ValueCheck::NonNegative(*i));
+                            self.checks
+                                .push(ValueCheck::Range(*i, lo, i64::from(i32::MAX)));
+                            // PostgreSQL's substr takes 32-bit integers; parameters bind as 64.
+                            if self.dialect == Dialect::Postgres {
+                                self.push("CAST(");
+                                self.param(*i);
+                                self.push(" AS INTEGER)");
+                            } else {
+                                self.param(*i);
+                            }
                         }
                         _ => {
-                            return Err("SUBSTR's length must be a non-negative integer literal or an integer parameter".into());
+                            return Err(format!(
+                                "SUBSTR's {what} to 2147483647 (engines disagree on 0, negative and larger values)"
+                            ));
                         }
                     }
-                    self.expr(len, Use::Other)?;
                 }
                 self.push(")");
+                Ok(Ty::Text)
+            }
+            Func::Replace if self.dialect == Dialect::MySql => {
+                // MariaDB returns the text unchanged when the pattern is absent, even with a
+                // NULL replacement; the others return NULL for any NULL argument.
+                let mut pieces = Vec::new();
+                for a in args {
+                    let (t, p) = self.capture(|w| w.expr(a, Use::Other))?;
+                    if !matches!(t, Ty::Text | Ty::Null) {
+                        return Err(format!("REPLACE takes text, not {}", t.name()));
+                    }
+                    pieces.push(p);
+                }
+                self.push("(CASE WHEN ");
+                for (i, p) in pieces.iter().enumerate() {
+                    if i > 0 {
+                        self.push(" OR ");
+                    }
+                    self.emit(p);
+                    self.push(" IS NULL");
+                }
+                self.push(" THEN NULL ELSE replace(");
+                for (i, p) in pieces.iter().enumerate() {
+                    if i > 0 {
+                        self.push(", ");
+                    }
+                    self.emit(p);
+                }
+                self.push(") END)");
                 Ok(Ty::Text)
             }
             Func::Trim | Func::Ltrim | Func::Rtrim | Func::Replace => {
@@ -2443,8 +2623,11 @@ impl Writer<'_> {
                 self.push(if a == Agg::Min { "min(" } else { "max(" });
                 let t = self.expr(x, Use::Other)?;
                 self.push(")");
-                if matches!(t, Ty::Bool | Ty::Null) {
-                    return Err(format!("MIN/MAX of {} is not portable", t.name()));
+                if matches!(t, Ty::Bool | Ty::Null | Ty::Bytes) {
+                    return Err(format!(
+                        "MIN/MAX of {} is not portable (PostgreSQL has none)",
+                        t.name()
+                    ));
                 }
                 Ok(t)
             }
@@ -2492,5 +2675,361 @@ fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Reject> 
             cty.name(),
             ty.name()
         ))
+    }
+}
+
+/// Whether an expression is a constant: no column, subquery or aggregate (parameters are
+/// constants: PostgreSQL folds them into custom plans).
+fn is_constant(e: &E) -> bool {
+    let mut constant = true;
+    let _ = walk_own(e, &mut |x| {
+        if matches!(
+            x,
+            E::Col(_) | E::Scalar(_) | E::Exists { .. } | E::InQuery { .. } | E::Agg(..)
+        ) {
+            constant = false;
+        }
+        Ok(true)
+    });
+    constant
+}
+
+/// The largest magnitude an integer expression can take (parameters in it must be small:
+/// their [`ValueCheck::Small`] checks are added to `checks`).
+fn int_bound(e: &E, checks: &mut Vec<ValueCheck>) -> u128 {
+    const ANY: u128 = 1 << 63;
+    match e {
+        E::Lit(Value::Int(v)) => u128::from(v.unsigned_abs()),
+        E::Lit(_) => 0,
+        E::Param(i) => {
+            checks.push(ValueCheck::Small(*i));
+            u128::from(SMALL)
+        }
+        E::Col(c) => match c.limit {
+            Limit::IntBits(b) if b < 64 => 1 << (b - 1),
+            _ => ANY,
+        },
+        E::Neg(x) => int_bound(x, checks),
+        E::Arith(op, a, b) => {
+            let (x, y) = (int_bound(a, checks), int_bound(b, checks));
+            match op {
+                Arith::Add | Arith::Sub => x.saturating_add(y),
+                Arith::Mul => x.saturating_mul(y),
+                Arith::Div => x,
+                Arith::Mod => x.min(y),
+            }
+        }
+        E::Func(Func::Length, _) => 1 << 31,
+        E::Func(Func::Abs | Func::Coalesce | Func::Nullif, args) => {
+            args.iter().map(|a| int_bound(a, checks)).max().unwrap_or(0)
+        }
+        E::Case {
+            whens, otherwise, ..
+        } => whens
+            .iter()
+            .map(|(_, t)| t)
+            .chain(otherwise.as_deref())
+            .map(|t| int_bound(t, checks))
+            .max()
+            .unwrap_or(0),
+        E::Agg(Agg::Min | Agg::Max, Some(x)) => int_bound(x, checks),
+        E::Scalar(q) => match q.items.as_slice() {
+            [E::Col(_) | E::Agg(Agg::Min | Agg::Max, _)] => int_bound(&q.items[0], checks),
+            _ => ANY,
+        },
+        _ => ANY,
+    }
+}
+
+/// An operator node (something that computes, and so may fail).
+fn is_operator(e: &E) -> bool {
+    matches!(
+        e,
+        E::Neg(_) | E::Arith(..) | E::Concat(..) | E::Func(Func::Abs, _)
+    )
+}
+
+/// Visits every expression of the statement, subqueries included.
+fn walk_statement(s: &Stmt, f: &mut dyn FnMut(&E)) {
+    match s {
+        Stmt::Select(q) => walk_query(q, f),
+        Stmt::Insert { source, .. } => match source {
+            Source::Values(rows) => rows.iter().flatten().for_each(|e| walk_deep(e, f)),
+            Source::Query(q) => walk_query(q, f),
+        },
+        Stmt::Update {
+            sets, selection, ..
+        } => {
+            for (_, _, _, e) in sets {
+                walk_deep(e, f);
+            }
+            if let Some(w) = selection {
+                walk_deep(w, f);
+            }
+        }
+        Stmt::Delete { selection, .. } => {
+            if let Some(w) = selection {
+                walk_deep(w, f);
+            }
+        }
+    }
+}
+
+fn walk_query(q: &Q, f: &mut dyn FnMut(&E)) {
+    let order = q.order_by.iter().filter_map(|o| match &o.key {
+        OrderKey::Expr(e) => Some(e),
+        OrderKey::Output(_) => None,
+    });
+    for e in q
+        .items
+        .iter()
+        .chain(q.from.iter().filter_map(|x| x.on.as_ref()))
+        .chain(q.selection.iter())
+        .chain(q.group_by.iter())
+        .chain(q.having.iter())
+        .chain(order)
+        .chain(q.limit.iter())
+        .chain(q.offset.iter())
+    {
+        walk_deep(e, f);
+    }
+}
+
+fn walk_deep(e: &E, f: &mut dyn FnMut(&E)) {
+    let _ = walk_own(e, &mut |x| {
+        f(x);
+        match x {
+            E::Scalar(q) | E::Exists { q, .. } | E::InQuery { q, .. } => walk_query(q, f),
+            _ => {}
+        }
+        Ok(true)
+    });
+}
+
+/// MySQL evaluates an UPDATE's assignments left to right, each seeing the ones before; the
+/// others see the old row. Refuse what would tell them apart.
+fn check_update_order(sets: &[(String, Ty, Limit, E)]) -> Result<(), Reject> {
+    for (i, (_, _, _, e)) in sets.iter().enumerate() {
+        let mut clash = None;
+        walk_deep(e, &mut |x| {
+            if let E::Col(c) = x
+                && c.owner == 0
+                && sets[..i].iter().any(|(name, ..)| *name == c.column)
+            {
+                clash = Some(c.column.clone());
+            }
+        });
+        if let Some(c) = clash {
+            return Err(format!(
+                "UPDATE reads column {c} after assigning it; MySQL sees the new value there, the others the old one"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates a constant expression; `Ok(None)` when it is not one this evaluator knows.
+fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Reject> {
+    let overflow = || format!("the constant expression overflows ({})", describe(e));
+    Ok(Some(match e {
+        E::Lit(v) => v.clone(),
+        E::Param(i) => match params.get(*i) {
+            Some(v) => v.clone(),
+            None => return Ok(None),
+        },
+        E::Neg(x) => match eval(x, params)? {
+            Some(Value::Int(v)) => Value::Int(v.checked_neg().ok_or_else(overflow)?),
+            Some(Value::Decimal(d)) => Value::Decimal(
+                chainify_core::Decimal::new(-d.mantissa(), d.scale()).ok_or_else(overflow)?,
+            ),
+            Some(Value::Null) => Value::Null,
+            _ => return Ok(None),
+        },
+        E::Func(Func::Abs, args) => match eval(&args[0], params)? {
+            Some(Value::Int(v)) => Value::Int(v.checked_abs().ok_or_else(overflow)?),
+            Some(Value::Decimal(d)) => Value::Decimal(
+                chainify_core::Decimal::new(d.mantissa().abs(), d.scale()).ok_or_else(overflow)?,
+            ),
+            Some(Value::Null) => Value::Null,
+            _ => return Ok(None),
+        },
+        E::Arith(op, a, b) => {
+            let (Some(x), Some(y)) = (eval(a, params)?, eval(b, params)?) else {
+                return Ok(None);
+            };
+            match (x, y) {
+                (Value::Null, _) | (_, Value::Null) => Value::Null,
+                (Value::Int(x), Value::Int(y)) => Value::Int(
+                    match op {
+                        Arith::Add => x.checked_add(y),
+                        Arith::Sub => x.checked_sub(y),
+                        Arith::Mul => x.checked_mul(y),
+                        Arith::Div => x.checked_div(y),
+                        Arith::Mod => x.checked_rem(y),
+                    }
+                    .ok_or_else(overflow)?,
+                ),
+                (x, y) => {
+                    let dec = |v: Value| match v {
+                        Value::Int(i) => chainify_core::Decimal::new(i128::from(i), 0),
+                        Value::Decimal(d) => Some(d),
+                        _ => None,
+                    };
+                    let (Some(x), Some(y)) = (dec(x), dec(y)) else {
+                        return Ok(None);
+                    };
+                    Value::Decimal(match op {
+                        Arith::Add | Arith::Sub => {
+                            let s = x.scale().max(y.scale());
+                            let (x, y) = (
+                                x.rescaled(s).ok_or_else(overflow)?,
+                                y.rescaled(s).ok_or_else(overflow)?,
+                            );
+                            let m = if *op == Arith::Add {
+                                x.mantissa().checked_add(y.mantissa())
+                            } else {
+                                x.mantissa().checked_sub(y.mantissa())
+                            };
+                            chainify_core::Decimal::new(m.ok_or_else(overflow)?, s)
+                                .ok_or_else(overflow)?
+                        }
+                        Arith::Mul => chainify_core::Decimal::new(
+                            x.mantissa()
+                                .checked_mul(y.mantissa())
+                                .ok_or_else(overflow)?,
+                            x.scale().checked_add(y.scale()).ok_or_else(overflow)?,
+                        )
+                        .ok_or_else(overflow)?,
+                        Arith::Div | Arith::Mod => return Ok(None),
+                    })
+                }
+            }
+        }
+        E::Concat(a, b) => match (eval(a, params)?, eval(b, params)?) {
+            (Some(Value::Text(x)), Some(Value::Text(y))) => Value::Text(x + &y),
+            (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
+            _ => return Ok(None),
+        },
+        E::Func(Func::Coalesce, args) => {
+            for a in args {
+                match eval(a, params)? {
+                    Some(Value::Null) => continue,
+                    other => return Ok(other),
+                }
+            }
+            Value::Null
+        }
+        // A CASE folds to the branch of its first constant-true condition, as long as every
+        // condition before it is a constant false.
+        E::Case {
+            operand: None,
+            whens,
+            otherwise,
+        } => {
+            for (w, t) in whens {
+                match eval(w, params)? {
+                    Some(Value::Bool(true)) => return eval(t, params),
+                    Some(Value::Bool(false) | Value::Null) => {}
+                    _ => return Ok(None),
+                }
+            }
+            match otherwise {
+                Some(o) => return eval(o, params),
+                None => Value::Null,
+            }
+        }
+        E::Not(x) => match eval(x, params)? {
+            Some(Value::Bool(b)) => Value::Bool(!b),
+            Some(Value::Null) => Value::Null,
+            _ => return Ok(None),
+        },
+        E::And(a, b) | E::Or(a, b) => {
+            let and = matches!(e, E::And(..));
+            match (eval(a, params)?, eval(b, params)?) {
+                (Some(Value::Bool(x)), Some(Value::Bool(y))) => {
+                    Value::Bool(if and { x && y } else { x || y })
+                }
+                _ => return Ok(None),
+            }
+        }
+        E::Cmp(op, a, b) => match (eval(a, params)?, eval(b, params)?) {
+            (Some(x), Some(y)) => match compare(&x, &y) {
+                Some(o) => Value::Bool(match op {
+                    Cmp::Eq => o.is_eq(),
+                    Cmp::Ne => o.is_ne(),
+                    Cmp::Lt => o.is_lt(),
+                    Cmp::Le => o.is_le(),
+                    Cmp::Gt => o.is_gt(),
+                    Cmp::Ge => o.is_ge(),
+                }),
+                None if matches!(x, Value::Null) || matches!(y, Value::Null) => Value::Null,
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    }))
+}
+
+/// Compares two constants of comparable types.
+fn compare(x: &Value, y: &Value) -> Option<std::cmp::Ordering> {
+    let dec = |v: &Value| match v {
+        Value::Int(i) => chainify_core::Decimal::new(i128::from(*i), 0),
+        Value::Decimal(d) => Some(*d),
+        _ => None,
+    };
+    match (x, y) {
+        (Value::Int(a), Value::Int(b)) => Some(a.cmp(b)),
+        (Value::Text(a), Value::Text(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
+        (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
+        (Value::Bytes(a), Value::Bytes(b)) => Some(a.cmp(b)),
+        _ => Some(dec(x)?.cmp_numeric(&dec(y)?)),
+    }
+}
+
+/// A short description of an expression for messages.
+fn describe(e: &E) -> &'static str {
+    match e {
+        E::Neg(_) => "a negation",
+        E::Arith(Arith::Add, ..) => "an addition",
+        E::Arith(Arith::Sub, ..) => "a subtraction",
+        E::Arith(Arith::Mul, ..) => "a multiplication",
+        E::Arith(..) => "a division",
+        E::Func(Func::Abs, _) => "ABS",
+        _ => "an expression",
+    }
+}
+
+/// Whether a value fits a column's declared limit; `Err` says what the column takes.
+fn fits(v: &Value, limit: Limit) -> Result<(), String> {
+    match (v, limit) {
+        (Value::Int(i), Limit::IntBits(b)) if b < 64 => {
+            let max = (1i64 << (b - 1)) - 1;
+            if (-max - 1..=max).contains(i) {
+                Ok(())
+            } else {
+                Err(format!("a {b}-bit integer"))
+            }
+        }
+        (Value::Int(_) | Value::Decimal(_), Limit::Decimal { precision, scale }) => {
+            let d = match v {
+                Value::Int(i) => chainify_core::Decimal::new(i128::from(*i), 0),
+                Value::Decimal(d) => Some(*d),
+                _ => None,
+            };
+            let bound = 10i128.checked_pow(u32::from(precision));
+            match (d.and_then(|d| d.round_to(scale)), bound) {
+                (Some(r), Some(b)) if r.mantissa().abs() < b => Ok(()),
+                _ => Err(format!("DECIMAL({precision}, {scale})")),
+            }
+        }
+        (Value::Text(s), Limit::Chars(n)) => {
+            if s.chars().count() <= n as usize {
+                Ok(())
+            } else {
+                Err(format!("at most {n} characters"))
+            }
+        }
+        _ => Ok(()),
     }
 }

@@ -84,7 +84,7 @@ impl Analyzer {
             .portable
             .typed_capped(params, Some(MAX_QUERY_ROWS as u64))
             .map_err(err)?;
-        crate::portable::check_values(&typed, params).map_err(err)?;
+        plan.portable.check_values(&typed, params).map_err(err)?;
         Ok(QueryPlan {
             sql: sql.to_owned(),
             plan,

@@ -121,6 +121,67 @@ impl From<Option<&ReferentialAction>> for RefAction {
     }
 }
 
+/// What a column's declared type admits beyond its [`ColumnType`]: PostgreSQL and strict MySQL
+/// refuse a value outside it, and chainify makes SQLite refuse it too.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Limit {
+    /// No limit beyond the type's.
+    #[default]
+    None,
+    /// A signed integer of this many bits (SMALLINT 16, INTEGER 32, BIGINT 64).
+    IntBits(u8),
+    /// DECIMAL(precision, scale): below 10^(precision − scale) after rounding to the scale.
+    Decimal {
+        /// Declared digits.
+        precision: u8,
+        /// Digits after the point.
+        scale: u8,
+    },
+    /// VARCHAR(n): at most n characters.
+    Chars(u32),
+}
+
+impl Limit {
+    /// The limit of a declared type as an engine spells it (`integer`, `int(11)`,
+    /// `character varying(12)`, `DECIMAL(10,2)`, `BIGINT`, …).
+    pub fn of_declared(declared: &str, ty: &ColumnType) -> Limit {
+        let lower = declared.trim().to_ascii_lowercase();
+        let base = lower.split('(').next().unwrap_or("").trim();
+        let first = base.split_whitespace().next().unwrap_or("");
+        let args: Vec<u32> = lower
+            .split_once('(')
+            .map(|(_, rest)| {
+                rest.split(')')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .filter_map(|a| a.trim().parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        match ty {
+            ColumnType::Int => Limit::IntBits(match first {
+                "tinyint" => 8,
+                "smallint" | "int2" => 16,
+                "mediumint" => 24,
+                "int" | "integer" | "int4" => 32,
+                _ => 64,
+            }),
+            ColumnType::Decimal { scale: Some(s) } => match args.first() {
+                Some(p) => Limit::Decimal {
+                    precision: u8::try_from(*p).unwrap_or(u8::MAX),
+                    scale: *s,
+                },
+                None => Limit::None,
+            },
+            ColumnType::Text if base.contains("char") => {
+                args.first().map_or(Limit::None, |n| Limit::Chars(*n))
+            }
+            _ => Limit::None,
+        }
+    }
+}
+
 /// A column.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Column {
@@ -128,6 +189,8 @@ pub struct Column {
     pub name: String,
     /// Type.
     pub ty: ColumnType,
+    /// What the declared type admits (width, precision, length).
+    pub limit: Limit,
 }
 
 /// A foreign key of a child table.
@@ -367,9 +430,11 @@ fn table_from_create(ct: &CreateTable) -> Result<Table, SchemaError> {
         if table.column(&cname).is_some() {
             return Err(err(format!("column {cname} is defined twice")));
         }
+        let ty = ColumnType::from_sql(&col.data_type);
         table.columns.push(Column {
             name: cname.clone(),
-            ty: ColumnType::from_sql(&col.data_type),
+            limit: Limit::of_declared(&col.data_type.to_string(), &ty),
+            ty,
         });
         for opt in &col.options {
             match &opt.option {

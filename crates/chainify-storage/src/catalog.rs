@@ -4,7 +4,7 @@
 
 use chainify_core::Hasher;
 use chainify_sql::ColumnType;
-use chainify_sql::schema::{Column, ForeignKey, RefAction, Table};
+use chainify_sql::schema::{Column, ForeignKey, Limit, RefAction, Table};
 
 use crate::error::RegistrationError;
 
@@ -213,6 +213,7 @@ impl CatalogTable {
                 .map(|c| Column {
                     name: c.name.clone(),
                     ty: c.ty.clone(),
+                    limit: Limit::of_declared(&c.native_type, &c.ty),
                 })
                 .collect(),
             primary_key,

@@ -616,7 +616,7 @@ pub fn random_block<B: Backend>(store: &Store<B>, number: u64, seed: u64, len: u
                 "UPDATE checking SET bal = bal - $2 - CASE WHEN bal + (SELECT bal FROM savings WHERE custid = $1) < $2 THEN 1 ELSE 0 END WHERE custid = $1",
                 vec![a, v],
             ).expect_rows(1)]),
-            _ => tx(vec![st("UPDATE savings SET bal = bal + $2 WHERE custid = $1 AND bal + $2 >= 0", vec![a, v]).expect_rows(1)]),
+            _ => tx(vec![st("UPDATE savings SET bal = bal + $2 WHERE custid = $1 AND bal >= -$2", vec![a, v]).expect_rows(1)]),
         };
         txs.push(t);
     }

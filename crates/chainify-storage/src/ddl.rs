@@ -13,6 +13,7 @@
 
 use chainify_sql::ColumnType;
 use chainify_sql::render::Dialect;
+use chainify_sql::schema::Limit;
 
 use crate::catalog::CatalogTable;
 
@@ -302,10 +303,26 @@ fn sqlite_value_checks(t: &CatalogTable) -> Vec<String> {
         let v = format!("NEW.{}", c.name);
         let args = crate::catalog::declared_args(&c.native_type);
         let (condition, expected) = match &c.ty {
-            ColumnType::Int => (
-                format!("typeof({v}) NOT IN ('integer', 'null')"),
-                "an integer".to_owned(),
-            ),
+            // SQLite's integers are all 64-bit: a declared SMALLINT or INTEGER is as narrow as
+            // on the other engines only when the width is checked.
+            ColumnType::Int => match Limit::of_declared(&c.native_type, &c.ty) {
+                Limit::IntBits(bits) if bits < 64 => {
+                    let max = (1i64 << (bits - 1)) - 1;
+                    (
+                        format!(
+                            "typeof({v}) NOT IN ('integer', 'null') OR {v} NOT BETWEEN {} AND {max}",
+                            -max - 1
+                        ),
+                        format!("a {bits}-bit integer"),
+                    )
+                }
+                _ => (
+                    format!("typeof({v}) NOT IN ('integer', 'null')"),
+                    "an integer".to_owned(),
+                ),
+            },
+            // The bound applies after rounding to the scale, as PostgreSQL and MySQL round
+            // before they check (99.996 in a DECIMAL(4,2) is 100.00: too large).
             ColumnType::Decimal { scale: Some(s) } => {
                 let digits = args
                     .first()
@@ -314,7 +331,8 @@ fn sqlite_value_checks(t: &CatalogTable) -> Vec<String> {
                     .saturating_sub(u32::from(*s));
                 (
                     format!(
-                        "typeof({v}) NOT IN ('integer', 'real', 'null') OR abs({v}) >= 1e{digits}"
+                        "typeof({v}) NOT IN ('integer', 'real', 'null') OR abs({}) >= 1e{digits}",
+                        sqlite_round(&v, *s)
                     ),
                     format!("a number below 10^{digits}"),
                 )
@@ -696,7 +714,13 @@ mod tests {
             .iter()
             .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_bi BEFORE INSERT"))
             .unwrap();
-        assert!(bi.contains("SELECT RAISE(ABORT, 'chainify: column bal of table acct takes a number below 10^10') WHERE typeof(NEW.bal) NOT IN ('integer', 'real', 'null') OR abs(NEW.bal) >= 1e10;"), "{bi}");
+        // The bound applies after rounding (99999999.995 rounds to 10^10 and is too large).
+        assert!(bi.contains("SELECT RAISE(ABORT, 'chainify: column bal of table acct takes a number below 10^10') WHERE typeof(NEW.bal) NOT IN ('integer', 'real', 'null') OR abs(round(NEW.bal * (1 + 1e-15), 2)) >= 1e10;"), "{bi}");
+        // A declared INTEGER is 32-bit on the other engines; SQLite checks the width.
+        assert!(
+            bi.contains("OR NEW.bank NOT BETWEEN -2147483648 AND 2147483647"),
+            "{bi}"
+        );
         assert!(
             bi.contains("typeof(NEW.id) NOT IN ('integer', 'null')"),
             "{bi}"

@@ -65,6 +65,17 @@ impl MySql {
                     .await?;
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
+                    // Literals and parameters compare in the connection's collation: make it
+                    // byte-wise with trailing spaces significant, as the columns must be
+                    // (MariaDB's name first, then MySQL 8's).
+                    if conn
+                        .execute("SET NAMES utf8mb4 COLLATE utf8mb4_nopad_bin")
+                        .await
+                        .is_err()
+                    {
+                        conn.execute("SET NAMES utf8mb4 COLLATE utf8mb4_0900_bin")
+                            .await?;
+                    }
                     Ok(())
                 })
             })

@@ -266,7 +266,7 @@ impl Smallbank {
                 let v = if self.rng.below(2) == 0 { v } else { -v };
                 vec![
                     Statement::new(
-                        "UPDATE savings SET bal = bal + $2 WHERE custid = $1 AND bal + $2 >= 0",
+                        "UPDATE savings SET bal = bal + $2 WHERE custid = $1 AND bal >= -$2",
                         vec![Value::Int(a), Value::Int(v)],
                     )
                     .expect_rows(1),

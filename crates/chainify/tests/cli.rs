@@ -115,7 +115,7 @@ fn analyze_prints_sets_and_every_conflicting_pair() {
         [{"sql": "UPDATE savings SET bal = bal + $2 WHERE custid = $1", "params": [2, 5]}], // 1
         send(2, 3),                                                             // 2: conflicts with 0
         [{"sql": "UPDATE checking SET bal = NOW() WHERE custid = 1"}],          // 3: rejected
-        [{"sql": "SELECT bal FROM checking WHERE custid = $1", "params": ["3"]}], // 4: reads 3, conflicts with 2
+        [{"sql": "SELECT bal FROM checking WHERE custid = $1", "params": [3]}], // 4: reads 3, conflicts with 2
         [{"sql": "DELETE FROM accounts WHERE custid = 2"}],                     // 5: FK checks read savings[2], checking[2]
         send(1, 2),                                                             // 6: conflicts with 0, 2
     ]);
