@@ -2427,17 +2427,19 @@ impl Writer<'_> {
     fn operand(&mut self, x: &E, use_: Use) -> Result<Ty, Reject> {
         match x {
             E::Arith(..) | E::Neg(_) => self.arith(x, use_),
-            E::Col(c) if c.ty == Ty::Int && self.dialect == Dialect::Postgres => {
-                self.push("CAST(");
-                self.expr(x, use_)?;
-                self.push(" AS BIGINT)");
-                Ok(Ty::Int)
-            }
-            E::Lit(Value::Int(_)) if self.dialect == Dialect::Postgres => {
-                self.push("CAST(");
-                self.expr(x, use_)?;
-                self.push(" AS BIGINT)");
-                Ok(Ty::Int)
+            // Parameters bind as 64-bit already.
+            E::Param(_) => self.expr(x, use_),
+            _ if self.dialect == Dialect::Postgres => {
+                // Columns, literals, CASE, COALESCE, LENGTH, … may all be 32-bit there.
+                let (ty, piece) = self.capture(|w| w.expr(x, use_))?;
+                if ty == Ty::Int {
+                    self.push("CAST(");
+                    self.emit(&piece);
+                    self.push(" AS BIGINT)");
+                } else {
+                    self.emit(&piece);
+                }
+                Ok(ty)
             }
             _ => self.expr(x, use_),
         }

@@ -45,6 +45,7 @@ macro_rules! conformance_tests {
     ($fixture:expr) => {
         $crate::conformance_tests!(@cases $fixture;
             install_is_idempotent_and_rejects_bad_tables,
+            registration_refuses_what_engines_treat_differently,
             digest_of_awkward_values,
             parallel_execution_matches_serial,
             aborts_roll_back_the_whole_transaction,
@@ -1197,6 +1198,81 @@ pub async fn values_that_do_not_fit_abort_alike<F: Fixture>(f: &F) {
         dump(&store, "kv").await[1],
         vec![Value::Int(2), Value::Int(7)]
     );
+}
+
+/// Case: registration refuses, naming table and cause, what would make honest organizations
+/// diverge on this engine: user triggers on every engine; exclusion constraints, UNIQUE NULLS
+/// NOT DISTINCT and linguistic collations on PostgreSQL; cascading and SET NULL foreign keys on
+/// MySQL/MariaDB (their changes fire no triggers); NOCASE columns on SQLite. Nothing of a
+/// refused table is installed.
+pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: &F) {
+    let store = setup(f, "refusals", StoreOptions::default()).await;
+    let backend = store.backend();
+    outside(
+        backend,
+        "CREATE TABLE trg (k BIGINT NOT NULL PRIMARY KEY, v BIGINT)",
+    )
+    .await;
+    let mut cases: Vec<(&str, &str)> = vec![("trg", "user trigger")];
+    match backend.dialect() {
+        Dialect::Postgres => {
+            outside(
+                backend,
+                "CREATE FUNCTION trg_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.v := 1; RETURN NEW; END $$",
+            )
+            .await;
+            outside(
+                backend,
+                "CREATE TRIGGER bump BEFORE INSERT ON trg FOR EACH ROW EXECUTE FUNCTION trg_fn();\n\
+                 CREATE TABLE ex (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, EXCLUDE USING btree (v WITH =));\n\
+                 CREATE TABLE nnd (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, UNIQUE NULLS NOT DISTINCT (v));\n\
+                 CREATE TABLE coll (k BIGINT NOT NULL PRIMARY KEY, name TEXT COLLATE \"und-x-icu\")",
+            )
+            .await;
+            cases.extend([
+                ("ex", "exclusion constraint"),
+                ("nnd", "NULLS NOT DISTINCT"),
+                ("coll", "collation that is not byte-wise (und-x-icu)"),
+            ]);
+        }
+        Dialect::MySql => {
+            outside(
+                backend,
+                "CREATE TRIGGER bump BEFORE INSERT ON trg FOR EACH ROW SET NEW.v = 1;\n\
+                 CREATE TABLE par (k BIGINT NOT NULL PRIMARY KEY);\n\
+                 CREATE TABLE chi (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES par (k) ON DELETE CASCADE);\n\
+                 CREATE TABLE chn (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES par (k) ON UPDATE SET NULL)",
+            )
+            .await;
+            cases.extend([("chi", "ON DELETE CASCADE"), ("chn", "ON UPDATE SET NULL")]);
+        }
+        Dialect::Sqlite => {
+            outside(
+                backend,
+                "CREATE TRIGGER bump AFTER INSERT ON trg BEGIN UPDATE trg SET v = 1 WHERE k = NEW.k; END;\n\
+                 CREATE TABLE nc (k BIGINT NOT NULL PRIMARY KEY, name TEXT COLLATE NOCASE)",
+            )
+            .await;
+            cases.push(("nc", "COLLATE NOCASE"));
+        }
+    }
+    for (table, cause) in cases {
+        let names: Vec<&str> = if table == "chi" || table == "chn" {
+            vec!["par", table]
+        } else {
+            vec![table]
+        };
+        let e = store
+            .register(&names)
+            .await
+            .expect_err("a table engines treat differently")
+            .to_string();
+        assert!(
+            e.starts_with(&format!("table {table}")) && e.contains(cause),
+            "{table}: {e}"
+        );
+        assert!(!store.tables().contains_key(table));
+    }
 }
 
 /// Case: the ledger accepts only the next block, chained to the last one's hash.

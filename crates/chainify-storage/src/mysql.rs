@@ -358,6 +358,32 @@ impl Backend for MySql {
             });
             last = Some(name);
         }
+        // Rows that MySQL changes through a foreign key fire no triggers, so the digest would
+        // miss them.
+        for fk in &t.foreign_keys {
+            for (event, action) in [("DELETE", &fk.on_delete), ("UPDATE", &fk.on_update)] {
+                if !matches!(action.to_uppercase().as_str(), "RESTRICT" | "NO ACTION") {
+                    t.problems.push(format!(
+                        "its foreign key to {} has ON {event} {action}: MySQL and MariaDB change those rows without firing triggers, so no digest would see them; use RESTRICT or NO ACTION",
+                        fk.parent
+                    ));
+                }
+            }
+        }
+        let triggers: Vec<String> = sqlx::query_scalar(
+            "SELECT CONVERT(TRIGGER_NAME USING utf8mb4) FROM information_schema.TRIGGERS \
+             WHERE EVENT_OBJECT_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = ? \
+             AND TRIGGER_NAME NOT LIKE 'chainify!_%' ESCAPE '!' ORDER BY TRIGGER_NAME",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err("reading the triggers of a table"))?;
+        for name in triggers {
+            t.problems.push(format!(
+                "{name} has a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify's triggers"
+            ));
+        }
         Ok(Some(t))
     }
 

@@ -196,6 +196,40 @@ const FOREIGN_KEYS: &str = "SELECT \
      WHERE con.contype = 'f' AND n.nspname = current_schema() AND c.relname = $1 \
      ORDER BY con.conname";
 
+/// What makes a table unusable beyond its columns' types: exclusion constraints and UNIQUE
+/// NULLS NOT DISTINCT (no other engine has them), user triggers (they change rows the digest
+/// triggers then record differently from the other engines), text columns whose collation is
+/// not byte-wise, and a database whose default collation is not (literals and parameters
+/// compare in it).
+const EXTRAS: &str = "\
+     SELECT 'an exclusion constraint, which the other engines do not have', con.conname::text \
+       FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'x' \
+     UNION ALL \
+     SELECT 'a UNIQUE NULLS NOT DISTINCT index, which the other engines do not have', ic.relname::text \
+       FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
+      WHERE n.nspname = current_schema() AND c.relname = $1 \
+        AND COALESCE((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) \
+     UNION ALL \
+     SELECT 'a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify''s triggers', t.tgname::text \
+       FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND NOT t.tgisinternal \
+        AND t.tgname NOT LIKE 'chainify!_%' ESCAPE '!' \
+     UNION ALL \
+     SELECT 'a collation that is not byte-wise (' || co.collname::text || '); declare the column COLLATE \"C\"', a.attname::text \
+       FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_collation co ON co.oid = a.attcollation \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+        AND co.collname NOT IN ('C', 'POSIX', 'ucs_basic', 'default') \
+     UNION ALL \
+     SELECT 'the database''s default collation ' || d.datcollate::text || ', which compares text linguistically (literals and parameters compare in it); create the database with LC_COLLATE ''C'' or ''C.UTF-8''', current_database()::text \
+       FROM pg_database d WHERE d.datname = current_database() \
+        AND NOT (d.datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') \
+                 AND COALESCE(to_jsonb(d) ->> 'datlocprovider', 'c') = 'c')";
+
 fn column(
     name: String,
     printed: String,
@@ -309,6 +343,18 @@ impl Backend for Postgres {
             } else {
                 t.uniques.push(cols);
             }
+        }
+        let extras = sqlx::query(EXTRAS)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err(
+                "reading the constraints, triggers and collations of a table",
+            ))?;
+        for r in extras {
+            let what: String = r.try_get(0).map_err(err("decoding a constraint"))?;
+            let name: String = r.try_get(1).map_err(err("decoding a constraint"))?;
+            t.problems.push(format!("{name} has {what}"));
         }
         let fks = sqlx::query(FOREIGN_KEYS)
             .bind(table)

@@ -186,6 +186,24 @@ fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
     }
 }
 
+/// The first collation other than BINARY that a `CREATE TABLE` text names, if any.
+fn non_binary_collation(definition: &str) -> Option<String> {
+    let upper = definition.to_ascii_uppercase();
+    let mut words = upper
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty());
+    while let Some(w) = words.next() {
+        if w == "COLLATE" {
+            match words.next() {
+                Some("BINARY") => {}
+                Some(other) => return Some(other.to_owned()),
+                None => return Some(String::new()),
+            }
+        }
+    }
+    None
+}
+
 impl Backend for Sqlite {
     type Conn = SqliteConn;
 
@@ -270,6 +288,33 @@ impl Backend for Sqlite {
                     "unique index {name} is on an expression, which conflict analysis cannot bound"
                 )),
             }
+        }
+        // A column COLLATE NOCASE or RTRIM compares text unlike the other engines; user
+        // triggers would change rows differently from the other organizations.
+        let definition: Option<String> =
+            sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE name = ?1 AND type = 'table'")
+                .bind(table)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("reading a table's definition"))?
+                .flatten();
+        if let Some(collation) = definition.as_deref().and_then(non_binary_collation) {
+            t.problems.push(format!(
+                "declares COLLATE {collation}, which compares text unlike the other engines; use the default (BINARY)"
+            ));
+        }
+        let triggers: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
+             AND name NOT LIKE 'chainify!_%' ESCAPE '!' ORDER BY name",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err("reading the triggers of a table"))?;
+        for name in triggers {
+            t.problems.push(format!(
+                "{name} is a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify's triggers"
+            ));
         }
         let fks = sqlx::query(
             "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq",

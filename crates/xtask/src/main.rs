@@ -5,6 +5,9 @@
 //!   test servers (started if not running), then every test of the workspace, then every
 //!   Criterion benchmark once (`cargo bench --workspace -- --test`).
 //! - `lint`: the format check and clippy only.
+//! - `difftest [--cases N] [--seed S]`: the differential test of the portable SQL subset on
+//!   PostgreSQL, MariaDB and SQLite with N cases (half on a fixed seed, half on S or a fresh
+//!   one); prints cases run, refused by analysis, failed alike and differences.
 //! - `services start|stop [postgres|mariadb|kafka|all]`, `services status`, `services env`:
 //!   throw-away database and Kafka servers for the integration tests, on private ports of
 //!   127.0.0.1 with their data under `target/services/` (see `services.rs`).
@@ -47,6 +50,47 @@ fn lint() -> bool {
         ])
 }
 
+/// `difftest [--cases N] [--seed S]`.
+fn difftest(args: &[String]) -> bool {
+    let mut cases: u64 = 10_000;
+    let mut seed = None;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next();
+        match (flag.as_str(), value.map(|v| v.parse::<u64>())) {
+            ("--cases", Some(Ok(n))) if n > 0 => cases = n,
+            ("--seed", Some(Ok(s))) => seed = Some(s),
+            _ => {
+                eprintln!(
+                    "xtask: difftest takes --cases N (a positive number) and --seed S, not {flag} {}",
+                    value.map_or("", String::as_str)
+                );
+                return false;
+            }
+        }
+    }
+    let Some(mut env) = services::start_for_tests() else {
+        return false;
+    };
+    env.push(("DIFFTEST_CASES", cases.div_ceil(2).to_string()));
+    if let Some(s) = seed {
+        env.push(("DIFFTEST_SEED", s.to_string()));
+    }
+    cargo_with_env(
+        &[
+            "test",
+            "--locked",
+            "-p",
+            "chainify-storage",
+            "--test",
+            "difftest",
+            "--",
+            "--nocapture",
+        ],
+        &env,
+    )
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let task = args.first().map_or("", String::as_str);
@@ -61,9 +105,10 @@ fn main() -> ExitCode {
                 && cargo(&["bench", "--workspace", "--locked", "--", "--test"])
         }
         "lint" => lint(),
+        "difftest" => difftest(&args[1..]),
         "services" => services::main(&args[1..]),
         other => {
-            eprintln!("xtask: unknown task {other:?}; tasks: test, lint, services");
+            eprintln!("xtask: unknown task {other:?}; tasks: test, lint, difftest, services");
             false
         }
     };
