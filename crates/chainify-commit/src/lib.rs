@@ -299,12 +299,18 @@ impl CommitEngine {
         let number = vote.block;
         if number < self.next {
             // Late: the block is final here. The voter is behind; answer with the certificate
-            // so that it can decide without waiting to fetch it (a forged vote costs one reply).
-            if vote.org != self.me && self.ctx.keys.contains_key(&vote.org) {
-                out.push(Command::SendCertificate {
+            // so that it can decide without waiting to fetch it — once the vote is proven to
+            // come from that organization (a forged vote must not buy a reply to anyone).
+            if vote.org == self.me {
+                return;
+            }
+            match chainify_core::votes::check_vote_signature(&vote, &self.ctx) {
+                Ok(()) => out.push(Command::SendCertificate {
                     to: vote.org,
                     block: number,
-                });
+                }),
+                Err(VoteRejection::UnknownOrg(_)) => {}
+                Err(rejection) => out.push(Command::RejectVote(rejection)),
             }
             return;
         }

@@ -119,6 +119,14 @@ fn agreement_appends_with_the_matching_votes() {
     let mut stranger = n.vote(3, &b0);
     stranger.org = OrgId(9);
     assert_eq!(e.handle(Event::Vote(stranger)), vec![]);
+    // A late vote whose signature does not check (someone claiming to be org3) is refused,
+    // and buys no certificate.
+    let mut forged = n.vote(3, &b0);
+    forged.org = OrgId(2);
+    assert_eq!(
+        e.handle(Event::Vote(forged)),
+        vec![Command::RejectVote(VoteRejection::BadSignature(OrgId(2)))]
+    );
 }
 
 #[test]

@@ -224,6 +224,28 @@ impl EarlyAbortResponse {
     }
 }
 
+/// What a forwarding organization signs over an early-abort batch: it proves which
+/// organization forwards the proposals (the receiver claims the clients' nonces for it).
+#[derive(Debug)]
+pub struct EarlyAbortBatch;
+
+impl EarlyAbortBatch {
+    /// Domain tag of the batch encoding.
+    pub const TAG: &'static str = "chainify.v1.EarlyAbortBatch";
+
+    /// Layout: tag, `string network, u32 from_org, u32 count, digest tx_id…`.
+    pub fn signing_bytes(network: &NetworkId, from: OrgId, tx_ids: &[TxId]) -> Vec<u8> {
+        let mut e = Encoder::new(Self::TAG);
+        e.str(network.as_str())
+            .u32(from.0)
+            .u32(u32::try_from(tx_ids.len()).unwrap_or(u32::MAX));
+        for id in tx_ids {
+            e.digest(&id.0);
+        }
+        e.finish()
+    }
+}
+
 /// A proposal with the responses that endorse it: what the orderer orders.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct ChainedTransaction {

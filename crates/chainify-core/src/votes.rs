@@ -176,6 +176,11 @@ impl VoteTally {
     }
 }
 
+/// Checks a vote on its own block: a known organization, this network, a valid signature.
+pub fn check_vote_signature(vote: &Vote, ctx: &VoteContext) -> Result<(), VoteRejection> {
+    check_vote(vote, ctx, vote.block)
+}
+
 fn check_vote(vote: &Vote, ctx: &VoteContext, block: BlockNumber) -> Result<(), VoteRejection> {
     let VoteContext {
         network,

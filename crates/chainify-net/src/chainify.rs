@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chainify_core::config::{ClientInfo, NetworkConfig};
-use chainify_core::crypto::SigningKey;
-use chainify_core::tx::{ChainedTransaction, EarlyAbortResponse, Proposal, Verdict};
+use chainify_core::crypto::{Signature, Signatures, SigningKey};
+use chainify_core::tx::{
+    ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal, Verdict,
+};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId};
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_node::{Committed, NodeStatus, ledger_entry};
@@ -196,6 +198,8 @@ impl NonceWindow {
 
 struct EndorseJob {
     proposal: pb::Proposal,
+    /// The proposal's transaction id (what the batch signature covers).
+    id: TxId,
     reply: oneshot::Sender<Result<pb::EarlyAbortResponse, String>>,
 }
 
@@ -322,7 +326,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 .max_decoding_message_size(64 * 1024 * 1024);
             let (tx, rx) = mpsc::channel(settings.endorse_queue.max(1));
             tokio::spawn(endorse_loop(
-                parts.me,
+                BatchSigner {
+                    me: parts.me,
+                    key: parts.key.clone(),
+                    network: parts.network.network_id.clone(),
+                    signatures: parts.network.signatures,
+                },
                 org.id,
                 client,
                 rx,
@@ -393,8 +402,27 @@ async fn follow_commits(
     }
 }
 
-async fn endorse_loop(
+/// Signs this organization's early-abort batches.
+struct BatchSigner {
     me: OrgId,
+    key: Arc<SigningKey>,
+    network: chainify_core::NetworkId,
+    signatures: Signatures,
+}
+
+impl BatchSigner {
+    fn batch(&self, proposals: Vec<pb::Proposal>, ids: &[TxId]) -> pb::EarlyAbortBatch {
+        let bytes = EarlyAbortBatch::signing_bytes(&self.network, self.me, ids);
+        pb::EarlyAbortBatch {
+            from_org: self.me.0,
+            proposals,
+            signature: self.signatures.sign(&self.key, &bytes).0.to_vec(),
+        }
+    }
+}
+
+async fn endorse_loop(
+    signer: BatchSigner,
     peer: OrgId,
     client: EndorsementServiceClient<Channel>,
     mut rx: mpsc::Receiver<EndorseJob>,
@@ -417,15 +445,14 @@ async fn endorse_loop(
             }
         }
         let mut client = client.clone();
+        let ids: Vec<TxId> = jobs.iter().map(|j| j.id).collect();
+        let (proposals, replies): (Vec<_>, Vec<_>) =
+            jobs.into_iter().map(|j| (j.proposal, j.reply)).unzip();
+        let batch = signer.batch(proposals, &ids);
         tokio::spawn(async move {
             let _permit = permit;
-            let (proposals, replies): (Vec<_>, Vec<_>) =
-                jobs.into_iter().map(|j| (j.proposal, j.reply)).unzip();
-            let n = proposals.len();
-            let mut request = Request::new(pb::EarlyAbortBatch {
-                from_org: me.0,
-                proposals,
-            });
+            let n = batch.proposals.len();
+            let mut request = Request::new(batch);
             request.set_timeout(timeout);
             match client.early_abort(request).await {
                 Ok(r) if r.get_ref().responses.len() == n => {
@@ -567,6 +594,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
                 let (reply, answer) = oneshot::channel();
                 let job = EndorseJob {
                     proposal: wire.clone(),
+                    id,
                     reply,
                 };
                 let timeout = self.settings.endorse_timeout;
@@ -955,6 +983,32 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
         }
         let ids: Vec<TxId> = proposals.iter().map(Proposal::tx_id).collect();
         let from = OrgId(batch.from_org);
+        // The batch must come from the organization it names: nonces are claimed for it.
+        let from_key = match shared.network.orgs.get(&from) {
+            Some(org) if from != shared.me => &org.public_key,
+            _ => {
+                return Err(Status::unauthenticated(format!(
+                    "an early-abort batch must come from another organization of the network, not org{}",
+                    batch.from_org
+                )));
+            }
+        };
+        let signature = Signature::try_from(batch.signature.as_slice())
+            .map_err(|e| Status::invalid_argument(format!("signature: {e}")))?;
+        shared
+            .network
+            .signatures
+            .check(|| {
+                from_key.verify(
+                    &EarlyAbortBatch::signing_bytes(&shared.network.network_id, from, &ids),
+                    &signature,
+                )
+            })
+            .map_err(|_| {
+                Status::unauthenticated(format!(
+                    "the early-abort batch is not signed by {from}, which it claims to come from"
+                ))
+            })?;
         let known = shared.known(&ids).await?;
         // Signature checks and analysis are CPU work: off the async threads.
         let worker = self.clone();

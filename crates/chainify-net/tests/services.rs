@@ -280,7 +280,7 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         .submit_and_wait(
             deposit(1, 5)
                 .statement(
-                    "UPDATE savings SET bal = bal - $2 WHERE custid = $1 AND bal - $2 >= 0",
+                    "UPDATE savings SET bal = bal - $2 WHERE custid = $1 AND bal >= $2",
                     [Value::Int(1), Value::Int(1_000_000_000)],
                 )
                 .expect_rows(1),
@@ -480,6 +480,73 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     net.stop_org(1).await;
     net.stop_org(2).await;
     net.stop_org(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_byzantine_peer_cannot_speak_for_another_organization() {
+    // A Byzantine org3 forwards a client's proposal to org2's EndorsementService claiming to be
+    // org1, to burn the client's nonce there for org1. The batch must carry the named
+    // organization's signature: refused, and the client's real submission through org1 goes on.
+    let mut net = start(47500, ChainifySettings::default()).await;
+    wait_ready(&net).await;
+    let c1 = net.client1(1).await;
+    let proposal = c1.propose(deposit(3, 1));
+    let id = chainify_core::tx::Proposal::try_from(proposal.clone())
+        .unwrap()
+        .tx_id();
+    let org3 = SigningKey::load(&net.dir.join("org3/key.pk8")).unwrap();
+    let endpoint = &net.network.orgs[&chainify_core::OrgId(2)].chainify_endpoint;
+    let channel = chainify_client::channel(endpoint, Some(net.ca.as_bytes())).unwrap();
+    let mut peer = pb::endorsement_service_client::EndorsementServiceClient::new(channel);
+    let network = net.network.network_id.clone();
+    let signed = |from: u32, key: &SigningKey| pb::EarlyAbortBatch {
+        from_org: from,
+        proposals: vec![proposal.clone()],
+        signature: key
+            .sign(&chainify_core::tx::EarlyAbortBatch::signing_bytes(
+                &network,
+                chainify_core::OrgId(from),
+                &[id],
+            ))
+            .0
+            .to_vec(),
+    };
+    for (batch, why) in [
+        (signed(1, &org3), "signed by org3, claiming org1"),
+        (
+            pb::EarlyAbortBatch {
+                signature: Vec::new(),
+                ..signed(1, &org3)
+            },
+            "unsigned",
+        ),
+        (signed(2, &org3), "claiming to be the receiver"),
+        (signed(9, &org3), "an organization outside the network"),
+    ] {
+        let e = peer.early_abort(batch).await.unwrap_err();
+        assert!(
+            matches!(e.code(), Code::Unauthenticated | Code::InvalidArgument),
+            "{why}: {e:?}"
+        );
+    }
+    // Nothing was claimed: the client's own submission through org1 is endorsed and agreed.
+    let submitted = c1.submit_proposal(proposal.clone()).await.unwrap();
+    let o = c1
+        .wait(&submitted, Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(o.success && o.agreed, "{o:?}");
+    // Signed by the organization it names, the same batch is answered (a replay of what org1
+    // itself sent: the nonce is the same transaction's, so not a burn).
+    let answer = peer
+        .early_abort(signed(3, &org3))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.responses.len(), 1);
+    for n in 1..=3 {
+        net.stop_org(n).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
