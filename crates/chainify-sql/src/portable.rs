@@ -193,11 +193,16 @@ impl Portable {
         params: &[Value],
         row_cap: Option<u64>,
     ) -> Result<Arc<Typed>, Reject> {
-        let sig: Vec<Ty> = params.iter().map(Ty::of_value).collect();
         let mut cache = self.typed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, _, r)) = cache.iter().find(|(s, c, _)| *s == sig && *c == row_cap) {
+        // The hot path (a cached shape) compares without allocating.
+        if let Some((_, _, r)) = cache.iter().find(|(s, c, _)| {
+            *c == row_cap
+                && s.len() == params.len()
+                && s.iter().zip(params).all(|(t, p)| *t == Ty::of_value(p))
+        }) {
             return r.clone();
         }
+        let sig: Vec<Ty> = params.iter().map(Ty::of_value).collect();
         let r = self.type_and_render(&sig, row_cap).map(Arc::new);
         // A shape sees few signatures (NULL or not per parameter); bound them all the same.
         if cache.len() >= 16 {
@@ -2063,6 +2068,19 @@ impl Writer<'_> {
     }
 
     fn expr(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
+        let ty = self.expr_inner(e, use_)?;
+        if ty == Ty::Null && !matches!(e, E::Lit(_) | E::Param(_)) {
+            // PostgreSQL types such an expression as text (COALESCE(NULL, NULL) is text), which
+            // then fails where another type is expected; the others take any NULL.
+            return Err(
+                "an expression that is always NULL (COALESCE, CASE or NULLIF of NULLs) is not portable; write NULL"
+                    .into(),
+            );
+        }
+        Ok(ty)
+    }
+
+    fn expr_inner(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
         match e {
             E::Col(c) => {
                 let _ = write!(self.sql, "{}.{}", quote(&c.qualifier), quote(&c.column));
@@ -2554,9 +2572,10 @@ impl Writer<'_> {
                 self.push(")");
                 Ok(Ty::Text)
             }
-            Func::Replace if self.dialect == Dialect::MySql => {
-                // MariaDB returns the text unchanged when the pattern is absent, even with a
-                // NULL replacement; the others return NULL for any NULL argument.
+            Func::Replace if self.dialect != Dialect::Postgres => {
+                // MariaDB returns the text unchanged when the pattern is absent, and SQLite when
+                // it is empty, even with a NULL replacement; PostgreSQL returns NULL for any NULL
+                // argument. Spell that out.
                 let mut pieces = Vec::new();
                 for a in args {
                     let (t, p) = self.capture(|w| w.expr(a, Use::Other))?;
@@ -2940,37 +2959,236 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Reject> {
                 None => Value::Null,
             }
         }
-        E::Not(x) => match eval(x, params)? {
-            Some(Value::Bool(b)) => Value::Bool(!b),
-            Some(Value::Null) => Value::Null,
-            _ => return Ok(None),
+        E::Case {
+            operand: Some(o),
+            whens,
+            otherwise,
+        } => {
+            let Some(top) = eval(o, params)? else {
+                return Ok(None);
+            };
+            for (w, t) in whens {
+                let Some(v) = eval(w, params)? else {
+                    return Ok(None);
+                };
+                if compare(&top, &v).is_some_and(|o| o.is_eq()) {
+                    return eval(t, params);
+                }
+            }
+            match otherwise {
+                Some(o) => return eval(o, params),
+                None => Value::Null,
+            }
+        }
+        E::Not(x) => match eval(x, params)?.as_ref().and_then(truth) {
+            Some(t) => from_truth(t.map(|b| !b)),
+            None => return Ok(None),
         },
         E::And(a, b) | E::Or(a, b) => {
             let and = matches!(e, E::And(..));
-            match (eval(a, params)?, eval(b, params)?) {
-                (Some(Value::Bool(x)), Some(Value::Bool(y))) => {
-                    Value::Bool(if and { x && y } else { x || y })
-                }
+            let (x, y) = (eval(a, params)?, eval(b, params)?);
+            let (x, y) = (x.as_ref().and_then(truth), y.as_ref().and_then(truth));
+            // Three-valued logic; a known deciding side settles it even if the other is not
+            // a constant.
+            match (x, y, and) {
+                (Some(Some(false)), _, true) | (_, Some(Some(false)), true) => Value::Bool(false),
+                (Some(Some(true)), _, false) | (_, Some(Some(true)), false) => Value::Bool(true),
+                (Some(x), Some(y), _) => from_truth(match (x, y) {
+                    (Some(x), Some(y)) => Some(if and { x && y } else { x || y }),
+                    _ => None,
+                }),
                 _ => return Ok(None),
             }
         }
         E::Cmp(op, a, b) => match (eval(a, params)?, eval(b, params)?) {
-            (Some(x), Some(y)) => match compare(&x, &y) {
-                Some(o) => Value::Bool(match op {
-                    Cmp::Eq => o.is_eq(),
-                    Cmp::Ne => o.is_ne(),
-                    Cmp::Lt => o.is_lt(),
-                    Cmp::Le => o.is_le(),
-                    Cmp::Gt => o.is_gt(),
-                    Cmp::Ge => o.is_ge(),
-                }),
-                None if matches!(x, Value::Null) || matches!(y, Value::Null) => Value::Null,
-                None => return Ok(None),
-            },
+            (Some(x), Some(y)) => from_truth(cmp_truth(*op, &x, &y)),
             _ => return Ok(None),
         },
+        E::IsNull(x, negated) => match eval(x, params)? {
+            Some(v) => Value::Bool(matches!(v, Value::Null) != *negated),
+            None => return Ok(None),
+        },
+        E::Between {
+            e: x,
+            lo,
+            hi,
+            negated,
+        } => match (eval(x, params)?, eval(lo, params)?, eval(hi, params)?) {
+            (Some(x), Some(l), Some(h)) => {
+                let within = and3(cmp_truth(Cmp::Ge, &x, &l), cmp_truth(Cmp::Le, &x, &h));
+                from_truth(if *negated { within.map(|b| !b) } else { within })
+            }
+            _ => return Ok(None),
+        },
+        E::InList {
+            e: x,
+            list,
+            negated,
+        } => {
+            let Some(x) = eval(x, params)? else {
+                return Ok(None);
+            };
+            let mut found = Some(false);
+            for item in list {
+                let Some(v) = eval(item, params)? else {
+                    return Ok(None);
+                };
+                found = match (found, cmp_truth(Cmp::Eq, &x, &v)) {
+                    (Some(true), _) | (_, Some(true)) => Some(true),
+                    (Some(false), Some(false)) => Some(false),
+                    _ => None,
+                };
+            }
+            from_truth(if *negated { found.map(|b| !b) } else { found })
+        }
+        E::Like {
+            e: x,
+            pattern,
+            negated,
+        } => match (eval(x, params)?, eval(pattern, params)?) {
+            (Some(Value::Text(t)), Some(Value::Text(p))) => {
+                let chars: Vec<char> = t.chars().collect();
+                let pat: Vec<char> = p.chars().collect();
+                Value::Bool(like(&chars, &pat) != *negated)
+            }
+            (Some(Value::Null), Some(_)) | (Some(_), Some(Value::Null)) => Value::Null,
+            _ => return Ok(None),
+        },
+        E::Func(f, args) => {
+            let mut vals = Vec::with_capacity(args.len());
+            for a in args {
+                match eval(a, params)? {
+                    Some(v) => vals.push(v),
+                    None => return Ok(None),
+                }
+            }
+            if vals.iter().any(|v| matches!(v, Value::Null)) && *f != Func::Nullif {
+                Value::Null
+            } else {
+                match (f, vals.as_slice()) {
+                    (Func::Nullif, [a, b]) => {
+                        if compare(a, b).is_some_and(|o| o.is_eq()) {
+                            Value::Null
+                        } else {
+                            a.clone()
+                        }
+                    }
+                    (Func::Length, [Value::Text(t)]) => {
+                        Value::Int(i64::try_from(t.chars().count()).unwrap_or(i64::MAX))
+                    }
+                    (Func::Length, [Value::Bytes(b)]) => {
+                        Value::Int(i64::try_from(b.len()).unwrap_or(i64::MAX))
+                    }
+                    (Func::Substr, [Value::Text(t), Value::Int(start), rest @ ..]) => {
+                        let skip = usize::try_from(*start - 1).unwrap_or(0);
+                        let take = match rest {
+                            [Value::Int(n)] => usize::try_from(*n).unwrap_or(0),
+                            _ => usize::MAX,
+                        };
+                        Value::Text(t.chars().skip(skip).take(take).collect())
+                    }
+                    (Func::Trim, [Value::Text(t)]) => Value::Text(t.trim_matches(' ').into()),
+                    (Func::Ltrim, [Value::Text(t)]) => {
+                        Value::Text(t.trim_start_matches(' ').into())
+                    }
+                    (Func::Rtrim, [Value::Text(t)]) => Value::Text(t.trim_end_matches(' ').into()),
+                    (Func::Replace, [Value::Text(a), Value::Text(b), Value::Text(c)]) => {
+                        Value::Text(if b.is_empty() {
+                            a.clone()
+                        } else {
+                            a.replace(b, c)
+                        })
+                    }
+                    _ => return Ok(None),
+                }
+            }
+        }
         _ => return Ok(None),
     }))
+}
+
+fn truth(v: &Value) -> Option<Option<bool>> {
+    match v {
+        Value::Bool(b) => Some(Some(*b)),
+        Value::Null => Some(None),
+        _ => None,
+    }
+}
+
+fn from_truth(t: Option<bool>) -> Value {
+    t.map_or(Value::Null, Value::Bool)
+}
+
+fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(false), _) | (_, Some(false)) => Some(false),
+        (Some(true), Some(true)) => Some(true),
+        _ => None,
+    }
+}
+
+fn cmp_truth(op: Cmp, x: &Value, y: &Value) -> Option<bool> {
+    let o = compare(x, y)?;
+    Some(match op {
+        Cmp::Eq => o.is_eq(),
+        Cmp::Ne => o.is_ne(),
+        Cmp::Lt => o.is_lt(),
+        Cmp::Le => o.is_le(),
+        Cmp::Gt => o.is_gt(),
+        Cmp::Ge => o.is_ge(),
+    })
+}
+
+/// SQL LIKE with `\` escaping `%`, `_` and `\` (patterns are checked to escape nothing else).
+/// Greedy with backtracking to the last `%`: O(text × pattern) at worst, whatever the pattern.
+fn like(text: &[char], pat: &[char]) -> bool {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Tok {
+        Any,
+        One,
+        Lit(char),
+    }
+    let mut toks = Vec::with_capacity(pat.len());
+    let mut i = 0;
+    while i < pat.len() {
+        toks.push(match pat[i] {
+            '%' => Tok::Any,
+            '_' => Tok::One,
+            '\\' if i + 1 < pat.len() => {
+                i += 1;
+                Tok::Lit(pat[i])
+            }
+            c => Tok::Lit(c),
+        });
+        i += 1;
+    }
+    let (mut t, mut p) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match toks.get(p) {
+            Some(Tok::Any) => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(Tok::One) => {
+                t += 1;
+                p += 1;
+            }
+            Some(Tok::Lit(c)) if *c == text[t] => {
+                t += 1;
+                p += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    toks[p..].iter().all(|x| *x == Tok::Any)
 }
 
 /// Compares two constants of comparable types.
@@ -2981,6 +3199,7 @@ fn compare(x: &Value, y: &Value) -> Option<std::cmp::Ordering> {
         _ => None,
     };
     match (x, y) {
+        (Value::Null, _) | (_, Value::Null) => None,
         (Value::Int(a), Value::Int(b)) => Some(a.cmp(b)),
         (Value::Text(a), Value::Text(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
         (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
@@ -3033,5 +3252,102 @@ fn fits(v: &Value, limit: Limit) -> Result<(), String> {
             }
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain recursive definition of LIKE, the oracle for the linear matcher.
+    fn like_reference(text: &[char], pat: &[char]) -> bool {
+        match pat.split_first() {
+            None => text.is_empty(),
+            Some(('%', rest)) => (0..=text.len()).any(|i| like_reference(&text[i..], rest)),
+            Some(('_', rest)) => !text.is_empty() && like_reference(&text[1..], rest),
+            Some(('\\', rest)) => match rest.split_first() {
+                Some((c, rest)) => text.first() == Some(c) && like_reference(&text[1..], rest),
+                None => false,
+            },
+            Some((c, rest)) => text.first() == Some(c) && like_reference(&text[1..], rest),
+        }
+    }
+
+    fn chars(s: &str) -> Vec<char> {
+        s.chars().collect()
+    }
+
+    #[test]
+    fn like_matches_sql_semantics_and_stays_linear() {
+        for (t, p, want) in [
+            ("abc", "a%", true),
+            ("abc", "a_c", true),
+            ("a%b", "a\\%b", true),
+            ("axb", "a\\%b", false),
+            ("", "%", true),
+            ("ab", "a", false),
+            ("é東", "_東", true),
+            ("a_b", "a\\_b", true),
+        ] {
+            assert_eq!(like(&chars(t), &chars(p)), want, "{t} LIKE {p}");
+        }
+        // A pattern that is exponential for naive backtracking.
+        let text = chars(&"a".repeat(5_000));
+        let pat = chars(&format!("{}b", "%a".repeat(40)));
+        assert!(!like(&text, &pat));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn like_agrees_with_its_definition(t in "[ab%_\\\\]{0,8}", p in "[ab%_]{0,6}|[ab%_]{0,3}\\\\[%_\\\\][ab%]{0,2}") {
+            proptest::prop_assert_eq!(like(&chars(&t), &chars(&p)), like_reference(&chars(&t), &chars(&p)));
+        }
+    }
+
+    fn int(v: i64) -> E {
+        E::Lit(Value::Int(v))
+    }
+
+    #[test]
+    fn constants_fold_as_postgres_folds_them() {
+        let add = E::Arith(Arith::Add, Box::new(int(i64::MAX)), Box::new(E::Param(0)));
+        assert!(eval(&add, &[Value::Int(1)]).is_err());
+        assert_eq!(
+            eval(&add, &[Value::Int(-1)]).unwrap(),
+            Some(Value::Int(i64::MAX - 1))
+        );
+        // CASE with a constant condition folds to its branch, even beside a column.
+        let col = E::Col(ColRef {
+            qualifier: "t".into(),
+            column: "c".into(),
+            ty: Ty::Text,
+            owner: 0,
+            occurrence: 0,
+            key_position: None,
+            limit: Limit::None,
+        });
+        let case = E::Case {
+            operand: None,
+            whens: vec![(E::Lit(Value::Bool(false)), col)],
+            otherwise: Some(Box::new(E::Func(
+                Func::Substr,
+                vec![E::Lit(Value::Text("xxxxxxxxxxxxxxx".into())), int(3)],
+            ))),
+        };
+        assert_eq!(
+            eval(&case, &[]).unwrap(),
+            Some(Value::Text("xxxxxxxxxxxxx".into()))
+        );
+        assert!(fits(&Value::Text("xxxxxxxxxxxxx".into()), Limit::Chars(12)).is_err());
+        assert!(fits(&Value::Int(1 << 31), Limit::IntBits(32)).is_err());
+        assert!(fits(&Value::Int((1 << 31) - 1), Limit::IntBits(32)).is_ok());
+        let dec = |s: &str| Value::Decimal(s.parse().unwrap());
+        let two = Limit::Decimal {
+            precision: 4,
+            scale: 2,
+        };
+        assert!(fits(&dec("99.99"), two).is_ok());
+        // Rounded first, as the engines do: 99.995 is 100.00, too large.
+        assert!(fits(&dec("99.995"), two).is_err());
     }
 }
