@@ -39,7 +39,13 @@ async fn every_construct_class_is_refused_or_agreed_on_three_engines() {
             .await
             .expect("connect");
         let mut conn = backend.acquire().await.expect("conn");
-        conn.batch(ITEMS).await.expect("items");
+        // MySQL's TEXT holds 64 KiB; LONGTEXT is the one that matches the others' TEXT.
+        let items = if url.starts_with("mysql") {
+            ITEMS.replace(" TEXT", " LONGTEXT")
+        } else {
+            ITEMS.to_owned()
+        };
+        conn.batch(&items).await.expect("items");
         for r in ROWS {
             conn.batch(r).await.expect("row");
         }

@@ -35,8 +35,13 @@ pub trait Fixture: Send + Sync {
     fn reconnect(&self, test: &str, options: &StoreOptions)
     -> impl Future<Output = Self::B> + Send;
 
-    /// The engine's column type for bytes (`BYTEA`, `VARBINARY(…)`, `BLOB`).
+    /// The engine's column type for bytes (`BYTEA`, `LONGBLOB`, `BLOB`).
     fn bytes_type(&self) -> &'static str;
+
+    /// The engine's column type for unbounded text (`TEXT`; MySQL's TEXT holds only 64 KiB).
+    fn text_type(&self) -> &'static str {
+        "TEXT"
+    }
 }
 
 /// Expands to one `#[tokio::test]` per conformance case for the fixture expression.
@@ -68,13 +73,14 @@ macro_rules! conformance_tests {
     };
 }
 
-/// The tables every case starts from (portable DDL; `{bytes}` is the fixture's bytes type).
+/// The tables every case starts from (portable DDL; `{bytes}` and `{text}` are the fixture's
+/// bytes and text types).
 const SCHEMA: &str = "\
 CREATE TABLE accounts (custid BIGINT NOT NULL PRIMARY KEY, name VARCHAR(64) NOT NULL UNIQUE);
 CREATE TABLE savings (custid BIGINT NOT NULL PRIMARY KEY, bal BIGINT NOT NULL, FOREIGN KEY (custid) REFERENCES accounts (custid));
 CREATE TABLE checking (custid BIGINT NOT NULL PRIMARY KEY, bal BIGINT NOT NULL, FOREIGN KEY (custid) REFERENCES accounts (custid));
 CREATE TABLE kv (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL);
-CREATE TABLE awkward (id BIGINT NOT NULL, sub INTEGER NOT NULL, amount DECIMAL(12,2), big BIGINT, note TEXT, flag BOOLEAN, data {bytes}, PRIMARY KEY (id, sub))";
+CREATE TABLE awkward (id BIGINT NOT NULL, sub INTEGER NOT NULL, amount DECIMAL(12,2), big BIGINT, note {text}, flag BOOLEAN, data {bytes}, PRIMARY KEY (id, sub))";
 
 const SHARED: [&str; 5] = ["accounts", "savings", "checking", "kv", "awkward"];
 
@@ -94,7 +100,13 @@ pub async fn outside<B: Backend>(backend: &B, sql: &str) {
 /// A fresh database with the suite's tables and data, registered.
 pub async fn setup<F: Fixture>(f: &F, test: &str, options: StoreOptions) -> Store<F::B> {
     let backend = f.backend(test, &options).await;
-    outside(&backend, &SCHEMA.replace("{bytes}", f.bytes_type())).await;
+    outside(
+        &backend,
+        &SCHEMA
+            .replace("{bytes}", f.bytes_type())
+            .replace("{text}", f.text_type()),
+    )
+    .await;
     let mut load = Vec::new();
     for i in 1..=ACCOUNTS {
         load.push(format!(
@@ -1241,10 +1253,21 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                 "CREATE TRIGGER bump BEFORE INSERT ON trg FOR EACH ROW SET NEW.v = 1;\n\
                  CREATE TABLE par (k BIGINT NOT NULL PRIMARY KEY);\n\
                  CREATE TABLE chi (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES par (k) ON DELETE CASCADE);\n\
-                 CREATE TABLE chn (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES par (k) ON UPDATE SET NULL)",
+                 CREATE TABLE chn (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES par (k) ON UPDATE SET NULL);\n\
+                 CREATE TABLE txt (k BIGINT NOT NULL PRIMARY KEY, note TEXT);\n\
+                 CREATE TABLE vb (k BIGINT NOT NULL PRIMARY KEY, data VARBINARY(100));\n\
+                 CREATE TABLE tiny (k BIGINT NOT NULL PRIMARY KEY, n TINYINT);\n\
+                 CREATE TABLE uns (k BIGINT NOT NULL PRIMARY KEY, n INT UNSIGNED)",
             )
             .await;
-            cases.extend([("chi", "ON DELETE CASCADE"), ("chn", "ON UPDATE SET NULL")]);
+            cases.extend([
+                ("chi", "ON DELETE CASCADE"),
+                ("chn", "ON UPDATE SET NULL"),
+                ("txt", "use LONGTEXT"),
+                ("vb", "use LONGBLOB"),
+                ("tiny", "TINYINT has a width no other engine has"),
+                ("uns", "INT UNSIGNED"),
+            ]);
         }
         Dialect::Sqlite => {
             outside(

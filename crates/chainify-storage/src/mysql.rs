@@ -207,15 +207,31 @@ fn column(
     let mut problem = None;
     let ty = match data_type {
         "tinyint" if column_type.starts_with("tinyint(1)") => ColumnType::Bool,
-        "bigint" if unsigned => {
-            problem = Some("BIGINT UNSIGNED exceeds the signed 64-bit range other engines store; use BIGINT or DECIMAL(20,0)".to_owned());
+        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" if unsigned => {
+            problem = Some(format!(
+                "{} UNSIGNED has a range no other engine stores; use a signed integer (BIGINT, or DECIMAL(20,0) for BIGINT UNSIGNED)",
+                data_type.to_uppercase()
+            ));
             ColumnType::Int
         }
-        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => ColumnType::Int,
+        "tinyint" | "mediumint" => {
+            problem = Some(format!(
+                "{} has a width no other engine has; use SMALLINT, INTEGER or BIGINT",
+                data_type.to_uppercase()
+            ));
+            ColumnType::Int
+        }
+        "smallint" | "int" | "bigint" => ColumnType::Int,
         "decimal" => classify_declared_type(column_type).0,
         "varchar" | "text" | "tinytext" | "mediumtext" | "longtext" | "char" => {
             if data_type == "char" {
                 problem = Some("CHAR(n) pads and compares trailing spaces differently on each engine; use VARCHAR(n) or TEXT".to_owned());
+            } else if matches!(data_type, "text" | "tinytext" | "mediumtext") {
+                // What the other engines' TEXT holds must fit here too.
+                problem = Some(format!(
+                    "{} holds fewer bytes than TEXT on the other engines; use LONGTEXT (or VARCHAR(n) everywhere)",
+                    data_type.to_uppercase()
+                ));
             } else if charset.as_deref() != Some("utf8mb4")
                 || !collation
                     .as_deref()
@@ -229,9 +245,17 @@ fn column(
             }
             ColumnType::Text
         }
-        "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => ColumnType::Bytes,
+        "longblob" => ColumnType::Bytes,
+        "varbinary" | "blob" | "tinyblob" | "mediumblob" => {
+            // PostgreSQL's BYTEA and SQLite's BLOB have no such bound.
+            problem = Some(format!(
+                "{} holds fewer bytes than the other engines' bytes columns; use LONGBLOB",
+                data_type.to_uppercase()
+            ));
+            ColumnType::Bytes
+        }
         "binary" => {
-            problem = Some("BINARY(n) pads with zero bytes; use VARBINARY(n) or BLOB".to_owned());
+            problem = Some("BINARY(n) pads with zero bytes; use LONGBLOB".to_owned());
             ColumnType::Bytes
         }
         "float" | "double" => ColumnType::Float,

@@ -25,7 +25,7 @@ use common::{MySqlFixture, PgFixture, SqliteFixture};
 /// The tables: `d` with a column of every portable type at awkward widths, `e` for subqueries
 /// (MySQL refuses a subquery on the table a statement modifies).
 const SCHEMA: &str = "\
-CREATE TABLE d (k BIGINT NOT NULL PRIMARY KEY, i INTEGER, b BIGINT, m DECIMAL(10,2), t VARCHAR(12), x TEXT, f BOOLEAN, y {bytes});
+CREATE TABLE d (k BIGINT NOT NULL PRIMARY KEY, i INTEGER, b BIGINT, m DECIMAL(10,2), t VARCHAR(12), x {text}, f BOOLEAN, y {bytes});
 CREATE TABLE e (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, s VARCHAR(20))";
 
 const ROWS: &str = "\
@@ -44,7 +44,13 @@ INSERT INTO e (k, v, s) VALUES (7, 9223372036854775807, 'a ')";
 
 async fn store<F: Fixture>(f: &F, name: &str) -> Store<F::B> {
     let backend = f.backend(name, &StoreOptions::default()).await;
-    outside(&backend, &SCHEMA.replace("{bytes}", f.bytes_type())).await;
+    outside(
+        &backend,
+        &SCHEMA
+            .replace("{bytes}", f.bytes_type())
+            .replace("{text}", f.text_type()),
+    )
+    .await;
     // Byte literals as each engine spells them (X'…' is a bit string in PostgreSQL).
     let mut rows = ROWS.to_owned();
     while let Some(at) = rows.find("{x:") {

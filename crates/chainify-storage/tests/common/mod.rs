@@ -113,7 +113,11 @@ impl Fixture for MySqlFixture {
     }
 
     fn bytes_type(&self) -> &'static str {
-        "VARBINARY(4000)"
+        "LONGBLOB"
+    }
+
+    fn text_type(&self) -> &'static str {
+        "LONGTEXT"
     }
 }
 
