@@ -184,7 +184,12 @@ pub struct CommitEngine {
     slots: BTreeMap<BlockNumber, Slot>,
     state: State,
     now: u64,
+    /// (organization, block) pairs already answered with a certificate for a late vote.
+    certified_for: std::collections::BTreeSet<(OrgId, BlockNumber)>,
 }
+
+/// Most late-vote answers remembered (forgotten all at once beyond it).
+const MAX_CERTIFIED_FOR: usize = 4096;
 
 impl CommitEngine {
     /// An engine for organization `me` (signing with `key`) whose ledger ends before `next`.
@@ -204,6 +209,7 @@ impl CommitEngine {
             slots: BTreeMap::new(),
             state: State::Running,
             now: 0,
+            certified_for: std::collections::BTreeSet::new(),
         }
     }
 
@@ -305,10 +311,18 @@ impl CommitEngine {
                 return;
             }
             match chainify_core::votes::check_vote_signature(&vote, &self.ctx) {
-                Ok(()) => out.push(Command::SendCertificate {
-                    to: vote.org,
-                    block: number,
-                }),
+                // Once per organization and block: replayed votes buy nothing more.
+                Ok(()) if self.certified_for.insert((vote.org, number)) => {
+                    if self.certified_for.len() > MAX_CERTIFIED_FOR {
+                        self.certified_for.clear();
+                        self.certified_for.insert((vote.org, number));
+                    }
+                    out.push(Command::SendCertificate {
+                        to: vote.org,
+                        block: number,
+                    });
+                }
+                Ok(()) => {}
                 Err(VoteRejection::UnknownOrg(_)) => {}
                 Err(rejection) => out.push(Command::RejectVote(rejection)),
             }

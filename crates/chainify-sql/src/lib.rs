@@ -232,7 +232,11 @@ impl Analyzer {
             };
             let plan = self.plan(&st.sql).map_err(err)?;
             check_params(&plan, &st.params).map_err(err)?;
-            let t = plan.portable.typed(&st.params).map_err(err)?;
+            // A SELECT in a transaction is capped like a query: an engine reads at most one row
+            // more than allowed, and the executor fails the transaction beyond the cap.
+            let cap = (plan.kind == chainify_core::config::StatementKind::Select)
+                .then_some(MAX_QUERY_ROWS as u64);
+            let t = plan.portable.typed_capped(&st.params, cap).map_err(err)?;
             plan.portable.check_values(&t, &st.params).map_err(err)?;
             bind_into(&plan, &st.params, &mut rwset);
             plans.push(plan);

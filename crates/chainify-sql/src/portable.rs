@@ -37,6 +37,9 @@ use crate::schema::{ColumnType, Limit, Schema, Table};
 /// Deepest expression nesting accepted (operators, function arguments, subqueries).
 pub const MAX_DEPTH: usize = 48;
 
+/// Most tables one FROM clause may join.
+pub const MAX_FROM: usize = 4;
+
 /// Most expression nodes one statement may have.
 pub const MAX_TERMS: usize = 4_096;
 
@@ -313,7 +316,18 @@ impl Portable {
         for (table, column, limit, e) in stored {
             if let Some(v) = eval(e, params)? {
                 fits(&v, limit).map_err(|what| {
-                    format!("the value {v} does not fit column {column} of table {table} ({what})")
+                    let mut shown = v.to_string();
+                    if shown.len() > 80 {
+                        let cut = (0..=77)
+                            .rev()
+                            .find(|i| shown.is_char_boundary(*i))
+                            .unwrap_or(0);
+                        shown.truncate(cut);
+                        shown.push('…');
+                    }
+                    format!(
+                        "the value {shown} does not fit column {column} of table {table} ({what})"
+                    )
                 })?;
             }
         }
@@ -325,6 +339,9 @@ impl Portable {
 /// characters in text. Errors name the parameter.
 fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
     for (i, p) in params.iter().enumerate() {
+        if let Value::Decimal(d) = p {
+            sqlite_exact(d).map_err(|why| format!("parameter ${} ({d}) {why}", i + 1))?;
+        }
         if let Value::Text(s) = p
             && let Some(c) = s.chars().find(|c| is_refused_control(*c))
         {
@@ -387,6 +404,21 @@ fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
 /// carriage return, and DEL. (NUL ends strings in C APIs; PostgreSQL refuses it in text.)
 pub fn is_refused_control(c: char) -> bool {
     (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || c == '\u{7f}'
+}
+
+/// Decimals are floating point on SQLite: one with more than 15 significant digits (or an integral
+/// one beyond 2^53) would compare and compute differently there.
+fn sqlite_exact(d: &chainify_core::Decimal) -> Result<(), &'static str> {
+    let n = d.normalized();
+    let digits = n
+        .mantissa()
+        .unsigned_abs()
+        .checked_ilog10()
+        .map_or(1, |l| l + 1);
+    if digits > 15 {
+        return Err("has more than 15 significant digits, which SQLite cannot hold exactly");
+    }
+    Ok(())
 }
 
 fn like_pattern_ok(p: &str) -> bool {
@@ -749,6 +781,19 @@ impl<'s> Builder<'s> {
         }
         let selection = u.selection.as_ref().map(|e| self.expr(e)).transpose()?;
         self.levels.pop();
+        // A key or UNIQUE column changed on several rows collides or not depending on the
+        // order the engine visits them: only one row may be changed that way.
+        let keyed = sets.iter().any(|(c, ..)| {
+            t.column(c).is_some_and(|i| {
+                t.primary_key.contains(&i) || t.uniques.iter().any(|u| u.contains(&i))
+            })
+        });
+        if keyed && !pins_key(selection.as_ref(), 0, t.primary_key.len()) {
+            return Err(format!(
+                "UPDATE of a primary-key or UNIQUE column of {} must select one row by its whole primary key (several rows collide or not depending on the engine's row order)",
+                t.name
+            ));
+        }
         Ok(Stmt::Update {
             table: t.name.clone(),
             sets,
@@ -903,6 +948,11 @@ impl<'s> Builder<'s> {
                 from.push(item);
             }
         }
+        if from.len() > MAX_FROM {
+            return Err(format!(
+                "a FROM clause joins at most {MAX_FROM} tables (every organization would compute the whole product)"
+            ));
+        }
         for (i, e) in pending_on {
             from[i].on = Some(self.expr(e)?);
         }
@@ -1024,6 +1074,21 @@ impl<'s> Builder<'s> {
         };
         let level = self.levels.len() - 1;
         check_grouping(&built, level)?;
+        if built.distinct {
+            for o in &built.order_by {
+                if let OrderKey::Expr(E::Col(c)) = &o.key
+                    && built.items.iter().any(|i| matches!(i, E::Col(x) if x == c))
+                {
+                    continue;
+                }
+                if matches!(o.key, OrderKey::Expr(_)) {
+                    return Err(
+                        "with SELECT DISTINCT, ORDER BY may only name output columns (PostgreSQL refuses the rest; the others pick a row)"
+                            .into(),
+                    );
+                }
+            }
+        }
         if built.limit.is_some() || built.offset.is_some() {
             check_total_order(&built, level, &self.levels[level])?;
         }
@@ -1061,7 +1126,13 @@ impl<'s> Builder<'s> {
                 _ => Err(format!("ORDER BY {n}: there is no output column {n}")),
             };
         }
-        Ok(OrderKey::Expr(self.expr(e)?))
+        let key = self.expr(e)?;
+        if is_constant(&key) {
+            return Err(format!(
+                "ORDER BY {e}: a constant sort key is read as an ordinal by some engines and refused by others; name a column or an output"
+            ));
+        }
+        Ok(OrderKey::Expr(key))
     }
 
     fn occurrence(&mut self, f: &TableFactor, join: JoinKind) -> Result<FromItem, Reject> {
@@ -1651,12 +1722,17 @@ fn at_most_one_row(q: &Q, level: usize) -> bool {
     if matches!(q.limit, Some(E::Lit(Value::Int(n))) if n <= 1) {
         return true;
     }
-    let [only] = q.from.as_slice() else {
+    if q.from.len() != 1 {
         return false;
-    };
-    let _ = only;
+    }
+    pins_key(q.selection.as_ref(), level, key_arity(q))
+}
+
+/// Whether a WHERE's top-level conjuncts fix every one of `arity` key columns of level `level`'s
+/// (only) table by equality with something that does not depend on that table.
+fn pins_key(selection: Option<&E>, level: usize, arity: usize) -> bool {
     let mut fixed: Vec<usize> = Vec::new();
-    let mut conjuncts: Vec<&E> = q.selection.iter().collect();
+    let mut conjuncts: Vec<&E> = selection.into_iter().collect();
     while let Some(c) = conjuncts.pop() {
         match c {
             E::And(a, b) => {
@@ -1677,7 +1753,6 @@ fn at_most_one_row(q: &Q, level: usize) -> bool {
             _ => {}
         }
     }
-    let arity = key_arity(q);
     arity > 0 && (0..arity).all(|p| fixed.contains(&p))
 }
 
@@ -1985,9 +2060,23 @@ impl Writer<'_> {
             OrderKey::Output(i) => &q.items[i - 1],
             OrderKey::Expr(e) => e,
         };
-        let (ty, piece) = self.capture(|w| w.expr(key, Use::Other))?;
+        // A sort key may be evaluated for rows another engine never sorts (a top-N plan).
+        let outer = self.filter;
+        self.filter = true;
+        let captured = self.capture(|w| w.expr(key, Use::Other));
+        self.filter = outer;
+        let (ty, piece) = captured?;
         if ty == Ty::Null {
             return Err("ORDER BY NULL is not portable".into());
+        }
+        // MariaDB sorts on the first max_sort_length (1024) bytes only, and raising it runs out
+        // of sort memory: text keys must be short enough, bytes are not sorted.
+        let short_text = matches!(key, E::Col(c) if matches!(c.limit, Limit::Chars(n) if n <= 256));
+        if ty == Ty::Bytes || (ty == Ty::Text && !short_text) {
+            return Err(format!(
+                "ORDER BY a {} value is not portable (MariaDB sorts on its first 1024 bytes only); sort by a VARCHAR(n) column with n ≤ 256",
+                ty.name()
+            ));
         }
         let own = match &o.key {
             OrderKey::Output(i) => Piece {
@@ -2069,6 +2158,14 @@ impl Writer<'_> {
 
     fn expr(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
         let ty = self.expr_inner(e, use_)?;
+        // Some spellings repeat a piece (SQLite's overflow check, REPLACE's NULL guard): stop as
+        // soon as the text outgrows the bound, before nesting multiplies it.
+        if self.sql.len() > MAX_RENDERED_LEN {
+            return Err(format!(
+                "the statement renders to more than {MAX_RENDERED_LEN} bytes on {:?}; nest less",
+                self.dialect
+            ));
+        }
         if ty == Ty::Null && !matches!(e, E::Lit(_) | E::Param(_)) {
             // PostgreSQL types such an expression as text (COALESCE(NULL, NULL) is text), which
             // then fails where another type is expected; the others take any NULL.
@@ -2097,7 +2194,12 @@ impl Writer<'_> {
                 self.param(*i);
                 Ok(ty)
             }
-            E::Lit(v) => Ok(self.literal(v)),
+            E::Lit(v) => {
+                if let Value::Decimal(d) = v {
+                    sqlite_exact(d).map_err(|why| format!("the literal {d} {why}"))?;
+                }
+                Ok(self.literal(v))
+            }
             E::Arith(..) | E::Neg(_) => {
                 let (ty, piece) = self.capture(|w| w.arith(e, use_))?;
                 if ty == Ty::Int {
@@ -2125,11 +2227,17 @@ impl Writer<'_> {
             }
             E::And(a, b) | E::Or(a, b) => {
                 let op = if matches!(e, E::And(..)) { "AND" } else { "OR" };
+                // Engines short-circuit AND and OR differently (SQLite evaluates both sides):
+                // nothing under them may fail on some rows only.
+                let outer = self.filter;
+                self.filter = true;
                 self.push("(");
-                let ta = self.expr(a, Use::Other)?;
+                let ta = self.expr(a, Use::Other);
                 let _ = write!(self.sql, " {op} ");
-                let tb = self.expr(b, Use::Other)?;
+                let tb = self.expr(b, Use::Other);
                 self.push(")");
+                self.filter = outer;
+                let (ta, tb) = (ta?, tb?);
                 bool_operand(ta, op)?;
                 bool_operand(tb, op)?;
                 Ok(Ty::Bool)
@@ -2420,6 +2528,30 @@ impl Writer<'_> {
                             "DECIMAL arithmetic ({sym}) is only portable in a value stored into a column, which rounds it to the column's scale ({why})"
                         ));
                     }
+                    // Exact in floating point only within 15 digits: bound every operand.
+                    for (operand, t) in [(a.as_ref(), ta), (b.as_ref(), tb)] {
+                        match t {
+                            Ty::Int => {
+                                let mut checks = Vec::new();
+                                if int_bound(operand, &mut checks) > 1_000_000_000_000_000 {
+                                    return Err(format!(
+                                        "an integer operand of DECIMAL arithmetic ({sym}) may exceed 15 digits ({why}); use INTEGER columns or parameters within ±2^31"
+                                    ));
+                                }
+                                self.checks.extend(checks);
+                            }
+                            _ => {
+                                if let E::Col(c) = operand
+                                    && matches!(c.limit, Limit::Decimal { precision, .. } if precision > 15)
+                                {
+                                    return Err(format!(
+                                        "DECIMAL arithmetic ({sym}) on column {} of more than 15 digits is not portable ({why})",
+                                        c.column
+                                    ));
+                                }
+                            }
+                        }
+                    }
                     return Ok(Ty::Dec);
                 }
                 if matches!(op, Arith::Div | Arith::Mod) {
@@ -2574,8 +2706,8 @@ impl Writer<'_> {
             }
             Func::Replace if self.dialect != Dialect::Postgres => {
                 // MariaDB returns the text unchanged when the pattern is absent, and SQLite when
-                // it is empty, even with a NULL replacement; PostgreSQL returns NULL for any NULL
-                // argument. Spell that out.
+                // it is empty, even with a NULL replacement; PostgreSQL returns NULL. The engines
+                // agree on a NULL text or pattern, so only the replacement needs the guard.
                 let mut pieces = Vec::new();
                 for a in args {
                     let (t, p) = self.capture(|w| w.expr(a, Use::Other))?;
@@ -2585,14 +2717,8 @@ impl Writer<'_> {
                     pieces.push(p);
                 }
                 self.push("(CASE WHEN ");
-                for (i, p) in pieces.iter().enumerate() {
-                    if i > 0 {
-                        self.push(" OR ");
-                    }
-                    self.emit(p);
-                    self.push(" IS NULL");
-                }
-                self.push(" THEN NULL ELSE replace(");
+                self.emit(&pieces[2]);
+                self.push(" IS NULL THEN NULL ELSE replace(");
                 for (i, p) in pieces.iter().enumerate() {
                     if i > 0 {
                         self.push(", ");
@@ -2927,7 +3053,10 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Reject> {
             }
         }
         E::Concat(a, b) => match (eval(a, params)?, eval(b, params)?) {
-            (Some(Value::Text(x)), Some(Value::Text(y))) => Value::Text(x + &y),
+            (Some(Value::Text(x)), Some(Value::Text(y))) => {
+                const_text_fits(x.len().saturating_add(y.len()))?;
+                Value::Text(x + &y)
+            }
             (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
             _ => return Ok(None),
         },
@@ -3093,11 +3222,17 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Reject> {
                     }
                     (Func::Rtrim, [Value::Text(t)]) => Value::Text(t.trim_end_matches(' ').into()),
                     (Func::Replace, [Value::Text(a), Value::Text(b), Value::Text(c)]) => {
-                        Value::Text(if b.is_empty() {
-                            a.clone()
+                        if b.is_empty() {
+                            Value::Text(a.clone())
                         } else {
-                            a.replace(b, c)
-                        })
+                            // The result's size first: nested REPLACEs of parameters grow
+                            // geometrically.
+                            let n = a.matches(b.as_str()).count();
+                            const_text_fits(
+                                (a.len() - n * b.len()).saturating_add(n.saturating_mul(c.len())),
+                            )?;
+                            Value::Text(a.replace(b.as_str(), c))
+                        }
                     }
                     _ => return Ok(None),
                 }
@@ -3189,6 +3324,18 @@ fn like(text: &[char], pat: &[char]) -> bool {
         }
     }
     toks[p..].iter().all(|x| *x == Tok::Any)
+}
+
+/// Longest text a constant expression may build while being checked.
+const MAX_CONST_TEXT: usize = 1 << 20;
+
+fn const_text_fits(len: usize) -> Result<(), Reject> {
+    if len > MAX_CONST_TEXT {
+        return Err(format!(
+            "a constant text expression builds more than {MAX_CONST_TEXT} bytes"
+        ));
+    }
+    Ok(())
 }
 
 /// Compares two constants of comparable types.

@@ -246,3 +246,127 @@ fn names_resolve_once_and_render_qualified() {
     let pg = &inner.typed[0].rendered(Dialect::Postgres).sql;
     assert!(pg.contains("(\"chainify_t2\".\"custid\" = 7)"), "{pg}");
 }
+
+fn review_analyzer() -> Analyzer {
+    Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT, i INTEGER, d DECIMAL(15,2), x VARCHAR(20), b BOOLEAN);
+             CREATE TABLE e (k BIGINT PRIMARY KEY, v BIGINT, x TEXT);",
+        )
+        .unwrap(),
+    )
+}
+
+/// Statements an adversarial review found accepted but computed differently (or fatally): each
+/// is now refused with its reason, and the hostile ones cost neither memory nor time.
+#[test]
+fn what_the_review_broke_is_refused() {
+    let a = review_analyzer();
+    let refused = |sql: &str, params: Vec<Value>, why: &str| {
+        let e = a.analyze(&tx(sql, params)).unwrap_err().to_string();
+        assert!(e.contains(why), "{sql}: {e}");
+    };
+    // Nested REPLACE once grew 4× per level in MySQL's and SQLite's text; now only the
+    // replacement is repeated, and the text is bounded as it grows.
+    let mut nested = "x".to_owned();
+    for _ in 0..40 {
+        nested = format!("replace({nested}, 'a', 'b')");
+    }
+    let linear = a
+        .analyze(&tx(
+            &format!("SELECT k FROM t WHERE {nested} = $1"),
+            vec![Value::Text("q".into())],
+        ))
+        .map_err(|e| e.to_string())
+        .unwrap();
+    assert!(linear.typed[0].rendered(Dialect::MySql).sql.len() < 4_000);
+    let mut doubling = "x".to_owned();
+    for _ in 0..40 {
+        doubling = format!("replace('q', 'a', {doubling})");
+    }
+    refused(
+        &format!("SELECT k FROM t WHERE {doubling} = $1"),
+        vec![Value::Text("q".into())],
+        "renders to more than",
+    );
+    // … and its constant evaluation built a 10^10-character string.
+    let mut grown = "$1".to_owned();
+    for _ in 0..5 {
+        grown = format!("replace({grown}, $2, $1)");
+    }
+    refused(
+        &format!("UPDATE t SET x = {grown} WHERE k = 1"),
+        vec![Value::Text("a".repeat(100)), Value::Text("a".into())],
+        "builds more than",
+    );
+    // Decimals SQLite cannot hold exactly.
+    refused(
+        "DELETE FROM e WHERE k = 9007199254740993.0",
+        vec![],
+        "more than 15 significant digits",
+    );
+    refused(
+        "SELECT k FROM t WHERE d = $1",
+        vec![Value::Decimal("0.10000000000000001".parse().unwrap())],
+        "parameter $1",
+    );
+    // DECIMAL arithmetic with unbounded integer operands.
+    refused(
+        "UPDATE t SET d = (v + 0.5) - v WHERE k = 1",
+        vec![],
+        "may exceed 15 digits",
+    );
+    refused(
+        "UPDATE t SET d = ((v * 4) - (v * 4)) + 0.5 WHERE k = 1",
+        vec![],
+        "may exceed 15 digits",
+    );
+    // AND/OR evaluate both sides on SQLite.
+    refused(
+        "UPDATE t SET b = (v < 0 AND v * 2 < 0) WHERE k = 1",
+        vec![],
+        "may overflow",
+    );
+    // Constant sort keys, DISTINCT with a hidden sort key, overflow in a sort key.
+    refused(
+        "SELECT v, k FROM t ORDER BY TRUE, k LIMIT 1",
+        vec![],
+        "constant sort key",
+    );
+    refused(
+        "SELECT DISTINCT v FROM t ORDER BY k LIMIT 2",
+        vec![],
+        "DISTINCT",
+    );
+    refused(
+        "SELECT k FROM t ORDER BY k DESC, v * 2 LIMIT 1",
+        vec![],
+        "may overflow",
+    );
+    // A key moved on several rows collides depending on row order.
+    refused(
+        "UPDATE e SET k = k + 1 WHERE k >= 1",
+        vec![],
+        "must select one row",
+    );
+    a.analyze(&tx(
+        "UPDATE e SET k = $2 WHERE k = $1",
+        vec![Value::Int(1), Value::Int(2)],
+    ))
+    .unwrap();
+    // Too many tables in one FROM.
+    refused(
+        "SELECT a.k FROM t AS a, t AS b, t AS c, t AS d, t AS f",
+        vec![],
+        "at most 4 tables",
+    );
+    // A transaction's SELECT carries the row cap in its text.
+    let capped = a.analyze(&tx("SELECT k FROM t", vec![])).unwrap();
+    for d in DIALECTS {
+        assert!(
+            capped.typed[0].rendered(d).sql.ends_with(" LIMIT 10001"),
+            "{}",
+            capped.typed[0].rendered(d).sql
+        );
+    }
+}

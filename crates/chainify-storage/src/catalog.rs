@@ -112,6 +112,12 @@ impl CatalogTable {
                 "shared table names must be lower case letters, digits and '_', starting with a letter or '_'".into(),
             ));
         }
+        if self.name.starts_with("chainify_") {
+            return Err(def(
+                "names starting with chainify_ are reserved for chainify's own tables and aliases"
+                    .into(),
+            ));
+        }
         if self.name.len() > MAX_TABLE_NAME {
             return Err(def(format!(
                 "name has {} characters; shared table names have at most {MAX_TABLE_NAME} (the generated digest objects add a prefix)",

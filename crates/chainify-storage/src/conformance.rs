@@ -1144,26 +1144,40 @@ pub async fn values_that_do_not_fit_abort_alike<F: Fixture>(f: &F) {
         let reason = refused(&store, vec![st(sql, params)]);
         assert!(reason.contains(column), "{reason}");
     }
+    // Constants that do not fit their column are refused before any engine sees them
+    // (PostgreSQL would fail while planning, even where no row is touched).
+    for (sql, params, why) in [
+        (
+            "INSERT INTO accounts (custid, name) VALUES ($1, $2)",
+            vec![Value::Int(900), Value::Text("x".repeat(65))],
+            "does not fit column name of table accounts (at most 64 characters)",
+        ),
+        (
+            ins,
+            vec![
+                Value::Int(1),
+                dec("10000000000.00"),
+                Value::Int(1),
+                Value::Bool(true),
+            ],
+            "does not fit column amount of table awkward (DECIMAL(12, 2))",
+        ),
+    ] {
+        let reason = refused(&store, vec![st(sql, params)]);
+        assert!(reason.contains(why), "{reason}");
+    }
+    // Computed values that do not fit abort on every engine.
     let b = block(
         &store,
         0,
         vec![
             tx(vec![st(
-                "INSERT INTO accounts (custid, name) VALUES ($1, $2)",
-                vec![Value::Int(900), Value::Text("x".repeat(65))],
+                "UPDATE accounts SET name = name || $2 WHERE custid = $1",
+                vec![Value::Int(1), Value::Text("x".repeat(60))],
             )]),
             tx(vec![st(
                 "INSERT INTO accounts (custid, name) VALUES ($1, $2)",
                 vec![Value::Int(901), Value::Text("é".repeat(64))],
-            )]),
-            tx(vec![st(
-                ins,
-                vec![
-                    Value::Int(1),
-                    dec("10000000000.00"),
-                    Value::Int(1),
-                    Value::Bool(true),
-                ],
             )]),
             tx(vec![st(
                 ins,
@@ -1174,12 +1188,20 @@ pub async fn values_that_do_not_fit_abort_alike<F: Fixture>(f: &F) {
                     Value::Bool(false),
                 ],
             )]),
+            tx(vec![st(
+                "UPDATE awkward SET amount = amount - $1 WHERE id = 2 AND sub = 1",
+                vec![Value::Int(1)],
+            )]),
+            tx(vec![st(
+                "UPDATE awkward SET sub = sub + $1 WHERE id = 2 AND sub = 1",
+                vec![Value::Int(2_147_483_647)],
+            )]),
         ],
     );
     let out = run(&store, &b, ExecMode::Parallel(4)).await;
     assert_eq!(
         out.success,
-        vec![false, true, false, true],
+        vec![false, true, true, false, false],
         "failures: {:?}",
         out.failures
     );

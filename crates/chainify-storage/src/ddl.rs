@@ -221,10 +221,12 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             // SQLite keeps any number in a DECIMAL column as it came (1.005 stays 1.005 in a
             // DECIMAL(10,2)); round it to the declared scale as PostgreSQL and MySQL do on
             // store, so later arithmetic sees the same value everywhere. The decimal 1.005 is
-            // the double 1.00499999…, so the value is first nudged away from zero by 1e-15
-            // (relative, a few ulps): that rounds the decimal the user wrote, half away from
-            // zero, for the 15 significant digits SQLite keeps exactly. (Nested trigger firing
-            // is off by default, so this UPDATE is not recorded twice.)
+            // the double 1.00499999…, so the value is first nudged away from zero by 4e-16
+            // (relative: two to four ulps, more than a decimal's error as a double and far less
+            // than half a unit of its 15th digit — 1e-15 moved 6000000000000.01 to .02): that
+            // rounds the decimal the user wrote, half away from zero, for the 15 significant
+            // digits SQLite keeps exactly. (Nested trigger firing is off by default, so this
+            // UPDATE is not recorded twice.)
             let decimals: Vec<(&str, u8)> = t
                 .columns
                 .iter()
@@ -367,7 +369,7 @@ fn sqlite_value_checks(t: &CatalogTable) -> Vec<String> {
 
 /// SQLite: `column` rounded half away from zero at `scale`, as the decimal it was written as.
 fn sqlite_round(column: &str, scale: u8) -> String {
-    format!("round({column} * (1 + 1e-15), {scale})")
+    format!("round({column} * (1 + 4e-16), {scale})")
 }
 
 /// Reads every recorded key of `t` with its counter and the row's current image (all columns
@@ -702,7 +704,7 @@ mod tests {
             .iter()
             .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_ai"))
             .unwrap();
-        assert!(ai.contains("UPDATE acct SET bal = round(bal * (1 + 1e-15), 2) WHERE bank = NEW.bank AND id = NEW.id AND (bal IS NOT round(bal * (1 + 1e-15), 2));"), "{ai}");
+        assert!(ai.contains("UPDATE acct SET bal = round(bal * (1 + 4e-16), 2) WHERE bank = NEW.bank AND id = NEW.id AND (bal IS NOT round(bal * (1 + 4e-16), 2));"), "{ai}");
         let ad = a
             .install
             .iter()
@@ -715,7 +717,7 @@ mod tests {
             .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_bi BEFORE INSERT"))
             .unwrap();
         // The bound applies after rounding (99999999.995 rounds to 10^10 and is too large).
-        assert!(bi.contains("SELECT RAISE(ABORT, 'chainify: column bal of table acct takes a number below 10^10') WHERE typeof(NEW.bal) NOT IN ('integer', 'real', 'null') OR abs(round(NEW.bal * (1 + 1e-15), 2)) >= 1e10;"), "{bi}");
+        assert!(bi.contains("SELECT RAISE(ABORT, 'chainify: column bal of table acct takes a number below 10^10') WHERE typeof(NEW.bal) NOT IN ('integer', 'real', 'null') OR abs(round(NEW.bal * (1 + 4e-16), 2)) >= 1e10;"), "{bi}");
         // A declared INTEGER is 32-bit on the other engines; SQLite checks the width.
         assert!(
             bi.contains("OR NEW.bank NOT BETWEEN -2147483648 AND 2147483647"),

@@ -537,6 +537,12 @@ impl<B: Backend> Store<B> {
                     DbErrorKind::Statement => Failure::Abort(format!("statement {n}: {e}")),
                     _ => Failure::Db(e),
                 })?;
+            if plan.kind == StatementKind::Select && rows > chainify_sql::MAX_QUERY_ROWS as u64 {
+                return Err(Failure::Abort(format!(
+                    "statement {n}: returns more than {} rows",
+                    chainify_sql::MAX_QUERY_ROWS
+                )));
+            }
             if let Some(expected) = st.expect_rows
                 && rows != expected
             {

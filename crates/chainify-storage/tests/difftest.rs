@@ -7,8 +7,9 @@
 //! parameters and each engine's text.
 //!
 //! The test command runs a fixed seed plus fresh random cases (`DIFFTEST_CASES` each, default
-//! 400); `cargo xtask difftest --cases N [--seed S]` runs longer and reports cases run,
-//! refused and different.
+//! 400; `DIFFTEST_SEED` runs that seed alone; `DIFFTEST_DB` suffixes the databases' names so that
+//! runs can go side by side); `cargo xtask difftest --cases N [--seed S]` runs longer and reports
+//! cases run, refused and different.
 
 mod common;
 
@@ -25,15 +26,15 @@ use common::{MySqlFixture, PgFixture, SqliteFixture};
 /// The tables: `d` with a column of every portable type at awkward widths, `e` for subqueries
 /// (MySQL refuses a subquery on the table a statement modifies).
 const SCHEMA: &str = "\
-CREATE TABLE d (k BIGINT NOT NULL PRIMARY KEY, i INTEGER, b BIGINT, m DECIMAL(10,2), t VARCHAR(12), x {text}, f BOOLEAN, y {bytes});
+CREATE TABLE d (k BIGINT NOT NULL PRIMARY KEY, i INTEGER, b BIGINT, m DECIMAL(10,2), t VARCHAR(12), x {text}, f BOOLEAN, y {bytes}, w DECIMAL(15,2));
 CREATE TABLE e (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, s VARCHAR(20))";
 
 const ROWS: &str = "\
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (1, 0, 0, 0.00, '', '', FALSE, {x:});
-INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (2, 2147483647, 9223372036854775807, 99999999.99, 'abc', 'ABC', TRUE, {x:00ff});
-INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (3, -2147483648, -9223372036854775807, -99999999.99, 'é東😀', 'a b ', NULL, NULL);
+INSERT INTO d (k, i, b, m, t, x, f, y, w) VALUES (2, 2147483647, 9223372036854775807, 99999999.99, 'abc', 'ABC', TRUE, {x:00ff}, 9999999999999.99);
+INSERT INTO d (k, i, b, m, t, x, f, y, w) VALUES (3, -2147483648, -9223372036854775807, -99999999.99, 'é東😀', 'a b ', NULL, NULL, -9999999999999.99);
 INSERT INTO d (k) VALUES (4);
-INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (5, -1, -1, 0.05, 'a%_\\', 'O''Brien', FALSE, {x:41});
+INSERT INTO d (k, i, b, m, t, x, f, y, w) VALUES (5, -1, -1, 0.05, 'a%_\\', 'O''Brien', FALSE, {x:41}, 6000000000000.01);
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (6, 7, 100, 1.05, 'Z', 'z', TRUE, {x:ff});
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (7, 1000, -7, -0.01, 'a ', 'a', FALSE, {x:00});
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (8, 3, 3, 3.00, 'Ab', 'ab', TRUE, {x:4142});
@@ -192,7 +193,7 @@ impl Gen {
         Some(
             match t {
                 T::Int => *self.pick(&["i", "b", "k"]),
-                T::Dec => "m",
+                T::Dec => *self.pick(&["m", "w"]),
                 T::Text => *self.pick(&["t", "x"]),
                 T::Bool => "f",
                 T::Bytes => "y",
@@ -534,7 +535,16 @@ impl Gen {
             ),
             7 => {
                 let mut values = vec!["100".to_owned()];
-                for t in [T::Int, T::Int, T::Dec, T::Text, T::Text, T::Bool, T::Bytes] {
+                for t in [
+                    T::Int,
+                    T::Int,
+                    T::Dec,
+                    T::Text,
+                    T::Text,
+                    T::Bool,
+                    T::Bytes,
+                    T::Dec,
+                ] {
                     values.push(self.expr(t, depth.min(2), Ctx::NoColumns, true));
                 }
                 (
@@ -546,7 +556,7 @@ impl Gen {
                 )
             }
             8 => {
-                let col = *self.pick(&["i", "b", "m", "t", "x", "f", "y"]);
+                let col = *self.pick(&["i", "b", "m", "w", "t", "x", "f", "y"]);
                 let dir = *self.pick(&["", " ASC", " DESC"]);
                 let nulls = *self.pick(&["", "", " NULLS FIRST", " NULLS LAST"]);
                 let limit = 1 + self.rng.below(8);
@@ -556,7 +566,7 @@ impl Gen {
                 )
             }
             _ => {
-                let col = *self.pick(&["i", "b", "m", "t", "x", "y"]);
+                let col = *self.pick(&["i", "b", "m", "w", "t", "x"]);
                 let agg = *self.pick(&["MIN", "MAX"]);
                 (
                     format!(
@@ -720,26 +730,36 @@ async fn run_seed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn portable_statements_agree_on_three_engines() {
+    // DIFFTEST_DB names the databases, so that runs can go on side by side.
+    let name = format!(
+        "difftest{}",
+        std::env::var("DIFFTEST_DB").unwrap_or_default()
+    );
     let stores = (
-        store(&PgFixture, "difftest").await,
-        store(&MySqlFixture, "difftest").await,
-        store(&SqliteFixture, "difftest").await,
+        store(&PgFixture, &name).await,
+        store(&MySqlFixture, &name).await,
+        store(&SqliteFixture, &name).await,
     );
     let per_seed: u64 = std::env::var("DIFFTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
-    let fresh = std::env::var("DIFFTEST_SEED")
+    // A given seed runs alone; otherwise the fixed seed and a fresh one.
+    let seeds: Vec<u64> = match std::env::var("DIFFTEST_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
+    {
+        Some(seed) => vec![seed],
+        None => vec![
+            20_261_123,
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+                .map_or(1, |d| d.as_nanos() as u64),
+        ],
+    };
     let started = std::time::Instant::now();
     let mut all = Vec::new();
-    for seed in [20_261_123, fresh] {
+    for seed in seeds {
         let t = run_seed(seed, per_seed, &stores).await;
         eprintln!(
             "difftest seed {seed}: {} cases, {} refused by analysis, {} failed alike, {} differences",

@@ -6,8 +6,8 @@
 //!   Criterion benchmark once (`cargo bench --workspace -- --test`).
 //! - `lint`: the format check and clippy only.
 //! - `difftest [--cases N] [--seed S]`: the differential test of the portable SQL subset on
-//!   PostgreSQL, MariaDB and SQLite with N cases (half on a fixed seed, half on S or a fresh
-//!   one); prints cases run, refused by analysis, failed alike and differences.
+//!   PostgreSQL, MariaDB and SQLite with N cases (on seed S alone, or half on a fixed seed and
+//!   half on a fresh one); prints cases run, refused by analysis, failed alike and differences.
 //! - `services start|stop [postgres|mariadb|kafka|all]`, `services status`, `services env`:
 //!   throw-away database and Kafka servers for the integration tests, on private ports of
 //!   127.0.0.1 with their data under `target/services/` (see `services.rs`).
@@ -72,9 +72,12 @@ fn difftest(args: &[String]) -> bool {
     let Some(mut env) = services::start_for_tests() else {
         return false;
     };
-    env.push(("DIFFTEST_CASES", cases.div_ceil(2).to_string()));
-    if let Some(s) = seed {
-        env.push(("DIFFTEST_SEED", s.to_string()));
+    match seed {
+        Some(s) => {
+            env.push(("DIFFTEST_CASES", cases.to_string()));
+            env.push(("DIFFTEST_SEED", s.to_string()));
+        }
+        None => env.push(("DIFFTEST_CASES", cases.div_ceil(2).to_string())),
     }
     cargo_with_env(
         &[
