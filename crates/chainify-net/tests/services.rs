@@ -303,10 +303,12 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     let e = forged.submit(deposit(1, 1)).await.unwrap_err();
     assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
     let proposal = c1.propose(deposit(2, 1));
-    c1.submit_proposal(proposal.clone()).await.unwrap();
+    let first = c1.submit_proposal(proposal.clone()).await.unwrap();
     let e = c1.submit_proposal(proposal.clone()).await.unwrap_err();
     assert_eq!(e.code(), Some(Code::AlreadyExists), "{e}");
-    // The same proposal through another organization: its endorsers know the nonce.
+    // The same proposal through another organization once it is in the ledger. (Before, a second
+    // origin may order it again: the copy is invalid at every organization alike, as a duplicate.)
+    c1.wait(&first, Duration::from_millis(50)).await.unwrap();
     let e = c3.submit_proposal(proposal).await.unwrap_err();
     assert!(
         matches!(
