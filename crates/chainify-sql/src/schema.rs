@@ -148,17 +148,7 @@ impl Limit {
         let lower = declared.trim().to_ascii_lowercase();
         let base = lower.split('(').next().unwrap_or("").trim();
         let first = base.split_whitespace().next().unwrap_or("");
-        let args: Vec<u32> = lower
-            .split_once('(')
-            .map(|(_, rest)| {
-                rest.split(')')
-                    .next()
-                    .unwrap_or("")
-                    .split(',')
-                    .filter_map(|a| a.trim().parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let args = declared_args(&lower);
         match ty {
             ColumnType::Int => Limit::IntBits(match first {
                 "tinyint" => 8,
@@ -180,6 +170,22 @@ impl Limit {
             _ => Limit::None,
         }
     }
+}
+
+/// The numbers in a declared type's parentheses (`VARCHAR(20)` → `[20]`, `DECIMAL(12, 2)` →
+/// `[12, 2]`).
+pub fn declared_args(declared: &str) -> Vec<u32> {
+    declared
+        .split_once('(')
+        .map(|(_, rest)| {
+            rest.split(')')
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|a| a.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A column.

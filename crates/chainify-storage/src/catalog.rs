@@ -247,21 +247,7 @@ pub fn is_plain_name(name: &str) -> bool {
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
 }
 
-/// The numbers in a declared type's parentheses (`VARCHAR(20)` → `[20]`, `DECIMAL(12, 2)` →
-/// `[12, 2]`).
-pub fn declared_args(declared: &str) -> Vec<u32> {
-    declared
-        .split_once('(')
-        .map(|(_, rest)| {
-            rest.split(')')
-                .next()
-                .unwrap_or("")
-                .split(',')
-                .filter_map(|a| a.trim().parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use chainify_sql::schema::declared_args;
 
 /// Classifies a type name in the SQL spelling most engines share (`INTEGER`, `DECIMAL(10,2)`,
 /// `VARCHAR(20)`, …). Returns the type and the declared precision of a decimal.
