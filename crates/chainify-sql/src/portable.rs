@@ -1919,6 +1919,17 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// Something MariaDB evaluates only sometimes (a comparison's right side once the left is
+    /// NULL, BETWEEN's bounds, IN's list, NULLIF's second argument): nothing in it may fail on
+    /// some rows only.
+    fn lazily<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, Reject>) -> Result<T, Reject> {
+        let outer = self.filter;
+        self.filter = true;
+        let r = f(self);
+        self.filter = outer;
+        r
+    }
+
     /// A WHERE, ON or HAVING condition.
     fn filter(&mut self, e: &E, what: &str) -> Result<(), Reject> {
         let outer = self.filter;
@@ -2246,7 +2257,7 @@ impl Writer<'_> {
                 self.push("(");
                 let ta = self.expr(a, Use::Other)?;
                 let _ = write!(self.sql, " {} ", op.sql());
-                let tb = self.expr(b, Use::Other)?;
+                let tb = self.lazily(|w| w.expr(b, Use::Other))?;
                 self.push(")");
                 comparable(ta, tb, op.sql())?;
                 Ok(Ty::Bool)
@@ -2285,9 +2296,9 @@ impl Writer<'_> {
                 } else {
                     " BETWEEN "
                 });
-                let tl = self.expr(lo, Use::Other)?;
+                let tl = self.lazily(|w| w.expr(lo, Use::Other))?;
                 self.push(" AND ");
-                let th = self.expr(hi, Use::Other)?;
+                let th = self.lazily(|w| w.expr(hi, Use::Other))?;
                 self.push(")");
                 comparable(t, tl, "BETWEEN")?;
                 comparable(t, th, "BETWEEN")?;
@@ -2301,7 +2312,7 @@ impl Writer<'_> {
                     if i > 0 {
                         self.push(", ");
                     }
-                    let tx = self.expr(x, Use::Other)?;
+                    let tx = self.lazily(|w| w.expr(x, Use::Other))?;
                     comparable(t, tx, "IN")?;
                 }
                 self.push("))");
@@ -2576,6 +2587,9 @@ impl Writer<'_> {
     /// there, and `2147483647 + 1` would fail).
     fn operand(&mut self, x: &E, use_: Use) -> Result<Ty, Reject> {
         match x {
+            // On SQLite every integer operation is checked, not only the outermost: a NULL
+            // operand above it (or ABS, a comparison) would hide an overflowed float.
+            E::Arith(..) | E::Neg(_) if self.dialect == Dialect::Sqlite => self.expr(x, use_),
             E::Arith(..) | E::Neg(_) => self.arith(x, use_),
             // Parameters bind as 64-bit already.
             E::Param(_) => self.expr(x, use_),
@@ -2621,7 +2635,13 @@ impl Writer<'_> {
                     if i > 0 {
                         self.push(", ");
                     }
-                    let t = self.expr(a, Use::Other)?;
+                    // COALESCE is lazy alike everywhere; NULLIF's second argument is not
+                    // evaluated by MariaDB when the first is NULL.
+                    let t = if f == Func::Nullif && i > 0 {
+                        self.lazily(|w| w.expr(a, Use::Other))?
+                    } else {
+                        self.expr(a, Use::Other)?
+                    };
                     first.get_or_insert(t);
                     result = result.unify(t).ok_or_else(|| {
                         format!(
