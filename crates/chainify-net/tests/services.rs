@@ -244,7 +244,7 @@ async fn wait_ready(net: &Net) {
                 .await
             {
                 Ok(_) => break,
-                Err(_) if attempt < 100 => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(_) if attempt < 300 => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(e) => panic!("org{org} does not answer: {e}"),
             }
         }
