@@ -726,11 +726,7 @@ impl<'s> Analysis<'s> {
             let AssignmentTarget::ColumnName(name) = &a.target else {
                 return Err("tuple assignments are not portable; assign columns one by one".into());
             };
-            let col_name = name
-                .0
-                .last()
-                .map(|p| p.to_string().trim_matches('"').to_lowercase())
-                .unwrap_or_default();
+            let col_name = crate::ident::column_name(name);
             let col = t.column(&col_name).ok_or_else(|| {
                 format!("UPDATE sets unknown column {col_name} of table {}", t.name)
             })?;
@@ -943,10 +939,7 @@ impl<'s> Analysis<'s> {
         }
         let mut cols = Vec::new();
         for c in &ins.columns {
-            let n =
-                c.0.last()
-                    .map(|p| p.to_string().trim_matches('"').to_lowercase())
-                    .unwrap_or_default();
+            let n = crate::ident::column_name(c);
             let i = t
                 .column(&n)
                 .ok_or_else(|| format!("INSERT into {} names unknown column {n}", t.name))?;

@@ -15,3 +15,12 @@ pub(crate) fn object_name(name: &ObjectName) -> String {
         .collect::<Vec<_>>()
         .join(".")
 }
+
+/// The lower-case last part of a (possibly qualified) column name, quotes removed: an UPDATE's
+/// assignment target or an INSERT's column.
+pub(crate) fn column_name(name: &ObjectName) -> String {
+    name.0
+        .last()
+        .map(|p| p.to_string().trim_matches('"').to_lowercase())
+        .unwrap_or_default()
+}

@@ -766,11 +766,7 @@ impl<'s> Builder<'s> {
             let AssignmentTarget::ColumnName(col) = &a.target else {
                 return Err("tuple assignments are not portable; assign columns one by one".into());
             };
-            let col = col
-                .0
-                .last()
-                .map(|p| p.to_string().trim_matches('"').to_lowercase())
-                .unwrap_or_default();
+            let col = crate::ident::column_name(col);
             let i = t
                 .column(&col)
                 .ok_or_else(|| format!("UPDATE sets unknown column {col} of table {}", t.name))?;
@@ -828,10 +824,7 @@ impl<'s> Builder<'s> {
         let t = self.table(name)?;
         let mut columns = Vec::new();
         for c in &ins.columns {
-            let n =
-                c.0.last()
-                    .map(|p| p.to_string().trim_matches('"').to_lowercase())
-                    .unwrap_or_default();
+            let n = crate::ident::column_name(c);
             let i = t
                 .column(&n)
                 .ok_or_else(|| format!("INSERT into {} names unknown column {n}", t.name))?;
@@ -1966,7 +1959,6 @@ impl Writer<'_> {
     fn query_at(&mut self, q: &Q, level: usize, row_cap: Option<u64>) -> Result<Vec<Ty>, Reject> {
         // Expressions of this query are at `level`; its subqueries one further in.
         self.level = level + 1;
-        let _ = level;
         self.push("SELECT ");
         if q.distinct {
             self.push("DISTINCT ");

@@ -97,16 +97,16 @@ pub async fn outside<B: Backend>(backend: &B, sql: &str) {
     }
 }
 
+/// Portable DDL with the fixture's `{bytes}` and `{text}` types filled in.
+pub fn fixture_ddl<F: Fixture>(f: &F, ddl: &str) -> String {
+    ddl.replace("{bytes}", f.bytes_type())
+        .replace("{text}", f.text_type())
+}
+
 /// A fresh database with the suite's tables and data, registered.
 pub async fn setup<F: Fixture>(f: &F, test: &str, options: StoreOptions) -> Store<F::B> {
     let backend = f.backend(test, &options).await;
-    outside(
-        &backend,
-        &SCHEMA
-            .replace("{bytes}", f.bytes_type())
-            .replace("{text}", f.text_type()),
-    )
-    .await;
+    outside(&backend, &fixture_ddl(f, SCHEMA)).await;
     let mut load = Vec::new();
     for i in 1..=ACCOUNTS {
         load.push(format!(

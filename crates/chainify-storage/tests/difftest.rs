@@ -17,7 +17,7 @@ use chainify_core::tx::{Statement, Transaction};
 use chainify_core::{Decimal, Value};
 use chainify_sql::Analyzer;
 use chainify_sql::render::Dialect;
-use chainify_storage::conformance::{Fixture, outside};
+use chainify_storage::conformance::{Fixture, fixture_ddl, outside};
 use chainify_storage::ddl::{ReadType, select_all};
 use chainify_storage::{Backend, Conn, DbErrorKind, Store, StoreOptions};
 use chainify_workload::Rng;
@@ -45,13 +45,7 @@ INSERT INTO e (k, v, s) VALUES (7, 9223372036854775807, 'a ')";
 
 async fn store<F: Fixture>(f: &F, name: &str) -> Store<F::B> {
     let backend = f.backend(name, &StoreOptions::default()).await;
-    outside(
-        &backend,
-        &SCHEMA
-            .replace("{bytes}", f.bytes_type())
-            .replace("{text}", f.text_type()),
-    )
-    .await;
+    outside(&backend, &fixture_ddl(f, SCHEMA)).await;
     // Byte literals as each engine spells them (X'…' is a bit string in PostgreSQL).
     let mut rows = ROWS.to_owned();
     while let Some(at) = rows.find("{x:") {
