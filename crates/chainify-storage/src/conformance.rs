@@ -1244,10 +1244,14 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
     let backend = store.backend();
     outside(
         backend,
-        "CREATE TABLE trg (k BIGINT NOT NULL PRIMARY KEY, v BIGINT)",
+        "CREATE TABLE trg (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+         CREATE TABLE chainify_t1 (k BIGINT NOT NULL PRIMARY KEY, v BIGINT)",
     )
     .await;
-    let mut cases: Vec<(&str, &str)> = vec![("trg", "user trigger")];
+    let mut cases: Vec<(&str, &str)> = vec![
+        ("trg", "user trigger"),
+        ("chainify_t1", "reserved for chainify"),
+    ];
     match backend.dialect() {
         Dialect::Postgres => {
             outside(
