@@ -70,6 +70,7 @@ fn lb(n: &Net, number: u64, effect: &str) -> LedgerBlock {
         tx_ids: vec![TxId(Digest::of(b"tx"))],
         success: vec![true],
         hash_digest: Digest::of(effect.as_bytes()),
+        state_digest: Digest::of(b"state"),
         hash_previous: Digest::ZERO,
         orderer_position: number,
     }

@@ -8,6 +8,7 @@
 //! - [`config`]: network and organization configuration, validated at load;
 //! - [`rwset`]: primary-key read/write sets, the contract between SQL analysis and scheduling;
 //! - [`effect`]: a block's effect on the shared tables and its order-independent digest;
+//! - [`state`]: the incremental, order-independent digest of the shared tables' whole content;
 //! - [`validate`]: deterministic validation of an ordered block's transactions.
 //!
 //! Invariant: no network, database or async runtime here; the only I/O is reading key and config
@@ -21,6 +22,7 @@ pub mod effect;
 mod ids;
 pub mod policy;
 pub mod rwset;
+pub mod state;
 pub mod tx;
 pub mod validate;
 mod value;

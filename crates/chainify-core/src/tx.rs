@@ -281,6 +281,8 @@ pub struct LedgerBlock {
     pub success: Vec<bool>,
     /// Hash over the block's digest-table rows.
     pub hash_digest: Digest,
+    /// Digest of the shared tables' whole content after the block ([`crate::state`]).
+    pub state_digest: Digest,
     /// Hash of the previous LedgerBlock ([`Digest::ZERO`] for block 1).
     pub hash_previous: Digest,
     /// Orderer position after this block.
@@ -292,7 +294,7 @@ impl LedgerBlock {
     pub const TAG: &'static str = "chainify.v1.LedgerBlock";
 
     /// Layout: tag, `string network, u64 number, list<digest> tx_ids, bitmap success,
-    /// digest hash_digest, digest hash_previous, u64 orderer_position`.
+    /// digest hash_digest, digest state_digest, digest hash_previous, u64 orderer_position`.
     pub fn encode_canonical(&self) -> Vec<u8> {
         let mut e = Encoder::new(Self::TAG);
         e.str(self.network.as_str())
@@ -303,6 +305,7 @@ impl LedgerBlock {
         }
         e.bitmap(&self.success)
             .digest(&self.hash_digest)
+            .digest(&self.state_digest)
             .digest(&self.hash_previous)
             .u64(self.orderer_position);
         e.finish()
@@ -484,6 +487,7 @@ mod tests {
             tx_ids: vec![body().tx_id()],
             success: vec![true],
             hash_digest: Digest::of(b"d"),
+            state_digest: Digest::of(b"state"),
             hash_previous: Digest::ZERO,
             orderer_position: 1,
         };

@@ -397,6 +397,7 @@ mod tests {
                 tx_ids: vec![],
                 success: vec![],
                 hash_digest: Digest::of(&b.to_be_bytes()),
+                state_digest: Digest::of(b"state"),
                 hash_previous: out.last().map_or(Digest::ZERO, |(p, _)| p.hash()),
                 orderer_position: b,
             };

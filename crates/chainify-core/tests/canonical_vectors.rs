@@ -8,6 +8,7 @@
 
 use chainify_core::canonical::Encoder;
 use chainify_core::crypto::SigningKey;
+use chainify_core::state::{RowHash, StateHash};
 use chainify_core::tx::{
     EarlyAbortResponse, LedgerBlock, ProposalBody, QueryBody, Statement, Transaction, Verdict, Vote,
 };
@@ -68,6 +69,7 @@ fn vectors() -> Json {
         tx_ids: vec![tx_id, tx_id],
         success: vec![true, false],
         hash_digest: Digest::of(b"digest rows"),
+        state_digest: Digest::of(b"state"),
         hash_previous: Digest::of(b"block 6"),
         orderer_position: 1234,
     };
@@ -105,7 +107,28 @@ fn vectors() -> Json {
             image: None,
         },
     ];
+    // The state digest: one row per awkward value (keyed 0..), then one removed again.
+    let rows: Vec<Vec<Value>> = awkward_values()
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| vec![Value::Int(i as i64), v])
+        .collect();
+    let mut state = StateHash::empty();
+    for r in &rows {
+        state.add(&RowHash::of("accounts", r));
+    }
+    let full = state.digest();
+    state.remove(&RowHash::of("accounts", &rows[0]));
+    let first_row = RowHash::of("accounts", &rows[1]);
+    let mut single = StateHash::empty();
+    single.add(&first_row);
     json!({
+        "state": {
+            "empty": StateHash::empty().digest().to_string(),
+            "row_1_lanes_le_first_16_bytes": hex::encode(&single.to_bytes()[..16]),
+            "all_awkward_rows": full.to_string(),
+            "all_but_row_0": state.digest().to_string(),
+        },
         "block_effect_digest": chainify_core::effect::block_digest(&effects).to_string(),
         "query": {
             "bytes": hex::encode(query.encode_canonical()),

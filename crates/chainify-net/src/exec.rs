@@ -155,6 +155,7 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
         block: ledger.number,
         success: ledger.success.clone(),
         digest: ledger.hash_digest,
+        state: ledger.state_digest,
         changed_rows: 0,
         failures,
         retries: 0,
@@ -292,6 +293,7 @@ mod tests {
             tx_ids: vec![chainify_core::TxId(Digest::of(b"a")); 2],
             success: vec![false, true],
             hash_digest: Digest::of(b"d"),
+            state_digest: Digest::of(b"state"),
             hash_previous: Digest::ZERO,
             orderer_position: 9,
         };

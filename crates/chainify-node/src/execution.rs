@@ -154,6 +154,7 @@ impl<B: Backend> ExecutionServer<B> {
             tx_ids: ids,
             success: outcome.success.clone(),
             hash_digest: outcome.digest,
+            state_digest: outcome.state,
             hash_previous: self.previous,
             orderer_position: block.orderer_position,
         };

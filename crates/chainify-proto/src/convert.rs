@@ -281,6 +281,7 @@ impl TryFrom<pb::LedgerBlock> for LedgerBlock {
             tx_ids,
             success,
             hash_digest: digest(&b.hash_digest, "hash_digest")?,
+            state_digest: digest(&b.state_digest, "state_digest")?,
             hash_previous: digest(&b.hash_previous, "hash_previous")?,
             orderer_position: b.orderer_position,
         })
@@ -418,6 +419,7 @@ impl From<&LedgerBlock> for pb::LedgerBlock {
             tx_ids: b.tx_ids.iter().map(|id| id.0.0.to_vec()).collect(),
             success_bitmap: pack_bits(&b.success),
             hash_digest: b.hash_digest.0.to_vec(),
+            state_digest: b.state_digest.0.to_vec(),
             hash_previous: b.hash_previous.0.to_vec(),
             orderer_position: b.orderer_position,
         }
@@ -546,6 +548,7 @@ mod tests {
             tx_ids: (0u8..9).map(|i| TxId(Digest::of(&[i]))).collect(),
             success: vec![true, false, true, true, false, false, false, true, true],
             hash_digest: Digest::of(b"digest rows"),
+            state_digest: Digest::of(b"state"),
             hash_previous: Digest::of(b"block 4"),
             orderer_position: 1234,
         }

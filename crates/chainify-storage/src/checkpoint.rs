@@ -326,6 +326,7 @@ impl<B: Backend> Store<B> {
             }
             for sql in [
                 format!("DELETE FROM chainify_applied_blocks WHERE block > {}", p(1)),
+                format!("DELETE FROM chainify_state WHERE block > {}", p(1)),
                 format!("DELETE FROM chainify_applied_txs WHERE block > {}", p(1)),
                 format!("DELETE FROM chainify_tx_index WHERE block > {}", p(1)),
                 format!("DELETE FROM chainify_checkpoint_tables WHERE block > {}", p(1)),

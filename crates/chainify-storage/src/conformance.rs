@@ -174,10 +174,23 @@ fn refused<B: Backend>(store: &Store<B>, statements: Vec<Statement>) -> String {
 }
 
 async fn run<B: Backend>(store: &Store<B>, b: &ExecBlock, mode: ExecMode) -> BlockOutcome {
-    store
+    let outcome = store
         .execute_block(b, mode)
         .await
-        .unwrap_or_else(|e| panic!("block {}: {e}", b.number))
+        .unwrap_or_else(|e| panic!("block {}: {e}", b.number));
+    // The incrementally maintained state digest equals a full scan after every block.
+    let check = store
+        .check_state()
+        .await
+        .unwrap_or_else(|e| panic!("block {}: state check: {e}", b.number));
+    assert!(
+        check.agrees(),
+        "block {}: the tables differ from the state digest: {check:?}",
+        b.number
+    );
+    assert_eq!(check.expected, outcome.state, "block {}", b.number);
+    assert_eq!(check.block, Some(b.number), "block {}", b.number);
+    outcome
 }
 
 fn dec(s: &str) -> Value {

@@ -3,11 +3,14 @@
 //! generation, so every dialect's output is unit-tested without a server.
 //!
 //! For shared table `t` (names are checked to be plain lower-case identifiers first):
-//! - `chainify_dg_t(<key columns>, chainify_n)`: one row per key changed since the last block
-//!   digest. Row triggers upsert the key (old and new key when an UPDATE moves a row) and bump
-//!   `chainify_n`, so the digest step can delete exactly the rows it hashed and keep a change that
-//!   slipped in meanwhile for the next block. The triggers need no session state: a direct change
-//!   by anyone is recorded like chainify's own.
+//! - `chainify_dg_t(<key columns>, chainify_n, chainify_was, chainify_o1…)`: one row per key
+//!   changed since the last block digest. Row triggers upsert the key (old and new key when an
+//!   UPDATE moves a row) and bump `chainify_n`, so the digest step can delete exactly the rows it
+//!   hashed and keep a change that slipped in meanwhile for the next block. The first change of a
+//!   key also records the row as it was before (`chainify_was` = 1 and the columns in
+//!   `chainify_o1…`, or 0 when the key did not exist): the state digest subtracts that image and
+//!   adds the new one. The triggers need no session state: a direct change by anyone is recorded
+//!   like chainify's own.
 //! - `chainify_cp_t(chainify_cp_block, <all columns>)`: checkpoint snapshots of `t`, one set of rows
 //!   per checkpoint block that changed `t`.
 
@@ -25,6 +28,11 @@ pub fn digest_table(table: &str) -> String {
 /// Snapshot table of `table`.
 pub fn snapshot_table(table: &str) -> String {
     format!("chainify_cp_{table}")
+}
+
+/// Column of the digest table that holds the before-image of the `i`-th (0-based) column.
+pub fn before_column(i: usize) -> String {
+    format!("chainify_o{}", i + 1)
 }
 
 /// Dirty-key table of `table`: every key a digested block changed, with the last such block, so
@@ -119,10 +127,19 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     } else {
         "BIGINT"
     };
+    let before_defs: Vec<String> = t
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{} {}", before_column(i), c.native_type))
+        .collect();
+    let before_list: Vec<String> = (0..t.columns.len()).map(before_column).collect();
+    let before_list = before_list.join(", ");
     let mut install = vec![
         format!(
-            "CREATE TABLE IF NOT EXISTS {dg} ({}, chainify_n {big} NOT NULL, PRIMARY KEY ({key_list})){suffix}",
-            key_defs.join(", ")
+            "CREATE TABLE IF NOT EXISTS {dg} ({}, chainify_n {big} NOT NULL, chainify_was SMALLINT NOT NULL, {}, PRIMARY KEY ({key_list})){suffix}",
+            key_defs.join(", "),
+            before_defs.join(", ")
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {cp} (chainify_cp_block {big} NOT NULL, {}, PRIMARY KEY (chainify_cp_block, {key_list})){suffix}",
@@ -139,6 +156,27 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // What a trigger records for `src` (OLD or NEW): its key, and the before-image when the
+    // change removes the row from under this key (OLD), none when it creates it (NEW).
+    let all_old: Vec<String> = t
+        .columns
+        .iter()
+        .map(|c| format!("OLD.{}", c.name))
+        .collect();
+    let all_old = all_old.join(", ");
+    let record = |src: &str| -> (String, String) {
+        if src == "OLD" {
+            (
+                format!("{key_list}, chainify_n, chainify_was, {before_list}"),
+                format!("{}, 1, 1, {all_old}", row("OLD")),
+            )
+        } else {
+            (
+                format!("{key_list}, chainify_n, chainify_was"),
+                format!("{}, 1, 0", row(src)),
+            )
+        }
+    };
     let key_moved = |null_safe_ne: &dyn Fn(&str) -> String| -> String {
         keys.iter()
             .map(|k| null_safe_ne(k))
@@ -149,9 +187,9 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     match dialect {
         Dialect::Postgres => {
             let upsert = |src: &str| {
+                let (columns, values) = record(src);
                 format!(
-                    "INSERT INTO {dg} AS d ({key_list}, chainify_n) VALUES ({}, 1) ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = d.chainify_n + 1;",
-                    row(src)
+                    "INSERT INTO {dg} AS d ({columns}) VALUES ({values}) ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = d.chainify_n + 1;"
                 )
             };
             let moved = key_moved(&|k| format!("NEW.{k} IS DISTINCT FROM OLD.{k}"));
@@ -185,9 +223,9 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
         }
         Dialect::MySql => {
             let upsert = |src: &str| {
+                let (columns, values) = record(src);
                 format!(
-                    "INSERT INTO {dg} ({key_list}, chainify_n) VALUES ({}, 1) ON DUPLICATE KEY UPDATE chainify_n = chainify_n + 1;",
-                    row(src)
+                    "INSERT INTO {dg} ({columns}) VALUES ({values}) ON DUPLICATE KEY UPDATE chainify_n = chainify_n + 1;"
                 )
             };
             let moved = key_moved(&|k| format!("NOT (NEW.{k} <=> OLD.{k})"));
@@ -213,9 +251,9 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
         }
         Dialect::Sqlite => {
             let upsert = |src: &str, condition: &str| {
+                let (columns, values) = record(src);
                 format!(
-                    "INSERT INTO {dg} ({key_list}, chainify_n) SELECT {}, 1 WHERE {condition} ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = chainify_n + 1;",
-                    row(src)
+                    "INSERT INTO {dg} ({columns}) SELECT {values} WHERE {condition} ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = chainify_n + 1;"
                 )
             };
             // SQLite keeps any number in a DECIMAL column as it came (1.005 stays 1.005 in a
@@ -372,8 +410,10 @@ fn sqlite_round(column: &str, scale: u8) -> String {
     format!("round({column} * (1 + 4e-16), {scale})")
 }
 
-/// Reads every recorded key of `t` with its counter and the row's current image (all columns
-/// NULL when the row is gone). Columns: keys…, `chainify_n`, then every column of `t`.
+/// Reads every recorded key of `t` with its counter, the row's current image (all columns NULL
+/// when the row is gone) and its image before the first recorded change. Columns: keys…,
+/// `chainify_n`, every column of `t`, `chainify_was` (1: the key existed before), every column
+/// of `t` again (the before-image).
 pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let name = &t.name;
     let dg = digest_table(name);
@@ -391,6 +431,13 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
         select.push(read_expr(dialect, &format!("r.{}", c.name), ty));
         types.push(ty);
     }
+    select.push(read_expr(dialect, "d.chainify_was", ReadType::Int));
+    types.push(ReadType::Int);
+    for (i, c) in t.columns.iter().enumerate() {
+        let ty = ReadType::of(&c.ty);
+        select.push(read_expr(dialect, &format!("d.{}", before_column(i)), ty));
+        types.push(ty);
+    }
     let on: Vec<String> = t
         .primary_key
         .iter()
@@ -403,6 +450,48 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
             on.join(" AND ")
         ),
         types,
+    )
+}
+
+/// Every row of `t` in no particular order, read like the digest reads images: what a full scan
+/// of the state digest hashes.
+pub fn scan(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
+    let select: Vec<String> = t
+        .columns
+        .iter()
+        .zip(&types)
+        .map(|(c, ty)| read_expr(dialect, &c.name, *ty))
+        .collect();
+    (
+        format!("SELECT {} FROM {}", select.join(", "), t.name),
+        types,
+    )
+}
+
+/// Sets the before-image of a recorded key that survived its consumption (a change slipped in
+/// after the digest read it) to the image the digest hashed. Parameters: `chainify_was`, every
+/// column, then the key values.
+pub fn rebase_change(dialect: Dialect, t: &CatalogTable) -> String {
+    let mut n = 1;
+    let mut next = || {
+        n += 1;
+        placeholder(dialect, n)
+    };
+    let sets: Vec<String> = (0..t.columns.len())
+        .map(|i| format!("{} = {}", before_column(i), next()))
+        .collect();
+    let at: Vec<String> = t
+        .primary_key
+        .iter()
+        .map(|k| format!("{k} = {}", next()))
+        .collect();
+    format!(
+        "UPDATE {} SET chainify_was = {}, {} WHERE {}",
+        digest_table(&t.name),
+        placeholder(dialect, 1),
+        sets.join(", "),
+        at.join(" AND ")
     )
 }
 

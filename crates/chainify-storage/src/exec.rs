@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use chainify_core::canonical::{pack_bits, unpack_bits};
 use chainify_core::config::StatementKind;
 use chainify_core::effect::{RowEffect, block_digest};
+use chainify_core::state::RowHash;
 use chainify_core::tx::Transaction;
 use chainify_core::{BlockNumber, Digest, TxId, Value};
 use chainify_sched::{DependencyGraph, TxExecutor, run_block, run_serial};
@@ -28,6 +29,7 @@ use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
 use crate::backend::{Backend, Conn};
 use crate::ddl::{self, ReadType};
 use crate::error::{DbError, DbErrorKind, StorageError};
+use crate::state::{split_change, state_digest};
 use crate::store::Store;
 
 /// Recorded keys deleted per statement after digesting.
@@ -128,6 +130,8 @@ pub struct BlockOutcome {
     pub success: Vec<bool>,
     /// Digest of the block's effects on the shared tables (`LedgerBlock::hash_digest`).
     pub digest: Digest,
+    /// Digest of the shared tables' whole content after the block (`LedgerBlock::state_digest`).
+    pub state: Digest,
     /// Keys whose change the digest covers.
     pub changed_rows: usize,
     /// Why transactions failed in this run (empty when the outcome was already stored).
@@ -378,7 +382,7 @@ impl<B: Backend> Store<B> {
         let digested = self
             .finalize(&mut conn, number, &success, &block.tx_ids)
             .await;
-        let (digest, changed_rows) = match digested {
+        let (digest, state, changed_rows) = match digested {
             Ok(d) => d,
             Err(e) => {
                 let _ = conn.rollback().await;
@@ -390,6 +394,7 @@ impl<B: Backend> Store<B> {
             block: number,
             success,
             digest,
+            state,
             changed_rows,
             failures,
             retries: run.retries.into_inner(),
@@ -480,13 +485,14 @@ impl<B: Backend> Store<B> {
             }
             let execute_time = started.elapsed();
             let digest_started = Instant::now();
-            let (digest, changed_rows) = self
+            let (digest, state, changed_rows) = self
                 .finalize(&mut conn, number, &success, &block.tx_ids)
                 .await?;
             Ok(BlockOutcome {
                 block: number,
                 success,
                 digest,
+                state,
                 changed_rows,
                 failures,
                 retries,
@@ -562,12 +568,13 @@ impl<B: Backend> Store<B> {
         number: BlockNumber,
         success: &[bool],
         tx_ids: &[TxId],
-    ) -> Result<(Digest, usize), StorageError> {
+    ) -> Result<(Digest, Digest, usize), StorageError> {
         let dialect = self.backend.dialect();
         let during = format!("digesting block {number}");
         let block_value = block_param(number)?;
         let p = |n| ddl::placeholder(dialect, n);
         let mut effects = Vec::new();
+        let (_, mut states) = self.read_states(conn, Some(number), &during).await?;
         for t in self.tables().values() {
             let (sql, types) = ddl::read_changes(dialect, t);
             let rows = self.db(conn.query(&sql, &[], &types).await, &during)?;
@@ -575,31 +582,57 @@ impl<B: Backend> Store<B> {
                 continue;
             }
             let key_len = t.primary_key.len();
-            let first_key = t
-                .columns
-                .iter()
-                .position(|c| c.name == t.primary_key[0])
-                .unwrap_or(0);
+            let state = states.entry(t.name.clone()).or_default();
             let mut consumed: Vec<Value> = Vec::with_capacity(rows.len() * (key_len + 1));
             let mut dirty: Vec<Value> = Vec::with_capacity(rows.len() * (key_len + 1));
-            for mut row in rows {
-                let image = row.split_off(key_len + 1);
-                let counter = row.pop().unwrap_or(Value::Null);
-                let present = !matches!(image.get(first_key), None | Some(Value::Null));
-                consumed.extend(row.iter().cloned());
+            let first = effects.len();
+            for row in rows {
+                let (key, counter, (before, image)) = split_change(t, row);
+                // The state digest: the row as it was leaves, the row as it is enters.
+                if before != image {
+                    if let Some(before) = &before {
+                        state.remove(&RowHash::of(&t.name, before));
+                    }
+                    if let Some(image) = &image {
+                        state.add(&RowHash::of(&t.name, image));
+                    }
+                }
+                consumed.extend(key.iter().cloned());
                 consumed.push(counter);
-                dirty.extend(row.iter().cloned());
+                dirty.extend(key.iter().cloned());
                 dirty.push(block_value.clone());
                 effects.push(RowEffect {
                     table: t.name.clone(),
-                    key: row,
-                    image: present.then_some(image),
+                    key,
+                    image,
                 });
             }
+            let mut deleted = 0;
             for chunk in consumed.chunks(CONSUME_CHUNK * (key_len + 1)) {
                 let sql = ddl::consume_changes(dialect, t, chunk.len() / (key_len + 1));
                 let params: Vec<&Value> = chunk.iter().collect();
-                self.db(conn.execute(&sql, &params, false).await, &during)?;
+                deleted += self.db(conn.execute(&sql, &params, false).await, &during)?;
+            }
+            if deleted < (effects.len() - first) as u64 {
+                // A change slipped in after the read (only a direct write can): its record
+                // survives for the next block, which must start from the image hashed here.
+                let sql = ddl::rebase_change(dialect, t);
+                for effect in &effects[first..] {
+                    let mut params: Vec<Value> = Vec::with_capacity(t.columns.len() + key_len + 1);
+                    match &effect.image {
+                        Some(image) => {
+                            params.push(Value::Int(1));
+                            params.extend(image.iter().cloned());
+                        }
+                        None => {
+                            params.push(Value::Int(0));
+                            params.extend(t.columns.iter().map(|_| Value::Null));
+                        }
+                    }
+                    params.extend(effect.key.iter().cloned());
+                    let refs: Vec<&Value> = params.iter().collect();
+                    self.db(conn.execute(&sql, &refs, false).await, &during)?;
+                }
             }
             for chunk in dirty.chunks(CONSUME_CHUNK * (key_len + 1)) {
                 let sql = ddl::mark_dirty(dialect, t, chunk.len() / (key_len + 1));
@@ -621,6 +654,7 @@ impl<B: Backend> Store<B> {
             )?;
         }
         let digest = block_digest(&effects);
+        self.write_states(conn, number, &states, &during).await?;
         self.db(
             conn.execute(
                 &format!(
@@ -672,7 +706,7 @@ impl<B: Backend> Store<B> {
             .await,
             &during,
         )?;
-        Ok((digest, effects.len()))
+        Ok((digest, state_digest(&states), effects.len()))
     }
 
     /// The stored outcome of an applied block.
@@ -706,10 +740,12 @@ impl<B: Backend> Store<B> {
         let digest = Digest::try_from(d.as_slice()).map_err(|_| corrupt("digest"))?;
         let count = usize::try_from(*count).map_err(|_| corrupt("count"))?;
         let success = unpack_bits(bits, count).ok_or_else(|| corrupt("success bitmap"))?;
+        let state = self.state_digest_at(number).await?;
         Ok(Some(BlockOutcome {
             block: number,
             success,
             digest,
+            state,
             changed_rows: 0,
             failures: Vec::new(),
             retries: 0,

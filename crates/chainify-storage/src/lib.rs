@@ -25,6 +25,7 @@ mod mysql;
 mod postgres;
 mod query;
 mod sqlite;
+mod state;
 mod store;
 mod value;
 
@@ -40,6 +41,7 @@ pub use mysql::{MySql, MySqlConn};
 pub use postgres::{PgConn, Postgres};
 pub use query::QueryResult;
 pub use sqlite::{Sqlite, SqliteConn};
+pub use state::{StateCheck, state_digest};
 pub use store::Store;
 
 /// Connection and execution settings of a store.

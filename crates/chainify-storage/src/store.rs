@@ -142,16 +142,18 @@ impl<B: Backend> Store<B> {
                 for sql in ddl::artifacts(dialect, t).uninstall {
                     let _ = conn.batch(&sql).await;
                 }
-                let _ = conn
-                    .execute(
-                        &format!(
-                            "DELETE FROM chainify_shared_tables WHERE table_name = {}",
-                            ddl::placeholder(dialect, 1)
-                        ),
-                        &[&Value::Text(t.name.clone())],
-                        false,
-                    )
-                    .await;
+                for system in ["chainify_shared_tables", "chainify_state"] {
+                    let _ = conn
+                        .execute(
+                            &format!(
+                                "DELETE FROM {system} WHERE table_name = {}",
+                                ddl::placeholder(dialect, 1)
+                            ),
+                            &[&Value::Text(t.name.clone())],
+                            false,
+                        )
+                        .await;
+                }
             }
             return Err(e);
         }
@@ -186,6 +188,7 @@ impl<B: Backend> Store<B> {
                     .await,
                     &during,
                 )?;
+                self.record_registered_state(conn, t).await?;
             }
         }
         Ok(())

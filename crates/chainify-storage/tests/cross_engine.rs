@@ -19,6 +19,7 @@ async fn digests_on<F: Fixture>(
     let mut success = Vec::new();
     for o in awkward_digests(&store).await {
         digests.push(o.digest);
+        digests.push(o.state);
         success.push(o.success);
     }
     let u = u64::try_from(ACCOUNTS).expect("positive");
@@ -31,6 +32,7 @@ async fn digests_on<F: Fixture>(
             .await
             .expect("smallbank block");
         digests.push(o.digest);
+        digests.push(o.state);
         success.push(o.success);
     }
     (digests, success, store)

@@ -1,0 +1,340 @@
+//! The state digest on the engine (`docs/design/digest.md`, "State digest"): each shared table's
+//! LtHash accumulator after every block in `chainify_state`, maintained by the digest step from
+//! the recorded before- and after-images, and the full scan that recomputes it from the rows.
+
+use std::collections::BTreeMap;
+
+use chainify_core::state::{RowHash, StateHash};
+use chainify_core::{BlockNumber, Digest, Value};
+
+use crate::backend::{Backend, Conn};
+use crate::catalog::CatalogTable;
+use crate::ddl::{self, ReadType};
+use crate::error::StorageError;
+use crate::store::Store;
+
+/// Accumulators of blocks older than this many blocks before the newest are deleted unless a
+/// checkpoint needs them ([`REGISTERED`], the state at registration, is kept).
+const KEEP_RECENT: i64 = 256;
+
+/// The `block` of the state recorded at registration, before any block.
+const REGISTERED: i64 = -1;
+
+/// Each registered table's accumulator.
+pub(crate) type TableStates = BTreeMap<String, StateHash>;
+
+/// The state digest of per-table accumulators: the digest of their sum.
+pub fn state_digest(tables: &TableStates) -> Digest {
+    let mut sum = StateHash::empty();
+    for s in tables.values() {
+        sum.combine(s);
+    }
+    sum.digest()
+}
+
+/// The outcome of comparing the tables' rows with the state the ledger records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateCheck {
+    /// The newest applied block; `None` before the first.
+    pub block: Option<BlockNumber>,
+    /// The digest the applied blocks lead to (with changes recorded since, not digested yet).
+    pub expected: Digest,
+    /// The digest of the rows as they are.
+    pub actual: Digest,
+    /// Tables whose rows differ from their recorded state.
+    pub differing: Vec<String>,
+    /// Rows scanned.
+    pub rows: u64,
+}
+
+impl StateCheck {
+    /// Whether the tables hold what the ledger says.
+    pub fn agrees(&self) -> bool {
+        self.differing.is_empty()
+    }
+}
+
+fn corrupt(block: Option<BlockNumber>, what: String) -> StorageError {
+    StorageError::BadBlock {
+        block: block.unwrap_or(BlockNumber(0)),
+        problem: format!("chainify_state holds {what}"),
+    }
+}
+
+impl<B: Backend> Store<B> {
+    /// Reads the per-table accumulators of the newest state before block `before` (`None`:
+    /// newest overall). Returns the block they belong to (`None`: the state at registration)
+    /// and the states.
+    pub(crate) async fn read_states(
+        &self,
+        conn: &mut B::Conn,
+        before: Option<BlockNumber>,
+        during: &str,
+    ) -> Result<(Option<BlockNumber>, TableStates), StorageError> {
+        let dialect = self.backend().dialect();
+        let (filter, params) = match before {
+            Some(b) => (
+                format!(" WHERE block < {}", ddl::placeholder(dialect, 1)),
+                vec![Value::Int(i64::try_from(b.0).unwrap_or(i64::MAX))],
+            ),
+            None => (String::new(), Vec::new()),
+        };
+        let sql = format!(
+            "SELECT block, table_name, lanes FROM chainify_state WHERE block = (SELECT MAX(block) FROM chainify_state{filter})"
+        );
+        let refs: Vec<&Value> = params.iter().collect();
+        let rows = self.db(
+            conn.query(
+                &sql,
+                &refs,
+                &[ReadType::Int, ReadType::Text, ReadType::Bytes],
+            )
+            .await,
+            during,
+        )?;
+        let mut block = None;
+        let mut states = TableStates::new();
+        for row in rows {
+            let (Some(Value::Int(b)), Some(Value::Text(table)), Some(Value::Bytes(lanes))) =
+                (row.first(), row.get(1), row.get(2))
+            else {
+                return Err(corrupt(before, "a malformed row".into()));
+            };
+            block = u64::try_from(*b).ok().map(BlockNumber);
+            let state = StateHash::from_bytes(lanes)
+                .map_err(|e| corrupt(before, format!("a bad accumulator of {table}: {e}")))?;
+            states.insert(table.clone(), state);
+        }
+        for name in self.tables().keys() {
+            if !states.contains_key(name) {
+                return Err(corrupt(
+                    before,
+                    format!("no accumulator for shared table {name}"),
+                ));
+            }
+        }
+        Ok((block, states))
+    }
+
+    /// Writes the accumulators after `block` and forgets those no restore can need.
+    pub(crate) async fn write_states(
+        &self,
+        conn: &mut B::Conn,
+        block: BlockNumber,
+        states: &TableStates,
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let dialect = self.backend().dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        let b = Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX));
+        for (table, state) in states {
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_state (block, table_name, lanes) VALUES ({}, {}, {})",
+                        p(1),
+                        p(2),
+                        p(3)
+                    ),
+                    &[
+                        &b,
+                        &Value::Text(table.clone()),
+                        &Value::Bytes(state.to_bytes()),
+                    ],
+                    false,
+                )
+                .await,
+                during,
+            )?;
+        }
+        let horizon = Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX) - KEEP_RECENT);
+        self.db(
+            conn.execute(
+                &format!(
+                    "DELETE FROM chainify_state WHERE block >= 0 AND block < {} AND block NOT IN (SELECT block FROM chainify_checkpoints)",
+                    p(1)
+                ),
+                &[&horizon],
+                false,
+            )
+            .await,
+            during,
+        )?;
+        Ok(())
+    }
+
+    /// The accumulator of `t`'s rows as they are, and how many there are.
+    pub(crate) async fn scan_table(
+        &self,
+        conn: &mut B::Conn,
+        t: &CatalogTable,
+        during: &str,
+    ) -> Result<(StateHash, u64), StorageError> {
+        let (sql, types) = ddl::scan(self.backend().dialect(), t);
+        let rows = self.db(conn.query(&sql, &[], &types).await, during)?;
+        let mut state = StateHash::empty();
+        for row in &rows {
+            state.add(&RowHash::of(&t.name, row));
+        }
+        Ok((state, rows.len() as u64))
+    }
+
+    /// Records the content of a newly registered table as its state at the newest block (or as
+    /// the state at registration), inside the registration's database transaction.
+    pub(crate) async fn record_registered_state(
+        &self,
+        conn: &mut B::Conn,
+        t: &CatalogTable,
+    ) -> Result<(), StorageError> {
+        let during = format!("recording the state of table {}", t.name);
+        let rows = self.db(
+            conn.query(
+                "SELECT MAX(block) FROM chainify_state",
+                &[],
+                &[ReadType::Int],
+            )
+            .await,
+            &during,
+        )?;
+        let block = match rows.first().and_then(|r| r.first()) {
+            Some(Value::Int(b)) => *b,
+            _ => REGISTERED,
+        };
+        let (state, _) = self.scan_table(conn, t, &during).await?;
+        let dialect = self.backend().dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        self.db(
+            conn.execute(
+                &format!(
+                    "INSERT INTO chainify_state (block, table_name, lanes) VALUES ({}, {}, {})",
+                    p(1),
+                    p(2),
+                    p(3)
+                ),
+                &[
+                    &Value::Int(block),
+                    &Value::Text(t.name.clone()),
+                    &Value::Bytes(state.to_bytes()),
+                ],
+                false,
+            )
+            .await,
+            &during,
+        )?;
+        Ok(())
+    }
+
+    /// The state digest after applied block `block`.
+    pub async fn state_digest_at(&self, block: BlockNumber) -> Result<Digest, StorageError> {
+        let during = format!("reading the state digest of block {block}");
+        let mut conn = self.acquire(&during).await?;
+        let (found, states) = self
+            .read_states(
+                &mut conn,
+                Some(BlockNumber(block.0.saturating_add(1))),
+                &during,
+            )
+            .await?;
+        if found != Some(block) {
+            return Err(corrupt(
+                Some(block),
+                format!("no accumulator for block {block} (it was forgotten or never applied)"),
+            ));
+        }
+        Ok(state_digest(&states))
+    }
+
+    /// Recomputes every shared table's accumulator from its rows and compares it with the
+    /// recorded state of the newest applied block, adjusted by the changes recorded since and
+    /// not digested yet (what the next block's digest step will fold in). Reads in one snapshot:
+    /// the recorded changes of a block in progress are in it together with their rows, so the
+    /// check may run beside the executor.
+    pub async fn check_state(&self) -> Result<StateCheck, StorageError> {
+        let during = "checking the state digest by a full scan";
+        let mut conn = self.acquire(during).await?;
+        self.db(conn.begin_snapshot().await, during)?;
+        let result = self.check_state_in(&mut conn, during).await;
+        let _ = conn.rollback().await;
+        result
+    }
+
+    async fn check_state_in(
+        &self,
+        conn: &mut B::Conn,
+        during: &str,
+    ) -> Result<StateCheck, StorageError> {
+        let (block, mut expected) = self.read_states(conn, None, during).await?;
+        let mut actual = TableStates::new();
+        let mut rows = 0;
+        for t in self.tables().values() {
+            let pending = self.read_pending(conn, t, during).await?;
+            if let Some(state) = expected.get_mut(&t.name) {
+                for (before, after) in pending {
+                    if let Some(before) = before {
+                        state.remove(&RowHash::of(&t.name, &before));
+                    }
+                    if let Some(after) = after {
+                        state.add(&RowHash::of(&t.name, &after));
+                    }
+                }
+            }
+            let (state, n) = self.scan_table(conn, t, during).await?;
+            rows += n;
+            actual.insert(t.name.clone(), state);
+        }
+        let differing = actual
+            .iter()
+            .filter(|(name, s)| expected.get(*name) != Some(s))
+            .map(|(name, _)| name.clone())
+            .collect();
+        Ok(StateCheck {
+            block,
+            expected: state_digest(&expected),
+            actual: state_digest(&actual),
+            differing,
+            rows,
+        })
+    }
+
+    /// The recorded, not yet digested changes of `t`: (before-image, current image) per key.
+    pub(crate) async fn read_pending(
+        &self,
+        conn: &mut B::Conn,
+        t: &CatalogTable,
+        during: &str,
+    ) -> Result<Vec<(Option<Vec<Value>>, Option<Vec<Value>>)>, StorageError> {
+        let (sql, types) = ddl::read_changes(self.backend().dialect(), t);
+        let rows = self.db(conn.query(&sql, &[], &types).await, during)?;
+        Ok(rows.into_iter().map(|row| split_change(t, row).2).collect())
+    }
+}
+
+/// Splits a row of [`ddl::read_changes`] into key, counter and (before-image, current image).
+#[allow(clippy::type_complexity)]
+pub(crate) fn split_change(
+    t: &CatalogTable,
+    mut row: Vec<Value>,
+) -> (Vec<Value>, Value, (Option<Vec<Value>>, Option<Vec<Value>>)) {
+    let key_len = t.primary_key.len();
+    let width = t.columns.len();
+    let first_key = t
+        .columns
+        .iter()
+        .position(|c| c.name == t.primary_key[0])
+        .unwrap_or(0);
+    let mut image = row.split_off(key_len + 1);
+    let counter = row.pop().unwrap_or(Value::Null);
+    let mut was = image.split_off(width.min(image.len()));
+    let before_image = if was.is_empty() {
+        Vec::new()
+    } else {
+        was.split_off(1)
+    };
+    let existed = matches!(was.first(), Some(Value::Int(1)));
+    let present = !matches!(image.get(first_key), None | Some(Value::Null));
+    (
+        row,
+        counter,
+        (existed.then_some(before_image), present.then_some(image)),
+    )
+}
