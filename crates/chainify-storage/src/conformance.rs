@@ -57,6 +57,7 @@ macro_rules! conformance_tests {
             transient_lock_conflicts_are_retried,
             values_that_do_not_fit_abort_alike,
             outside_changes_reach_the_next_digest,
+            trigger_bypasses_are_caught,
             checkpoint_restore_and_replay,
             blocks_apply_once_and_in_order,
             ledger_is_a_hash_chain,
@@ -852,6 +853,142 @@ pub async fn outside_changes_reach_the_next_digest<F: Fixture>(f: &F) {
     let h2 = run(&honest, &block(&honest, 2, txs()), ExecMode::Serial).await;
     let t2 = run(&tampered, &block(&tampered, 2, txs()), ExecMode::Serial).await;
     assert_eq!(h2.digest, t2.digest);
+}
+
+/// Case: what bypasses the digest triggers is caught without them. The catalog check finds a
+/// trigger disabled, dropped, redefined or added; the full scan finds the rows changed meanwhile
+/// (and a MySQL TRUNCATE); PostgreSQL's triggers fire even for a replica-role session and refuse
+/// TRUNCATE.
+pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
+    use crate::{TriggerFault, TriggerProblem};
+    use chainify_sql::render::Dialect;
+    let txs = || {
+        vec![tx(vec![
+            st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![]).expect_rows(1),
+        ])]
+    };
+    let problem = |trigger: &str, fault| TriggerProblem {
+        table: "kv".into(),
+        trigger: trigger.into(),
+        fault,
+    };
+    let store = setup(f, "bypass_off", StoreOptions::default()).await;
+    let dialect = store.backend().dialect();
+    run(&store, &block(&store, 0, txs()), ExecMode::Serial).await;
+    assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+
+    // Switched off (PostgreSQL) or dropped (MySQL, SQLite): the catalog shows it, and a change
+    // made meanwhile goes unrecorded but not unseen.
+    let (off, expected) = match dialect {
+        Dialect::Postgres => (
+            "ALTER TABLE kv DISABLE TRIGGER chainify_dg_kv",
+            problem("chainify_dg_kv", TriggerFault::Disabled("D".into())),
+        ),
+        _ => (
+            "DROP TRIGGER chainify_dg_kv_au",
+            problem("chainify_dg_kv_au", TriggerFault::Missing),
+        ),
+    };
+    outside(store.backend(), off).await;
+    assert_eq!(
+        store.check_triggers().await.expect("catalog"),
+        vec![expected]
+    );
+    outside(store.backend(), "UPDATE kv SET v = 777 WHERE k = 2").await;
+    let check = store.check_state().await.expect("scan");
+    assert_eq!(check.differing, vec!["kv".to_owned()], "{check:?}");
+    assert_ne!(check.expected, check.actual);
+    assert_eq!(check.block, Some(BlockNumber(0)));
+    store.reinstall_triggers(&["kv"]).await.expect("reinstall");
+    assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+    assert_eq!(
+        store.check_state().await.expect("scan").differing,
+        vec!["kv".to_owned()],
+        "reinstalling the triggers does not make the missed change right"
+    );
+    // The incremental digest goes on from the recorded state: the tables still differ from it.
+    let next = store
+        .execute_block(&block(&store, 1, txs()), ExecMode::Serial)
+        .await
+        .expect("block 1");
+    let check = store.check_state().await.expect("scan");
+    assert_eq!(check.expected, next.state);
+    assert!(!check.agrees());
+
+    // Redefined, or joined by a trigger chainify did not create.
+    let store = setup(f, "bypass_altered", StoreOptions::default()).await;
+    let (redefine, name, user) = match dialect {
+        Dialect::Postgres => (
+            "CREATE OR REPLACE FUNCTION chainify_dg_kv_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
+            "chainify_dg_kv",
+            "CREATE FUNCTION audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;\n\
+             CREATE TRIGGER audit AFTER INSERT ON kv FOR EACH ROW EXECUTE FUNCTION audit_fn()",
+        ),
+        Dialect::MySql => (
+            "DROP TRIGGER chainify_dg_kv_ad;\nCREATE TRIGGER chainify_dg_kv_ad AFTER DELETE ON kv FOR EACH ROW SET @chainify_x = 1",
+            "chainify_dg_kv_ad",
+            "CREATE TRIGGER audit BEFORE INSERT ON kv FOR EACH ROW SET @audit = 1",
+        ),
+        Dialect::Sqlite => (
+            "DROP TRIGGER chainify_dg_kv_ad;\nCREATE TRIGGER chainify_dg_kv_ad AFTER DELETE ON kv FOR EACH ROW BEGIN SELECT 1; END",
+            "chainify_dg_kv_ad",
+            "CREATE TRIGGER audit BEFORE INSERT ON kv FOR EACH ROW BEGIN SELECT 1; END",
+        ),
+    };
+    outside(store.backend(), redefine).await;
+    outside(store.backend(), user).await;
+    let mut found = store.check_triggers().await.expect("catalog");
+    found.sort_by(|a, b| a.trigger.cmp(&b.trigger));
+    assert_eq!(
+        found,
+        vec![
+            problem("audit", TriggerFault::Unexpected),
+            problem(name, TriggerFault::Altered)
+        ]
+    );
+    store.reinstall_triggers(&["kv"]).await.expect("reinstall");
+    assert_eq!(
+        store.check_triggers().await.expect("catalog"),
+        vec![problem("audit", TriggerFault::Unexpected)],
+        "a user trigger is reported, not removed"
+    );
+
+    // TRUNCATE fires no row trigger: PostgreSQL refuses it, MySQL's is seen by the scan. A
+    // PostgreSQL replica-role session still fires the triggers (ENABLE ALWAYS).
+    let store = setup(f, "bypass_truncate", StoreOptions::default()).await;
+    match dialect {
+        Dialect::Postgres => {
+            let mut conn = store.backend().acquire().await.expect("a connection");
+            let refused = conn.batch("TRUNCATE kv").await.expect_err("refused");
+            assert!(
+                refused.to_string().contains("cannot be truncated"),
+                "{refused}"
+            );
+            outside(
+                store.backend(),
+                "SET session_replication_role = replica;\nUPDATE kv SET v = 5 WHERE k = 3;\nSET session_replication_role = origin",
+            )
+            .await;
+            let check = store.check_state().await.expect("scan");
+            assert!(check.agrees(), "the change was recorded: {check:?}");
+            let next = run(&store, &block(&store, 0, txs()), ExecMode::Serial).await;
+            assert_eq!(
+                next.changed_rows, 2,
+                "the replica-role change is in the digest"
+            );
+        }
+        Dialect::MySql => {
+            outside(store.backend(), "TRUNCATE kv").await;
+            let check = store.check_state().await.expect("scan");
+            assert_eq!(check.differing, vec!["kv".to_owned()]);
+        }
+        Dialect::Sqlite => {
+            // SQLite has no TRUNCATE; its truncate optimization of DELETE is off while the
+            // table has triggers, so the deletion is recorded.
+            outside(store.backend(), "DELETE FROM kv").await;
+            assert!(store.check_state().await.expect("scan").agrees());
+        }
+    }
 }
 
 /// Case: checkpoints capture the state at a block, restore brings it back without recording,

@@ -98,6 +98,39 @@ pub struct Artifacts {
     pub install: Vec<String>,
     /// Statements that remove them again.
     pub uninstall: Vec<String>,
+    /// The triggers as the catalog must show them ([`trigger_catalog`]).
+    pub triggers: Vec<ExpectedTrigger>,
+}
+
+/// A digest trigger as [`trigger_catalog`] must read it back.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ExpectedTrigger {
+    /// Trigger name.
+    pub name: String,
+    /// What the catalog holds as its definition: the function body on PostgreSQL, the
+    /// `BEGIN … END` body on MySQL, the whole `CREATE TRIGGER` statement on SQLite.
+    pub definition: String,
+}
+
+/// The triggers on table `$1` as the catalog records them: name, whether they fire (`A`: always,
+/// on PostgreSQL also under `session_replication_role = replica`; anything else counts as
+/// disabled), definition as in [`ExpectedTrigger`].
+pub fn trigger_catalog(dialect: Dialect) -> (String, Vec<ReadType>) {
+    let sql = match dialect {
+        Dialect::Postgres => {
+            "SELECT CAST(t.tgname AS TEXT), CAST(t.tgenabled AS TEXT), p.prosrc \
+             FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
+             WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal"
+        }
+        Dialect::MySql => {
+            "SELECT TRIGGER_NAME, 'A', ACTION_STATEMENT FROM information_schema.TRIGGERS \
+             WHERE EVENT_OBJECT_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = ?"
+        }
+        Dialect::Sqlite => {
+            "SELECT name, 'A', sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1"
+        }
+    };
+    (sql.to_owned(), vec![ReadType::Text; 3])
 }
 
 /// Digest table, snapshot table and triggers for `t` in `dialect`.
@@ -184,6 +217,7 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             .join(" OR ")
     };
     let mut uninstall = Vec::new();
+    let mut triggers = Vec::new();
     match dialect {
         Dialect::Postgres => {
             let upsert = |src: &str| {
@@ -193,20 +227,24 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                 )
             };
             let moved = key_moved(&|k| format!("NEW.{k} IS DISTINCT FROM OLD.{k}"));
-            install.push(format!(
-                "CREATE OR REPLACE FUNCTION {dg}_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify$\n\
-                 BEGIN\n\
+            let body = format!(
+                "\nBEGIN\n\
                  IF TG_OP <> 'INSERT' THEN {} END IF;\n\
                  IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND ({moved})) THEN {} END IF;\n\
                  RETURN NULL;\n\
-                 END $chainify$",
+                 END ",
                 upsert("OLD"),
                 upsert("NEW")
+            );
+            install.push(format!(
+                "CREATE OR REPLACE FUNCTION {dg}_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify${body}$chainify$"
             ));
             // TRUNCATE fires no row triggers: forbid it rather than miss the change.
+            let truncate_body = format!(
+                "\nBEGIN RAISE EXCEPTION 'chainify: shared table {name} cannot be truncated; use DELETE so the change is recorded'; END "
+            );
             install.push(format!(
-                "CREATE OR REPLACE FUNCTION {dg}_truncate_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify$\n\
-                 BEGIN RAISE EXCEPTION 'chainify: shared table {name} cannot be truncated; use DELETE so the change is recorded'; END $chainify$"
+                "CREATE OR REPLACE FUNCTION {dg}_truncate_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify${truncate_body}$chainify$"
             ));
             install.push(format!("DROP TRIGGER IF EXISTS {dg} ON {name}"));
             install.push(format!(
@@ -216,6 +254,19 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             install.push(format!(
                 "CREATE TRIGGER {dg}_truncate BEFORE TRUNCATE ON {name} FOR EACH STATEMENT EXECUTE FUNCTION {dg}_truncate_fn()"
             ));
+            // Fire also in sessions with `session_replication_role = replica`, which otherwise
+            // skips ordinary triggers: a restore tool's session must not escape the digest.
+            install.push(format!(
+                "ALTER TABLE {name} ENABLE ALWAYS TRIGGER {dg}, ENABLE ALWAYS TRIGGER {dg}_truncate"
+            ));
+            triggers.push(ExpectedTrigger {
+                name: dg.clone(),
+                definition: body,
+            });
+            triggers.push(ExpectedTrigger {
+                name: format!("{dg}_truncate"),
+                definition: truncate_body,
+            });
             uninstall.push(format!("DROP TRIGGER IF EXISTS {dg} ON {name}"));
             uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_truncate ON {name}"));
             uninstall.push(format!("DROP FUNCTION IF EXISTS {dg}_fn()"));
@@ -247,6 +298,10 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                     "CREATE TRIGGER {dg}_{suffix} AFTER {event} ON {name} FOR EACH ROW BEGIN {body} END"
                 ));
                 uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                triggers.push(ExpectedTrigger {
+                    name: format!("{dg}_{suffix}"),
+                    definition: format!("BEGIN {body} END"),
+                });
             }
         }
         Dialect::Sqlite => {
@@ -298,12 +353,17 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             let checks = sqlite_value_checks(t);
             if !checks.is_empty() {
                 for (suffix, event) in [("bi", "INSERT"), ("bu", "UPDATE")] {
-                    install.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
-                    install.push(format!(
+                    let create = format!(
                         "CREATE TRIGGER {dg}_{suffix} BEFORE {event} ON {name} FOR EACH ROW BEGIN {} END",
                         checks.join(" ")
-                    ));
+                    );
+                    install.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                    install.push(create.clone());
                     uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                    triggers.push(ExpectedTrigger {
+                        name: format!("{dg}_{suffix}"),
+                        definition: create,
+                    });
                 }
             }
             let moved = key_moved(&|k| format!("NEW.{k} IS NOT OLD.{k}"));
@@ -320,18 +380,27 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                     ),
                 ),
             ] {
-                install.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
-                install.push(format!(
+                let create = format!(
                     "CREATE TRIGGER {dg}_{suffix} AFTER {event} ON {name} FOR EACH ROW BEGIN {body} END"
-                ));
+                );
+                install.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                install.push(create.clone());
                 uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
+                triggers.push(ExpectedTrigger {
+                    name: format!("{dg}_{suffix}"),
+                    definition: create,
+                });
             }
         }
     }
     uninstall.push(format!("DROP TABLE IF EXISTS {dg}"));
     uninstall.push(format!("DROP TABLE IF EXISTS {cp}"));
     uninstall.push(format!("DROP TABLE IF EXISTS {dk}"));
-    Artifacts { install, uninstall }
+    Artifacts {
+        install,
+        uninstall,
+        triggers,
+    }
 }
 
 /// SQLite: one `SELECT RAISE(ABORT, …)` per column whose declared type limits its values as

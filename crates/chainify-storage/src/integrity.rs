@@ -1,0 +1,140 @@
+//! Integrity of the digest triggers, checked in the catalog rather than trusted: they exist, fire
+//! (PostgreSQL: `ENABLE ALWAYS`, so neither `DISABLE TRIGGER` nor a replica-role session escapes
+//! unseen) and have the generated definition; no other trigger sits on a shared table.
+
+use std::fmt;
+
+use chainify_core::Value;
+
+use crate::backend::{Backend, Conn};
+use crate::ddl;
+use crate::error::StorageError;
+use crate::store::Store;
+
+/// What is wrong with the triggers of a shared table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TriggerFault {
+    /// A digest trigger is gone.
+    Missing,
+    /// A digest trigger exists but does not always fire (PostgreSQL's `tgenabled`).
+    Disabled(String),
+    /// A digest trigger's definition differs from the generated one.
+    Altered,
+    /// A trigger chainify did not create.
+    Unexpected,
+}
+
+/// One finding of [`Store::check_triggers`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TriggerProblem {
+    /// The shared table.
+    pub table: String,
+    /// The trigger.
+    pub trigger: String,
+    /// What is wrong.
+    pub fault: TriggerFault,
+}
+
+impl fmt::Display for TriggerProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (table, trigger) = (&self.table, &self.trigger);
+        match &self.fault {
+            TriggerFault::Missing => write!(f, "digest trigger {trigger} on {table} is missing"),
+            TriggerFault::Disabled(state) => write!(
+                f,
+                "digest trigger {trigger} on {table} is disabled (tgenabled = {state:?}, expected \"A\")"
+            ),
+            TriggerFault::Altered => write!(
+                f,
+                "digest trigger {trigger} on {table} differs from the generated definition"
+            ),
+            TriggerFault::Unexpected => write!(
+                f,
+                "trigger {trigger} on shared table {table} was not created by chainify"
+            ),
+        }
+    }
+}
+
+impl<B: Backend> Store<B> {
+    /// Compares every shared table's triggers in the catalog with the generated ones.
+    pub async fn check_triggers(&self) -> Result<Vec<TriggerProblem>, StorageError> {
+        let dialect = self.backend().dialect();
+        let during = "checking the digest triggers in the catalog";
+        let (sql, types) = ddl::trigger_catalog(dialect);
+        let mut conn = self.acquire(during).await?;
+        let mut problems = Vec::new();
+        for t in self.tables().values() {
+            let rows = self.db(
+                conn.query(&sql, &[&Value::Text(t.name.clone())], &types)
+                    .await,
+                during,
+            )?;
+            let found: Vec<(String, String, String)> = rows
+                .into_iter()
+                .filter_map(|r| match <[Value; 3]>::try_from(r) {
+                    Ok([Value::Text(n), Value::Text(e), Value::Text(d)]) => Some((n, e, d)),
+                    _ => None,
+                })
+                .collect();
+            let expected = ddl::artifacts(dialect, t).triggers;
+            let problem = |trigger: &str, fault| TriggerProblem {
+                table: t.name.clone(),
+                trigger: trigger.to_owned(),
+                fault,
+            };
+            for e in &expected {
+                match found.iter().find(|(n, _, _)| *n == e.name) {
+                    None => problems.push(problem(&e.name, TriggerFault::Missing)),
+                    Some((_, enabled, _)) if enabled != "A" => {
+                        problems.push(problem(&e.name, TriggerFault::Disabled(enabled.clone())));
+                    }
+                    Some((_, _, definition)) if definition.trim() != e.definition.trim() => {
+                        problems.push(problem(&e.name, TriggerFault::Altered));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (name, _, _) in &found {
+                if !expected.iter().any(|e| e.name == *name) {
+                    problems.push(problem(name, TriggerFault::Unexpected));
+                }
+            }
+        }
+        Ok(problems)
+    }
+
+    /// Installs the digest objects of `tables` again (enables, recreates and redefines their
+    /// triggers; leaves recorded changes and snapshots alone). A user trigger is not removed.
+    pub async fn reinstall_triggers(&self, tables: &[&str]) -> Result<(), StorageError> {
+        let dialect = self.backend().dialect();
+        let during = "reinstalling the digest triggers";
+        let all = self.tables();
+        let mut conn = self.acquire(during).await?;
+        let transactional = self.backend().transactional_ddl();
+        if transactional {
+            self.db(conn.begin().await, during)?;
+        }
+        let result = async {
+            for name in tables {
+                let t = all.get(*name).ok_or_else(|| {
+                    StorageError::Corrupt(format!("{name} is not a registered shared table"))
+                })?;
+                for sql in ddl::artifacts(dialect, t).install {
+                    self.db(conn.batch(&sql).await, during)?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if transactional {
+            match &result {
+                Ok(()) => self.db(conn.commit().await, during)?,
+                Err(_) => {
+                    let _ = conn.rollback().await;
+                }
+            }
+        }
+        result
+    }
+}
