@@ -651,6 +651,14 @@ pub struct CheckpointFile {
     /// Keep this many checkpoints.
     #[serde(default = "default_checkpoints_kept")]
     pub kept: usize,
+    /// Compare the shared tables with the ledger's state digest by a full scan at start and
+    /// every this many blocks (in the background).
+    #[serde(default = "default_state_check_interval")]
+    pub state_check_interval: u64,
+}
+
+fn default_state_check_interval() -> u64 {
+    100
 }
 
 fn default_checkpoint_interval() -> u64 {
@@ -665,6 +673,7 @@ impl Default for CheckpointFile {
         CheckpointFile {
             interval_blocks: default_checkpoint_interval(),
             kept: default_checkpoints_kept(),
+            state_check_interval: default_state_check_interval(),
         }
     }
 }

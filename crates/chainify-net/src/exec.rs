@@ -67,7 +67,7 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
         })?;
         let done = self
             .port
-            .execute(block, previous, request.checkpoint)
+            .execute(block, previous, request.checkpoint, request.state_check)
             .await
             .map_err(failed)?;
         let executed = &done.executed;
@@ -81,6 +81,7 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
             ledger: Some(pb::LedgerBlock::from(&executed.ledger)),
             invalid: reasons(&executed.invalid),
             failures: reasons(&failures),
+            integrity: done.integrity.clone(),
             checkpoint_asked: done.checkpoint.is_some(),
             checkpoint_error: match &done.checkpoint {
                 Some(Err(e)) => e.clone(),
@@ -176,6 +177,7 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
             (true, e) if e.is_empty() => Some(Ok(())),
             (true, e) => Some(Err(e)),
         },
+        integrity: response.integrity,
     })
 }
 
@@ -185,6 +187,7 @@ impl ExecutionPort for RemoteExecution {
         block: TransactionBlock,
         previous: Digest,
         checkpoint: bool,
+        state_check: bool,
     ) -> PortFuture<'_, PortExecuted> {
         let mut client = self.client.clone();
         Box::pin(async move {
@@ -192,6 +195,7 @@ impl ExecutionPort for RemoteExecution {
                 block: Some(pb::TransactionBlock::from(&block)),
                 previous: previous.as_bytes().to_vec(),
                 checkpoint,
+                state_check,
             });
             request.set_timeout(EXECUTE_TIMEOUT);
             let response = client
@@ -237,7 +241,13 @@ mod tests {
     struct Unreachable;
 
     impl ExecutionPort for Unreachable {
-        fn execute(&self, _: TransactionBlock, _: Digest, _: bool) -> PortFuture<'_, PortExecuted> {
+        fn execute(
+            &self,
+            _: TransactionBlock,
+            _: Digest,
+            _: bool,
+            _: bool,
+        ) -> PortFuture<'_, PortExecuted> {
             Box::pin(async { panic!("executed a malformed request") })
         }
         fn restore(&self, _: BlockNumber) -> PortFuture<'_, ()> {
@@ -267,6 +277,7 @@ mod tests {
                 block: Some(block),
                 previous: vec![1, 2, 3],
                 checkpoint: false,
+                state_check: false,
             }))
             .await
             .unwrap_err();
@@ -303,8 +314,14 @@ mod tests {
             failures: reasons(&[(1, "statement 1: expected 1 rows, got 0".into())]),
             checkpoint_asked: true,
             checkpoint_error: "disk full".into(),
+            integrity: vec!["digest trigger chainify_dg_t_au on t is missing".into()],
         })
         .unwrap();
+        assert_eq!(
+            done.integrity,
+            ["digest trigger chainify_dg_t_au on t is missing"],
+            "integrity findings reach the node"
+        );
         assert_eq!(done.executed.ledger, ledger);
         assert_eq!(done.executed.invalid, [(0, "bad signature".to_owned())]);
         assert_eq!(done.executed.outcome.failures[0].index, 1);

@@ -405,6 +405,7 @@ pub async fn run_org(
                 mode,
                 checkpoint_interval: config.checkpoint.interval_blocks,
                 checkpoints_kept: config.checkpoint.kept,
+                state_check_interval: config.checkpoint.state_check_interval,
                 ..NodeSettings::default()
             });
             let node = if component == Commit {

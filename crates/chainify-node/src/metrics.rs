@@ -148,6 +148,12 @@ impl Phase {
 pub struct Metrics {
     phases: Vec<Histogram>,
     block_txs: Histogram,
+    /// Times the digest triggers were found broken and reinstalled.
+    pub trigger_repairs: AtomicU64,
+    /// Full scans against the state digest completed.
+    pub state_checks: AtomicU64,
+    /// Full scans that found the tables differ from the state digest.
+    pub state_mismatches: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -158,6 +164,9 @@ impl Default for Metrics {
                 .map(|_| Histogram::new(&SECONDS_BUCKETS))
                 .collect(),
             block_txs: Histogram::new(&BLOCK_TXS_BUCKETS),
+            trigger_repairs: AtomicU64::new(0),
+            state_checks: AtomicU64::new(0),
+            state_mismatches: AtomicU64::new(0),
         }
     }
 }
@@ -202,6 +211,31 @@ impl Metrics {
         );
         self.block_txs
             .render(out, "chainify_block_transactions", "");
+        for (name, help, value) in [
+            (
+                "chainify_trigger_repairs_total",
+                "Times the digest triggers were found missing, disabled or altered and reinstalled.",
+                &self.trigger_repairs,
+            ),
+            (
+                "chainify_state_checks_total",
+                "Full scans of the shared tables compared with the state digest.",
+                &self.state_checks,
+            ),
+            (
+                "chainify_state_mismatches_total",
+                "Full scans that found the shared tables differ from the state digest.",
+                &self.state_mismatches,
+            ),
+        ] {
+            sample(
+                out,
+                name,
+                "counter",
+                help,
+                value.load(Ordering::Relaxed) as f64,
+            );
+        }
     }
 }
 

@@ -54,6 +54,9 @@ pub struct NodeSettings {
     pub checkpoint_interval: u64,
     /// Keep this many checkpoints of agreed blocks.
     pub checkpoints_kept: usize,
+    /// Compare the shared tables with the state digest by a full scan (in the background) with
+    /// the first block after start and every block whose number is a multiple of this.
+    pub state_check_interval: u64,
     /// How many blocks may execute beyond the next block to append (0: none; the paper's
     /// behaviour).
     pub pipeline_depth: u64,
@@ -75,6 +78,7 @@ impl Default for NodeSettings {
             mode: ExecMode::Parallel(8),
             checkpoint_interval: 100,
             checkpoints_kept: 3,
+            state_check_interval: 100,
             pipeline_depth: 1,
             timing: Timing::default(),
             tick: Duration::from_millis(50),
@@ -282,6 +286,8 @@ pub struct Node<B: Backend, O: Orderer> {
     /// When each block not yet appended finished executing (for the vote phase).
     executed_at: BTreeMap<BlockNumber, Instant>,
     writing: Option<OwnedRwLockWriteGuard<()>>,
+    /// Whether a full scan was asked for since start.
+    state_checked: bool,
 }
 
 type GateWait = Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>;
@@ -330,6 +336,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 settings.checkpoint_interval, settings.checkpoints_kept
             )));
         }
+        if settings.state_check_interval == 0 {
+            return Err(NodeError::Settings(
+                "state_check_interval must be at least 1 (blocks between full scans)".into(),
+            ));
+        }
         if !network.orgs.contains_key(&me) {
             return Err(NodeError::Settings(format!(
                 "organization {me} is not in network {}",
@@ -375,6 +386,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             writing,
             metrics,
             executed_at: BTreeMap::new(),
+            state_checked: false,
         };
         if next > Resume::START.block {
             node.catch_up(BlockNumber(next.0 - 1)).await?;
@@ -503,8 +515,16 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         let port = self.port.clone();
         let previous = self.previous;
         let checkpoint = self.checkpoint_due(block.number);
+        let state_check = !self.state_checked
+            || block
+                .number
+                .0
+                .is_multiple_of(self.settings.state_check_interval);
+        self.state_checked = true;
         self.in_flight = Some(InFlight(tokio::spawn(async move {
-            let result = port.execute(block.clone(), previous, checkpoint).await;
+            let result = port
+                .execute(block.clone(), previous, checkpoint, state_check)
+                .await;
             Flight { block, result }
         })));
     }
@@ -538,7 +558,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             Ok(PortExecuted {
                 executed,
                 checkpoint,
+                integrity,
             }) => {
+                for finding in integrity {
+                    self.alarm(finding);
+                }
                 self.failed_attempts = 0;
                 self.previous = executed.ledger.hash();
                 self.resume = Resume::after(&flight.block);
@@ -670,14 +694,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                         warn!(org = %self.me, %problem, "certificate not accepted");
                         self.status.send_modify(|s| s.rejected_certificates += 1);
                     }
-                    Command::Alarm(alarm) => {
-                        error!(org = %self.me, %alarm, "alarm");
-                        self.status.send_modify(|s| {
-                            s.alarms.push(alarm);
-                            s.alarms_total += 1;
-                            trim(&mut s.alarms);
-                        });
-                    }
+                    Command::Alarm(alarm) => self.alarm(alarm),
                 }
             }
         }
@@ -691,6 +708,16 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             changed
         });
         Ok(())
+    }
+
+    /// Raises an operator alarm: log, status and the alarm counter.
+    fn alarm(&self, alarm: String) {
+        error!(org = %self.me, %alarm, "alarm");
+        self.status.send_modify(|s| {
+            s.alarms.push(alarm);
+            s.alarms_total += 1;
+            trim(&mut s.alarms);
+        });
     }
 
     /// Appends an agreed block, retrying while the database is unreachable: nothing can go on
@@ -895,7 +922,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 }
                 let (port, previous) = (self.port.clone(), self.previous);
                 let done = patiently(self.settings.replay_timeout, || {
-                    port.execute(block.clone(), previous, false)
+                    port.execute(block.clone(), previous, false, false)
                 })
                 .await?
                 .executed;

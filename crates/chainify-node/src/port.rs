@@ -15,7 +15,11 @@ use std::time::Instant;
 
 use chainify_core::tx::TransactionBlock;
 use chainify_core::{BlockNumber, Digest};
-use chainify_storage::{Backend, Store};
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+use chainify_storage::{Backend, StateCheck, StorageError, Store, TriggerFault};
+use futures_util::FutureExt;
 use tokio::sync::Mutex;
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
@@ -31,17 +35,24 @@ pub struct PortExecuted {
     pub executed: Executed,
     /// `None`: no checkpoint was asked for; `Some(Err(why))`: it failed (the block stands).
     pub checkpoint: Option<Result<(), String>>,
+    /// Integrity findings since the last block (each reported once while it lasts): digest
+    /// triggers found broken and reinstalled, foreign triggers, a full scan that differs.
+    pub integrity: Vec<String>,
 }
 
 /// Executes blocks and manages checkpoints on the organization's database.
 pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
     /// Executes `block` with its LedgerBlock chained to `previous`; takes a checkpoint of the
-    /// resulting state when `checkpoint`. Running a block again returns its stored outcome.
+    /// resulting state when `checkpoint`; starts a full scan against the state digest in the
+    /// background when `state_check` (its finding comes with a later block). Before every block
+    /// the digest triggers are checked in the catalog and reinstalled when broken. Running a
+    /// block again returns its stored outcome.
     fn execute(
         &self,
         block: TransactionBlock,
         previous: Digest,
         checkpoint: bool,
+        state_check: bool,
     ) -> PortFuture<'_, PortExecuted>;
 
     /// Restores the database to checkpoint `block`.
@@ -57,6 +68,102 @@ pub struct LocalExecution<B: Backend> {
     store: Arc<Store<B>>,
     server: Arc<Mutex<ExecutionServer<B>>>,
     metrics: Arc<Metrics>,
+    integrity: std::sync::Mutex<Integrity>,
+}
+
+/// The integrity checks' state between blocks.
+#[derive(Debug, Default)]
+struct Integrity {
+    /// The full scan under way.
+    scan: Option<tokio::task::JoinHandle<Result<StateCheck, StorageError>>>,
+    /// Trigger findings reported already (reported again only after they cleared).
+    reported: BTreeSet<String>,
+    /// A trigger was broken: scan at the next chance, whatever the interval.
+    scan_due: bool,
+}
+
+impl<B: Backend> LocalExecution<B> {
+    /// Checks the digest triggers (reinstalling broken ones), collects a finished full scan
+    /// and starts one when asked or when a trigger was broken. Returns what to report.
+    async fn check_integrity(&self, block: BlockNumber, state_check: bool) -> Vec<String> {
+        let mut findings = Vec::new();
+        let triggers = self.store.check_triggers().await;
+        let mut current = BTreeSet::new();
+        let mut broken: Vec<String> = Vec::new();
+        match triggers {
+            Ok(problems) => {
+                for p in problems {
+                    if p.fault != TriggerFault::Unexpected && !broken.contains(&p.table) {
+                        broken.push(p.table.clone());
+                    }
+                    current.insert(p.to_string());
+                }
+            }
+            Err(e) => findings.push(format!("checking the digest triggers failed: {e}")),
+        }
+        if !broken.is_empty() {
+            let names: Vec<&str> = broken.iter().map(String::as_str).collect();
+            match self.store.reinstall_triggers(&names).await {
+                Ok(()) => findings.push(format!(
+                    "before block {block}: reinstalled the digest triggers of {}; changes made meanwhile are checked by a full scan",
+                    broken.join(", ")
+                )),
+                Err(e) => findings.push(format!(
+                    "before block {block}: reinstalling the digest triggers of {} failed: {e}",
+                    broken.join(", ")
+                )),
+            }
+            self.metrics.trigger_repairs.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut state = self.integrity.lock().unwrap_or_else(|e| e.into_inner());
+        for finding in &current {
+            if !state.reported.contains(finding) {
+                findings.push(format!("before block {block}: {finding}"));
+            }
+        }
+        state.reported = current;
+        state.scan_due |= !broken.is_empty();
+        if state.scan.as_ref().is_some_and(|s| s.is_finished())
+            && let Some(scan) = state.scan.take()
+            && let Some(Ok(result)) = scan.now_or_never()
+        {
+            self.metrics.state_checks.fetch_add(1, Ordering::Relaxed);
+            match result {
+                Ok(check) if check.agrees() => {
+                    tracing::info!(block = ?check.block, rows = check.rows, "full scan agrees with the state digest");
+                }
+                Ok(check) => {
+                    self.metrics
+                        .state_mismatches
+                        .fetch_add(1, Ordering::Relaxed);
+                    findings.push(format!(
+                        "full scan after block {}: table(s) {} differ from the state digest (expected {}, scanned {} over {} rows)",
+                        check.block.map_or("-".into(), |b| b.to_string()),
+                        check.differing.join(", "),
+                        check.expected,
+                        check.actual,
+                        check.rows
+                    ));
+                }
+                Err(e) => findings.push(format!("the full scan failed: {e}")),
+            }
+        }
+        if (state_check || state.scan_due) && state.scan.is_none() {
+            state.scan_due = false;
+            let store = self.store.clone();
+            state.scan = Some(tokio::spawn(async move { store.check_state().await }));
+        }
+        findings
+    }
+}
+
+impl<B: Backend> Drop for LocalExecution<B> {
+    fn drop(&mut self) {
+        let state = self.integrity.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(scan) = state.scan.take() {
+            scan.abort();
+        }
+    }
 }
 
 impl<B: Backend> LocalExecution<B> {
@@ -70,6 +177,7 @@ impl<B: Backend> LocalExecution<B> {
             store,
             server: Arc::new(Mutex::new(server)),
             metrics,
+            integrity: std::sync::Mutex::new(Integrity::default()),
         }
     }
 }
@@ -80,10 +188,12 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
         block: TransactionBlock,
         previous: Digest,
         checkpoint: bool,
+        state_check: bool,
     ) -> PortFuture<'_, PortExecuted> {
         Box::pin(async move {
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
+            let integrity = self.check_integrity(block.number, state_check).await;
             server.set_previous(previous);
             let executed = server.execute(&block).await?;
             let outcome = &executed.outcome;
@@ -111,6 +221,7 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             Ok(PortExecuted {
                 executed,
                 checkpoint,
+                integrity,
             })
         })
     }

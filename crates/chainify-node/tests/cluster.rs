@@ -112,6 +112,85 @@ async fn a_tampered_org_recovers_while_the_others_go_on() {
     cluster.shutdown().await.expect("shutdown");
 }
 
+/// Changes that bypass the digest triggers (PostgreSQL: the trigger disabled; SQLite: dropped)
+/// on a table no block writes: the votes still agree, so only the integrity checks can see them.
+/// The broken triggers are reinstalled before the next block, and the full scan that follows
+/// raises an alarm naming the table; the honest organization raises none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_bypass_is_caught_within_one_check_interval() {
+    let urls = smallbank_dbs("bypass", &["postgres", "mariadb", "sqlite"], ACCOUNTS).await;
+    let mut spec = spec("bypass", "any-2", &urls, 50);
+    spec.settings.state_check_interval = 3;
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 3);
+    let orgs = cluster.orgs();
+    let first = drive(&cluster, &mut workload, 200).await;
+    cluster
+        .wait_committed(&orgs, &first, WAIT)
+        .await
+        .expect("committed");
+    for status in cluster.statuses().values() {
+        assert!(status.alarms.is_empty(), "{status:?}");
+    }
+    // Smallbank only reads `accounts`: no block repairs or records these rows.
+    cluster
+        .tamper(
+            OrgId(1),
+            "ALTER TABLE accounts DISABLE TRIGGER chainify_dg_accounts; \
+             UPDATE accounts SET name = 'mallory' WHERE custid = 3",
+        )
+        .await
+        .expect("tamper postgres");
+    cluster
+        .tamper(
+            OrgId(3),
+            "DROP TRIGGER chainify_dg_accounts_au; \
+             UPDATE accounts SET name = 'mallory' WHERE custid = 4",
+        )
+        .await
+        .expect("tamper sqlite");
+    let caught = |org: OrgId| {
+        let alarms = cluster.status(org).expect("status").alarms;
+        let reinstalled = alarms
+            .iter()
+            .any(|a| a.contains("reinstalled the digest triggers of accounts"));
+        let scanned = alarms
+            .iter()
+            .any(|a| a.contains("table(s) accounts differ from the state digest"));
+        reinstalled && scanned
+    };
+    // A scan's finding comes with a later block: keep blocks coming, at most a few intervals.
+    let mut rounds = 0;
+    while !(caught(OrgId(1)) && caught(OrgId(3))) {
+        rounds += 1;
+        assert!(rounds <= 20, "not caught: {:?}", cluster.statuses());
+        let more = drive(&cluster, &mut workload, 100).await;
+        cluster
+            .wait_committed(&orgs, &more, WAIT)
+            .await
+            .expect("committed after the tampering");
+    }
+    let honest = cluster.status(OrgId(2)).expect("status");
+    assert!(honest.alarms.is_empty(), "{honest:?}");
+    let metrics = cluster.metrics(OrgId(1)).expect("metrics");
+    assert!(
+        metrics
+            .state_mismatches
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    for org in [OrgId(1), OrgId(3)] {
+        let store = cluster.store(org).expect("store");
+        assert_eq!(
+            store.check_triggers().await.expect("catalog"),
+            vec![],
+            "organization {org}: the triggers are whole again"
+        );
+    }
+    cluster.shutdown().await.expect("shutdown");
+}
+
 /// An organization killed mid-block restarts, catches up and agrees; nothing is lost or
 /// applied twice (its state equals a serial replay of the agreed blocks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
