@@ -1965,12 +1965,22 @@ impl Writer<'_> {
         }
         let mut types = Vec::new();
         self.aggregates = true;
-        for (i, e) in q.items.iter().enumerate() {
-            if i > 0 {
-                self.push(", ");
+        // Under LIMIT or OFFSET, PostgreSQL computes the outputs of rows it then sorts away or
+        // skips, MariaDB and SQLite only those of the rows they return: nothing in them may
+        // fail on some rows only.
+        let outer = self.filter;
+        self.filter |= q.limit.is_some() || q.offset.is_some();
+        let items = (|| {
+            for (i, e) in q.items.iter().enumerate() {
+                if i > 0 {
+                    self.push(", ");
+                }
+                types.push(self.expr(e, Use::Other)?);
             }
-            types.push(self.expr(e, Use::Other)?);
-        }
+            Ok::<(), Reject>(())
+        })();
+        self.filter = outer;
+        items?;
         self.aggregates = false;
         for (i, f) in q.from.iter().enumerate() {
             let table = format!("{} AS {}", quote(&f.occ.table), quote(f.occ.qualifier()));
@@ -2258,7 +2268,8 @@ impl Writer<'_> {
                 self.push("(");
                 let ta = self.expr(a, Use::Other)?;
                 self.push(" || ");
-                let tb = self.expr(b, Use::Other)?;
+                // MariaDB's CONCAT stops at the first NULL argument.
+                let tb = self.lazily(|w| w.expr(b, Use::Other))?;
                 self.push(")");
                 for t in [ta, tb] {
                     if !matches!(t, Ty::Text | Ty::Null) {
@@ -2319,7 +2330,9 @@ impl Writer<'_> {
                 self.push("(");
                 let t = self.expr(e, Use::Other)?;
                 self.push(if *negated { " NOT IN (" } else { " IN (" });
-                let types = self.query(q, None)?;
+                // MariaDB turns it into EXISTS with the comparison pushed down and stops at
+                // the first match; the others compute every row of the subquery.
+                let types = self.lazily(|w| w.query(q, None))?;
                 self.push("))");
                 let [tq] = types.as_slice() else {
                     return Err(format!(
@@ -2382,7 +2395,8 @@ impl Writer<'_> {
                     self.push(" WHEN ");
                     match top {
                         Some(tt) => {
-                            let tw = self.expr(w, Use::Other)?;
+                            // MariaDB skips every WHEN value when the operand is NULL.
+                            let tw = self.lazily(|s| s.expr(w, Use::Other))?;
                             comparable(tt, tw, "CASE … WHEN")?;
                         }
                         None => self.condition(w, "CASE WHEN")?,
@@ -2722,7 +2736,9 @@ impl Writer<'_> {
                 // agree on a NULL text or pattern, so only the replacement needs the guard.
                 let mut pieces = Vec::new();
                 for a in args {
-                    let (t, p) = self.capture(|w| w.expr(a, Use::Other))?;
+                    // MariaDB stops at the first NULL argument, and the guard evaluates the
+                    // others only when the replacement is not NULL.
+                    let (t, p) = self.lazily(|s| s.capture(|w| w.expr(a, Use::Other)))?;
                     if !matches!(t, Ty::Text | Ty::Null) {
                         return Err(format!("REPLACE takes text, not {}", t.name()));
                     }
@@ -2751,7 +2767,12 @@ impl Writer<'_> {
                     if i > 0 {
                         self.push(", ");
                     }
-                    let t = self.expr(a, Use::Other)?;
+                    // REPLACE's arguments are lazy on MariaDB (see above): the same rule here.
+                    let t = if f == Func::Replace {
+                        self.lazily(|w| w.expr(a, Use::Other))?
+                    } else {
+                        self.expr(a, Use::Other)?
+                    };
                     if !matches!(t, Ty::Text | Ty::Null) {
                         return Err(format!("{f:?} takes text, not {}", t.name()).to_uppercase());
                     }
@@ -2904,7 +2925,7 @@ fn int_bound(e: &E, checks: &mut Vec<ValueCheck>) -> u128 {
 fn is_operator(e: &E) -> bool {
     matches!(
         e,
-        E::Neg(_) | E::Arith(..) | E::Concat(..) | E::Func(Func::Abs, _)
+        E::Neg(_) | E::Arith(..) | E::Concat(..) | E::Func(Func::Abs | Func::Replace, _)
     )
 }
 

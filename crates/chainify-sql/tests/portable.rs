@@ -361,6 +361,49 @@ fn what_the_review_broke_is_refused() {
         vec![],
         "at most 4 tables",
     );
+    // The second review: operands MariaDB (or PostgreSQL) evaluates only on some rows.
+    // Outputs under LIMIT/OFFSET: PostgreSQL computes them for rows it sorts away or skips.
+    refused(
+        "SELECT k, v + 1 FROM t ORDER BY k LIMIT 1",
+        vec![],
+        "may overflow",
+    );
+    refused(
+        "INSERT INTO e (k, v) SELECT k + 100, v + 1 FROM t ORDER BY k LIMIT 1",
+        vec![],
+        "may overflow",
+    );
+    // … while without LIMIT every engine computes every output.
+    a.analyze(&tx("SELECT k, v + 1 FROM t", vec![])).unwrap();
+    // Simple CASE: MariaDB skips the WHEN values when the operand is NULL.
+    refused(
+        "UPDATE t SET i = CASE i WHEN v - 1 THEN 1 ELSE 2 END WHERE k = 9",
+        vec![],
+        "may overflow",
+    );
+    // || and REPLACE: MariaDB stops at the first NULL argument.
+    refused(
+        "UPDATE t SET x = x || (CASE WHEN v - 1 > 0 THEN 'a' ELSE 'b' END) WHERE k = 9",
+        vec![],
+        "may overflow",
+    );
+    refused(
+        "SELECT k, replace(x, (CASE WHEN v - 1 > 0 THEN 'a' ELSE 'b' END), 'y') FROM t WHERE k = 9",
+        vec![],
+        "may overflow",
+    );
+    // IN (subquery): MariaDB stops at the first match.
+    refused(
+        "SELECT k, (k + 10) IN (SELECT v + 1 FROM e) FROM t WHERE k = 1",
+        vec![],
+        "may overflow",
+    );
+    // A constant REPLACE is evaluated (and bounded) once its parameters are known.
+    refused(
+        "SELECT k FROM t WHERE x = replace(replace(replace($1, 'a', $1), 'a', $1), 'a', $1)",
+        vec![Value::Text("a".repeat(300))],
+        "builds more than",
+    );
     // A transaction's SELECT carries the row cap in its text.
     let capped = a.analyze(&tx("SELECT k FROM t", vec![])).unwrap();
     for d in DIALECTS {
