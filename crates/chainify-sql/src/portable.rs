@@ -143,6 +143,9 @@ pub enum ValueCheck {
     LikePattern(usize),
     /// A query's LIMIT: a non-negative integer of at most the row cap (plus one).
     AtMost(usize, u64),
+    /// A decimal in arithmetic stored into a DECIMAL(precision, scale) column: it fits the
+    /// column (at most `scale` places, below 10^(precision − scale)).
+    DecimalFits(usize, u8, u8),
 }
 
 /// A cached typing: parameter types, row cap, result.
@@ -379,6 +382,22 @@ fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
                 i,
                 matches!(params.get(i), Some(Value::Int(n)) if *n >= 0 && n.unsigned_abs() <= cap),
                 "a non-negative integer no larger than the query row cap",
+            ),
+            ValueCheck::DecimalFits(i, precision, scale) => (
+                i,
+                match params.get(i) {
+                    Some(Value::Decimal(d)) => {
+                        let n = d.normalized();
+                        n.scale() <= scale
+                            && n.mantissa().unsigned_abs()
+                                < 10u128.pow(
+                                    u32::from(precision) - u32::from(scale) + u32::from(n.scale()),
+                                )
+                    }
+                    Some(Value::Null) => true,
+                    _ => false,
+                },
+                "a decimal that fits the DECIMAL column it is computed into (SQLite computes in floating point)",
             ),
             ValueCheck::LikePattern(i) => (
                 i,
@@ -1862,12 +1881,13 @@ impl Writer<'_> {
                                 ));
                             }
                             self.push(if r == 0 { "(" } else { ", (" });
-                            for (i, (e, (c, cty, _))) in row.iter().zip(columns).enumerate() {
+                            for (i, (e, (c, cty, limit))) in row.iter().zip(columns).enumerate() {
                                 if i > 0 {
                                     self.push(", ");
                                 }
                                 let ty = self.expr(e, Use::Stored)?;
                                 assignable(table, c, *cty, ty)?;
+                                self.decimal_error(e, ty, *limit)?;
                             }
                             self.push(")");
                         }
@@ -1887,13 +1907,14 @@ impl Writer<'_> {
             } => {
                 self.push(&format!("UPDATE {} SET ", quote(table)));
                 self.level = 1;
-                for (i, (c, cty, _, e)) in sets.iter().enumerate() {
+                for (i, (c, cty, limit, e)) in sets.iter().enumerate() {
                     if i > 0 {
                         self.push(", ");
                     }
                     self.push(&format!("{} = ", quote(c)));
                     let ty = self.expr(e, Use::Stored)?;
                     assignable(table, c, *cty, ty)?;
+                    self.decimal_error(e, ty, *limit)?;
                 }
                 if let Some(w) = selection {
                     self.push(" WHERE ");
@@ -1910,6 +1931,121 @@ impl Writer<'_> {
             }
         }
         Ok(())
+    }
+
+    /// DECIMAL arithmetic stored into a DECIMAL(p, s) column: SQLite computes it in floating
+    /// point and rounds the result to s places. That is exact only when (1) no operand has more
+    /// than s decimal places, so the exact result needs no rounding and no tie is decided by a
+    /// float's error, and (2) the accumulated error (half an ulp of the largest intermediate per
+    /// leaf and operation, plus the store's nudge of 4e-16) stays below half a unit of the
+    /// s-th place.
+    fn decimal_error(&mut self, e: &E, ty: Ty, limit: Limit) -> Result<(), Reject> {
+        let Limit::Decimal { precision, scale } = limit else {
+            return Ok(());
+        };
+        let mut arithmetic = false;
+        let _ = walk_own(e, &mut |x| {
+            arithmetic |= matches!(x, E::Arith(..) | E::Neg(_));
+            Ok(true)
+        });
+        if ty != Ty::Dec || !arithmetic {
+            return Ok(());
+        }
+        let (largest, terms) = self.dec_span(e, precision, scale)?;
+        let error = (f64::from(terms) * 1.12e-16 + 4e-16) * largest;
+        if error * 10f64.powi(i32::from(scale)) >= 0.5 {
+            return Err(format!(
+                "DECIMAL arithmetic with values up to {largest:.3e} stored at {scale} decimal places may round differently on SQLite, which computes it in floating point; use smaller columns or parameters"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The largest magnitude any intermediate of stored DECIMAL arithmetic can take, and its
+    /// number of leaves and operations. A decimal parameter must fit the stored column.
+    fn dec_span(&mut self, e: &E, precision: u8, scale: u8) -> Result<(f64, u32), Reject> {
+        let places = |s: u8, what: String| {
+            if s > scale {
+                Err(format!(
+                    "{what} has {s} decimal places, more than the {scale} of the column it is stored in: SQLite computes in floating point and would decide the rounding differently"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let int = |w: &mut Self, x: &E| (int_bound(x, &mut w.checks) as f64, 1);
+        Ok(match e {
+            E::Arith(op, a, b) => {
+                let (x, n) = self.dec_span(a, precision, scale)?;
+                let (y, m) = self.dec_span(b, precision, scale)?;
+                let r = match op {
+                    Arith::Add | Arith::Sub => x + y,
+                    Arith::Mul => x * y,
+                    Arith::Div => x,
+                    Arith::Mod => x.min(y),
+                };
+                (x.max(y).max(r), n + m + 1)
+            }
+            E::Neg(x) => {
+                let (x, n) = self.dec_span(x, precision, scale)?;
+                (x, n + 1)
+            }
+            E::Lit(Value::Decimal(d)) => {
+                let n = d.normalized();
+                places(n.scale(), format!("the literal {d}"))?;
+                (
+                    n.to_string()
+                        .trim_start_matches('-')
+                        .parse()
+                        .unwrap_or(f64::MAX),
+                    1,
+                )
+            }
+            E::Col(c) => match c.limit {
+                Limit::Decimal {
+                    precision: p,
+                    scale: s,
+                } => {
+                    places(s, format!("column {}", c.column))?;
+                    (10f64.powi(i32::from(p) - i32::from(s)), 1)
+                }
+                _ => int(self, e),
+            },
+            E::Param(i) if self.sig.get(*i) == Some(&Ty::Dec) => {
+                self.checks
+                    .push(ValueCheck::DecimalFits(*i, precision, scale));
+                (10f64.powi(i32::from(precision) - i32::from(scale)), 1)
+            }
+            E::Func(Func::Abs | Func::Coalesce, args) => {
+                let mut span = (0f64, 1);
+                for a in args {
+                    let (x, n) = self.dec_span(a, precision, scale)?;
+                    span = (span.0.max(x), span.1 + n);
+                }
+                span
+            }
+            E::Case {
+                whens, otherwise, ..
+            } => {
+                let mut span = (0f64, 1);
+                for t in whens.iter().map(|(_, t)| t).chain(otherwise.as_deref()) {
+                    let (x, n) = self.dec_span(t, precision, scale)?;
+                    span = (span.0.max(x), span.1.max(n));
+                }
+                span
+            }
+            E::Scalar(q) => match q.items.as_slice() {
+                [E::Col(_)] | [E::Agg(Agg::Min | Agg::Max, Some(_))] => {
+                    let item = match &q.items[0] {
+                        E::Agg(_, Some(x)) => x.as_ref(),
+                        other => other,
+                    };
+                    self.dec_span(item, precision, scale)?
+                }
+                _ => int(self, e),
+            },
+            _ => int(self, e),
+        })
     }
 
     /// Something MariaDB evaluates only sometimes (a comparison's right side once the left is

@@ -398,6 +398,46 @@ fn what_the_review_broke_is_refused() {
         vec![],
         "may overflow",
     );
+    // DECIMAL arithmetic SQLite computes in floating point: an operand with more places than
+    // the column (the exact result is then a tie, decided by a float's error), or magnitudes
+    // whose error reaches half a cent.
+    refused(
+        "UPDATE t SET d = 99999999999.995 - 99999999999.98 WHERE k = 1",
+        vec![],
+        "3 decimal places, more than the 2",
+    );
+    refused(
+        "UPDATE t SET d = d * i - d * (i - 1) WHERE k = 1",
+        vec![],
+        "may round differently on SQLite",
+    );
+    refused(
+        "UPDATE t SET d = d + 0.01 WHERE k = 1",
+        vec![],
+        "may round differently on SQLite",
+    );
+    // Within the bound it is accepted: DECIMAL(10,2) and a parameter that fits.
+    let small = Analyzer::new(
+        Schema::from_sql("CREATE TABLE s (k BIGINT PRIMARY KEY, m DECIMAL(10,2), i INTEGER);")
+            .unwrap(),
+    );
+    small
+        .analyze(&tx(
+            "UPDATE s SET m = m + $1 - 0.05 WHERE k = 1",
+            vec![Value::Decimal("12.5".parse().unwrap())],
+        ))
+        .unwrap();
+    let e = small
+        .analyze(&tx(
+            "UPDATE s SET m = m + $1 WHERE k = 1",
+            vec![Value::Decimal("0.125".parse().unwrap())],
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("parameter $1 must be a decimal that fits"),
+        "{e}"
+    );
     // A constant REPLACE is evaluated (and bounded) once its parameters are known.
     refused(
         "SELECT k FROM t WHERE x = replace(replace(replace($1, 'a', $1), 'a', $1), 'a', $1)",

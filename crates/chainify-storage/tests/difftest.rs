@@ -38,6 +38,8 @@ INSERT INTO d (k, i, b, m, t, x, f, y, w) VALUES (5, -1, -1, 0.05, 'a%_\\', 'O''
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (6, 7, 100, 1.05, 'Z', 'z', TRUE, {x:ff});
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (7, 1000, -7, -0.01, 'a ', 'a', FALSE, {x:00});
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (8, 3, 3, 3.00, 'Ab', 'ab', TRUE, {x:4142});
+INSERT INTO d (k, b) VALUES (9, -9223372036854775808);
+INSERT INTO d (k, m, t, x, w) VALUES (10, 12.34, 'aa', 'aaaa a', 99999999999.98);
 INSERT INTO e (k, v, s) VALUES (1, 10, 'abc');
 INSERT INTO e (k, v, s) VALUES (2, NULL, NULL);
 INSERT INTO e (k, v, s) VALUES (3, -5, 'é');
@@ -139,11 +141,16 @@ enum Ctx {
     RowOfD,
     /// No columns (INSERT … VALUES).
     NoColumns,
+    /// Columns of `e` (qualified) may appear: inside a subquery on `e`.
+    RowOfE,
 }
 
 struct Gen {
     rng: Rng,
     params: Vec<Value>,
+    /// Text-growth shapes (`x || x`, `REPLACE(x, 'a', x)`) left in this statement: they
+    /// multiply lengths, so a statement gets at most one and values stay within a few KB.
+    growth: u32,
 }
 
 impl Gen {
@@ -181,8 +188,16 @@ impl Gen {
     }
 
     fn column(&mut self, t: T, ctx: Ctx) -> Option<String> {
-        if ctx == Ctx::NoColumns {
-            return None;
+        match ctx {
+            Ctx::NoColumns => return None,
+            Ctx::RowOfE => {
+                return match t {
+                    T::Int => Some((*self.pick(&["e.k", "e.v", "e.v"])).to_owned()),
+                    T::Text => Some("e.s".to_owned()),
+                    _ => None,
+                };
+            }
+            Ctx::RowOfD => {}
         }
         Some(
             match t {
@@ -203,6 +218,10 @@ impl Gen {
             return c;
         }
         if self.chance(4) {
+            // A NULL parameter is bound untyped: its type comes from the context.
+            if self.chance(30) {
+                return self.param(Value::Null);
+            }
             return "NULL".into();
         }
         match t {
