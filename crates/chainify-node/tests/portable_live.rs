@@ -111,6 +111,14 @@ async fn every_construct_class_is_refused_or_agreed_on_three_engines() {
         ("a 50 KB OR chain", format!("UPDATE items SET n = 1 WHERE {long_or}"), vec![], Some("deeper than")),
         ("text compared with a number", "UPDATE items SET n = 1 WHERE label = 5".into(), vec![], Some("compares text with integer")),
         ("arithmetic in a filter that could overflow", "UPDATE checking SET bal = 0 WHERE bal * 3 > 10".into(), vec![], Some("may overflow")),
+        // The second review: NULL parameters no context types, parameters not used at all.
+        ("a NULL parameter under IS NULL", "UPDATE items SET n = 21 WHERE $1 IS NULL AND k = 4".into(), vec![Value::Null], None),
+        ("a NULL parameter counted", "UPDATE checking SET bal = (SELECT COUNT($1) FROM items) WHERE custid = 3".into(), vec![Value::Null], None),
+        ("an unused NULL parameter", "UPDATE items SET n = 22 WHERE k = $2".into(), vec![Value::Null, Value::Int(3)], None),
+        ("an unused trailing parameter", "UPDATE items SET n = 23 WHERE k = $1".into(), vec![Value::Int(4), Value::Text("x".into())], Some("but 2 were given")),
+        ("outputs under LIMIT that may overflow", "UPDATE checking SET bal = (SELECT i.k + 1 FROM items i ORDER BY i.k LIMIT 1) WHERE custid = 2".into(), vec![], Some("may overflow")),
+        ("a decimal operand finer than the column", "UPDATE items SET price = price + 0.005 WHERE k = 1".into(), vec![], Some("decimal places")),
+        ("decimal arithmetic within the bound", "UPDATE items SET price = price - $1 + 0.25 WHERE k = 2".into(), vec![Value::Decimal("10.5".parse().expect("decimal"))], None),
     ];
     let mut submitted = Vec::new();
     for (class, sql, params, refused) in &cases {
@@ -153,6 +161,9 @@ async fn every_construct_class_is_refused_or_agreed_on_three_engines() {
     // The accepted integer division and the commented statements did what was analysed.
     let items = cluster.dump(OrgId(3), "items").await.expect("dump");
     assert_eq!(items[0][1], Value::Int(13), "{:?}", items[0]);
+    // The NULL parameters were typed alike everywhere: the statements committed.
+    assert_eq!(items[3][1], Value::Int(21), "{:?}", items[3]);
+    assert_eq!(items[2][1], Value::Int(22), "{:?}", items[2]);
     for (org, status) in cluster.statuses() {
         assert!(status.alarms.is_empty(), "{org}: {status:?}");
         assert!(status.recoveries.is_empty(), "{org}: {status:?}");

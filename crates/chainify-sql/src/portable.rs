@@ -219,6 +219,15 @@ impl Portable {
     }
 
     fn type_and_render(&self, sig: &[Ty], row_cap: Option<u64>) -> Result<Typed, Reject> {
+        let mut used = std::collections::BTreeSet::new();
+        walk_statement(&self.stmt, &mut |e| {
+            if let E::Param(i) = e
+                && sig.get(*i) != Some(&Ty::Null)
+            {
+                used.insert(*i);
+            }
+        });
+        let numbers: Vec<usize> = used.into_iter().collect();
         let mut checks = Vec::new();
         let mut out: [Option<Rendered>; 3] = [None, None, None];
         for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
@@ -227,6 +236,7 @@ impl Portable {
                 sig,
                 sql: String::new(),
                 bind_order: Vec::new(),
+                numbers: numbers.clone(),
                 checks: Vec::new(),
                 level: 0,
                 aggregates: false,
@@ -240,11 +250,10 @@ impl Portable {
                     w.sql.len()
                 ));
             }
-            let highest = sig.len();
             let bind_order = if dialect == Dialect::MySql {
                 w.bind_order
             } else {
-                (0..highest).collect()
+                w.numbers
             };
             if dialect == Dialect::Postgres {
                 checks = w.checks;
@@ -1812,6 +1821,8 @@ struct Writer<'a> {
     sig: &'a [Ty],
     sql: String,
     bind_order: Vec<usize>,
+    /// PostgreSQL and SQLite: the parameter behind each placeholder number (`$1` is the first).
+    numbers: Vec<usize>,
     checks: Vec<ValueCheck>,
     /// The query level being written (0 = outermost; UPDATE/DELETE targets are level 0).
     level: usize,
@@ -2262,13 +2273,30 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// A parameter. A NULL one is written as the literal NULL (typed like one, which the
+    /// engines resolve from context alike; PostgreSQL cannot type a NULL parameter that no
+    /// context types). PostgreSQL and SQLite number the bound ones densely in their order, so
+    /// a parameter the statement does not use is not bound at all.
     fn param(&mut self, i: usize) {
+        if self.sig.get(i) == Some(&Ty::Null) {
+            self.sql.push_str("NULL");
+            return;
+        }
+        let mut number = || match self.numbers.iter().position(|p| *p == i) {
+            Some(n) => n + 1,
+            None => {
+                self.numbers.push(i);
+                self.numbers.len()
+            }
+        };
         match self.dialect {
             Dialect::Postgres => {
-                let _ = write!(self.sql, "${}", i + 1);
+                let n = number();
+                let _ = write!(self.sql, "${n}");
             }
             Dialect::Sqlite => {
-                let _ = write!(self.sql, "?{}", i + 1);
+                let n = number();
+                let _ = write!(self.sql, "?{n}");
             }
             Dialect::MySql => {
                 self.sql.push('?');
