@@ -146,7 +146,21 @@ pub enum ValueCheck {
     /// A decimal in arithmetic stored into a DECIMAL(precision, scale) column: it fits the
     /// column (at most `scale` places, below 10^(precision − scale)).
     DecimalFits(usize, u8, u8),
+    /// A text parameter of at most this many bytes (it is stored into a TEXT column, or text
+    /// is computed from it).
+    TextAtMost(usize, u64),
 }
+
+/// Text a statement computes: at most this many bytes anywhere. MariaDB yields NULL or fails
+/// beyond its packet size (16 MiB), PostgreSQL would allocate up to 1 GB for one value.
+pub const MAX_TEXT_EXPR: u64 = 4 << 20;
+
+/// A text parameter, and a value stored into an unbounded TEXT column: at most 1 MiB. (So a
+/// TEXT column read by an expression holds at most that much.)
+pub const MAX_STORED_TEXT: u64 = 1 << 20;
+
+/// A parameter used as REPLACE's replacement (it multiplies the text): at most 4 KiB.
+pub const MAX_REPLACEMENT: u64 = 4 << 10;
 
 /// A cached typing: parameter types, row cap, result.
 type TypedEntry = (Vec<Ty>, Option<u64>, Result<Arc<Typed>, Reject>);
@@ -407,6 +421,18 @@ fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
                     _ => false,
                 },
                 "a decimal that fits the DECIMAL column it is computed into (SQLite computes in floating point)",
+            ),
+            ValueCheck::TextAtMost(i, max) => (
+                i,
+                match params.get(i) {
+                    Some(Value::Text(t)) => t.len() as u64 <= max,
+                    _ => true,
+                },
+                if max == MAX_REPLACEMENT {
+                    "text of at most 4 KiB (it is REPLACE's replacement, which multiplies the text)"
+                } else {
+                    "text of at most 1 MiB (text is stored or computed from it)"
+                },
             ),
             ValueCheck::LikePattern(i) => (
                 i,
@@ -1899,6 +1925,7 @@ impl Writer<'_> {
                                 let ty = self.expr(e, Use::Stored)?;
                                 assignable(table, c, *cty, ty)?;
                                 self.decimal_error(e, ty, *limit)?;
+                                self.stored_text(e, ty, *limit, c)?;
                             }
                             self.push(")");
                         }
@@ -1926,6 +1953,7 @@ impl Writer<'_> {
                     let ty = self.expr(e, Use::Stored)?;
                     assignable(table, c, *cty, ty)?;
                     self.decimal_error(e, ty, *limit)?;
+                    self.stored_text(e, ty, *limit, c)?;
                 }
                 if let Some(w) = selection {
                     self.push(" WHERE ");
@@ -1940,6 +1968,81 @@ impl Writer<'_> {
                     self.filter(w, "WHERE")?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The most bytes text expression `e` can hold; parameters in it are bounded by checks
+    /// (`cap`, or [`MAX_REPLACEMENT`] as a REPLACE's replacement). A TEXT column holds at most
+    /// [`MAX_STORED_TEXT`] (what chainify stores there is checked), VARCHAR(n) 4n bytes.
+    fn text_bound(&mut self, e: &E, cap: u64) -> u64 {
+        let max_of = |w: &mut Self, xs: &mut dyn Iterator<Item = &E>| {
+            xs.map(|x| w.text_bound(x, cap)).max().unwrap_or(0)
+        };
+        match e {
+            E::Lit(Value::Text(t)) => t.len() as u64,
+            E::Lit(_) => 0,
+            E::Param(i) => {
+                if self.sig.get(*i) == Some(&Ty::Text) {
+                    self.checks.push(ValueCheck::TextAtMost(*i, cap));
+                    cap
+                } else {
+                    0
+                }
+            }
+            E::Col(c) => match c.limit {
+                Limit::Chars(n) => 4 * u64::from(n),
+                _ => MAX_STORED_TEXT,
+            },
+            E::Concat(a, b) => {
+                let a = self.text_bound(a, cap);
+                a.saturating_add(self.text_bound(b, cap))
+            }
+            E::Func(Func::Replace, args) => self.replace_bound(args, cap),
+            E::Func(Func::Substr | Func::Trim | Func::Ltrim | Func::Rtrim, args) => {
+                args.first().map_or(0, |a| self.text_bound(a, cap))
+            }
+            E::Func(Func::Coalesce | Func::Nullif, args) => max_of(self, &mut args.iter()),
+            E::Case {
+                whens, otherwise, ..
+            } => max_of(
+                self,
+                &mut whens.iter().map(|(_, t)| t).chain(otherwise.as_deref()),
+            ),
+            E::Scalar(q) => match q.items.as_slice() {
+                [item] => self.text_bound(item, cap),
+                _ => MAX_STORED_TEXT,
+            },
+            E::Agg(Agg::Min | Agg::Max, Some(x)) => self.text_bound(x, cap),
+            _ => MAX_STORED_TEXT,
+        }
+    }
+
+    /// REPLACE(a, b, c) holds at most |a| · max(1, |c|) bytes (every byte of `a` a match).
+    fn replace_bound(&mut self, args: &[E], cap: u64) -> u64 {
+        match args {
+            [a, _, c] => {
+                let a = self.text_bound(a, cap);
+                let c = self.text_bound(c, MAX_REPLACEMENT.min(cap));
+                a.saturating_mul(c.max(1))
+            }
+            _ => u64::MAX,
+        }
+    }
+
+    /// A text value stored into an unbounded TEXT column: at most [`MAX_STORED_TEXT`].
+    /// (VARCHAR(n) bounds itself alike on every engine.)
+    fn stored_text(&mut self, e: &E, ty: Ty, limit: Limit, column: &str) -> Result<(), Reject> {
+        if ty != Ty::Text || matches!(limit, Limit::Chars(_)) {
+            return Ok(());
+        }
+        let n = self.text_bound(e, MAX_STORED_TEXT);
+        if n > MAX_STORED_TEXT {
+            return Err(format!(
+                "the value stored into TEXT column {column} may reach {}; at most {} (declare VARCHAR(n) for text that grows)",
+                human_bytes(n),
+                human_bytes(MAX_STORED_TEXT)
+            ));
         }
         Ok(())
     }
@@ -2443,6 +2546,8 @@ impl Writer<'_> {
                         ));
                     }
                 }
+                let n = self.text_bound(e, MAX_STORED_TEXT);
+                text_growth(n, "||")?;
                 Ok(Ty::Text)
             }
             E::IsNull(x, negated) => {
@@ -2544,7 +2649,15 @@ impl Writer<'_> {
                 let top = match operand {
                     Some(o) => {
                         self.push(" ");
-                        Some(self.expr(o, Use::Other)?)
+                        let t = self.expr(o, Use::Other)?;
+                        if t == Ty::Null {
+                            // PostgreSQL types the NULL as text and fails on other WHEN values.
+                            return Err(
+                                "CASE NULL WHEN … always takes the ELSE branch; write that value (a NULL parameter counts too)"
+                                    .into(),
+                            );
+                        }
+                        Some(t)
                     }
                     None => None,
                 };
@@ -2918,6 +3031,8 @@ impl Writer<'_> {
                     self.emit(p);
                 }
                 self.push(") END)");
+                let n = self.replace_bound(args, MAX_STORED_TEXT);
+                text_growth(n, "REPLACE")?;
                 Ok(Ty::Text)
             }
             Func::Trim | Func::Ltrim | Func::Rtrim | Func::Replace => {
@@ -2942,6 +3057,10 @@ impl Writer<'_> {
                     }
                 }
                 self.push(")");
+                if f == Func::Replace {
+                    let n = self.replace_bound(args, MAX_STORED_TEXT);
+                    text_growth(n, "REPLACE")?;
+                }
                 Ok(Ty::Text)
             }
         }
@@ -3525,6 +3644,28 @@ fn like(text: &[char], pat: &[char]) -> bool {
 
 /// Longest text a constant expression may build while being checked.
 const MAX_CONST_TEXT: usize = 1 << 20;
+
+/// `||` and REPLACE grow text: refused when the result may exceed [`MAX_TEXT_EXPR`] bytes.
+fn text_growth(n: u64, what: &str) -> Result<(), Reject> {
+    if n > MAX_TEXT_EXPR {
+        return Err(format!(
+            "{what} may build {} of text; at most {} (MariaDB cannot compute more, PostgreSQL would hold it in memory)",
+            human_bytes(n),
+            human_bytes(MAX_TEXT_EXPR)
+        ));
+    }
+    Ok(())
+}
+
+/// `n` bytes for a message: "1.5 MiB", "512 KiB", "12 bytes", "unbounded".
+fn human_bytes(n: u64) -> String {
+    match n {
+        u64::MAX => "an unbounded size".to_owned(),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} bytes"),
+    }
+}
 
 fn const_text_fits(len: usize) -> Result<(), Reject> {
     if len > MAX_CONST_TEXT {
