@@ -59,6 +59,9 @@ pub struct StoreOptions {
     /// How often a transaction is retried after transient errors before the block fails
     /// (resumably).
     pub max_attempts: u32,
+    /// Only read (an auditor's tools): no migrations, nothing created (a missing SQLite file is
+    /// an error, not a new database), sessions read-only where the engine has them.
+    pub read_only: bool,
 }
 
 impl Default for StoreOptions {
@@ -68,6 +71,7 @@ impl Default for StoreOptions {
             connect_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(5),
             max_attempts: 50,
+            read_only: false,
         }
     }
 }

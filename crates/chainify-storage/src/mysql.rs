@@ -53,6 +53,7 @@ impl MySql {
             .timezone(Some("+00:00".to_owned()))
             .charset("utf8mb4");
         let lock_wait = options.lock_timeout.as_secs().max(1);
+        let read_only = options.read_only;
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
@@ -65,6 +66,9 @@ impl MySql {
                     .await?;
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
+                    if read_only {
+                        conn.execute("SET SESSION TRANSACTION READ ONLY").await?;
+                    }
                     // Literals and parameters compare in the connection's collation: make it
                     // byte-wise with trailing spaces significant, as the columns must be
                     // (MariaDB's name first, then MySQL 8's).

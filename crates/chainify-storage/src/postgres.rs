@@ -51,6 +51,10 @@ impl Postgres {
                 ("default_transaction_isolation", "read committed"),
                 ("standard_conforming_strings", "on"),
                 ("lock_timeout", lock_timeout.as_str()),
+                (
+                    "default_transaction_read_only",
+                    if options.read_only { "on" } else { "off" },
+                ),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)

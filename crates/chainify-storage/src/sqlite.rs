@@ -47,7 +47,8 @@ impl Sqlite {
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(|e| connect_err(e.to_string()))?
-            .create_if_missing(true)
+            .create_if_missing(!options.read_only)
+            .read_only(options.read_only)
             .foreign_keys(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)

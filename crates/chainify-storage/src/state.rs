@@ -41,6 +41,9 @@ pub struct StateCheck {
     pub expected: Digest,
     /// The digest of the rows as they are.
     pub actual: Digest,
+    /// The digest of the rows as they are with the recorded, not yet digested changes taken
+    /// back: what the ledger's state digest at `block` must be (an auditor's comparison).
+    pub scanned_at_block: Digest,
     /// Tables whose rows differ from their recorded state.
     pub differing: Vec<String>,
     /// Rows scanned.
@@ -265,21 +268,33 @@ impl<B: Backend> Store<B> {
     ) -> Result<StateCheck, StorageError> {
         let (block, mut expected) = self.read_states(conn, None, during).await?;
         let mut actual = TableStates::new();
+        let mut at_block = TableStates::new();
         let mut rows = 0;
         for t in self.tables().values() {
             let pending = self.read_pending(conn, t, during).await?;
-            if let Some(state) = expected.get_mut(&t.name) {
-                for (before, after) in pending {
-                    if let Some(before) = before {
-                        state.remove(&RowHash::of(&t.name, &before));
-                    }
-                    if let Some(after) = after {
-                        state.add(&RowHash::of(&t.name, &after));
-                    }
+            // What the pending changes do to the state: the next digest step adds it.
+            let mut delta = StateHash::empty();
+            let mut undo = StateHash::empty();
+            for (before, after) in pending {
+                if let Some(before) = before {
+                    let h = RowHash::of(&t.name, &before);
+                    delta.remove(&h);
+                    undo.add(&h);
                 }
+                if let Some(after) = after {
+                    let h = RowHash::of(&t.name, &after);
+                    delta.add(&h);
+                    undo.remove(&h);
+                }
+            }
+            if let Some(state) = expected.get_mut(&t.name) {
+                state.combine(&delta);
             }
             let (state, n) = self.scan_table(conn, t, during).await?;
             rows += n;
+            let mut back = state.clone();
+            back.combine(&undo);
+            at_block.insert(t.name.clone(), back);
             actual.insert(t.name.clone(), state);
         }
         let differing = actual
@@ -291,6 +306,7 @@ impl<B: Backend> Store<B> {
             block,
             expected: state_digest(&expected),
             actual: state_digest(&actual),
+            scanned_at_block: state_digest(&at_block),
             differing,
             rows,
         })

@@ -27,8 +27,12 @@ pub struct Store<B: Backend> {
 impl<B: Backend> Store<B> {
     /// Installs (or upgrades) chainify's system tables and loads the registered shared tables,
     /// checking that none changed since registration.
+    /// With [`StoreOptions::read_only`] nothing is installed: a database without chainify's
+    /// tables is an error naming it.
     pub async fn open(backend: B, options: StoreOptions) -> Result<Store<B>, StorageError> {
-        backend.migrate().await?;
+        if !options.read_only {
+            backend.migrate().await?;
+        }
         let store = Store {
             backend,
             options,
@@ -41,7 +45,16 @@ impl<B: Backend> Store<B> {
                 &[],
                 &[ReadType::Text, ReadType::Text],
             )
-            .await?;
+            .await
+            .map_err(|e| match e {
+                StorageError::Database { .. } if store.options.read_only => {
+                    StorageError::Corrupt(format!(
+                        "{} holds no chainify organization (no chainify_shared_tables): {e}",
+                        store.backend.url()
+                    ))
+                }
+                e => e,
+            })?;
         let mut tables = BTreeMap::new();
         for row in registered {
             let (Value::Text(name), Value::Text(fingerprint)) = (&row[0], &row[1]) else {

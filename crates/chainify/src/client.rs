@@ -107,9 +107,19 @@ pub(crate) struct VerifyArgs {
     /// Read the ledger of this organization over its CommitService ...
     #[arg(long, conflicts_with = "database")]
     org: Option<u32>,
-    /// ... or straight from this database URL.
+    /// ... or straight from this database URL (only read: nothing is created or migrated).
     #[arg(long)]
     database: Option<String>,
+    /// Also recompute the state digest from the database's shared tables (a full scan) and
+    /// compare it with the ledger's newest block: the tables are what the ledger says.
+    #[arg(long, requires = "database")]
+    data: bool,
+    /// Fail unless the ledger reaches this block (a truncated ledger).
+    #[arg(long)]
+    expect_height: Option<u64>,
+    /// Fail unless the block at --expect-height (or the newest) has this hash (a fork).
+    #[arg(long)]
+    expect_hash: Option<String>,
 }
 
 pub(crate) fn ca_of(network: &NetworkConfig) -> anyhow::Result<Option<Vec<u8>>> {
@@ -330,20 +340,30 @@ pub(crate) async fn read_ledger(
     Ok(entries)
 }
 
-/// The exit code of `verify-ledger`.
+/// The exit code of `verify-ledger`: 0 every check passed, 1 one failed (the report says
+/// which), 2 the ledger could not be read (an error naming the source).
 pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode> {
     let network = NetworkConfig::load(&args.network)?;
-    let entries: Vec<LedgerEntry> = runtime()?.block_on(async {
+    let expect_hash = args
+        .expect_hash
+        .as_deref()
+        .map(|h| {
+            h.parse::<chainify_core::Digest>()
+                .map_err(|e| anyhow::anyhow!("--expect-hash {h}: {e}"))
+        })
+        .transpose()?;
+    let (entries, data) = runtime()?.block_on(async {
         match (&args.org, &args.database) {
-            (Some(org), None) => read_ledger(&network, OrgId(*org)).await,
-            (None, Some(url)) => read_database_ledger(url).await,
+            (Some(org), None) => Ok((read_ledger(&network, OrgId(*org)).await?, None)),
+            (None, Some(url)) => read_database(url, args.data).await,
             _ => bail!("give --org N (over gRPC) or --database URL"),
         }
     })?;
     let ctx = VoteContext::of(&network);
     // An unsigned network's certificates prove nothing beyond the policy's count: say so.
     let signatures_checked = network.signatures == chainify_core::crypto::Signatures::Ed25519;
-    let report = match verify_ledger(entries.iter().map(|e| (&e.block, &e.certificate)), &ctx) {
+    let mut checks = vec!["chain", "certificates"];
+    let mut report = match verify_ledger(entries.iter().map(|e| (&e.block, &e.certificate)), &ctx) {
         Ok(n) => {
             json!({ "ok": true, "blocks_checked": n, "signatures_checked": signatures_checked })
         }
@@ -355,6 +375,80 @@ pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode
             "problem": fault.problem,
         }),
     };
+    let height = entries.len() as u64;
+    report["height"] = json!(height);
+    if let Some(last) = entries.last() {
+        report["newest_hash"] = json!(last.block.hash().to_string());
+    }
+    let fail = |report: &mut serde_json::Value, problem: String| {
+        if report["ok"] == json!(true) {
+            report["ok"] = json!(false);
+            report["problem"] = json!(problem);
+        }
+    };
+    if let Some(want) = args.expect_height {
+        checks.push("height");
+        if height < want {
+            fail(
+                &mut report,
+                format!("the ledger ends at block {height}, expected at least {want} (truncated)"),
+            );
+        }
+    }
+    if let Some(want) = expect_hash {
+        checks.push("hash");
+        let at = args.expect_height.unwrap_or(height);
+        match entries
+            .get(at.saturating_sub(1) as usize)
+            .filter(|_| at > 0)
+        {
+            Some(e) if e.block.hash() == want => {}
+            Some(e) => fail(
+                &mut report,
+                format!(
+                    "block {at} has hash {}, expected {want} (a fork or a rewritten ledger)",
+                    e.block.hash()
+                ),
+            ),
+            None => fail(&mut report, format!("the ledger has no block {at}")),
+        }
+    }
+    if let Some(check) = data {
+        checks.push("data");
+        report["data"] = json!({
+            "applied_block": check.block.map(|b| b.0),
+            "rows": check.rows,
+            "scanned_state_digest": check.scanned_at_block.to_string(),
+            "differing_tables": check.differing,
+        });
+        match (entries.last(), check.block) {
+            (Some(last), Some(applied)) if applied == last.block.number => {
+                if last.block.state_digest != check.scanned_at_block {
+                    let tables = if check.differing.is_empty() {
+                        "the recorded state agrees with the rows, so it was changed too".to_owned()
+                    } else {
+                        format!("tables {}", check.differing.join(", "))
+                    };
+                    fail(
+                        &mut report,
+                        format!(
+                            "the shared tables are not what ledger block {} says: state digest {} scanned, {} agreed ({tables})",
+                            applied, check.scanned_at_block, last.block.state_digest
+                        ),
+                    );
+                }
+            }
+            (last, applied) => fail(
+                &mut report,
+                format!(
+                    "the database has applied block {} but its ledger ends at {}; verify the data while the node is stopped or idle",
+                    applied.map_or("none".into(), |b| b.to_string()),
+                    last.map_or("none".into(), |l| l.block.number.to_string())
+                ),
+            ),
+        }
+    }
+    report["checks"] = json!(checks);
     let ok = report["ok"] == json!(true);
     print(&report)?;
     Ok(if ok {
@@ -364,10 +458,45 @@ pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode
     })
 }
 
-async fn read_database_ledger(url: &str) -> anyhow::Result<Vec<LedgerEntry>> {
-    use chainify_storage::{AnyBackend, Store, StoreOptions};
-    let options = StoreOptions::default();
-    let store = Store::open(AnyBackend::connect(url, &options).await?, options).await?;
+/// The ledger in the database at `url` and, with `data`, the full scan of its shared tables;
+/// opened read-only, so a wrong URL is an error rather than a new, empty database.
+async fn read_database(
+    url: &str,
+    data: bool,
+) -> anyhow::Result<(Vec<LedgerEntry>, Option<chainify_storage::StateCheck>)> {
+    use chainify_storage::{AnyBackend, Store, StoreOptions, redact_url};
+    let source = redact_url(url);
+    let options = StoreOptions {
+        read_only: true,
+        max_connections: 2,
+        ..StoreOptions::default()
+    };
+    let backend = AnyBackend::connect(url, &options)
+        .await
+        .with_context(|| format!("cannot open the ledger in {source}"))?;
+    let store = Store::open(backend, options)
+        .await
+        .with_context(|| format!("cannot read the ledger in {source}"))?;
+    let entries = read_entries(&store)
+        .await
+        .with_context(|| format!("reading the ledger in {source}"))?;
+    let check = if data {
+        Some(
+            store
+                .check_state()
+                .await
+                .with_context(|| format!("scanning the shared tables in {source}"))?,
+        )
+    } else {
+        None
+    };
+    store.close().await;
+    Ok((entries, check))
+}
+
+async fn read_entries(
+    store: &chainify_storage::Store<chainify_storage::AnyBackend>,
+) -> anyhow::Result<Vec<LedgerEntry>> {
     let last = store.ledger_tail().await?.map_or(0, |(b, _)| b.0);
     let mut entries = Vec::new();
     for b in 1..=last {
@@ -379,7 +508,6 @@ async fn read_database_ledger(url: &str) -> anyhow::Result<Vec<LedgerEntry>> {
             .with_context(|| format!("ledger block {b} does not decode"))?;
         entries.push(LedgerEntry::try_from(wire).with_context(|| format!("ledger block {b}"))?);
     }
-    store.close().await;
     Ok(entries)
 }
 

@@ -534,6 +534,105 @@ fn devnet_submit_query_and_verify_ledger_from_the_command_line() {
     let o = chainify(&["verify-ledger", "--network", n, "--database", &missing]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("nowhere"), "{}", stderr(&o));
+    // A mistyped file is not created (an empty database once "verified" with exit 0).
+    let typo = tmp.path().join("typo.db");
+    let o = chainify(&[
+        "verify-ledger",
+        "--network",
+        n,
+        "--database",
+        &format!("sqlite://{}", typo.display()),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("typo.db"), "{}", stderr(&o));
+    assert!(!typo.exists(), "verify-ledger created {}", typo.display());
+
+    // The data check: the tables are what the newest block's state digest says.
+    let db2 = OrgConfig::load(&dir.join("org2/org.toml"))
+        .unwrap()
+        .database_url;
+    let verify = |extra: &[&str]| {
+        let mut all = vec!["verify-ledger", "--network", n, "--database", &db2];
+        all.extend_from_slice(extra);
+        let o = chainify(&all);
+        let report: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        (o.status.code(), report, stderr(&o))
+    };
+    let (code, good, err) = verify(&["--data"]);
+    assert_eq!(code, Some(0), "{good} {err}");
+    assert_eq!(
+        good["checks"],
+        json!(["chain", "certificates", "data"]),
+        "{good}"
+    );
+    let height = good["height"].as_u64().unwrap();
+    let newest = good["newest_hash"].as_str().unwrap().to_owned();
+    let h = height.to_string();
+    let (code, report, _) = verify(&["--expect-height", &h, "--expect-hash", &newest]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(
+        report["checks"],
+        json!(["chain", "certificates", "height", "hash"]),
+        "{report}"
+    );
+    // A truncated ledger (the auditor knows a later block) and a fork (another hash).
+    let (code, report, _) = verify(&["--expect-height", &(height + 1).to_string()]);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report["problem"].as_str().unwrap().contains("truncated"),
+        "{report}"
+    );
+    let forged = "00".repeat(32);
+    let (code, report, _) = verify(&["--expect-hash", &forged]);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report["problem"].as_str().unwrap().contains("a fork"),
+        "{report}"
+    );
+    let (code, _, err) = verify(&["--expect-hash", "xyz"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--expect-hash xyz"), "{err}");
+    // A row changed behind the triggers' back: the chain still verifies, the data does not.
+    tamper_sqlite(
+        &db2,
+        &[
+            "DROP TRIGGER chainify_dg_accounts_au",
+            "UPDATE accounts SET name = 'mallory' WHERE custid = 7",
+        ],
+    );
+    let (code, report, _) = verify(&[]);
+    assert_eq!(
+        code,
+        Some(0),
+        "without --data the ledger alone verifies: {report}"
+    );
+    let (code, report, _) = verify(&["--data"]);
+    assert_eq!(code, Some(1), "{report}");
+    let problem = report["problem"].as_str().unwrap();
+    assert!(
+        problem.contains("not what ledger block") && problem.contains("accounts"),
+        "{report}"
+    );
+}
+
+/// Runs statements on a SQLite database directly, as a DBA with the sqlite3 shell would.
+fn tamper_sqlite(url: &str, statements: &[&str]) {
+    use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let backend = AnyBackend::connect(url, &StoreOptions::default())
+            .await
+            .unwrap();
+        let mut conn = backend.acquire().await.unwrap();
+        for s in statements {
+            conn.batch(s).await.unwrap();
+        }
+        drop(conn);
+        backend.close().await;
+    });
 }
 
 #[test]
