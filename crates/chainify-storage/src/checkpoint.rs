@@ -11,7 +11,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use chainify_core::{BlockNumber, Value};
+use chainify_core::state::{RowHash, StateHash};
+use chainify_core::{BlockNumber, Digest, Value};
 
 use crate::backend::{Backend, Conn};
 use crate::catalog::CatalogTable;
@@ -207,8 +208,83 @@ impl<B: Backend> Store<B> {
 
     /// Restores the shared tables to checkpoint `block`. Afterwards the last applied block is
     /// `block`; applied blocks and checkpoints after it are forgotten (they belong to the state
-    /// being discarded), and nothing the restore changed is recorded for a digest.
+    /// being discarded), and nothing the restore changed is recorded for a digest. Only keys
+    /// recorded as changed since the checkpoint are compared: a change that bypassed the
+    /// triggers needs [`Store::restore_full`].
     pub async fn restore(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
+        self.restore_scope(block, false).await
+    }
+
+    /// Restores checkpoint `block` comparing every row, after checking that its snapshots hold
+    /// exactly the state `agreed` (the ledger's state digest of `block`): the repair of changes
+    /// no trigger recorded. Nothing is changed when the snapshots do not match.
+    pub async fn restore_full(
+        &self,
+        block: BlockNumber,
+        agreed: Digest,
+    ) -> Result<CheckpointInfo, StorageError> {
+        let found = self.snapshot_state(block).await?;
+        if found != agreed {
+            return Err(StorageError::Checkpoint(format!(
+                "the checkpoint at block {block} holds state {found}, not the agreed {agreed}: it cannot repair the tables"
+            )));
+        }
+        self.restore_scope(block, true).await
+    }
+
+    /// The state digest of the snapshots that make up checkpoint `block`.
+    pub async fn snapshot_state(&self, block: BlockNumber) -> Result<Digest, StorageError> {
+        let during = format!("reading the snapshots of the checkpoint at block {block}");
+        let dialect = self.backend.dialect();
+        let holders = self.snapshot_holders(block, &during).await?;
+        let mut sum = StateHash::empty();
+        let mut conn = self.acquire(&during).await?;
+        for t in self.tables().values() {
+            let s = holders.get(&t.name).copied().ok_or_else(|| {
+                StorageError::Checkpoint(format!(
+                    "table {} was registered after the checkpoint at block {block}",
+                    t.name
+                ))
+            })?;
+            let (sql, types) = ddl::snapshot_rows(dialect, t);
+            let rows = self.db(conn.query(&sql, &[&Value::Int(s)], &types).await, &during)?;
+            for row in &rows {
+                sum.add(&RowHash::of(&t.name, row));
+            }
+        }
+        Ok(sum.digest())
+    }
+
+    async fn snapshot_holders(
+        &self,
+        block: BlockNumber,
+        during: &str,
+    ) -> Result<std::collections::BTreeMap<String, i64>, StorageError> {
+        let rows = self
+            .query(
+                during,
+                &format!(
+                    "SELECT table_name, snapshot_block FROM chainify_checkpoint_tables WHERE block = {}",
+                    ddl::placeholder(self.backend.dialect(), 1)
+                ),
+                &[&int(block)?],
+                &[ReadType::Text, ReadType::Int],
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| match (&r[0], &r[1]) {
+                (Value::Text(n), Value::Int(s)) => Some((n.clone(), *s)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    async fn restore_scope(
+        &self,
+        block: BlockNumber,
+        full: bool,
+    ) -> Result<CheckpointInfo, StorageError> {
         let started = Instant::now();
         let referenced = self.referenced_snapshots().await?;
         let dialect = self.backend.dialect();
@@ -262,11 +338,18 @@ impl<B: Backend> Store<B> {
                 self.db(conn.batch(sql).await, &during)?;
             }
             let snapshot_of = |t: &CatalogTable| Value::Int(holder(&t.name).unwrap_or(-1));
-            // Only keys changed since the checkpoint can differ from it.
+            // Only keys changed since the checkpoint can differ from it (every key when a
+            // change bypassed the triggers).
             let mut dirty = Vec::with_capacity(order.len());
             for t in &order {
-                let (sql, types) = ddl::dirty_keys(dialect, t);
-                let keys = self.db(conn.query(&sql, &[&b], &types).await, &during)?;
+                let (sql, types, param) = if full {
+                    let (sql, types) = ddl::all_keys(dialect, t);
+                    (sql, types, snapshot_of(t))
+                } else {
+                    let (sql, types) = ddl::dirty_keys(dialect, t);
+                    (sql, types, b.clone())
+                };
+                let keys = self.db(conn.query(&sql, &[&param], &types).await, &during)?;
                 dirty.push(keys.into_iter().flatten().collect::<Vec<Value>>());
             }
             let chunks = |t: &CatalogTable, keys: &'_ [Value]| -> Vec<(usize, Vec<Value>)> {

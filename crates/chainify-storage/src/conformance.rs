@@ -58,6 +58,7 @@ macro_rules! conformance_tests {
             values_that_do_not_fit_abort_alike,
             outside_changes_reach_the_next_digest,
             trigger_bypasses_are_caught,
+            a_bypass_is_repaired_by_a_verified_full_restore,
             checkpoint_restore_and_replay,
             blocks_apply_once_and_in_order,
             ledger_is_a_hash_chain,
@@ -989,6 +990,83 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
             assert!(store.check_state().await.expect("scan").agrees());
         }
     }
+}
+
+/// Case: a change that bypassed the triggers survives a restore of the recorded keys, but a
+/// full restore from a checkpoint whose snapshots match the agreed state digest repairs it, and
+/// the replay reproduces every block. A checkpoint that does not match (a wrong digest, a
+/// snapshot changed too) repairs nothing.
+pub async fn a_bypass_is_repaired_by_a_verified_full_restore<F: Fixture>(f: &F) {
+    use chainify_sql::render::Dialect;
+    let store = setup(f, "full_restore", StoreOptions::default()).await;
+    let blocks: Vec<ExecBlock> = (0..4)
+        .map(|n| random_block(&store, n, 300 + n, 40))
+        .collect();
+    let mut outcomes = Vec::new();
+    for b in &blocks {
+        outcomes.push(run(&store, b, ExecMode::Serial).await);
+        if b.number.0 == 1 {
+            store.checkpoint(b.number).await.expect("checkpoint");
+        }
+    }
+    let agreed_1 = outcomes[1].state;
+    let honest = dump_all(&store).await;
+    let off = match store.backend().dialect() {
+        Dialect::Postgres => "ALTER TABLE accounts DISABLE TRIGGER chainify_dg_accounts",
+        _ => "DROP TRIGGER chainify_dg_accounts_au",
+    };
+    outside(store.backend(), off).await;
+    outside(
+        store.backend(),
+        "UPDATE accounts SET name = 'mallory' WHERE custid = 2",
+    )
+    .await;
+    store
+        .reinstall_triggers(&["accounts"])
+        .await
+        .expect("reinstall");
+    assert_eq!(
+        store.check_state().await.expect("scan").differing,
+        vec!["accounts".to_owned()]
+    );
+    // The recorded keys know nothing of the change: restoring them and replaying leaves it.
+    store.restore(BlockNumber(1)).await.expect("restore");
+    for b in &blocks[2..] {
+        store
+            .execute_block(b, ExecMode::Serial)
+            .await
+            .expect("replay");
+    }
+    assert!(!store.check_state().await.expect("scan").agrees());
+    // A wrong agreed digest: nothing is applied.
+    let err = store
+        .restore_full(BlockNumber(1), Digest::of(b"another state"))
+        .await
+        .expect_err("mismatch");
+    assert!(err.to_string().contains("not the agreed"), "{err}");
+    assert_ne!(dump_all(&store).await, honest);
+    // The verified full restore and the replay repair it.
+    let info = store
+        .restore_full(BlockNumber(1), agreed_1)
+        .await
+        .expect("full restore");
+    assert!(info.rows >= 1, "{info:?}");
+    for (b, o) in blocks[2..].iter().zip(&outcomes[2..]) {
+        let again = run(&store, b, ExecMode::Serial).await;
+        assert_eq!((again.digest, again.state), (o.digest, o.state));
+    }
+    assert_eq!(dump_all(&store).await, honest);
+    // A snapshot changed as well no longer matches the agreed state: refused.
+    outside(
+        store.backend(),
+        "UPDATE chainify_cp_accounts SET name = 'mallory' WHERE custid = 3",
+    )
+    .await;
+    let err = store
+        .restore_full(BlockNumber(1), agreed_1)
+        .await
+        .expect_err("tampered snapshot");
+    assert!(err.to_string().contains("cannot repair"), "{err}");
 }
 
 /// Case: checkpoints capture the state at a block, restore brings it back without recording,

@@ -656,6 +656,48 @@ pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>)
     )
 }
 
+/// Every key of `t` now or in its snapshot of block `$1`: what a full restore compares (the
+/// tables were changed behind the triggers' back, so no record says which keys differ).
+pub fn all_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let mut types = Vec::new();
+    let mut select = Vec::new();
+    for c in t.key_columns() {
+        let ty = ReadType::of(&c.ty);
+        select.push(read_expr(dialect, &c.name, ty));
+        types.push(ty);
+    }
+    let select = select.join(", ");
+    (
+        format!(
+            "SELECT {select} FROM {} UNION SELECT {select} FROM {} WHERE chainify_cp_block = {}",
+            t.name,
+            snapshot_table(&t.name),
+            placeholder(dialect, 1)
+        ),
+        types,
+    )
+}
+
+/// The rows of `t`'s snapshot of block `$1`, read like the digest reads images.
+pub fn snapshot_rows(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
+    let select: Vec<String> = t
+        .columns
+        .iter()
+        .zip(&types)
+        .map(|(c, ty)| read_expr(dialect, &c.name, *ty))
+        .collect();
+    (
+        format!(
+            "SELECT {} FROM {} WHERE chainify_cp_block = {}",
+            select.join(", "),
+            snapshot_table(&t.name),
+            placeholder(dialect, 1)
+        ),
+        types,
+    )
+}
+
 /// After a restore to the checkpoint of block `$1` (given again as `$2`): keys changed after it
 /// are changed "at" it now (the restore undid their later changes, and a restore to an older
 /// checkpoint must still repair them).
