@@ -2609,6 +2609,13 @@ impl Writer<'_> {
                         types.len()
                     ));
                 };
+                if *tq == Ty::Null {
+                    // PostgreSQL types the subquery's NULL as text and fails on the comparison.
+                    return Err(
+                        "IN (SELECT NULL …) is never true; write the condition without it (a NULL parameter counts too)"
+                            .into(),
+                    );
+                }
                 comparable(t, *tq, "IN")?;
                 Ok(Ty::Bool)
             }
