@@ -103,8 +103,9 @@ pub enum Command {
         /// The appended block.
         block: BlockNumber,
     },
-    /// Restore a checkpoint at or before `block` (`attempt` 0: the newest, 1: the one before, …),
-    /// replay up to `block`, and report [`Event::Recovered`] or [`Event::RecoveryFailed`].
+    /// Restore a checkpoint at or before `block` and replay up to `block` (`attempt` 0, 1, …:
+    /// the node's tries, newest checkpoint first; the node tries each checkpoint twice, see
+    /// `chainify_node`), and report [`Event::Recovered`] or [`Event::RecoveryFailed`].
     /// Local execution results of later blocks are void.
     StartRecovery {
         /// The block that disagreed.

@@ -82,6 +82,7 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
             invalid: reasons(&executed.invalid),
             failures: reasons(&failures),
             integrity: done.integrity.clone(),
+            repair_needed: done.repair_needed,
             checkpoint_asked: done.checkpoint.is_some(),
             checkpoint_error: match &done.checkpoint {
                 Some(Err(e)) => e.clone(),
@@ -94,8 +95,21 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
         &self,
         request: Request<pb::RestoreRequest>,
     ) -> Result<Response<pb::RestoreResponse>, Status> {
+        let request = request.into_inner();
+        let full = if request.full_agreed_state.is_empty() {
+            None
+        } else {
+            Some(
+                Digest::try_from(request.full_agreed_state.as_slice()).map_err(|_| {
+                    Status::invalid_argument(format!(
+                        "full_agreed_state: expected 32 bytes, got {}",
+                        request.full_agreed_state.len()
+                    ))
+                })?,
+            )
+        };
         self.port
-            .restore(BlockNumber(request.into_inner().checkpoint))
+            .restore(BlockNumber(request.checkpoint), full)
             .await
             .map_err(failed)?;
         Ok(Response::new(pb::RestoreResponse {}))
@@ -178,6 +192,7 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
             (true, e) => Some(Err(e)),
         },
         integrity: response.integrity,
+        repair_needed: response.repair_needed,
     })
 }
 
@@ -206,12 +221,13 @@ impl ExecutionPort for RemoteExecution {
         })
     }
 
-    fn restore(&self, block: BlockNumber) -> PortFuture<'_, ()> {
+    fn restore(&self, block: BlockNumber, full: Option<Digest>) -> PortFuture<'_, ()> {
         let mut client = self.client.clone();
         Box::pin(async move {
             client
                 .restore(pb::RestoreRequest {
                     checkpoint: block.0,
+                    full_agreed_state: full.map_or_else(Vec::new, |d| d.as_bytes().to_vec()),
                 })
                 .await
                 .map_err(|s| remote(&format!("restoring checkpoint {block}"), &s))?;
@@ -250,7 +266,7 @@ mod tests {
         ) -> PortFuture<'_, PortExecuted> {
             Box::pin(async { panic!("executed a malformed request") })
         }
-        fn restore(&self, _: BlockNumber) -> PortFuture<'_, ()> {
+        fn restore(&self, _: BlockNumber, _: Option<Digest>) -> PortFuture<'_, ()> {
             Box::pin(async { panic!("restored on a malformed request") })
         }
         fn prune_checkpoints(&self, _: usize) -> PortFuture<'_, ()> {
@@ -315,6 +331,7 @@ mod tests {
             checkpoint_asked: true,
             checkpoint_error: "disk full".into(),
             integrity: vec!["digest trigger chainify_dg_t_au on t is missing".into()],
+            repair_needed: true,
         })
         .unwrap();
         assert_eq!(
@@ -322,6 +339,7 @@ mod tests {
             ["digest trigger chainify_dg_t_au on t is missing"],
             "integrity findings reach the node"
         );
+        assert!(done.repair_needed);
         assert_eq!(done.executed.ledger, ledger);
         assert_eq!(done.executed.invalid, [(0, "bad signature".to_owned())]);
         assert_eq!(done.executed.outcome.failures[0].index, 1);

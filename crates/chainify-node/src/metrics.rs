@@ -307,6 +307,11 @@ pub fn render_status(out: &mut String, status: &NodeStatus) {
             status.recoveries_total,
         ),
         (
+            "chainify_repairs_total",
+            "Tables repaired after a full scan found them different from the agreed state.",
+            status.repairs_total,
+        ),
+        (
             "chainify_alarms_total",
             "Alarms raised (disagreement, impossible agreement, failed recovery).",
             status.alarms_total,

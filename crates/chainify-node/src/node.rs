@@ -178,6 +178,9 @@ pub struct NodeStatus {
     pub recoveries_total: u64,
     /// Alarms since the node started.
     pub alarms_total: u64,
+    /// Repairs of tables that differed from the agreed state (a full scan found them), by a
+    /// verified full restore of a checkpoint and a replay.
+    pub repairs_total: u64,
 }
 
 impl NodeStatus {
@@ -198,6 +201,7 @@ impl NodeStatus {
             dropped_messages: 0,
             pending_votes: BTreeMap::new(),
             recoveries_total: 0,
+            repairs_total: 0,
             alarms_total: 0,
         }
     }
@@ -288,6 +292,8 @@ pub struct Node<B: Backend, O: Orderer> {
     writing: Option<OwnedRwLockWriteGuard<()>>,
     /// Whether a full scan was asked for since start.
     state_checked: bool,
+    /// A full scan found the tables differ from the agreed state: repair at a clean point.
+    repair_pending: bool,
 }
 
 type GateWait = Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>;
@@ -387,6 +393,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             metrics,
             executed_at: BTreeMap::new(),
             state_checked: false,
+            repair_pending: false,
         };
         if next > Resume::START.block {
             node.catch_up(BlockNumber(next.0 - 1)).await?;
@@ -502,6 +509,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
 
     fn can_execute(&self) -> bool {
         self.in_flight.is_none()
+            && !self.repair_pending
             && self.retry.is_none()
             && matches!(self.engine.state(), State::Running)
             && self.resume.block.0 <= self.engine.next_block().0 + self.settings.pipeline_depth
@@ -559,10 +567,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 executed,
                 checkpoint,
                 integrity,
+                repair_needed,
             }) => {
                 for finding in integrity {
                     self.alarm(finding);
                 }
+                // Stop launching blocks; the repair runs at the next clean point.
+                self.repair_pending |= repair_needed;
                 self.failed_attempts = 0;
                 self.previous = executed.ledger.hash();
                 self.resume = Resume::after(&flight.block);
@@ -635,6 +646,9 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     }
 
     async fn on_tick(&mut self) -> Result<(), NodeError> {
+        if self.repair_pending && self.is_clean() && matches!(self.engine.state(), State::Running) {
+            self.repair().await;
+        }
         let now = Instant::now();
         if self.blocks.is_none() && self.reconnect_at.is_some_and(|t| t <= now) {
             match self.orderer.deliver(self.resume).await {
@@ -812,8 +826,76 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
     }
 
+    /// Repairs tables that a full scan found different from the agreed state (a change that
+    /// bypassed the triggers): at a clean point, restores the newest checkpoint whose snapshots
+    /// hold its agreed state digest, comparing every row, and replays the agreed blocks since.
+    /// Without such a checkpoint it raises an alarm.
+    async fn repair(&mut self) {
+        self.repair_pending = false;
+        self.hold_gate().await;
+        let started = Instant::now();
+        let agreed = BlockNumber(self.engine.next_block().0.saturating_sub(1));
+        info!(org = %self.me, %agreed, "repairing tables that differ from the agreed state");
+        let result = async {
+            let candidates: Vec<BlockNumber> = self
+                .store
+                .checkpoints()
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|c| *c <= agreed)
+                .rev()
+                .collect();
+            let mut tried = Vec::new();
+            for checkpoint in candidates {
+                let base = ledger_block(&self.store, checkpoint)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let port = self.port.clone();
+                let agreed_state = base.state_digest;
+                if let Err(e) = patiently(self.settings.replay_timeout, || {
+                    port.restore(checkpoint, Some(agreed_state))
+                })
+                .await
+                {
+                    tried.push(format!("checkpoint {checkpoint}: {e}"));
+                    continue;
+                }
+                self.previous = base.hash();
+                let resume = Resume {
+                    block: BlockNumber(checkpoint.0 + 1),
+                    position: base.orderer_position,
+                };
+                if checkpoint < agreed {
+                    self.replay(resume, agreed).await?;
+                } else {
+                    self.resume = resume;
+                    self.reopen_stream();
+                }
+                return Ok(checkpoint);
+            }
+            Err(if tried.is_empty() {
+                format!("no checkpoint at or before block {agreed}")
+            } else {
+                tried.join("; ")
+            })
+        }
+        .await;
+        match result {
+            Ok(checkpoint) => {
+                info!(org = %self.me, %checkpoint, elapsed = ?started.elapsed(), "tables repaired");
+                self.status.send_modify(|s| s.repairs_total += 1);
+            }
+            Err(e) => self.alarm(format!(
+                "the tables differ from the agreed state and no checkpoint repairs them ({e}); a state transfer from an agreeing organization is needed"
+            )),
+        }
+    }
+
     /// Restores the `attempt`-th newest checkpoint before `block`, replays up to `block` and
-    /// reports the re-executed block to the engine.
+    /// reports the re-executed block to the engine. Each checkpoint is tried twice: first
+    /// restoring the keys recorded as changed since it, then (verified against its agreed
+    /// state digest) every row, which also repairs changes that bypassed the triggers.
     async fn recover(&mut self, block: BlockNumber, attempt: u32) -> Event {
         self.hold_gate().await;
         if let Some(flight) = self.in_flight.take() {
@@ -856,7 +938,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 .filter(|c| *c < block)
                 .rev()
                 .collect();
-            let Some(&checkpoint) = candidates.get(attempt as usize) else {
+            let Some(&checkpoint) = candidates.get(attempt as usize / 2) else {
                 return Err(format!(
                     "no checkpoint before block {block} is left to try ({} tried)",
                     attempt
@@ -864,7 +946,20 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             };
             let restoring = Instant::now();
             let port = self.port.clone();
-            patiently(self.settings.replay_timeout, || port.restore(checkpoint)).await?;
+            let full = if attempt % 2 == 1 {
+                Some(
+                    ledger_block(&self.store, checkpoint)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .state_digest,
+                )
+            } else {
+                None
+            };
+            patiently(self.settings.replay_timeout, || {
+                port.restore(checkpoint, full)
+            })
+            .await?;
             if let Some((_, report)) = self.recovering.as_mut() {
                 report.checkpoint = Some(checkpoint);
                 report.attempts = attempt + 1;

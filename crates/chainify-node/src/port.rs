@@ -38,6 +38,8 @@ pub struct PortExecuted {
     /// Integrity findings since the last block (each reported once while it lasts): digest
     /// triggers found broken and reinstalled, foreign triggers, a full scan that differs.
     pub integrity: Vec<String>,
+    /// A full scan found the tables differ from the state digest: they need a repair.
+    pub repair_needed: bool,
 }
 
 /// Executes blocks and manages checkpoints on the organization's database.
@@ -55,8 +57,10 @@ pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
         state_check: bool,
     ) -> PortFuture<'_, PortExecuted>;
 
-    /// Restores the database to checkpoint `block`.
-    fn restore(&self, block: BlockNumber) -> PortFuture<'_, ()>;
+    /// Restores the database to checkpoint `block`: the keys recorded as changed since, or,
+    /// with `full` (the agreed state digest of `block`), every row after checking that the
+    /// checkpoint holds exactly that state.
+    fn restore(&self, block: BlockNumber, full: Option<Digest>) -> PortFuture<'_, ()>;
 
     /// Keeps the newest `keep` checkpoints.
     fn prune_checkpoints(&self, keep: usize) -> PortFuture<'_, ()>;
@@ -85,8 +89,9 @@ struct Integrity {
 impl<B: Backend> LocalExecution<B> {
     /// Checks the digest triggers (reinstalling broken ones), collects a finished full scan
     /// and starts one when asked or when a trigger was broken. Returns what to report.
-    async fn check_integrity(&self, block: BlockNumber, state_check: bool) -> Vec<String> {
+    async fn check_integrity(&self, block: BlockNumber, state_check: bool) -> (Vec<String>, bool) {
         let mut findings = Vec::new();
+        let mut repair_needed = false;
         let triggers = self.store.check_triggers().await;
         let mut current = BTreeSet::new();
         let mut broken: Vec<String> = Vec::new();
@@ -136,6 +141,7 @@ impl<B: Backend> LocalExecution<B> {
                     self.metrics
                         .state_mismatches
                         .fetch_add(1, Ordering::Relaxed);
+                    repair_needed = true;
                     findings.push(format!(
                         "full scan after block {}: table(s) {} differ from the state digest (expected {}, scanned {} over {} rows)",
                         check.block.map_or("-".into(), |b| b.to_string()),
@@ -153,7 +159,7 @@ impl<B: Backend> LocalExecution<B> {
             let store = self.store.clone();
             state.scan = Some(tokio::spawn(async move { store.check_state().await }));
         }
-        findings
+        (findings, repair_needed)
     }
 }
 
@@ -193,7 +199,7 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
         Box::pin(async move {
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
-            let integrity = self.check_integrity(block.number, state_check).await;
+            let (integrity, repair_needed) = self.check_integrity(block.number, state_check).await;
             server.set_previous(previous);
             let executed = server.execute(&block).await?;
             let outcome = &executed.outcome;
@@ -222,14 +228,18 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
                 executed,
                 checkpoint,
                 integrity,
+                repair_needed,
             })
         })
     }
 
-    fn restore(&self, block: BlockNumber) -> PortFuture<'_, ()> {
+    fn restore(&self, block: BlockNumber, full: Option<Digest>) -> PortFuture<'_, ()> {
         Box::pin(async move {
             let _busy = self.server.lock().await;
-            self.store.restore(block).await?;
+            match full {
+                None => self.store.restore(block).await?,
+                Some(agreed) => self.store.restore_full(block, agreed).await?,
+            };
             Ok(())
         })
     }

@@ -114,8 +114,9 @@ async fn a_tampered_org_recovers_while_the_others_go_on() {
 
 /// Changes that bypass the digest triggers (PostgreSQL: the trigger disabled; SQLite: dropped)
 /// on a table no block writes: the votes still agree, so only the integrity checks can see them.
-/// The broken triggers are reinstalled before the next block, and the full scan that follows
-/// raises an alarm naming the table; the honest organization raises none.
+/// The broken triggers are reinstalled before the next block, the full scan that follows
+/// raises an alarm naming the table, and the organization repairs its tables from a checkpoint
+/// verified against the agreed state digest; the honest organization raises nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trigger_bypass_is_caught_within_one_check_interval() {
     let urls = smallbank_dbs("bypass", &["postgres", "mariadb", "sqlite"], ACCOUNTS).await;
@@ -171,8 +172,38 @@ async fn a_trigger_bypass_is_caught_within_one_check_interval() {
             .await
             .expect("committed after the tampering");
     }
+    // Caught, then repaired: a verified full restore of a checkpoint and a replay.
+    let repaired = |org: OrgId| cluster.status(org).expect("status").repairs_total >= 1;
+    while !(repaired(OrgId(1)) && repaired(OrgId(3))) {
+        rounds += 1;
+        assert!(rounds <= 40, "not repaired: {:?}", cluster.statuses());
+        let more = drive(&cluster, &mut workload, 100).await;
+        cluster
+            .wait_committed(&orgs, &more, WAIT)
+            .await
+            .expect("committed while repairing");
+    }
+    let last = drive(&cluster, &mut workload, 100).await;
+    cluster
+        .wait_committed(&orgs, &last, WAIT)
+        .await
+        .expect("committed after the repair");
+    cluster
+        .check_consistent(&orgs)
+        .await
+        .expect("the repaired organizations hold the same tables again");
+    for org in &orgs {
+        let check = cluster
+            .store(*org)
+            .expect("store")
+            .check_state()
+            .await
+            .expect("scan");
+        assert!(check.agrees(), "organization {org}: {check:?}");
+    }
     let honest = cluster.status(OrgId(2)).expect("status");
     assert!(honest.alarms.is_empty(), "{honest:?}");
+    assert_eq!(honest.repairs_total, 0);
     let metrics = cluster.metrics(OrgId(1)).expect("metrics");
     assert!(
         metrics
