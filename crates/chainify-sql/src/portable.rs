@@ -149,6 +149,8 @@ pub enum ValueCheck {
     /// A text parameter of at most this many bytes (it is stored into a TEXT column, or text
     /// is computed from it).
     TextAtMost(usize, u64),
+    /// An integer other than -2^63 (it is subtracted: MariaDB computes 0 - (-2^63) wrongly).
+    NotMin(usize),
 }
 
 /// Text a statement computes: at most this many bytes anywhere. MariaDB yields NULL or fails
@@ -256,6 +258,7 @@ impl Portable {
                 aggregates: false,
                 row_cap,
                 filter: false,
+                widen_outputs: false,
             };
             w.stmt(&self.stmt)?;
             if w.sql.len() > MAX_RENDERED_LEN {
@@ -269,8 +272,12 @@ impl Portable {
             } else {
                 w.numbers
             };
-            if dialect == Dialect::Postgres {
-                checks = w.checks;
+            // Every dialect's checks: a rendering may rely on a value (MySQL's subtraction of
+            // a parameter), and the verdict must be the same whichever engine runs it.
+            for c in w.checks {
+                if !checks.contains(&c) {
+                    checks.push(c);
+                }
             }
             out[dialect_index(dialect)] = Some(Rendered {
                 sql: w.sql,
@@ -280,7 +287,6 @@ impl Portable {
         let [Some(pg), Some(my), Some(lite)] = out else {
             return Err("internal: a dialect was not rendered".into());
         };
-        checks.dedup();
         Ok(Typed {
             rendered: [pg, my, lite],
             checks,
@@ -433,6 +439,11 @@ fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
                 } else {
                     "text of at most 1 MiB (text is stored or computed from it)"
                 },
+            ),
+            ValueCheck::NotMin(i) => (
+                i,
+                !matches!(params.get(i), Some(Value::Int(i64::MIN))),
+                "an integer other than -9223372036854775808 (it is subtracted, and MariaDB computes 0 minus it wrongly)",
             ),
             ValueCheck::LikePattern(i) => (
                 i,
@@ -1859,6 +1870,8 @@ struct Writer<'a> {
     /// Inside a WHERE, ON or HAVING: engines choose which rows and conjuncts they evaluate
     /// there, so nothing in it may fail on some rows (integer arithmetic must not overflow).
     filter: bool,
+    /// MySQL: the next query's integer outputs are written as BIGINT (`IN (SELECT …)`).
+    widen_outputs: bool,
 }
 
 fn quote(name: &str) -> String {
@@ -2220,12 +2233,27 @@ impl Writer<'_> {
         // fail on some rows only.
         let outer = self.filter;
         self.filter |= q.limit.is_some() || q.offset.is_some();
+        let widen = std::mem::take(&mut self.widen_outputs) && self.dialect == Dialect::MySql;
         let items = (|| {
             for (i, e) in q.items.iter().enumerate() {
                 if i > 0 {
                     self.push(", ");
                 }
-                types.push(self.expr(e, Use::Other)?);
+                if widen {
+                    let (ty, piece) = self.capture(|w| w.expr(e, Use::Other))?;
+                    let wide_column =
+                        matches!(e, E::Col(c) if !matches!(c.limit, Limit::IntBits(b) if b < 64));
+                    if ty == Ty::Int && !wide_column {
+                        self.push("CAST(");
+                        self.emit(&piece);
+                        self.push(" AS SIGNED)");
+                    } else {
+                        self.emit(&piece);
+                    }
+                    types.push(ty);
+                } else {
+                    types.push(self.expr(e, Use::Other)?);
+                }
             }
             Ok::<(), Reject>(())
         })();
@@ -2601,6 +2629,10 @@ impl Writer<'_> {
                 self.push(if *negated { " NOT IN (" } else { " IN (" });
                 // MariaDB turns it into EXISTS with the comparison pushed down and stops at
                 // the first match; the others compute every row of the subquery.
+                // MariaDB decides that a value out of the range of the subquery column's type
+                // matches nothing (FALSE) even when the subquery yields NULL (then NULL): compare
+                // 64-bit integers there.
+                self.widen_outputs = true;
                 let types = self.lazily(|w| w.query(q, None))?;
                 self.push("))");
                 let [tq] = types.as_slice() else {
@@ -2772,13 +2804,46 @@ impl Writer<'_> {
     fn arith(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
         match e {
             E::Neg(x) => {
-                self.push("(-");
+                // MariaDB types the negation of a parameter as unsigned and then lets
+                // arithmetic on it overflow unchecked; a multiplication by -1 is checked.
+                self.push(if self.dialect == Dialect::MySql {
+                    "(-1 * "
+                } else {
+                    "(-"
+                });
                 let t = self.operand(x, use_)?;
                 self.push(")");
                 if !t.numeric() {
                     return Err(format!("unary - takes a number, not {}", t.name()));
                 }
                 Ok(t)
+            }
+            E::Arith(Arith::Sub, a, b) if self.dialect == Dialect::MySql => {
+                // MariaDB returns 0 - (-2^63) as -2^63 instead of failing. When the right side
+                // may be -2^63, subtract one more from both sides there: (a + 1) - (b + 1)
+                // fails exactly when a - b overflows, and never with a zero on the left.
+                let (ta, pa) = self.capture(|w| w.operand(a, use_))?;
+                let (tb, pb) = self.capture(|w| w.operand(b, use_))?;
+                if ta == Ty::Int && tb == Ty::Int && self.may_be_min(b) {
+                    self.push("(CASE WHEN ");
+                    self.emit(&pb);
+                    self.push(" = (-9223372036854775807 - 1) THEN ((");
+                    self.emit(&pa);
+                    self.push(" + 1) - (");
+                    self.emit(&pb);
+                    self.push(" + 1)) ELSE (");
+                    self.emit(&pa);
+                    self.push(" - ");
+                    self.emit(&pb);
+                    self.push(") END)");
+                } else {
+                    self.push("(");
+                    self.emit(&pa);
+                    self.push(" - ");
+                    self.emit(&pb);
+                    self.push(")");
+                }
+                self.arith_types(Arith::Sub, a, b, ta, tb, use_)
             }
             E::Arith(op, a, b) => {
                 self.push("(");
@@ -2793,6 +2858,36 @@ impl Writer<'_> {
                 });
                 let tb = self.operand(b, use_)?;
                 self.push(")");
+                self.arith_types(*op, a, b, ta, tb, use_)
+            }
+            other => self.expr(other, use_),
+        }
+    }
+
+    /// Whether integer expression `e` may be -2^63. A bare parameter may not (checked with
+    /// its value); one inside an expression counts as anything.
+    fn may_be_min(&mut self, e: &E) -> bool {
+        if let E::Param(i) = e {
+            self.checks.push(ValueCheck::NotMin(*i));
+            return false;
+        }
+        let mut params = Vec::new();
+        int_bound(e, &mut params) >= 1 << 63 || !params.is_empty()
+    }
+
+    /// Checks the operand types of arithmetic `a op b` (written already).
+    #[allow(clippy::too_many_arguments)]
+    fn arith_types(
+        &mut self,
+        op: Arith,
+        a: &E,
+        b: &E,
+        ta: Ty,
+        tb: Ty,
+        use_: Use,
+    ) -> Result<Ty, Reject> {
+        {
+            {
                 let sym = match op {
                     Arith::Add => "+",
                     Arith::Sub => "-",
@@ -2819,7 +2914,7 @@ impl Writer<'_> {
                             "operator {sym} on DECIMAL values is not portable ({why})"
                         ));
                     }
-                    if *op == Arith::Mul && ta == Ty::Dec && tb == Ty::Dec {
+                    if op == Arith::Mul && ta == Ty::Dec && tb == Ty::Dec {
                         return Err(format!(
                             "DECIMAL * DECIMAL is not portable ({why}); multiply by an integer"
                         ));
@@ -2830,7 +2925,7 @@ impl Writer<'_> {
                         ));
                     }
                     // Exact in floating point only within 15 digits: bound every operand.
-                    for (operand, t) in [(a.as_ref(), ta), (b.as_ref(), tb)] {
+                    for (operand, t) in [(a, ta), (b, tb)] {
                         match t {
                             Ty::Int => {
                                 let mut checks = Vec::new();
@@ -2856,7 +2951,7 @@ impl Writer<'_> {
                     return Ok(Ty::Dec);
                 }
                 if matches!(op, Arith::Div | Arith::Mod) {
-                    match b.as_ref() {
+                    match b {
                         E::Lit(Value::Int(n)) if *n > 0 => {}
                         E::Param(i) => self.checks.push(ValueCheck::Positive(*i)),
                         _ => {
@@ -2868,7 +2963,6 @@ impl Writer<'_> {
                 }
                 Ok(Ty::Int)
             }
-            other => self.expr(other, use_),
         }
     }
 

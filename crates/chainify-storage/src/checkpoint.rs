@@ -212,7 +212,7 @@ impl<B: Backend> Store<B> {
     /// recorded as changed since the checkpoint are compared: a change that bypassed the
     /// triggers needs [`Store::restore_full`].
     pub async fn restore(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
-        self.restore_scope(block, false).await
+        self.restore_scope(block, None).await
     }
 
     /// Restores checkpoint `block` comparing every row, after checking that its snapshots hold
@@ -223,21 +223,27 @@ impl<B: Backend> Store<B> {
         block: BlockNumber,
         agreed: Digest,
     ) -> Result<CheckpointInfo, StorageError> {
-        let found = self.snapshot_state(block).await?;
+        let states = self.snapshot_state(block).await?;
+        let found = crate::state::state_digest(&states);
         if found != agreed {
             return Err(StorageError::Checkpoint(format!(
                 "the checkpoint at block {block} holds state {found}, not the agreed {agreed}: it cannot repair the tables"
             )));
         }
-        self.restore_scope(block, true).await
+        // The recorded accumulators of the checkpoint are replaced by the verified ones: a
+        // wrong one would otherwise survive every repair.
+        self.restore_scope(block, Some(&states)).await
     }
 
-    /// The state digest of the snapshots that make up checkpoint `block`.
-    pub async fn snapshot_state(&self, block: BlockNumber) -> Result<Digest, StorageError> {
+    /// Each table's state accumulator over the snapshots that make up checkpoint `block`.
+    pub(crate) async fn snapshot_state(
+        &self,
+        block: BlockNumber,
+    ) -> Result<crate::state::TableStates, StorageError> {
         let during = format!("reading the snapshots of the checkpoint at block {block}");
         let dialect = self.backend.dialect();
         let holders = self.snapshot_holders(block, &during).await?;
-        let mut sum = StateHash::empty();
+        let mut states = crate::state::TableStates::new();
         let mut conn = self.acquire(&during).await?;
         for t in self.tables().values() {
             let s = holders.get(&t.name).copied().ok_or_else(|| {
@@ -248,11 +254,13 @@ impl<B: Backend> Store<B> {
             })?;
             let (sql, types) = ddl::snapshot_rows(dialect, t);
             let rows = self.db(conn.query(&sql, &[&Value::Int(s)], &types).await, &during)?;
+            let mut sum = StateHash::empty();
             for row in &rows {
                 sum.add(&RowHash::of(&t.name, row));
             }
+            states.insert(t.name.clone(), sum);
         }
-        Ok(sum.digest())
+        Ok(states)
     }
 
     async fn snapshot_holders(
@@ -280,11 +288,13 @@ impl<B: Backend> Store<B> {
             .collect())
     }
 
+    /// `verified`: restore every row, and record these accumulators as the checkpoint's.
     async fn restore_scope(
         &self,
         block: BlockNumber,
-        full: bool,
+        verified: Option<&crate::state::TableStates>,
     ) -> Result<CheckpointInfo, StorageError> {
+        let full = verified.is_some();
         let started = Instant::now();
         let referenced = self.referenced_snapshots().await?;
         let dialect = self.backend.dialect();
@@ -409,13 +419,17 @@ impl<B: Backend> Store<B> {
             }
             for sql in [
                 format!("DELETE FROM chainify_applied_blocks WHERE block > {}", p(1)),
-                format!("DELETE FROM chainify_state WHERE block > {}", p(1)),
+                format!("DELETE FROM chainify_state WHERE block {} {}", if full { ">=" } else { ">" }, p(1)),
                 format!("DELETE FROM chainify_applied_txs WHERE block > {}", p(1)),
                 format!("DELETE FROM chainify_tx_index WHERE block > {}", p(1)),
                 format!("DELETE FROM chainify_checkpoint_tables WHERE block > {}", p(1)),
                 format!("DELETE FROM chainify_checkpoints WHERE block > {}", p(1)),
             ] {
                 self.db(conn.execute(&sql, &[&b], false).await, &during)?;
+            }
+            if let Some(states) = verified {
+                self.write_state_rows(&mut conn, block, states, &during)
+                    .await?;
             }
             Ok(rows)
         }

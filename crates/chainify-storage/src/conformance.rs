@@ -954,6 +954,72 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
         "a user trigger is reported, not removed"
     );
 
+    // Redefined without touching the body: other timing or events, another search_path; or a
+    // trigger on the digest table itself.
+    let store = setup(f, "bypass_subtle", StoreOptions::default()).await;
+    let (subtle, name) = match dialect {
+        Dialect::Postgres => (
+            "ALTER FUNCTION chainify_dg_kv_fn() SET search_path = pg_temp, public",
+            "chainify_dg_kv",
+        ),
+        Dialect::MySql => (
+            "DROP TRIGGER chainify_dg_kv_ad;\nCREATE TRIGGER chainify_dg_kv_ad BEFORE DELETE ON kv FOR EACH ROW BEGIN INSERT INTO chainify_dg_kv (k, chainify_n, chainify_was, chainify_o1, chainify_o2) VALUES (OLD.k, 1, 1, OLD.k, OLD.v) ON DUPLICATE KEY UPDATE chainify_n = chainify_n + 1; END",
+            "chainify_dg_kv_ad",
+        ),
+        Dialect::Sqlite => (
+            "DROP TRIGGER chainify_dg_kv_ad;\nCREATE TRIGGER chainify_dg_kv_ad BEFORE DELETE ON kv FOR EACH ROW BEGIN SELECT 1; END",
+            "chainify_dg_kv_ad",
+        ),
+    };
+    outside(store.backend(), subtle).await;
+    let on_digest = match dialect {
+        Dialect::Postgres => {
+            "CREATE FUNCTION eat_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;\n\
+             CREATE TRIGGER eat BEFORE INSERT ON chainify_dg_kv FOR EACH ROW EXECUTE FUNCTION eat_fn()"
+        }
+        Dialect::MySql => {
+            "CREATE TRIGGER eat BEFORE INSERT ON chainify_dg_kv FOR EACH ROW SET @eat = 1"
+        }
+        Dialect::Sqlite => {
+            "CREATE TRIGGER eat BEFORE INSERT ON chainify_dg_kv FOR EACH ROW BEGIN SELECT 1; END"
+        }
+    };
+    outside(store.backend(), on_digest).await;
+    let mut found = store.check_triggers().await.expect("catalog");
+    found.sort_by(|a, b| a.trigger.cmp(&b.trigger));
+    assert_eq!(
+        found,
+        vec![
+            problem(name, TriggerFault::Altered),
+            problem("eat", TriggerFault::Unexpected)
+        ]
+    );
+    store.reinstall_triggers(&["kv"]).await.expect("reinstall");
+    assert_eq!(
+        store.check_triggers().await.expect("catalog"),
+        vec![problem("eat", TriggerFault::Unexpected)]
+    );
+    if dialect == Dialect::Postgres {
+        // (PostgreSQL's swallows what the digest triggers record: the scan sees the result.)
+        outside(store.backend(), "UPDATE kv SET v = 4141 WHERE k = 1").await;
+        let check = store.check_state().await.expect("scan");
+        assert_eq!((check.pending, check.differing.len()), (0, 1), "{check:?}");
+        outside(store.backend(), "DROP TRIGGER eat ON chainify_dg_kv").await;
+    } else {
+        outside(store.backend(), "DROP TRIGGER eat").await;
+    }
+    if dialect == Dialect::Postgres {
+        // A session's temporary table named like the digest table does not swallow the record:
+        // the trigger function resolves names in the table's schema first.
+        outside(
+            store.backend(),
+            "CREATE TEMPORARY TABLE chainify_dg_kv (LIKE kv);\nUPDATE kv SET v = 4242 WHERE k = 2;\nDROP TABLE pg_temp.chainify_dg_kv",
+        )
+        .await;
+        let check = store.check_state().await.expect("scan");
+        assert_eq!(check.pending, 1, "the change is recorded: {check:?}");
+    }
+
     // TRUNCATE fires no row trigger: PostgreSQL refuses it, MySQL's is seen by the scan. A
     // PostgreSQL replica-role session still fires the triggers (ENABLE ALWAYS).
     let store = setup(f, "bypass_truncate", StoreOptions::default()).await;
@@ -1045,6 +1111,35 @@ pub async fn a_bypass_is_repaired_by_a_verified_full_restore<F: Fixture>(f: &F) 
         .expect_err("mismatch");
     assert!(err.to_string().contains("not the agreed"), "{err}");
     assert_ne!(dump_all(&store).await, honest);
+    // The checkpoint's recorded accumulator is wrong too (kv's replaced by accounts'): the
+    // verified restore replaces it with the one its snapshots give.
+    {
+        let p = |n| crate::ddl::placeholder(store.backend().dialect(), n);
+        let mut conn = store.backend().acquire().await.expect("conn");
+        let rows = conn
+            .query(
+                &format!(
+                    "SELECT lanes FROM chainify_state WHERE block = 1 AND table_name = {}",
+                    p(1)
+                ),
+                &[&Value::Text("accounts".into())],
+                &[crate::ddl::ReadType::Bytes],
+            )
+            .await
+            .expect("accumulator");
+        let lanes = rows[0][0].clone();
+        conn.execute(
+            &format!(
+                "UPDATE chainify_state SET lanes = {} WHERE block = 1 AND table_name = {}",
+                p(1),
+                p(2)
+            ),
+            &[&lanes, &Value::Text("kv".into())],
+            false,
+        )
+        .await
+        .expect("corrupt the accumulator");
+    }
     // The verified full restore and the replay repair it.
     let info = store
         .restore_full(BlockNumber(1), agreed_1)

@@ -107,8 +107,9 @@ pub struct Artifacts {
 pub struct ExpectedTrigger {
     /// Trigger name.
     pub name: String,
-    /// What the catalog holds as its definition: the function body on PostgreSQL, the
-    /// `BEGIN … END` body on MySQL, the whole `CREATE TRIGGER` statement on SQLite.
+    /// What the catalog holds as its definition: on PostgreSQL the function body, the trigger
+    /// type and whether the function's search_path is pinned (`body|tgtype|true`); on MySQL
+    /// the timing, event and `BEGIN … END` body; on SQLite the whole `CREATE TRIGGER`.
     pub definition: String,
 }
 
@@ -117,13 +118,18 @@ pub struct ExpectedTrigger {
 /// disabled), definition as in [`ExpectedTrigger`].
 pub fn trigger_catalog(dialect: Dialect) -> (String, Vec<ReadType>) {
     let sql = match dialect {
+        // The body, the trigger's timing and events (`tgtype`), and whether the function's
+        // search_path is pinned to the table's schema with pg_temp last.
         Dialect::Postgres => {
-            "SELECT CAST(t.tgname AS TEXT), CAST(t.tgenabled AS TEXT), p.prosrc \
+            "SELECT CAST(t.tgname AS TEXT), CAST(t.tgenabled AS TEXT), \
+             p.prosrc || '|' || CAST(t.tgtype AS TEXT) || '|' || \
+             CAST(p.proconfig IS NOT DISTINCT FROM ARRAY[format('search_path=%I, pg_temp', current_schema())] AS TEXT) \
              FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
              WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal"
         }
         Dialect::MySql => {
-            "SELECT TRIGGER_NAME, 'A', ACTION_STATEMENT FROM information_schema.TRIGGERS \
+            "SELECT TRIGGER_NAME, 'A', CONCAT(ACTION_TIMING, ' ', EVENT_MANIPULATION, ' ', ACTION_STATEMENT) \
+             FROM information_schema.TRIGGERS \
              WHERE EVENT_OBJECT_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = ?"
         }
         Dialect::Sqlite => {
@@ -183,9 +189,21 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             key_defs.join(", ")
         ),
     ];
+    // A key as the trigger records it. SQLite rounds a DECIMAL column to its scale only after
+    // the write (below), so a new key is recorded rounded as it will be stored.
+    let key_ref = |prefix: &str, k: &str| -> String {
+        let scale = t.columns.iter().find_map(|c| match c.ty {
+            ColumnType::Decimal { scale: Some(s) } if c.name == k => Some(s),
+            _ => None,
+        });
+        match scale {
+            Some(s) if dialect == Dialect::Sqlite => sqlite_round(&format!("{prefix}.{k}"), s),
+            _ => format!("{prefix}.{k}"),
+        }
+    };
     let row = |prefix: &str| -> String {
         keys.iter()
-            .map(|k| format!("{prefix}.{k}"))
+            .map(|k| key_ref(prefix, k))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -259,13 +277,23 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             install.push(format!(
                 "ALTER TABLE {name} ENABLE ALWAYS TRIGGER {dg}, ENABLE ALWAYS TRIGGER {dg}_truncate"
             ));
+            // Names in the functions resolve in the table's schema, temporary tables last: a
+            // session's temporary chainify_dg_… cannot swallow the records.
+            install.push(format!(
+                "DO $chainify$ BEGIN \
+                 EXECUTE format('ALTER FUNCTION %I.{dg}_fn() SET search_path = %I, pg_temp', current_schema(), current_schema()); \
+                 EXECUTE format('ALTER FUNCTION %I.{dg}_truncate_fn() SET search_path = %I, pg_temp', current_schema(), current_schema()); \
+                 END $chainify$"
+            ));
+            // AFTER … FOR EACH ROW on INSERT, DELETE and UPDATE (1 + 4 + 8 + 16); BEFORE
+            // TRUNCATE for the statement (2 + 32).
             triggers.push(ExpectedTrigger {
                 name: dg.clone(),
-                definition: body,
+                definition: format!("{body}|29|true"),
             });
             triggers.push(ExpectedTrigger {
                 name: format!("{dg}_truncate"),
-                definition: truncate_body,
+                definition: format!("{truncate_body}|34|true"),
             });
             uninstall.push(format!("DROP TRIGGER IF EXISTS {dg} ON {name}"));
             uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_truncate ON {name}"));
@@ -300,7 +328,7 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                 uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_{suffix}"));
                 triggers.push(ExpectedTrigger {
                     name: format!("{dg}_{suffix}"),
-                    definition: format!("BEGIN {body} END"),
+                    definition: format!("AFTER {event} BEGIN {body} END"),
                 });
             }
         }
@@ -366,7 +394,7 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                     });
                 }
             }
-            let moved = key_moved(&|k| format!("NEW.{k} IS NOT OLD.{k}"));
+            let moved = key_moved(&|k| format!("{} IS NOT OLD.{k}", key_ref("NEW", k)));
             for (suffix, event, body) in [
                 ("ai", "INSERT", format!("{}{normalize}", upsert("NEW", "1"))),
                 ("ad", "DELETE", upsert("OLD", "1")),
@@ -868,10 +896,28 @@ mod tests {
         let a = artifacts(Dialect::Postgres, &table());
         assert_eq!(
             a.install[0],
-            "CREATE TABLE IF NOT EXISTS chainify_dg_acct (bank INTEGER NOT NULL, id BIGINT NOT NULL, chainify_n BIGINT NOT NULL, PRIMARY KEY (bank, id))"
+            "CREATE TABLE IF NOT EXISTS chainify_dg_acct (bank INTEGER NOT NULL, id BIGINT NOT NULL, chainify_n BIGINT NOT NULL, chainify_was SMALLINT NOT NULL, chainify_o1 INTEGER, chainify_o2 BIGINT, chainify_o3 DECIMAL(12,2), chainify_o4 TEXT, PRIMARY KEY (bank, id))"
         );
         assert!(a.install[3].contains("IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND (NEW.bank IS DISTINCT FROM OLD.bank OR NEW.id IS DISTINCT FROM OLD.id))"));
-        assert!(a.install[3].contains("VALUES (OLD.bank, OLD.id, 1) ON CONFLICT (bank, id) DO UPDATE SET chainify_n = d.chainify_n + 1"));
+        // The first change of a key records the row before it (OLD), a new key none.
+        assert!(a.install[3].contains("(bank, id, chainify_n, chainify_was, chainify_o1, chainify_o2, chainify_o3, chainify_o4) VALUES (OLD.bank, OLD.id, 1, 1, OLD.bank, OLD.id, OLD.bal, OLD.note) ON CONFLICT (bank, id) DO UPDATE SET chainify_n = d.chainify_n + 1"));
+        assert!(
+            a.install[3]
+                .contains("(bank, id, chainify_n, chainify_was) VALUES (NEW.bank, NEW.id, 1, 0)")
+        );
+        // Fires for replica-role sessions; names resolve in the table's schema.
+        assert!(
+            a.install
+                .iter()
+                .any(|s| s.contains("ENABLE ALWAYS TRIGGER chainify_dg_acct,"))
+        );
+        assert!(
+            a.install
+                .iter()
+                .any(|s| s.contains("SET search_path = %I, pg_temp"))
+        );
+        assert_eq!(a.triggers.len(), 2);
+        assert!(a.triggers[0].definition.ends_with("|29|true"));
         assert!(
             a.install
                 .iter()
@@ -893,7 +939,12 @@ mod tests {
             .iter()
             .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_au"))
             .unwrap();
-        assert!(au.contains("IF NOT (NEW.bank <=> OLD.bank) OR NOT (NEW.id <=> OLD.id) THEN INSERT INTO chainify_dg_acct (bank, id, chainify_n) VALUES (NEW.bank, NEW.id, 1) ON DUPLICATE KEY UPDATE"));
+        assert!(au.contains("IF NOT (NEW.bank <=> OLD.bank) OR NOT (NEW.id <=> OLD.id) THEN INSERT INTO chainify_dg_acct (bank, id, chainify_n, chainify_was) VALUES (NEW.bank, NEW.id, 1, 0) ON DUPLICATE KEY UPDATE"), "{au}");
+        assert!(
+            a.triggers
+                .iter()
+                .any(|t| t.definition.starts_with("AFTER UPDATE BEGIN "))
+        );
     }
 
     #[test]
@@ -934,9 +985,9 @@ mod tests {
         let (sql, types) = read_changes(Dialect::MySql, &table());
         assert_eq!(
             sql,
-            "SELECT CAST(d.bank AS SIGNED), CAST(d.id AS SIGNED), d.chainify_n, CAST(r.bank AS SIGNED), CAST(r.id AS SIGNED), CAST(r.bal AS CHAR), r.note FROM chainify_dg_acct d LEFT JOIN acct r ON r.bank = d.bank AND r.id = d.id"
+            "SELECT CAST(d.bank AS SIGNED), CAST(d.id AS SIGNED), d.chainify_n, CAST(r.bank AS SIGNED), CAST(r.id AS SIGNED), CAST(r.bal AS CHAR), r.note, CAST(d.chainify_was AS SIGNED), CAST(d.chainify_o1 AS SIGNED), CAST(d.chainify_o2 AS SIGNED), CAST(d.chainify_o3 AS CHAR), d.chainify_o4 FROM chainify_dg_acct d LEFT JOIN acct r ON r.bank = d.bank AND r.id = d.id"
         );
-        assert_eq!(types.len(), 7);
+        assert_eq!(types.len(), 12);
         assert_eq!(types[5], ReadType::Decimal(2));
         assert_eq!(
             consume_changes(Dialect::Postgres, &table(), 2),

@@ -100,6 +100,15 @@ impl<B: Backend> Store<B> {
                     problems.push(problem(name, TriggerFault::Unexpected));
                 }
             }
+            // A trigger on the digest table could rewrite or drop what the digest triggers
+            // record: none belongs there.
+            let dg = ddl::digest_table(&t.name);
+            let on_digest = self.db(conn.query(&sql, &[&Value::Text(dg)], &types).await, during)?;
+            for r in on_digest {
+                if let Some(Value::Text(name)) = r.first() {
+                    problems.push(problem(name, TriggerFault::Unexpected));
+                }
+            }
         }
         Ok(problems)
     }

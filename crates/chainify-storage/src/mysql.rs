@@ -61,7 +61,7 @@ impl MySql {
                 Box::pin(async move {
                     conn.execute(AssertSqlSafe(format!(
                         "SET SESSION sql_mode = '{SQL_MODE}', time_zone = '+00:00', \
-                         innodb_lock_wait_timeout = {lock_wait}"
+                         innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = {lock_wait}"
                     )))
                     .await?;
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

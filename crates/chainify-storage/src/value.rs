@@ -21,16 +21,17 @@ pub(crate) fn decimal_param(d: Decimal) -> BigDecimal {
     BigDecimal::new(BigInt::from(d.mantissa()), i64::from(d.scale()))
 }
 
-/// A decimal read back as text, at `scale`; text that is not a decimal stays text.
+/// A decimal read back as text, at `scale`; text that is not a decimal stays text. A value
+/// with more places than the scale (only SQLite can hold one, written behind chainify's
+/// triggers) is kept as it is rather than rounded, so it digests differently from the
+/// honest value instead of hiding behind it.
 pub(crate) fn parse_decimal(text: &str, scale: u8) -> Value {
-    match text
-        .trim()
-        .parse::<Decimal>()
-        .ok()
-        .and_then(|d| d.round_to(scale))
-    {
-        Some(d) => Value::Decimal(d),
-        None => Value::Text(text.to_owned()),
+    let Ok(d) = text.trim().parse::<Decimal>() else {
+        return Value::Text(text.to_owned());
+    };
+    match d.round_to(scale) {
+        Some(r) if r.cmp_numeric(&d) == std::cmp::Ordering::Equal => Value::Decimal(r),
+        _ => Value::Decimal(d),
     }
 }
 
@@ -73,11 +74,16 @@ mod tests {
     #[test]
     fn decimals_read_back_at_the_declared_scale() {
         assert_eq!(parse_decimal("1.5", 2), dec("1.50"));
-        assert_eq!(parse_decimal("-0.005", 2), dec("-0.01"));
+        // More places than the scale only get there behind the triggers' back: kept, so the
+        // digest differs from the honest rounded value instead of matching it.
+        assert_eq!(parse_decimal("-0.005", 2), dec("-0.005"));
+        assert_eq!(parse_decimal("1.040", 2), dec("1.04"));
         assert_eq!(parse_decimal("12", 0), dec("12"));
         assert_eq!(parse_decimal("abc", 2), Value::Text("abc".into()));
-        assert_eq!(decimal_from_f64(1.005, 2), dec("1.01"));
-        assert_eq!(decimal_from_f64(0.1 + 0.2, 2), dec("0.30"));
+        assert_eq!(decimal_from_f64(1.005, 2), dec("1.005"));
+        assert_eq!(decimal_from_f64(1.01, 2), dec("1.01"));
+        assert_eq!(decimal_from_f64(0.3, 2), dec("0.30"));
+        assert_ne!(decimal_from_f64(0.1 + 0.2, 2), dec("0.30"));
         assert_eq!(
             decimal_from_f64(-123456789012.35, 2),
             dec("-123456789012.35")

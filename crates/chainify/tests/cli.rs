@@ -613,6 +613,34 @@ fn devnet_submit_query_and_verify_ledger_from_the_command_line() {
         problem.contains("not what ledger block") && problem.contains("accounts"),
         "{report}"
     );
+    // A plain UPDATE by a DBA, recorded by the triggers but in no block: the recorded
+    // before-image is the audited database's word, so the data check fails rather than take
+    // the change back.
+    let db3 = OrgConfig::load(&dir.join("org3/org.toml"))
+        .unwrap()
+        .database_url;
+    tamper_sqlite(
+        &db3,
+        &["UPDATE checking SET bal = bal + 1 WHERE custid = 9"],
+    );
+    let o = chainify(&[
+        "verify-ledger",
+        "--network",
+        n,
+        "--database",
+        &db3,
+        "--data",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        report["problem"]
+            .as_str()
+            .unwrap()
+            .contains("recorded but in no block"),
+        "{report}"
+    );
+    assert_eq!(report["data"]["pending_changes"], 1, "{report}");
 }
 
 /// Runs statements on a SQLite database directly, as a DBA with the sqlite3 shell would.
