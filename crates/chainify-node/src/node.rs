@@ -837,15 +837,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         let agreed = BlockNumber(self.engine.next_block().0.saturating_sub(1));
         info!(org = %self.me, %agreed, "repairing tables that differ from the agreed state");
         let result = async {
-            let candidates: Vec<BlockNumber> = self
-                .store
-                .checkpoints()
-                .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .filter(|c| *c <= agreed)
-                .rev()
-                .collect();
+            let candidates = checkpoints_before(&self.store, BlockNumber(agreed.0 + 1)).await?;
             let mut tried = Vec::new();
             for checkpoint in candidates {
                 let base = ledger_block(&self.store, checkpoint)
@@ -929,15 +921,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
         info!(org = %self.me, %block, attempt, "recovering");
         let result = async {
-            let candidates: Vec<BlockNumber> = self
-                .store
-                .checkpoints()
-                .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .filter(|c| *c < block)
-                .rev()
-                .collect();
+            let candidates = checkpoints_before(&self.store, block).await?;
             let Some(&checkpoint) = candidates.get(attempt as usize / 2) else {
                 return Err(format!(
                     "no checkpoint before block {block} is left to try ({} tried)",
@@ -1109,6 +1093,21 @@ async fn patiently<'a, T>(
             Err(e) => return Err(e.to_string()),
         }
     }
+}
+
+/// The checkpoints before `block`, newest first.
+async fn checkpoints_before<B: Backend>(
+    store: &Store<B>,
+    block: BlockNumber,
+) -> Result<Vec<BlockNumber>, String> {
+    Ok(store
+        .checkpoints()
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|c| *c < block)
+        .rev()
+        .collect())
 }
 
 /// Errors that go away by themselves: the database is unreachable or busy.

@@ -553,17 +553,8 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
 /// Every row of `t` in no particular order, read like the digest reads images: what a full scan
 /// of the state digest hashes.
 pub fn scan(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
-    let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-    let select: Vec<String> = t
-        .columns
-        .iter()
-        .zip(&types)
-        .map(|(c, ty)| read_expr(dialect, &c.name, *ty))
-        .collect();
-    (
-        format!("SELECT {} FROM {}", select.join(", "), t.name),
-        types,
-    )
+    let (select, types) = column_select(dialect, t);
+    (format!("SELECT {select} FROM {}", t.name), types)
 }
 
 /// Sets the before-image of a recorded key that survived its consumption (a change slipped in
@@ -594,17 +585,10 @@ pub fn rebase_change(dialect: Dialect, t: &CatalogTable) -> String {
 
 /// Every row of `t` in key order, read like the digest reads images (tests, tools).
 pub fn select_all(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
-    let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-    let select: Vec<String> = t
-        .columns
-        .iter()
-        .zip(&types)
-        .map(|(c, ty)| read_expr(dialect, &c.name, *ty))
-        .collect();
+    let (select, types) = column_select(dialect, t);
     (
         format!(
-            "SELECT {} FROM {} ORDER BY {}",
-            select.join(", "),
+            "SELECT {select} FROM {} ORDER BY {}",
             t.name,
             t.primary_key.join(", ")
         ),
@@ -661,10 +645,8 @@ pub fn mark_dirty(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
     }
 }
 
-/// The keys of `t` that may differ from its state at the checkpoint of block `$1`: those a
-/// digested block after it changed, and those with changes not digested yet (a block cut
-/// short, changes made outside chainify).
-pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+/// The key columns of `t`, read like the digest reads them.
+fn key_select(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let mut types = Vec::new();
     let mut select = Vec::new();
     for c in t.key_columns() {
@@ -672,7 +654,26 @@ pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>)
         select.push(read_expr(dialect, &c.name, ty));
         types.push(ty);
     }
-    let select = select.join(", ");
+    (select.join(", "), types)
+}
+
+/// Every column of `t`, read like the digest reads images.
+fn column_select(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
+    let select: Vec<String> = t
+        .columns
+        .iter()
+        .zip(&types)
+        .map(|(c, ty)| read_expr(dialect, &c.name, *ty))
+        .collect();
+    (select.join(", "), types)
+}
+
+/// The keys of `t` that may differ from its state at the checkpoint of block `$1`: those a
+/// digested block after it changed, and those with changes not digested yet (a block cut
+/// short, changes made outside chainify).
+pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let (select, types) = key_select(dialect, t);
     (
         format!(
             "SELECT {select} FROM {} WHERE chainify_block > {} UNION SELECT {select} FROM {}",
@@ -687,14 +688,7 @@ pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>)
 /// Every key of `t` now or in its snapshot of block `$1`: what a full restore compares (the
 /// tables were changed behind the triggers' back, so no record says which keys differ).
 pub fn all_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
-    let mut types = Vec::new();
-    let mut select = Vec::new();
-    for c in t.key_columns() {
-        let ty = ReadType::of(&c.ty);
-        select.push(read_expr(dialect, &c.name, ty));
-        types.push(ty);
-    }
-    let select = select.join(", ");
+    let (select, types) = key_select(dialect, t);
     (
         format!(
             "SELECT {select} FROM {} UNION SELECT {select} FROM {} WHERE chainify_cp_block = {}",
@@ -708,17 +702,10 @@ pub fn all_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
 
 /// The rows of `t`'s snapshot of block `$1`, read like the digest reads images.
 pub fn snapshot_rows(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
-    let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-    let select: Vec<String> = t
-        .columns
-        .iter()
-        .zip(&types)
-        .map(|(c, ty)| read_expr(dialect, &c.name, *ty))
-        .collect();
+    let (select, types) = column_select(dialect, t);
     (
         format!(
-            "SELECT {} FROM {} WHERE chainify_cp_block = {}",
-            select.join(", "),
+            "SELECT {select} FROM {} WHERE chainify_cp_block = {}",
             snapshot_table(&t.name),
             placeholder(dialect, 1)
         ),

@@ -154,29 +154,42 @@ impl<B: Backend> Store<B> {
         states: &TableStates,
         during: &str,
     ) -> Result<(), StorageError> {
+        let b = i64::try_from(block.0).unwrap_or(i64::MAX);
+        for (table, state) in states {
+            self.insert_state(conn, b, table, state, during).await?;
+        }
+        Ok(())
+    }
+
+    /// Inserts one table's accumulator of `block` (−1: the state at registration).
+    async fn insert_state(
+        &self,
+        conn: &mut B::Conn,
+        block: i64,
+        table: &str,
+        state: &StateHash,
+        during: &str,
+    ) -> Result<(), StorageError> {
         let dialect = self.backend().dialect();
         let p = |n| ddl::placeholder(dialect, n);
-        let b = Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX));
-        for (table, state) in states {
-            self.db(
-                conn.execute(
-                    &format!(
-                        "INSERT INTO chainify_state (block, table_name, lanes) VALUES ({}, {}, {})",
-                        p(1),
-                        p(2),
-                        p(3)
-                    ),
-                    &[
-                        &b,
-                        &Value::Text(table.clone()),
-                        &Value::Bytes(state.to_bytes()),
-                    ],
-                    false,
-                )
-                .await,
-                during,
-            )?;
-        }
+        self.db(
+            conn.execute(
+                &format!(
+                    "INSERT INTO chainify_state (block, table_name, lanes) VALUES ({}, {}, {})",
+                    p(1),
+                    p(2),
+                    p(3)
+                ),
+                &[
+                    &Value::Int(block),
+                    &Value::Text(table.to_owned()),
+                    &Value::Bytes(state.to_bytes()),
+                ],
+                false,
+            )
+            .await,
+            during,
+        )?;
         Ok(())
     }
 
@@ -218,27 +231,8 @@ impl<B: Backend> Store<B> {
             _ => REGISTERED,
         };
         let (state, _) = self.scan_table(conn, t, &during).await?;
-        let dialect = self.backend().dialect();
-        let p = |n| ddl::placeholder(dialect, n);
-        self.db(
-            conn.execute(
-                &format!(
-                    "INSERT INTO chainify_state (block, table_name, lanes) VALUES ({}, {}, {})",
-                    p(1),
-                    p(2),
-                    p(3)
-                ),
-                &[
-                    &Value::Int(block),
-                    &Value::Text(t.name.clone()),
-                    &Value::Bytes(state.to_bytes()),
-                ],
-                false,
-            )
-            .await,
-            &during,
-        )?;
-        Ok(())
+        self.insert_state(conn, block, &t.name, &state, &during)
+            .await
     }
 
     /// The state digest after applied block `block`.
