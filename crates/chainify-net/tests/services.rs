@@ -235,7 +235,9 @@ fn deposit(custid: i64, amount: i64) -> Tx {
         .expect_rows(1)
 }
 
-async fn wait_ready(net: &Net) {
+/// Waits until every organization answers (three networks start side by side on two cores:
+/// up to a minute), and fails with an organization's own error if it stopped instead.
+async fn wait_ready(net: &mut Net) {
     for org in 1..=3 {
         let c = net.client1(org).await;
         for attempt in 0.. {
@@ -244,8 +246,18 @@ async fn wait_ready(net: &Net) {
                 .await
             {
                 Ok(_) => break,
-                Err(_) if attempt < 300 => tokio::time::sleep(Duration::from_millis(100)).await,
-                Err(e) => panic!("org{org} does not answer: {e}"),
+                Err(e) => {
+                    let slot = &mut net.runs[org as usize - 1];
+                    if slot.as_ref().is_some_and(|r| r.is_finished())
+                        && let Some(run) = slot.take()
+                    {
+                        panic!("org{org} stopped while starting: {:?}", run.await);
+                    }
+                    if attempt >= 600 {
+                        panic!("org{org} does not answer: {e}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
             }
         }
     }
@@ -254,7 +266,7 @@ async fn wait_ready(net: &Net) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_submit_through_any_organization_and_every_rejection_has_its_code() {
     let mut net = start(47100, ChainifySettings::default()).await;
-    wait_ready(&net).await;
+    wait_ready(&mut net).await;
     let c1 = net.client1(1).await;
     let c3 = net.client1(3).await;
 
@@ -476,7 +488,7 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     // They come back and catch up.
     net.start_org(2, ChainifySettings::default());
     net.start_org(3, ChainifySettings::default());
-    wait_ready(&net).await;
+    wait_ready(&mut net).await;
     let o = c1.submit_and_wait(deposit(3, 1)).await.unwrap();
     assert!(o.success);
     net.stop_org(1).await;
@@ -490,7 +502,7 @@ async fn a_byzantine_peer_cannot_speak_for_another_organization() {
     // org1, to burn the client's nonce there for org1. The batch must carry the named
     // organization's signature: refused, and the client's real submission through org1 goes on.
     let mut net = start(47500, ChainifySettings::default()).await;
-    wait_ready(&net).await;
+    wait_ready(&mut net).await;
     let c1 = net.client1(1).await;
     let proposal = c1.propose(deposit(3, 1));
     let id = chainify_core::tx::Proposal::try_from(proposal.clone())
@@ -553,7 +565,7 @@ async fn a_byzantine_peer_cannot_speak_for_another_organization() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overloaded_server_refuses_with_resource_exhausted() {
-    let net = start(
+    let mut net = start(
         47300,
         ChainifySettings {
             max_in_flight: 1,
@@ -561,7 +573,7 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
         },
     )
     .await;
-    wait_ready(&net).await;
+    wait_ready(&mut net).await;
     let c = net.client1(1).await;
     let mut tasks = Vec::new();
     for i in 0..40i64 {
