@@ -348,18 +348,16 @@ impl<B: Backend> Store<B> {
                 self.db(conn.batch(sql).await, &during)?;
             }
             let snapshot_of = |t: &CatalogTable| Value::Int(holder(&t.name).unwrap_or(-1));
-            // Only keys changed since the checkpoint can differ from it (every key when a
-            // change bypassed the triggers).
+            // Only keys changed since the checkpoint can differ from it; a full restore (a
+            // change bypassed the triggers) compares every row, set by set.
             let mut dirty = Vec::with_capacity(order.len());
             for t in &order {
-                let (sql, types, param) = if full {
-                    let (sql, types) = ddl::all_keys(dialect, t);
-                    (sql, types, snapshot_of(t))
-                } else {
-                    let (sql, types) = ddl::dirty_keys(dialect, t);
-                    (sql, types, b.clone())
-                };
-                let keys = self.db(conn.query(&sql, &[&param], &types).await, &during)?;
+                if full {
+                    dirty.push(Vec::new());
+                    continue;
+                }
+                let (sql, types) = ddl::dirty_keys(dialect, t);
+                let keys = self.db(conn.query(&sql, &[&b], &types).await, &during)?;
                 dirty.push(keys.into_iter().flatten().collect::<Vec<Value>>());
             }
             let chunks = |t: &CatalogTable, keys: &'_ [Value]| -> Vec<(usize, Vec<Value>)> {
@@ -373,6 +371,23 @@ impl<B: Backend> Store<B> {
                     .collect()
             };
             let mut rows = 0;
+            if full {
+                for t in order.iter().rev() {
+                    let (delete, _, _) = ddl::restore_all(dialect, t);
+                    rows += self.db(
+                        conn.execute(&delete, &[&snapshot_of(t)], false).await,
+                        &during,
+                    )?;
+                }
+                for t in &order {
+                    let (_, update, insert) = ddl::restore_all(dialect, t);
+                    let s = snapshot_of(t);
+                    if let Some(update) = update {
+                        rows += self.db(conn.execute(&update, &[&s], false).await, &during)?;
+                    }
+                    rows += self.db(conn.execute(&insert, &[&s], false).await, &during)?;
+                }
+            }
             for (t, keys) in order.iter().zip(&dirty).rev() {
                 for (n, params) in chunks(t, keys) {
                     let (delete, _, _) = ddl::restore(dialect, t, n);

@@ -685,21 +685,6 @@ pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>)
     )
 }
 
-/// Every key of `t` now or in its snapshot of block `$1`: what a full restore compares (the
-/// tables were changed behind the triggers' back, so no record says which keys differ).
-pub fn all_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
-    let (select, types) = key_select(dialect, t);
-    (
-        format!(
-            "SELECT {select} FROM {} UNION SELECT {select} FROM {} WHERE chainify_cp_block = {}",
-            t.name,
-            snapshot_table(&t.name),
-            placeholder(dialect, 1)
-        ),
-        types,
-    )
-}
-
 /// The rows of `t`'s snapshot of block `$1`, read like the digest reads images.
 pub fn snapshot_rows(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let (select, types) = column_select(dialect, t);
@@ -757,10 +742,27 @@ pub fn restore(
     t: &CatalogTable,
     keys: usize,
 ) -> (String, Option<String>, String) {
+    restore_rows(dialect, t, Some(keys))
+}
+
+/// The statements of [`restore`] for every row of the table at once (a full restore: no record
+/// says which keys differ). Parameter: the snapshot block.
+pub fn restore_all(dialect: Dialect, t: &CatalogTable) -> (String, Option<String>, String) {
+    restore_rows(dialect, t, None)
+}
+
+fn restore_rows(
+    dialect: Dialect,
+    t: &CatalogTable,
+    keys: Option<usize>,
+) -> (String, Option<String>, String) {
     let name = &t.name;
     let cp = snapshot_table(name);
     let p1 = placeholder(dialect, 1);
     let among = |alias: &str| -> String {
+        let Some(keys) = keys else {
+            return "1 = 1".to_owned();
+        };
         // A plain IN for a one-column key: MariaDB plans it as index lookups, while a list of
         // one-element row values makes it scan the table.
         if let [k] = t.primary_key.as_slice() {
