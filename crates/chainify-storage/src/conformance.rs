@@ -938,8 +938,7 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
     };
     outside(store.backend(), redefine).await;
     outside(store.backend(), user).await;
-    let mut found = store.check_triggers().await.expect("catalog");
-    found.sort_by(|a, b| a.trigger.cmp(&b.trigger));
+    let found = sorted_problems(&store).await;
     assert_eq!(
         found,
         vec![
@@ -985,8 +984,7 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
         }
     };
     outside(store.backend(), on_digest).await;
-    let mut found = store.check_triggers().await.expect("catalog");
-    found.sort_by(|a, b| a.trigger.cmp(&b.trigger));
+    let found = sorted_problems(&store).await;
     assert_eq!(
         found,
         vec![
@@ -1056,6 +1054,13 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
             assert!(store.check_state().await.expect("scan").agrees());
         }
     }
+}
+
+/// The trigger problems of `store`, by trigger name.
+async fn sorted_problems<B: Backend>(store: &Store<B>) -> Vec<crate::TriggerProblem> {
+    let mut found = store.check_triggers().await.expect("catalog");
+    found.sort_by(|a, b| a.trigger.cmp(&b.trigger));
+    found
 }
 
 /// Case: a change that bypassed the triggers survives a restore of the recorded keys, but a

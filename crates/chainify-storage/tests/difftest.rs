@@ -864,17 +864,22 @@ impl Gen {
         } else {
             self.expr(t, depth, Ctx::RowOfD, false)
         };
-        let filter = if self.chance(30) {
+        let filter = self.maybe_where(depth);
+        let order = self.order_of_d();
+        let page = self.page();
+        format!("SELECT k, {out} FROM d{filter} ORDER BY {order}{page}")
+    }
+
+    /// ` WHERE <condition on d>` three times in ten, else nothing.
+    fn maybe_where(&mut self, depth: u32) -> String {
+        if self.chance(30) {
             format!(
                 " WHERE {}",
                 self.expr(T::Bool, depth.min(2), Ctx::RowOfD, false)
             )
         } else {
             String::new()
-        };
-        let order = self.order_of_d();
-        let page = self.page();
-        format!("SELECT k, {out} FROM d{filter} ORDER BY {order}{page}")
+        }
     }
 
     /// `INSERT INTO e (k, v[, s]) SELECT … FROM d … ORDER BY … LIMIT n [OFFSET m]`: computed
@@ -899,14 +904,7 @@ impl Gen {
         } else {
             ("k, v", String::new())
         };
-        let filter = if self.chance(30) {
-            format!(
-                " WHERE {}",
-                self.expr(T::Bool, depth.min(2), Ctx::RowOfD, false)
-            )
-        } else {
-            String::new()
-        };
+        let filter = self.maybe_where(depth);
         let order = self.order_of_d();
         let page = self.page();
         format!("INSERT INTO e ({cols}) SELECT {key}, {v}{s} FROM d{filter} ORDER BY {order}{page}")
