@@ -21,6 +21,7 @@ mod digest;
 pub mod effect;
 mod ids;
 pub mod policy;
+pub mod ranges;
 pub mod rwset;
 pub mod state;
 pub mod tx;

@@ -108,6 +108,13 @@ impl StateHash {
         }
     }
 
+    /// Removes every row of another accumulator (one part of the state replaced by another).
+    pub fn subtract(&mut self, other: &StateHash) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a = a.wrapping_sub(*b);
+        }
+    }
+
     /// Whether no row (or rows that cancel out) has been added.
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(|l| *l == 0)

@@ -303,8 +303,20 @@ pub fn verify_ledger<'a>(
     entries: impl IntoIterator<Item = (&'a LedgerBlock, &'a Certificate)>,
     ctx: &VoteContext,
 ) -> Result<u64, LedgerFault> {
-    let mut expected = BlockNumber(1);
-    let mut previous = Digest::ZERO;
+    verify_ledger_from(BlockNumber(1), Digest::ZERO, entries, ctx)
+}
+
+/// [`verify_ledger`] for a part of a ledger: the entries must start at block `first` and chain
+/// to `previous`, the hash of the block before it (what a state transfer appends to a ledger
+/// that ends there).
+pub fn verify_ledger_from<'a>(
+    first: BlockNumber,
+    previous: Digest,
+    entries: impl IntoIterator<Item = (&'a LedgerBlock, &'a Certificate)>,
+    ctx: &VoteContext,
+) -> Result<u64, LedgerFault> {
+    let mut expected = first;
+    let mut previous = previous;
     let mut count = 0;
     for (block, cert) in entries {
         let fault = |problem: String| LedgerFault {

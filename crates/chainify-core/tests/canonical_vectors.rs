@@ -122,7 +122,26 @@ fn vectors() -> Json {
     let first_row = RowHash::of("accounts", &rows[1]);
     let mut single = StateHash::empty();
     single.add(&first_row);
+    // Key ranges: the range of each awkward value as a key, and a tree's digests.
+    let ranges: Vec<u32> = awkward_values()
+        .into_iter()
+        .map(|v| chainify_core::ranges::leaf_of("accounts", &[v]))
+        .collect();
+    let mut tree = chainify_core::ranges::RangeTree::new("accounts", vec![0]);
+    for r in &rows {
+        tree.add(r);
+    }
+    let first_leaf = chainify_core::ranges::RangeNode {
+        level: chainify_core::ranges::DEPTH,
+        index: tree.leaf_of_row(&rows[0]),
+    };
     json!({
+        "ranges": {
+            "leaf_of_each_awkward_value": ranges,
+            "root_of_all_awkward_rows": tree.digests().root().to_string(),
+            "leaf_of_row_0": first_leaf.index,
+            "leaf_digest_of_row_0": tree.digests().get(first_leaf).unwrap().to_string(),
+        },
         "state": {
             "empty": StateHash::empty().digest().to_string(),
             "row_1_lanes_le_first_16_bytes": hex::encode(&single.to_bytes()[..16]),
