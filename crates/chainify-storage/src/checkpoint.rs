@@ -212,7 +212,7 @@ impl<B: Backend> Store<B> {
     /// recorded as changed since the checkpoint are compared: a change that bypassed the
     /// triggers needs [`Store::restore_full`].
     pub async fn restore(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
-        self.restore_scope(block, None).await
+        self.restore_scope(block, None, None).await
     }
 
     /// Restores checkpoint `block` comparing every row, after checking that its snapshots hold
@@ -232,7 +232,42 @@ impl<B: Backend> Store<B> {
         }
         // The recorded accumulators of the checkpoint are replaced by the verified ones: a
         // wrong one would otherwise survive every repair.
-        self.restore_scope(block, Some(&states)).await
+        self.restore_scope(block, Some(&states), None).await
+    }
+
+    /// [`Store::restore_full`] of an adopted state's checkpoint, recording the adoption (applied
+    /// block, transaction ids, ledger entries) in the same transaction.
+    pub(crate) async fn restore_adopting(
+        &self,
+        a: &crate::transfer::Adoption,
+    ) -> Result<CheckpointInfo, StorageError> {
+        let states = self.snapshot_state(a.block).await?;
+        let found = crate::state::state_digest(&states);
+        if found != a.state {
+            return Err(StorageError::Transfer(format!(
+                "the transferred rows make state {found}, not the agreed {} of block {}; nothing was applied",
+                a.state, a.block
+            )));
+        }
+        self.restore_scope(a.block, Some(&states), Some(a)).await
+    }
+
+    /// The block of the snapshot that holds `table` in the checkpoint at `block`.
+    pub(crate) async fn snapshot_holder(
+        &self,
+        block: BlockNumber,
+        table: &str,
+        during: &str,
+    ) -> Result<i64, StorageError> {
+        self.snapshot_holders(block, during)
+            .await?
+            .get(table)
+            .copied()
+            .ok_or_else(|| {
+                StorageError::Checkpoint(format!(
+                    "there is no checkpoint of table {table} at block {block}"
+                ))
+            })
     }
 
     /// Each table's state accumulator over the snapshots that make up checkpoint `block`.
@@ -293,6 +328,7 @@ impl<B: Backend> Store<B> {
         &self,
         block: BlockNumber,
         verified: Option<&crate::state::TableStates>,
+        adopting: Option<&crate::transfer::Adoption>,
     ) -> Result<CheckpointInfo, StorageError> {
         let full = verified.is_some();
         let started = Instant::now();
@@ -446,6 +482,9 @@ impl<B: Backend> Store<B> {
                 self.write_state_rows(&mut conn, block, states, &during)
                     .await?;
             }
+            if let Some(a) = adopting {
+                self.record_adoption(&mut conn, a, &during).await?;
+            }
             Ok(rows)
         }
         .await;
@@ -532,7 +571,9 @@ impl<B: Backend> Store<B> {
     }
 
     /// The snapshots checkpoints refer to: (table, snapshot block).
-    async fn referenced_snapshots(&self) -> Result<BTreeSet<(String, i64)>, StorageError> {
+    pub(crate) async fn referenced_snapshots(
+        &self,
+    ) -> Result<BTreeSet<(String, i64)>, StorageError> {
         let rows = self
             .query(
                 "listing snapshots",
@@ -552,7 +593,7 @@ impl<B: Backend> Store<B> {
 
     /// Deletes the snapshots that were referenced (`before`) and no longer are, by their key
     /// prefix (no scan of the snapshot tables).
-    async fn drop_unreferenced_snapshots(
+    pub(crate) async fn drop_unreferenced_snapshots(
         &self,
         before: BTreeSet<(String, i64)>,
     ) -> Result<(), StorageError> {

@@ -698,6 +698,49 @@ pub fn snapshot_rows(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadTyp
     )
 }
 
+/// The keys of `t`'s snapshot of block `$1`.
+pub fn snapshot_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let (select, types) = key_select(dialect, t);
+    (
+        format!(
+            "SELECT {select} FROM {} WHERE chainify_cp_block = {}",
+            snapshot_table(&t.name),
+            placeholder(dialect, 1)
+        ),
+        types,
+    )
+}
+
+/// Deletes `keys` keys (parameters from `$2` on, one tuple of key values each) from `t`'s
+/// snapshot of block `$1`.
+pub fn delete_snapshot_keys(dialect: Dialect, t: &CatalogTable, keys: usize) -> String {
+    let cp = snapshot_table(&t.name);
+    let p1 = placeholder(dialect, 1);
+    let among = if let [k] = t.primary_key.as_slice() {
+        let list: Vec<String> = (2..keys + 2).map(|n| placeholder(dialect, n)).collect();
+        format!("{k} IN ({})", list.join(", "))
+    } else {
+        format!(
+            "({}) IN ({})",
+            t.primary_key.join(", "),
+            tuple_list(dialect, keys, t.primary_key.len(), 2)
+        )
+    };
+    format!("DELETE FROM {cp} WHERE chainify_cp_block = {p1} AND {among}")
+}
+
+/// Inserts `rows` rows into `t`'s snapshot table. Parameters per row: the snapshot block, then
+/// every column.
+pub fn insert_snapshot_rows(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
+    let values = tuple_list(dialect, rows, t.columns.len() + 1, 1);
+    let values = values.strip_prefix("VALUES ").unwrap_or(&values);
+    format!(
+        "INSERT INTO {} (chainify_cp_block, {}) VALUES {values}",
+        snapshot_table(&t.name),
+        column_list(t)
+    )
+}
+
 /// After a restore to the checkpoint of block `$1` (given again as `$2`): keys changed after it
 /// are changed "at" it now (the restore undid their later changes, and a restore to an older
 /// checkpoint must still repair them).

@@ -152,6 +152,10 @@ pub enum StorageError {
     /// A checkpoint operation cannot proceed.
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// A transferred state cannot be adopted (it is malformed or does not match the agreed
+    /// state); nothing was changed.
+    #[error("state transfer: {0}")]
+    Transfer(String),
     /// A value read from the database does not fit its declared type.
     #[error(
         "table {table} column {column}: stored value {value} does not fit the declared type {ty}"

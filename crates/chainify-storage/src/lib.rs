@@ -28,6 +28,7 @@ mod query;
 mod sqlite;
 mod state;
 mod store;
+mod transfer;
 mod value;
 
 use std::time::Duration;
@@ -45,6 +46,7 @@ pub use query::QueryResult;
 pub use sqlite::{Sqlite, SqliteConn};
 pub use state::{StateCheck, state_digest};
 pub use store::Store;
+pub use transfer::{AdoptedBlock, Adoption, RangePatch};
 
 /// Connection and execution settings of a store.
 #[derive(Clone, Debug)]

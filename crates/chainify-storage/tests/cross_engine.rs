@@ -4,9 +4,14 @@
 
 mod common;
 
-use chainify_core::Digest;
+use std::collections::{BTreeMap, BTreeSet};
+
+use chainify_core::ranges::Descent;
+use chainify_core::{BlockNumber, Digest, Value};
 use chainify_storage::conformance::{ACCOUNTS, Fixture, awkward_digests, block, dump_all, setup};
-use chainify_storage::{Backend, ExecMode, Store, StoreOptions};
+use chainify_storage::{
+    AdoptedBlock, Adoption, Backend, ExecMode, RangePatch, Store, StoreOptions,
+};
 use chainify_workload::{KeyDistribution, Smallbank};
 use common::{MySqlFixture, PgFixture, SqliteFixture};
 
@@ -121,4 +126,200 @@ async fn decimal_keys_digest_alike_on_every_engine() {
     let my = decimal_keys_on(&MySqlFixture).await;
     assert_eq!(pg, lite, "PostgreSQL and SQLite differ");
     assert_eq!(my, lite, "MariaDB and SQLite differ");
+}
+
+/// The ranges where `target`'s tables differ from `source`'s checkpoint at `c`, found by the
+/// Merkle descent, with `source`'s rows in them: what a state transfer fetches.
+async fn patches<S: Backend, T: Backend>(
+    source: &Store<S>,
+    c: BlockNumber,
+    target: &Store<T>,
+) -> (BTreeMap<String, RangePatch>, usize) {
+    let mut out = BTreeMap::new();
+    let mut ranges_total = 0;
+    for table in source.tables().keys() {
+        let remote = source
+            .range_tree(table, Some(c))
+            .await
+            .expect("source tree")
+            .digests();
+        let local = target
+            .range_tree(table, None)
+            .await
+            .expect("target tree")
+            .digests();
+        let mut walk = Descent::new(&local);
+        while !walk.is_done() {
+            let answer: Vec<Digest> = walk
+                .asking()
+                .iter()
+                .map(|n| remote.get(*n).expect("a node"))
+                .collect();
+            walk.answer(&answer).expect("answer");
+        }
+        if walk.differing().is_empty() {
+            continue;
+        }
+        let ranges: BTreeSet<u32> = walk.differing().iter().copied().collect();
+        ranges_total += ranges.len();
+        let rows = source
+            .checkpoint_rows(c, table, &ranges)
+            .await
+            .expect("rows");
+        out.insert(table.clone(), RangePatch { ranges, rows });
+    }
+    (out, ranges_total)
+}
+
+/// A ledger of `n` blocks as a transfer appends it (the storage layer keeps entries opaque).
+fn fake_ledger(n: u64) -> Vec<AdoptedBlock> {
+    let mut previous = Digest::ZERO;
+    (1..=n)
+        .map(|i| {
+            let hash = Digest::of(format!("block {i}").as_bytes());
+            let b = AdoptedBlock {
+                number: BlockNumber(i),
+                hash,
+                previous,
+                entry: format!("entry {i}").into_bytes(),
+                tx_ids: vec![Digest::of(format!("tx {i}").as_bytes())],
+            };
+            previous = hash;
+            b
+        })
+        .collect()
+}
+
+/// A state checkpointed on one engine is adopted by an organization on another: one that was
+/// wiped (its tables back at the initial load) and one whose rows were changed behind the
+/// triggers. Only the differing ranges travel; a patch that does not match the agreed state,
+/// or that is malformed, changes nothing; after adopting, the next block gives the same digests
+/// on both sides.
+async fn transfer_to<S: Backend, F: Fixture>(
+    source: &Store<S>,
+    c: BlockNumber,
+    outcome: &(Digest, Digest, Vec<bool>),
+    next: &[Option<chainify_core::tx::Transaction>],
+    f: &F,
+) {
+    use chainify_storage::conformance::outside;
+    let target = setup(f, "transfer_target", StoreOptions::default()).await;
+    outside(
+        target.backend(),
+        "UPDATE kv SET v = v + 1 WHERE k = 3;\nDELETE FROM kv WHERE k = 4",
+    )
+    .await;
+    let before = tables(&target).await;
+    let (digest, state, success) = outcome.clone();
+    let adoption = |patches| Adoption {
+        block: c,
+        state,
+        hash_digest: digest,
+        success: success.clone(),
+        patches,
+        ledger: fake_ledger(c.0),
+    };
+    let (honest, ranges) = patches(source, c, &target).await;
+    assert!(ranges > 0 && ranges < 4 * 4096, "{ranges} ranges differ");
+
+    // A lying peer: one value changed in a transferred row.
+    let mut lie = honest.clone();
+    let kv = lie.get_mut("kv").expect("kv differs");
+    kv.rows[0][1] = Value::Int(-1);
+    let e = target
+        .adopt(&adoption(lie))
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("not the agreed"), "{e}");
+    // Malformed: a row twice, a row outside the ranges asked for.
+    let mut twice = honest.clone();
+    let kv = twice.get_mut("kv").expect("kv");
+    kv.rows.push(kv.rows[0].clone());
+    let e = target
+        .adopt(&adoption(twice))
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("appears twice"), "{e}");
+    let mut outside_ranges = honest.clone();
+    outside_ranges.get_mut("kv").expect("kv").ranges.clear();
+    let e = target
+        .adopt(&adoption(outside_ranges))
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("not asked for"), "{e}");
+    assert_eq!(
+        tables(&target).await,
+        before,
+        "a refused transfer changed rows"
+    );
+    assert_eq!(target.last_applied_block().await.expect("applied"), None);
+    assert_eq!(target.ledger_tail().await.expect("tail"), None);
+
+    target.adopt(&adoption(honest)).await.expect("adopt");
+    assert_eq!(tables(&target).await, tables(source).await);
+    let check = target.check_state().await.expect("scan");
+    assert!(check.agrees(), "{check:?}");
+    assert_eq!(check.expected, state);
+    assert_eq!(target.last_applied_block().await.expect("applied"), Some(c));
+    let ledger = fake_ledger(c.0);
+    assert_eq!(
+        target.ledger_tail().await.expect("tail"),
+        Some((c, ledger.last().expect("a block").hash))
+    );
+    assert!(
+        target
+            .checkpoints()
+            .await
+            .expect("checkpoints")
+            .contains(&c)
+    );
+    // The adopted state is a real one: the next block gives the same outcome on both sides.
+    let b = block(&target, c.0 + 1, next.to_vec());
+    let theirs = source
+        .execute_block(&block(source, c.0 + 1, next.to_vec()), ExecMode::Serial)
+        .await
+        .expect("source block");
+    let ours = target
+        .execute_block(&b, ExecMode::Serial)
+        .await
+        .expect("target block");
+    assert_eq!((ours.digest, ours.state), (theirs.digest, theirs.state));
+    // And the checkpoint it keeps restores it.
+    target
+        .restore(c)
+        .await
+        .expect("restore the adopted checkpoint");
+    source.restore(c).await.expect("restore the source");
+    assert_eq!(tables(&target).await, tables(source).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_transfers_between_any_two_engines() {
+    let u = u64::try_from(ACCOUNTS).expect("positive");
+    let mut workload = Smallbank::new(u, &KeyDistribution::Zipf { s: 1.1, v: 0.0 }, 11);
+    let next: Vec<_> = workload.block(100).into_iter().map(Some).collect();
+    let (pg_digests, pg_ok, pg) = digests_on(&PgFixture, ExecMode::Parallel(8)).await;
+    let (lite_digests, _, lite) = digests_on(&SqliteFixture, ExecMode::Serial).await;
+    let c = pg
+        .last_applied_block()
+        .await
+        .expect("applied")
+        .expect("a block");
+    assert_eq!(lite_digests, pg_digests);
+    let outcome = (
+        pg_digests[pg_digests.len() - 2],
+        pg_digests[pg_digests.len() - 1],
+        pg_ok.last().expect("a block").clone(),
+    );
+    for source in [&pg] {
+        source.checkpoint(c).await.expect("checkpoint");
+        transfer_to(source, c, &outcome, &next, &SqliteFixture).await;
+        source.restore(c).await.expect("restore");
+        transfer_to(source, c, &outcome, &next, &MySqlFixture).await;
+    }
+    lite.checkpoint(c).await.expect("checkpoint");
+    transfer_to(&lite, c, &outcome, &next, &PgFixture).await;
 }

@@ -1,0 +1,527 @@
+//! State transfer on the engine (`docs/design/digest.md`, "State transfer"): the key-range trees
+//! of the live tables and of a checkpoint, the rows of chosen ranges of a checkpoint (what an
+//! organization serves), and adopting a transferred state (what the receiving organization does).
+//!
+//! Adopting writes the state as a checkpoint first: the live tables copied, the differing ranges
+//! replaced by the transferred rows. The full restore of that checkpoint then checks it against
+//! the agreed state digest before it changes any shared table, and in the same database
+//! transaction records the block as applied and appends the ledger entries that lead to it.
+//! So the organization keeps a checkpoint of the state it adopted, and nothing that does not
+//! match the agreed digest reaches its tables or its ledger.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use chainify_core::canonical::pack_bits;
+use chainify_core::ranges::{LEAVES, RangeTree};
+use chainify_core::{BlockNumber, Digest, Value};
+
+use crate::backend::{Backend, Conn};
+use crate::catalog::CatalogTable;
+use crate::checkpoint::CheckpointInfo;
+use crate::ddl::{self, ReadType};
+use crate::error::StorageError;
+use crate::store::Store;
+
+/// Most parameters per statement when writing transferred rows (SQLite allows 32 766).
+const PARAMS_PER_STATEMENT: usize = 30_000;
+
+/// A ledger block a state transfer appends. The caller decodes it (the storage layer keeps
+/// ledger entries as opaque bytes) and has verified its certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdoptedBlock {
+    /// Block number.
+    pub number: BlockNumber,
+    /// Its LedgerBlock hash.
+    pub hash: Digest,
+    /// The hash it chains to.
+    pub previous: Digest,
+    /// The ledger entry as stored.
+    pub entry: Vec<u8>,
+    /// Its transactions' ids (for replay detection).
+    pub tx_ids: Vec<Digest>,
+}
+
+/// The rows of some key ranges of one table, from an organization that agrees on the state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RangePatch {
+    /// The ranges replaced.
+    pub ranges: BTreeSet<u32>,
+    /// Every row in them (all columns, in column order).
+    pub rows: Vec<Vec<Value>>,
+}
+
+/// A state to adopt: the tables as of agreed block `block`, made of the local rows outside the
+/// patched ranges and the transferred rows inside them.
+#[derive(Clone, Debug)]
+pub struct Adoption {
+    /// The agreed block.
+    pub block: BlockNumber,
+    /// Its agreed state digest.
+    pub state: Digest,
+    /// Its hash digest and outcome (what `chainify_applied_blocks` records).
+    pub hash_digest: Digest,
+    /// Whether each of its transactions committed.
+    pub success: Vec<bool>,
+    /// Per table, the ranges replaced.
+    pub patches: BTreeMap<String, RangePatch>,
+    /// The ledger entries after the local ledger's last block through `block` (empty when the
+    /// ledger already holds `block`).
+    pub ledger: Vec<AdoptedBlock>,
+}
+
+fn refuse(problem: String) -> StorageError {
+    StorageError::Transfer(problem)
+}
+
+/// Whether `v` is a value a column read as `ty` can hold (what a row must look like before it
+/// is written).
+fn fits(ty: ReadType, v: &Value) -> bool {
+    matches!(
+        (ty, v),
+        (_, Value::Null)
+            | (ReadType::Int, Value::Int(_))
+            | (ReadType::Decimal(_), Value::Decimal(_))
+            | (ReadType::Text, Value::Text(_))
+            | (ReadType::Bool, Value::Bool(_))
+            | (ReadType::Bytes, Value::Bytes(_))
+    )
+}
+
+/// The positions of `t`'s key columns among its columns.
+pub(crate) fn key_positions(t: &CatalogTable) -> Vec<usize> {
+    t.primary_key
+        .iter()
+        .filter_map(|k| t.columns.iter().position(|c| &c.name == k))
+        .collect()
+}
+
+impl<B: Backend> Store<B> {
+    fn shared(&self, table: &str) -> Result<CatalogTable, StorageError> {
+        self.tables()
+            .get(table)
+            .cloned()
+            .ok_or_else(|| refuse(format!("{table} is not a shared table here")))
+    }
+
+    /// The key-range tree of `table`: of its rows as they are (`checkpoint` `None`), or of its
+    /// snapshot in the checkpoint at that block.
+    pub async fn range_tree(
+        &self,
+        table: &str,
+        checkpoint: Option<BlockNumber>,
+    ) -> Result<RangeTree, StorageError> {
+        let t = self.shared(table)?;
+        let rows = self.read_rows(&t, checkpoint).await?;
+        let mut tree = RangeTree::new(&t.name, key_positions(&t));
+        for row in &rows {
+            tree.add(row);
+        }
+        Ok(tree)
+    }
+
+    /// The rows of `table` in the checkpoint at `block` whose keys fall in `ranges`.
+    pub async fn checkpoint_rows(
+        &self,
+        block: BlockNumber,
+        table: &str,
+        ranges: &BTreeSet<u32>,
+    ) -> Result<Vec<Vec<Value>>, StorageError> {
+        let t = self.shared(table)?;
+        let tree = RangeTree::new(&t.name, key_positions(&t));
+        let rows = self.read_rows(&t, Some(block)).await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| ranges.contains(&tree.leaf_of_row(r)))
+            .collect())
+    }
+
+    /// The state digest the snapshots of the checkpoint at `block` hold.
+    pub async fn checkpoint_state_digest(
+        &self,
+        block: BlockNumber,
+    ) -> Result<Digest, StorageError> {
+        Ok(crate::state::state_digest(
+            &self.snapshot_state(block).await?,
+        ))
+    }
+
+    async fn read_rows(
+        &self,
+        t: &CatalogTable,
+        checkpoint: Option<BlockNumber>,
+    ) -> Result<Vec<Vec<Value>>, StorageError> {
+        let dialect = self.backend().dialect();
+        match checkpoint {
+            None => {
+                let (sql, types) = ddl::scan(dialect, t);
+                self.query(&format!("reading table {}", t.name), &sql, &[], &types)
+                    .await
+            }
+            Some(block) => {
+                let during = format!("reading {} in the checkpoint at block {block}", t.name);
+                let holder = self.snapshot_holder(block, &t.name, &during).await?;
+                let (sql, types) = ddl::snapshot_rows(dialect, t);
+                self.query(&during, &sql, &[&Value::Int(holder)], &types)
+                    .await
+            }
+        }
+    }
+
+    /// Checks a transferred state before anything is written: known tables, rows of the right
+    /// shape, each in a patched range, no key twice, and a ledger that chains to `block`.
+    fn check_adoption(&self, a: &Adoption) -> Result<(), StorageError> {
+        for (name, patch) in &a.patches {
+            let t = self.shared(name)?;
+            let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
+            let tree = RangeTree::new(&t.name, key_positions(&t));
+            if let Some(r) = patch.ranges.iter().find(|r| **r >= LEAVES) {
+                return Err(refuse(format!("table {name}: there is no key range {r}")));
+            }
+            let mut keys = BTreeSet::new();
+            for (i, row) in patch.rows.iter().enumerate() {
+                if row.len() != types.len() {
+                    return Err(refuse(format!(
+                        "table {name} row {i}: {} values for {} columns",
+                        row.len(),
+                        types.len()
+                    )));
+                }
+                for ((c, ty), v) in t.columns.iter().zip(&types).zip(row) {
+                    if !fits(*ty, v) {
+                        return Err(refuse(format!(
+                            "table {name} row {i} column {}: {v:?} does not fit {ty:?}",
+                            c.name
+                        )));
+                    }
+                }
+                let key: Vec<&Value> = key_positions(&t).iter().map(|p| &row[*p]).collect();
+                if key.iter().any(|v| matches!(v, Value::Null)) {
+                    return Err(refuse(format!("table {name} row {i}: a NULL key")));
+                }
+                let range = tree.leaf_of_row(row);
+                if !patch.ranges.contains(&range) {
+                    return Err(refuse(format!(
+                        "table {name} row {i}: its key is in range {range}, which was not asked for"
+                    )));
+                }
+                if !keys.insert(format!("{key:?}")) {
+                    return Err(refuse(format!("table {name}: key {key:?} appears twice")));
+                }
+            }
+        }
+        let mut expected = a.ledger.first().map(|b| b.number);
+        let mut previous = a.ledger.first().map(|b| b.previous);
+        for b in &a.ledger {
+            if Some(b.number) != expected || Some(b.previous) != previous {
+                return Err(refuse(format!(
+                    "ledger block {} does not follow the one before it",
+                    b.number
+                )));
+            }
+            expected = Some(BlockNumber(b.number.0 + 1));
+            previous = Some(b.hash);
+        }
+        if let Some(last) = a.ledger.last()
+            && last.number != a.block
+        {
+            return Err(refuse(format!(
+                "the ledger entries end at block {}, not at the adopted block {}",
+                last.number, a.block
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adopts a transferred state (see the module docs): checks it, writes it as the checkpoint
+    /// of `a.block` and restores that checkpoint fully, verified against `a.state`. On an error
+    /// no shared table, applied block or ledger entry has changed.
+    pub async fn adopt(&self, a: &Adoption) -> Result<CheckpointInfo, StorageError> {
+        self.check_adoption(a)?;
+        self.import_checkpoint(a).await?;
+        self.restore_adopting(a).await
+    }
+
+    /// Writes the adopted state as the checkpoint of `a.block`, replacing every checkpoint at or
+    /// after it (they belong to a state being given up).
+    async fn import_checkpoint(&self, a: &Adoption) -> Result<(), StorageError> {
+        let referenced = self.referenced_snapshots().await?;
+        let dialect = self.backend().dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        let block = i64::try_from(a.block.0)
+            .map_err(|_| refuse(format!("block {} does not fit a BIGINT", a.block)))?;
+        let b = Value::Int(block);
+        let during = format!("writing the transferred state of block {}", a.block);
+        let tables = self.tables();
+        let mut conn = self.acquire(&during).await?;
+        self.db(conn.begin().await, &during)?;
+        let result = async {
+            for sql in [
+                format!("DELETE FROM chainify_checkpoint_tables WHERE block >= {}", p(1)),
+                format!("DELETE FROM chainify_checkpoints WHERE block >= {}", p(1)),
+            ] {
+                self.db(conn.execute(&sql, &[&b], false).await, &during)?;
+            }
+            let mut written = 0u64;
+            for t in tables.values() {
+                let cp = ddl::snapshot_table(&t.name);
+                self.db(
+                    conn.execute(
+                        &format!("DELETE FROM {cp} WHERE chainify_cp_block >= {}", p(1)),
+                        &[&b],
+                        false,
+                    )
+                    .await,
+                    &during,
+                )?;
+                written += self.db(
+                    conn.execute(&ddl::snapshot(dialect, t), &[&b], false).await,
+                    &during,
+                )?;
+                if let Some(patch) = a.patches.get(&t.name) {
+                    self.patch_snapshot(&mut conn, t, &b, patch, &during).await?;
+                }
+                // A checkpoint before the restore must copy the table again: the snapshot
+                // holds the adopted rows, the table does not yet.
+                self.db(
+                    conn.execute(
+                        &format!(
+                            "UPDATE chainify_shared_tables SET last_snapshot_block = -1 WHERE table_name = {}",
+                            p(1)
+                        ),
+                        &[&Value::Text(t.name.clone())],
+                        false,
+                    )
+                    .await,
+                    &during,
+                )?;
+                self.db(
+                    conn.execute(
+                        &format!(
+                            "INSERT INTO chainify_checkpoint_tables (block, table_name, snapshot_block) VALUES ({}, {}, {})",
+                            p(1),
+                            p(2),
+                            p(3)
+                        ),
+                        &[&b, &Value::Text(t.name.clone()), &b],
+                        false,
+                    )
+                    .await,
+                    &during,
+                )?;
+            }
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_checkpoints (block, created_unix_ms) VALUES ({}, {})",
+                        p(1),
+                        p(2)
+                    ),
+                    &[&b, &Value::Int(now_ms)],
+                    false,
+                )
+                .await,
+                &during,
+            )?;
+            Ok(written)
+        }
+        .await;
+        match result {
+            Ok(_) => self.db(conn.commit().await, &during)?,
+            Err(e) => {
+                let _ = conn.rollback().await;
+                return Err(e);
+            }
+        }
+        drop(conn);
+        self.drop_unreferenced_snapshots(referenced).await
+    }
+
+    /// Replaces the rows of `patch.ranges` in `t`'s snapshot of block `b` by `patch.rows`.
+    async fn patch_snapshot(
+        &self,
+        conn: &mut B::Conn,
+        t: &CatalogTable,
+        b: &Value,
+        patch: &RangePatch,
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let dialect = self.backend().dialect();
+        let tree = RangeTree::new(&t.name, key_positions(t));
+        let (sql, types) = ddl::snapshot_keys(dialect, t);
+        let keys = self.db(conn.query(&sql, &[b], &types).await, during)?;
+        let width = t.primary_key.len().max(1);
+        let positions = key_positions(t);
+        let stale: Vec<Value> = keys
+            .into_iter()
+            .filter(|key| {
+                // The tree hashes keys of whole rows: place the key values where they belong.
+                let mut row = vec![Value::Null; t.columns.len()];
+                for (p, v) in positions.iter().zip(key) {
+                    row[*p] = v.clone();
+                }
+                patch.ranges.contains(&tree.leaf_of_row(&row))
+            })
+            .flatten()
+            .collect();
+        let per = (PARAMS_PER_STATEMENT / width).clamp(1, 1000);
+        for chunk in stale.chunks(per * width) {
+            let sql = ddl::delete_snapshot_keys(dialect, t, chunk.len() / width);
+            let mut params: Vec<&Value> = vec![b];
+            params.extend(chunk.iter());
+            self.db(conn.execute(&sql, &params, false).await, during)?;
+        }
+        let columns = t.columns.len() + 1;
+        let per = (PARAMS_PER_STATEMENT / columns).clamp(1, 1000);
+        for chunk in patch.rows.chunks(per) {
+            let sql = ddl::insert_snapshot_rows(dialect, t, chunk.len());
+            let mut params: Vec<&Value> = Vec::with_capacity(chunk.len() * columns);
+            for row in chunk {
+                params.push(b);
+                params.extend(row.iter());
+            }
+            self.db(conn.execute(&sql, &params, false).await, during)?;
+        }
+        Ok(())
+    }
+
+    /// In the full restore's transaction: records `a.block` as the applied block, with the
+    /// transaction ids and ledger entries that lead to it.
+    pub(crate) async fn record_adoption(
+        &self,
+        conn: &mut B::Conn,
+        a: &Adoption,
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let dialect = self.backend().dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        let int = |n: BlockNumber| Value::Int(i64::try_from(n.0).unwrap_or(i64::MAX));
+        let tail = self.db(
+            conn.query(
+                "SELECT block, hash FROM chainify_ledger WHERE block = (SELECT MAX(block) FROM chainify_ledger)",
+                &[],
+                &[ReadType::Int, ReadType::Bytes],
+            )
+            .await,
+            during,
+        )?;
+        let tail = match tail.first().map(Vec::as_slice) {
+            Some([Value::Int(n), Value::Bytes(h)]) => Some((
+                u64::try_from(*n).unwrap_or(0),
+                Digest::try_from(h.as_slice())
+                    .map_err(|_| StorageError::Corrupt("a ledger hash is not 32 bytes".into()))?,
+            )),
+            _ => None,
+        };
+        match (a.ledger.first(), tail) {
+            (None, Some((last, _))) if last >= a.block.0 => {}
+            (None, _) => {
+                return Err(refuse(format!(
+                    "the ledger does not hold block {} and no entries lead to it",
+                    a.block
+                )));
+            }
+            (Some(first), tail) => {
+                let (after, hash) = tail.unwrap_or((0, Digest::ZERO));
+                if first.number.0 != after + 1 || first.previous != hash {
+                    return Err(refuse(format!(
+                        "the ledger entries start at block {} but the ledger ends at block {after}",
+                        first.number
+                    )));
+                }
+            }
+        }
+        // Outcomes from the first adopted block (or the adopted one) on are replaced; the
+        // index keeps the ids of blocks the ledger held already.
+        let first = a.ledger.first().map_or(a.block, |b| b.number).min(a.block);
+        let indexed = a
+            .ledger
+            .first()
+            .map_or(BlockNumber(a.block.0 + 1), |b| b.number);
+        for (sql, from) in [
+            ("DELETE FROM chainify_applied_blocks WHERE block >= ", first),
+            ("DELETE FROM chainify_applied_txs WHERE block >= ", first),
+            ("DELETE FROM chainify_tx_index WHERE block >= ", indexed),
+        ] {
+            self.db(
+                conn.execute(&format!("{sql}{}", p(1)), &[&int(from)], false)
+                    .await,
+                during,
+            )?;
+        }
+        for block in &a.ledger {
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_ledger (block, hash, previous_hash, entry) VALUES ({}, {}, {}, {})",
+                        p(1),
+                        p(2),
+                        p(3),
+                        p(4)
+                    ),
+                    &[
+                        &int(block.number),
+                        &Value::Bytes(block.hash.as_bytes().to_vec()),
+                        &Value::Bytes(block.previous.as_bytes().to_vec()),
+                        &Value::Bytes(block.entry.clone()),
+                    ],
+                    false,
+                )
+                .await,
+                during,
+            )?;
+        }
+        // Every transaction id from `from` on (ids of blocks before it are in the index).
+        let ids: Vec<Value> = a
+            .ledger
+            .iter()
+            .flat_map(|b| {
+                b.tx_ids
+                    .iter()
+                    .flat_map(move |id| [Value::Bytes(id.as_bytes().to_vec()), int(b.number)])
+            })
+            .collect();
+        for chunk in ids.chunks(2 * 1000) {
+            let rows: Vec<String> = (0..chunk.len() / 2)
+                .map(|i| format!("({}, {})", p(2 * i + 1), p(2 * i + 2)))
+                .collect();
+            let params: Vec<&Value> = chunk.iter().collect();
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_tx_index (tx_id, block) VALUES {}",
+                        rows.join(", ")
+                    ),
+                    &params,
+                    false,
+                )
+                .await,
+                during,
+            )?;
+        }
+        self.db(
+            conn.execute(
+                &format!(
+                    "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({}, {}, {}, {})",
+                    p(1),
+                    p(2),
+                    p(3),
+                    p(4)
+                ),
+                &[
+                    &int(a.block),
+                    &Value::Bytes(a.hash_digest.as_bytes().to_vec()),
+                    &Value::Bytes(pack_bits(&a.success)),
+                    &Value::Int(i64::try_from(a.success.len()).unwrap_or(i64::MAX)),
+                ],
+                false,
+            )
+            .await,
+            during,
+        )?;
+        Ok(())
+    }
+}
