@@ -72,6 +72,10 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// The database and the ledger adopted the agreed state of this block from another
+    /// organization (a state transfer, checked against the block's certificate and state
+    /// digest): every block through it is final here, and execution goes on after it.
+    Transferred(LedgerBlock),
     /// Time passed; `now_ms` is monotonic.
     Tick {
         /// Milliseconds on the runtime's monotonic clock.
@@ -244,6 +248,7 @@ impl CommitEngine {
             Event::Vote(vote) => self.vote(vote, &mut out),
             Event::Certificate(cert) => self.certificate(cert, &mut out),
             Event::Recovered(block) => self.recovered(block, &mut out),
+            Event::Transferred(block) => self.transferred(&block, &mut out),
             Event::RecoveryFailed { block, reason } => {
                 if matches!(self.state, State::Recovering { block: b, .. } if b == block) {
                     let reason = format!("block {block}: recovery failed: {reason}");
@@ -453,6 +458,19 @@ impl CommitEngine {
             slot.mine = None;
             slot.waiting_since = None;
         }
+    }
+
+    fn transferred(&mut self, block: &LedgerBlock, out: &mut Vec<Command>) {
+        if block.number < self.next {
+            return;
+        }
+        self.next = BlockNumber(block.number.0 + 1);
+        self.slots = self.slots.split_off(&self.next);
+        // Results computed on the state given up are void; nothing after the block was voted.
+        self.forget_from(self.next);
+        self.state = State::Running;
+        self.vote_if_next(self.next, out);
+        self.decide(out);
     }
 
     fn recovered(&mut self, block: LedgerBlock, out: &mut Vec<Command>) {

@@ -246,6 +246,37 @@ fn a_failed_recovery_halts_without_appending() {
 }
 
 #[test]
+fn a_transferred_state_finalizes_its_blocks_and_execution_goes_on_after_it() {
+    let n = net("any-2");
+    let mut e = n.engine(1);
+    let right = lb(&n, 0, "a");
+    e.handle(Event::Executed(lb(&n, 0, "equivocated")));
+    e.handle(Event::Vote(n.vote(2, &right)));
+    e.handle(Event::Vote(n.vote(3, &right)));
+    assert!(matches!(e.state(), State::Recovering { .. }));
+    // Peers went on to blocks 1 and 2; block 3 is being voted on.
+    let b3 = lb(&n, 3, "d");
+    e.handle(Event::Vote(n.vote(2, &b3)));
+    e.handle(Event::Executed(lb(&n, 2, "void")));
+    let b2 = lb(&n, 2, "c");
+    assert_eq!(e.handle(Event::Transferred(b2)), vec![]);
+    assert_eq!(e.state(), &State::Running);
+    assert_eq!(e.next_block(), BlockNumber(3));
+    // A state older than what is final changes nothing.
+    assert_eq!(e.handle(Event::Transferred(lb(&n, 1, "x"))), vec![]);
+    assert_eq!(e.next_block(), BlockNumber(3));
+    // The next block executes and counts the vote that arrived meanwhile.
+    assert_eq!(
+        e.handle(Event::Executed(b3.clone())),
+        vec![
+            Command::SendVote(n.vote(1, &b3)),
+            appended(&b3, n.certificate(&[1, 2], &b3)),
+            Command::Notify(BlockNumber(3))
+        ]
+    );
+}
+
+#[test]
 fn impossible_agreement_alarms_recovers_and_waits() {
     let n = net("all");
     let mut e = n.engine(1);
