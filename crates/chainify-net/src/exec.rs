@@ -245,6 +245,19 @@ impl ExecutionPort for RemoteExecution {
             Ok(())
         })
     }
+
+    /// The execution process runs one operation at a time: once a call that keeps every
+    /// checkpoint (a no-op) returns, everything before it has finished.
+    fn settle(&self) -> PortFuture<'_, ()> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            client
+                .prune_checkpoints(pb::PruneCheckpointsRequest { keep: u64::MAX })
+                .await
+                .map_err(|s| remote("waiting for the execution process", &s))?;
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]
@@ -270,6 +283,9 @@ mod tests {
             Box::pin(async { panic!("restored on a malformed request") })
         }
         fn prune_checkpoints(&self, _: usize) -> PortFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn settle(&self) -> PortFuture<'_, ()> {
             Box::pin(async { Ok(()) })
         }
     }

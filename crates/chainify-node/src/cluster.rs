@@ -424,6 +424,12 @@ impl<F: OrdererFactory> Cluster<F> {
         )
         .await
         .map_err(|source| ClusterError::Node { org: id, source })?;
+        let mut node = node;
+        node.set_state_peers(self.net.state_peers(id));
+        self.net.serve_state(
+            id,
+            Arc::new(crate::transfer::LocalPeer::new(id, node.state_server())),
+        );
         self.net.join(id, node.inbox());
         let status = node.status();
         let commits = node.commits();

@@ -17,15 +17,17 @@ mod gate;
 pub mod metrics;
 mod node;
 mod port;
+pub mod transfer;
 pub mod transport;
 
 pub use execution::{Executed, ExecutionError, ExecutionServer};
 pub use gate::{ReadGate, ReadGuard};
 pub use node::{
-    Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, ledger_entry,
-    resume_point,
+    Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, TransferReport,
+    ledger_entry, resume_point,
 };
 pub use port::{ExecutionPort, LocalExecution, PortExecuted, PortFuture};
+pub use transfer::{LocalPeer, NoPeers, StateOffer, StatePeer, StatePeers, StateServer};
 pub use transport::{Inbox, LocalNetwork, PeerMessage, Transport};
 
 #[doc(no_inline)]

@@ -312,6 +312,11 @@ pub fn render_status(out: &mut String, status: &NodeStatus) {
             status.repairs_total,
         ),
         (
+            "chainify_state_transfers_total",
+            "States adopted from another organization (repair, equivocation, fast join).",
+            status.state_transfers_total,
+        ),
+        (
             "chainify_alarms_total",
             "Alarms raised (disagreement, impossible agreement, failed recovery).",
             status.alarms_total,

@@ -42,6 +42,7 @@ use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::gate::{Gate, ReadGate};
 use crate::metrics::{Metrics, Phase};
 use crate::port::{ExecutionPort, LocalExecution, PortExecuted};
+use crate::transfer::{NoPeers, StatePeers, StateServer, check_offer, fetch};
 use crate::transport::{Inbox, PeerMessage, Transport};
 
 /// How a node runs.
@@ -70,6 +71,12 @@ pub struct NodeSettings {
     pub commit_stream_capacity: usize,
     /// How long a replay waits for the orderer to deliver a block.
     pub replay_timeout: Duration,
+    /// Start an empty ledger from another organization's verified checkpoint instead of
+    /// replaying every block (fast join).
+    pub fast_join: bool,
+    /// How long a recovery keeps trying state transfers (peers may not have a checkpoint at or
+    /// after the block yet) before it gives up and halts.
+    pub transfer_timeout: Duration,
 }
 
 impl Default for NodeSettings {
@@ -85,6 +92,8 @@ impl Default for NodeSettings {
             inbox_capacity: 4096,
             commit_stream_capacity: 1024,
             replay_timeout: Duration::from_secs(30),
+            fast_join: true,
+            transfer_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -181,6 +190,28 @@ pub struct NodeStatus {
     /// Repairs of tables that differed from the agreed state (a full scan found them), by a
     /// verified full restore of a checkpoint and a replay.
     pub repairs_total: u64,
+    /// States adopted from another organization (a repair or recovery no checkpoint could do,
+    /// or a fast join).
+    pub state_transfers_total: u64,
+    /// The last state transfer.
+    pub last_transfer: Option<TransferReport>,
+}
+
+/// One state transfer from another organization.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferReport {
+    /// Who served it.
+    pub from: OrgId,
+    /// The agreed block adopted.
+    pub block: BlockNumber,
+    /// Ledger entries appended with it.
+    pub ledger_entries: u64,
+    /// Key ranges that differed, and rows fetched for them.
+    pub ranges: u64,
+    /// Rows fetched.
+    pub rows: u64,
+    /// From the offer to the adopted state.
+    pub elapsed: Duration,
 }
 
 impl NodeStatus {
@@ -202,6 +233,8 @@ impl NodeStatus {
             pending_votes: BTreeMap::new(),
             recoveries_total: 0,
             repairs_total: 0,
+            state_transfers_total: 0,
+            last_transfer: None,
             alarms_total: 0,
         }
     }
@@ -294,6 +327,12 @@ pub struct Node<B: Backend, O: Orderer> {
     state_checked: bool,
     /// A full scan found the tables differ from the agreed state: repair at a clean point.
     repair_pending: bool,
+    /// Where states are transferred from, and what this node serves to others.
+    peers: Arc<dyn StatePeers>,
+    state_server: Arc<StateServer<B>>,
+    ctx: VoteContext,
+    /// A fast join is still to be tried (an empty ledger at start).
+    join_pending: bool,
 }
 
 type GateWait = Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>;
@@ -355,13 +394,15 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
         let (resume, previous) = resume_point(&store).await?;
         let next = resume.block;
-        let engine = CommitEngine::new(me, key, VoteContext::of(&network), settings.timing, next);
+        let ctx = VoteContext::of(&network);
+        let engine = CommitEngine::new(me, key, ctx.clone(), settings.timing, next);
         let (inbox, inbox_rx) = Inbox::new(settings.inbox_capacity);
         let (status, _) = watch::channel(NodeStatus {
             executed: store.last_applied_block().await?,
             ..NodeStatus::new(me, next)
         });
         let (commits, _) = broadcast::channel(settings.commit_stream_capacity.max(1));
+        let state_server = Arc::new(StateServer::new(store.clone(), status.subscribe()));
         let gate = Gate::default();
         // Nobody else has the gate yet; the catch-up below runs behind it.
         let writing = gate.lock.clone().try_write_owned().ok();
@@ -394,11 +435,25 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             executed_at: BTreeMap::new(),
             state_checked: false,
             repair_pending: false,
+            peers: Arc::new(NoPeers),
+            state_server,
+            ctx,
+            join_pending: next == Resume::START.block,
         };
         if next > Resume::START.block {
             node.catch_up(BlockNumber(next.0 - 1)).await?;
         }
         Ok(node)
+    }
+
+    /// Where state transfers come from (none by default).
+    pub fn set_state_peers(&mut self, peers: Arc<dyn StatePeers>) {
+        self.peers = peers;
+    }
+
+    /// What this organization serves to others' state transfers.
+    pub fn state_server(&self) -> Arc<StateServer<B>> {
+        self.state_server.clone()
     }
 
     /// Where peers' messages for this node go.
@@ -510,6 +565,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     fn can_execute(&self) -> bool {
         self.in_flight.is_none()
             && !self.repair_pending
+            && !self.join_pending
             && self.retry.is_none()
             && matches!(self.engine.state(), State::Running)
             && self.resume.block.0 <= self.engine.next_block().0 + self.settings.pipeline_depth
@@ -619,8 +675,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         let result = async {
             let all = self.store.checkpoints().await.map_err(|e| e.to_string())?;
             let unagreed = all.iter().filter(|c| **c >= next).count();
+            // A checkpoint another organization is transferring stays.
+            let pinned = self
+                .state_server
+                .pinned()
+                .map_or(0, |p| all.iter().filter(|c| **c >= p).count());
             self.port
-                .prune_checkpoints(self.settings.checkpoints_kept + unagreed)
+                .prune_checkpoints((self.settings.checkpoints_kept + unagreed).max(pinned))
                 .await
                 .map_err(|e| e.to_string())
         }
@@ -646,8 +707,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     }
 
     async fn on_tick(&mut self) -> Result<(), NodeError> {
+        if self.join_pending && self.is_clean() {
+            self.join_pending = false;
+            self.fast_join().await?;
+        }
         if self.repair_pending && self.is_clean() && matches!(self.engine.state(), State::Running) {
-            self.repair().await;
+            self.repair().await?;
         }
         let now = Instant::now();
         if self.blocks.is_none() && self.reconnect_at.is_some_and(|t| t <= now) {
@@ -830,7 +895,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     /// bypassed the triggers): at a clean point, restores the newest checkpoint whose snapshots
     /// hold its agreed state digest, comparing every row, and replays the agreed blocks since.
     /// Without such a checkpoint it raises an alarm.
-    async fn repair(&mut self) {
+    async fn repair(&mut self) -> Result<(), NodeError> {
         self.repair_pending = false;
         self.hold_gate().await;
         let started = Instant::now();
@@ -878,9 +943,192 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 info!(org = %self.me, %checkpoint, elapsed = ?started.elapsed(), "tables repaired");
                 self.status.send_modify(|s| s.repairs_total += 1);
             }
-            Err(e) => self.alarm(format!(
-                "the tables differ from the agreed state and no checkpoint repairs them ({e}); a state transfer from an agreeing organization is needed"
-            )),
+            Err(local) => {
+                warn!(org = %self.me, problem = %local, "no checkpoint repairs the tables; transferring the state from another organization");
+                let transferred = async {
+                    let adopted = self.transfer().await?;
+                    if adopted.number < agreed {
+                        let resume = Resume {
+                            block: BlockNumber(adopted.number.0 + 1),
+                            position: adopted.orderer_position,
+                        };
+                        self.replay(resume, agreed).await?;
+                    }
+                    Ok::<_, String>(adopted)
+                }
+                .await;
+                match transferred {
+                    Ok(adopted) => {
+                        info!(org = %self.me, block = %adopted.number, elapsed = ?started.elapsed(), "tables repaired by a state transfer");
+                        self.status.send_modify(|s| s.repairs_total += 1);
+                        if adopted.number >= self.engine.next_block() {
+                            self.handle(Event::Transferred(adopted)).await?;
+                        }
+                    }
+                    Err(e) => self.alarm(format!(
+                        "the tables differ from the agreed state; no checkpoint repairs them ({local}) and no state transfer did ({e})"
+                    )),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts an empty ledger from another organization's newest verified checkpoint instead of
+    /// replaying every block from the first. Without an offer (a new network, no peer up) the
+    /// node follows the orderer from block 1.
+    async fn fast_join(&mut self) -> Result<(), NodeError> {
+        if !self.settings.fast_join || self.peers.peers().is_empty() {
+            return Ok(());
+        }
+        match self.transfer().await {
+            Ok(adopted) => {
+                info!(org = %self.me, block = %adopted.number, "joined from another organization's state");
+                self.handle(Event::Transferred(adopted)).await
+            }
+            Err(e) => {
+                info!(org = %self.me, reason = %e, "no fast join; replaying from block 1");
+                Ok(())
+            }
+        }
+    }
+
+    /// Adopts the agreed state of another organization's newest verified checkpoint (see
+    /// [`crate::transfer`]), trying every peer, newest offer first. Afterwards the node goes on
+    /// from the adopted block; returns it.
+    async fn transfer(&mut self) -> Result<LedgerBlock, String> {
+        self.hold_gate().await;
+        let started = Instant::now();
+        let mut problems = Vec::new();
+        let mut offers = Vec::new();
+        for peer in self.peers.peers() {
+            match peer.offer().await {
+                Ok(Some(offer)) => match check_offer(&offer, &self.store, &self.ctx) {
+                    Ok(()) => offers.push((peer, offer)),
+                    Err(e) => problems.push(format!("{}: {e}", peer.org())),
+                },
+                Ok(None) => problems.push(format!("{}: no checkpoint to offer", peer.org())),
+                Err(e) => problems.push(format!("{}: {e}", peer.org())),
+            }
+        }
+        offers.sort_by_key(|(_, o)| std::cmp::Reverse(o.entry.block.number));
+        for (peer, offer) in offers {
+            let result = async {
+                let fetched = fetch(&self.store, &self.ctx, peer.as_ref(), &offer).await?;
+                let port = self.port.clone();
+                patiently(self.settings.replay_timeout, || port.settle()).await?;
+                self.store
+                    .adopt(&fetched.adoption)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(fetched)
+            }
+            .await;
+            match result {
+                Ok(fetched) => {
+                    let block = fetched.block.clone();
+                    let report = TransferReport {
+                        from: peer.org(),
+                        block: block.number,
+                        ledger_entries: fetched.entries.len() as u64,
+                        ranges: fetched.ranges as u64,
+                        rows: fetched.rows as u64,
+                        elapsed: started.elapsed(),
+                    };
+                    info!(org = %self.me, ?report, "state transferred");
+                    self.adopted(&block, fetched.entries, report);
+                    return Ok(block);
+                }
+                Err(e) => {
+                    warn!(org = %self.me, peer = %peer.org(), error = %e, "state transfer failed");
+                    problems.push(format!("{}: {e}", peer.org()));
+                }
+            }
+        }
+        Err(if problems.is_empty() {
+            "no other organization is reachable".to_owned()
+        } else {
+            problems.join("; ")
+        })
+    }
+
+    /// After adopting `block`'s state: the node goes on from it; the ledger entries it brought
+    /// reach the commit stream.
+    fn adopted(&mut self, block: &LedgerBlock, entries: Vec<LedgerEntry>, report: TransferReport) {
+        self.previous = block.hash();
+        self.resume = Resume {
+            block: BlockNumber(block.number.0 + 1),
+            position: block.orderer_position,
+        };
+        self.reopen_stream();
+        self.reconnect_at = Some(Instant::now());
+        self.executed.clear();
+        self.executed_at.clear();
+        self.retry = None;
+        self.failed_attempts = 0;
+        if let Some((since, recovery)) = self.recovering.take() {
+            let recovery = RecoveryReport {
+                checkpoint: Some(block.number),
+                elapsed: since.elapsed(),
+                ..recovery
+            };
+            self.status.send_modify(|s| {
+                s.recoveries.push(recovery);
+                s.recoveries_total += 1;
+                trim(&mut s.recoveries);
+            });
+        }
+        self.status.send_modify(|s| {
+            s.executed = Some(block.number);
+            s.state_transfers_total += 1;
+            s.last_transfer = Some(report);
+        });
+        for e in entries {
+            self.certificates
+                .insert(e.block.number, e.certificate.clone());
+            let _ = self.commits.send(Arc::new(Committed {
+                block: e.block,
+                certificate: e.certificate,
+                reasons: Vec::new(),
+            }));
+        }
+        while self.certificates.len() > KEEP_CERTIFICATES {
+            self.certificates.pop_first();
+        }
+    }
+
+    /// A recovery no local checkpoint can do: adopt another organization's state and, if it is
+    /// older than `block`, replay up to `block`. Peers may not have a checkpoint at or after
+    /// `block` yet (an equivocation victim needs one: replaying gets it the wrong block again),
+    /// so this keeps trying for `transfer_timeout`.
+    async fn recover_by_transfer(&mut self, block: BlockNumber, local: &str) -> Event {
+        let deadline = Instant::now() + self.settings.transfer_timeout;
+        loop {
+            let attempt = async {
+                let adopted = self.transfer().await?;
+                if adopted.number >= block {
+                    return Ok(Event::Transferred(adopted));
+                }
+                let resume = Resume {
+                    block: BlockNumber(adopted.number.0 + 1),
+                    position: adopted.orderer_position,
+                };
+                self.replay(resume, block).await.map(Event::Recovered)
+            }
+            .await;
+            match attempt {
+                Ok(event) => return event,
+                Err(e) if Instant::now() < deadline && !self.peers.peers().is_empty() => {
+                    warn!(org = %self.me, %block, error = %e, "no state transfer recovers the block yet; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    return Event::RecoveryFailed {
+                        block,
+                        reason: format!("{local}; no state transfer recovers it: {e}"),
+                    };
+                }
+            }
         }
     }
 
@@ -920,6 +1168,14 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             ));
         }
         info!(org = %self.me, %block, attempt, "recovering");
+        match checkpoints_before(&self.store, block).await {
+            Ok(c) if c.len() <= attempt as usize / 2 => {
+                let local =
+                    format!("no checkpoint before block {block} is left to try ({attempt} tried)");
+                return self.recover_by_transfer(block, &local).await;
+            }
+            _ => {}
+        }
         let result = async {
             let candidates = checkpoints_before(&self.store, block).await?;
             let Some(&checkpoint) = candidates.get(attempt as usize / 2) else {
@@ -972,7 +1228,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         .await;
         match result {
             Ok(ledger) => Event::Recovered(ledger),
-            Err(reason) => Event::RecoveryFailed { block, reason },
+            Err(reason) => {
+                // The orderer cannot give the agreed blocks again (an equivocation), or the
+                // checkpoint is unusable: the agreed state comes from another organization.
+                warn!(org = %self.me, %block, %reason, "recovering from a checkpoint failed");
+                self.recover_by_transfer(block, &reason).await
+            }
         }
     }
 

@@ -64,6 +64,12 @@ pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
 
     /// Keeps the newest `keep` checkpoints.
     fn prune_checkpoints(&self, keep: usize) -> PortFuture<'_, ()>;
+
+    /// Returns once every operation started through the port has finished (an execution the
+    /// node stopped waiting for included). Until its next call the node may then change the
+    /// database itself: it adopts a transferred state that way, which no single call could
+    /// carry.
+    fn settle(&self) -> PortFuture<'_, ()>;
 }
 
 /// The ExecutionServer in this process.
@@ -248,6 +254,13 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
         Box::pin(async move {
             let _busy = self.server.lock().await;
             self.store.prune_checkpoints(keep).await?;
+            Ok(())
+        })
+    }
+
+    fn settle(&self) -> PortFuture<'_, ()> {
+        Box::pin(async move {
+            drop(self.server.lock().await);
             Ok(())
         })
     }

@@ -15,6 +15,8 @@ use chainify_core::tx::{Certificate, Vote};
 use chainify_core::{BlockNumber, OrgId};
 use tokio::sync::mpsc;
 
+use crate::transfer::{StatePeer, StatePeers};
+
 /// A message from another organization's CommitServer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerMessage {
@@ -85,6 +87,8 @@ impl Inbox {
 struct Hub {
     inboxes: BTreeMap<OrgId, Inbox>,
     cut_off: BTreeSet<OrgId>,
+    /// What each organization serves to state transfers.
+    states: BTreeMap<OrgId, Arc<dyn StatePeer>>,
 }
 
 /// The in-process network between the nodes of one process.
@@ -106,7 +110,23 @@ impl LocalNetwork {
 
     /// Disconnects `org` (it crashed or stopped).
     pub fn leave(&self, org: OrgId) {
-        self.lock().inboxes.remove(&org);
+        let mut hub = self.lock();
+        hub.inboxes.remove(&org);
+        hub.states.remove(&org);
+    }
+
+    /// Makes `org`'s state available to the others' state transfers.
+    pub fn serve_state(&self, org: OrgId, state: Arc<dyn StatePeer>) {
+        self.lock().states.insert(org, state);
+    }
+
+    /// The organizations `org` may transfer state from: every other one serving, unless a
+    /// partition separates them.
+    pub fn state_peers(&self, org: OrgId) -> Arc<dyn StatePeers> {
+        Arc::new(LocalStatePeers {
+            me: org,
+            network: self.clone(),
+        })
     }
 
     /// Drops every message from and to `org` until [`LocalNetwork::heal`].
@@ -142,6 +162,26 @@ impl LocalNetwork {
                 inbox.deliver(message.clone());
             }
         }
+    }
+}
+
+#[derive(Debug)]
+struct LocalStatePeers {
+    me: OrgId,
+    network: LocalNetwork,
+}
+
+impl StatePeers for LocalStatePeers {
+    fn peers(&self) -> Vec<Arc<dyn StatePeer>> {
+        let hub = self.network.lock();
+        if hub.cut_off.contains(&self.me) {
+            return Vec::new();
+        }
+        hub.states
+            .iter()
+            .filter(|(org, _)| **org != self.me && !hub.cut_off.contains(*org))
+            .map(|(_, s)| s.clone())
+            .collect()
     }
 }
 

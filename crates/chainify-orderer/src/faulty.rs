@@ -32,6 +32,8 @@ pub struct FaultyOrderer<O> {
     inner: O,
     fault: Fault,
     from: BlockNumber,
+    /// The last block the fault applies to (`None`: every block from `from` on).
+    through: Option<BlockNumber>,
     consumers: Arc<AtomicUsize>,
     /// Every stream goes to this consumer number instead of the next one.
     fixed: Option<usize>,
@@ -44,8 +46,17 @@ impl<O: Orderer> FaultyOrderer<O> {
             inner,
             fault,
             from,
+            through: None,
             consumers: Arc::new(AtomicUsize::new(0)),
             fixed: None,
+        }
+    }
+
+    /// The same fault, applied only up to block `last` (an orderer that misbehaved once).
+    pub fn through(self, last: BlockNumber) -> Self {
+        FaultyOrderer {
+            through: Some(last),
+            ..self
         }
     }
 
@@ -105,11 +116,11 @@ impl<O: Orderer> Orderer for FaultyOrderer<O> {
         let consumer = self
             .fixed
             .unwrap_or_else(|| self.consumers.fetch_add(1, Ordering::Relaxed));
-        let (fault, start) = (self.fault, self.from);
+        let (fault, start, end) = (self.fault, self.from, self.through);
         let honest = self.inner.deliver(from).await?;
         Ok(Box::pin(honest.map(move |block| {
             block.map(|b| {
-                if b.number >= start {
+                if b.number >= start && end.is_none_or(|end| b.number <= end) {
                     apply(fault, consumer, b)
                 } else {
                     b

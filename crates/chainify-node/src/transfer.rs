@@ -1,0 +1,540 @@
+//! State transfer from an agreeing organization (`docs/design/digest.md`, "State transfer").
+//!
+//! An organization that cannot reproduce the agreed state from its own checkpoints (the victim
+//! of an equivocating orderer, a database repaired from nothing, a wiped or new database) takes
+//! it from another one:
+//!
+//! 1. The peer offers its newest checkpoint of an agreed block whose snapshots hold that block's
+//!    state digest ([`StateServer::offer`]); the receiver checks the block's certificate.
+//! 2. The receiver fetches the ledger entries between its own ledger and that block and checks
+//!    that they chain to its ledger and carry valid certificates.
+//! 3. Per table, it walks the peer's Merkle tree over key ranges against its own
+//!    ([`chainify_core::ranges`]) and fetches the rows of the ranges that differ.
+//! 4. Its kept ranges plus the fetched rows must sum to the agreed state digest; otherwise it
+//!    fetches every range once, and rejects the peer if that does not match either.
+//! 5. It adopts the state ([`chainify_storage::Store::adopt`]), which checks the digest again on
+//!    what was written before any shared table or the ledger changes.
+//!
+//! Nothing a peer says is trusted: certificates prove the blocks, the state digest proves the
+//! rows. A lying peer costs time, never a wrong row.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chainify_core::ranges::{Descent, LEAVES, RangeDigests, RangeNode};
+use chainify_core::state::{RowHash, StateHash};
+use chainify_core::tx::LedgerBlock;
+use chainify_core::votes::{VoteContext, verify_certificate, verify_ledger_from};
+use chainify_core::{BlockNumber, Digest, OrgId, Value};
+use chainify_proto::convert::LedgerEntry;
+use chainify_proto::pb;
+use chainify_storage::{AdoptedBlock, Adoption, Backend, RangePatch, Store};
+use prost::Message as _;
+use tokio::sync::{Semaphore, watch};
+
+use crate::node::{NodeStatus, ledger_entry};
+
+/// A boxed future of a peer call (peers are used as `Arc<dyn StatePeer>`).
+pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// How long a checkpoint stays exempt from pruning after a transfer last used it.
+pub const PIN_FOR: Duration = Duration::from_secs(120);
+
+/// Most ledger entries asked for in one call.
+pub const LEDGER_CHUNK: u64 = 10_000;
+
+/// Most nodes whose digests one call may ask for: a whole level of leaves.
+pub const MAX_NODES_PER_CALL: usize = LEAVES as usize;
+
+/// What an organization offers to transfer: a checkpoint of an agreed block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateOffer {
+    /// The block and its certificate.
+    pub entry: LedgerEntry,
+    /// The shared tables, by name.
+    pub tables: Vec<String>,
+}
+
+/// Another organization's state, as a transfer reads it.
+pub trait StatePeer: Send + Sync + fmt::Debug + 'static {
+    /// Which organization.
+    fn org(&self) -> OrgId;
+    /// Its newest transferable checkpoint (`None`: it has none yet).
+    fn offer(&self) -> PeerFuture<'_, Option<StateOffer>>;
+    /// Its ledger entries `from..=to`.
+    fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>>;
+    /// The digests of `nodes` of `table`'s range tree in the checkpoint at `block`.
+    fn digests(
+        &self,
+        block: BlockNumber,
+        table: String,
+        nodes: Vec<RangeNode>,
+    ) -> PeerFuture<'_, Vec<Digest>>;
+    /// The rows of `table` in `ranges` in the checkpoint at `block`.
+    fn rows(
+        &self,
+        block: BlockNumber,
+        table: String,
+        ranges: Vec<u32>,
+    ) -> PeerFuture<'_, Vec<Vec<Value>>>;
+}
+
+/// The other organizations a node may transfer state from.
+pub trait StatePeers: Send + Sync + fmt::Debug + 'static {
+    /// Every other organization reachable now.
+    fn peers(&self) -> Vec<Arc<dyn StatePeer>>;
+}
+
+/// No peers (a node on its own: transfers fail, fast join is skipped).
+#[derive(Debug, Default)]
+pub struct NoPeers;
+
+impl StatePeers for NoPeers {
+    fn peers(&self) -> Vec<Arc<dyn StatePeer>> {
+        Vec::new()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Served {
+    /// The checkpoint offered and checked against its ledger block.
+    offer: Option<StateOffer>,
+    /// Range digests by checkpoint and table.
+    trees: BTreeMap<(BlockNumber, String), Arc<RangeDigests>>,
+    /// The checkpoint a transfer uses, and when it last did.
+    pinned: Option<(BlockNumber, Instant)>,
+}
+
+/// The serving side: what this organization offers others from its checkpoints. Reads only
+/// checkpoints of agreed blocks, so serving never waits for or stalls the pipeline.
+#[derive(Debug)]
+pub struct StateServer<B: Backend> {
+    store: Arc<Store<B>>,
+    status: watch::Receiver<NodeStatus>,
+    served: Mutex<Served>,
+    /// One checkpoint scan at a time: a peer cannot make this organization scan in parallel.
+    scans: Semaphore,
+}
+
+impl<B: Backend> StateServer<B> {
+    /// Serves the checkpoints of `store`, agreed as far as `status` says.
+    pub fn new(store: Arc<Store<B>>, status: watch::Receiver<NodeStatus>) -> StateServer<B> {
+        StateServer {
+            store,
+            status,
+            served: Mutex::default(),
+            scans: Semaphore::new(1),
+        }
+    }
+
+    fn served(&self) -> std::sync::MutexGuard<'_, Served> {
+        self.served.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn agreed(&self) -> BlockNumber {
+        BlockNumber(self.status.borrow().next_block.0.saturating_sub(1))
+    }
+
+    /// The checkpoint a transfer is using, kept from pruning for [`PIN_FOR`] after its last use.
+    pub fn pinned(&self) -> Option<BlockNumber> {
+        let mut served = self.served();
+        match served.pinned {
+            Some((b, at)) if at.elapsed() < PIN_FOR => Some(b),
+            _ => {
+                served.pinned = None;
+                None
+            }
+        }
+    }
+
+    fn pin(&self, block: BlockNumber) {
+        self.served().pinned = Some((block, Instant::now()));
+    }
+
+    /// The newest checkpoint of an agreed block whose snapshots hold the block's state digest.
+    pub async fn offer(&self) -> Result<Option<StateOffer>, String> {
+        let agreed = self.agreed();
+        let checkpoints = self.store.checkpoints().await.map_err(|e| e.to_string())?;
+        for c in checkpoints
+            .into_iter()
+            .rev()
+            .filter(|c| *c <= agreed && c.0 > 0)
+        {
+            let cached = self.served().offer.clone();
+            if let Some(offer) = cached.filter(|o| o.entry.block.number == c) {
+                self.pin(c);
+                return Ok(Some(offer));
+            }
+            let entry = ledger_entry(&self.store, c)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _scan = self.scans.acquire().await.map_err(|e| e.to_string())?;
+            let held = self
+                .store
+                .checkpoint_state_digest(c)
+                .await
+                .map_err(|e| e.to_string())?;
+            if held != entry.block.state_digest {
+                tracing::warn!(checkpoint = %c, %held, agreed = %entry.block.state_digest,
+                    "a checkpoint does not hold its agreed state; not offered");
+                continue;
+            }
+            let offer = StateOffer {
+                entry,
+                tables: self.store.tables().keys().cloned().collect(),
+            };
+            self.served().offer = Some(offer.clone());
+            self.pin(c);
+            return Ok(Some(offer));
+        }
+        Ok(None)
+    }
+
+    /// Ledger entries `from..=to` (at most the agreed ones).
+    pub async fn ledger(
+        &self,
+        from: BlockNumber,
+        to: BlockNumber,
+    ) -> Result<Vec<LedgerEntry>, String> {
+        let to = to.min(self.agreed());
+        if to.0 >= from.0 && to.0 - from.0 >= LEDGER_CHUNK {
+            return Err(format!(
+                "blocks {from}..={to}: at most {LEDGER_CHUNK} ledger entries per call"
+            ));
+        }
+        let mut out = Vec::new();
+        for b in from.0.max(1)..=to.0 {
+            out.push(
+                ledger_entry(&self.store, BlockNumber(b))
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Checks that `block` is the checkpoint on offer.
+    fn offered(&self, block: BlockNumber) -> Result<(), String> {
+        let offered = self.served().offer.as_ref().map(|o| o.entry.block.number);
+        if offered != Some(block) {
+            return Err(format!(
+                "the checkpoint at block {block} is not on offer (ask for an offer first)"
+            ));
+        }
+        self.pin(block);
+        Ok(())
+    }
+
+    /// The digests of `nodes` of `table`'s tree in the checkpoint on offer.
+    pub async fn digests(
+        &self,
+        block: BlockNumber,
+        table: &str,
+        nodes: &[RangeNode],
+    ) -> Result<Vec<Digest>, String> {
+        self.offered(block)?;
+        if nodes.len() > MAX_NODES_PER_CALL {
+            return Err(format!(
+                "{} nodes asked for; at most {MAX_NODES_PER_CALL} per call",
+                nodes.len()
+            ));
+        }
+        if let Some(bad) = nodes.iter().find(|n| !n.is_valid()) {
+            return Err(format!("there is no range node {bad:?}"));
+        }
+        let key = (block, table.to_owned());
+        let cached = self.served().trees.get(&key).cloned();
+        let tree = match cached {
+            Some(t) => t,
+            None => {
+                let _scan = self.scans.acquire().await.map_err(|e| e.to_string())?;
+                let tree = Arc::new(
+                    self.store
+                        .range_tree(table, Some(block))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .digests(),
+                );
+                let mut served = self.served();
+                // Trees of older checkpoints are not asked for again.
+                served.trees.retain(|(b, _), _| *b == block);
+                served.trees.insert(key, tree.clone());
+                tree
+            }
+        };
+        Ok(nodes.iter().filter_map(|n| tree.get(*n)).collect())
+    }
+
+    /// The rows of `table` in `ranges` in the checkpoint on offer.
+    pub async fn rows(
+        &self,
+        block: BlockNumber,
+        table: &str,
+        ranges: &[u32],
+    ) -> Result<Vec<Vec<Value>>, String> {
+        self.offered(block)?;
+        if let Some(bad) = ranges.iter().find(|r| **r >= LEAVES) {
+            return Err(format!("there is no key range {bad}"));
+        }
+        let ranges: BTreeSet<u32> = ranges.iter().copied().collect();
+        let _scan = self.scans.acquire().await.map_err(|e| e.to_string())?;
+        self.store
+            .checkpoint_rows(block, table, &ranges)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A peer in this process (the in-process cluster, the demo).
+#[derive(Debug)]
+pub struct LocalPeer<B: Backend> {
+    org: OrgId,
+    server: Arc<StateServer<B>>,
+}
+
+impl<B: Backend> LocalPeer<B> {
+    /// Organization `org`'s server.
+    pub fn new(org: OrgId, server: Arc<StateServer<B>>) -> LocalPeer<B> {
+        LocalPeer { org, server }
+    }
+}
+
+impl<B: Backend> StatePeer for LocalPeer<B> {
+    fn org(&self) -> OrgId {
+        self.org
+    }
+    fn offer(&self) -> PeerFuture<'_, Option<StateOffer>> {
+        Box::pin(self.server.offer())
+    }
+    fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
+        Box::pin(self.server.ledger(from, to))
+    }
+    fn digests(
+        &self,
+        block: BlockNumber,
+        table: String,
+        nodes: Vec<RangeNode>,
+    ) -> PeerFuture<'_, Vec<Digest>> {
+        Box::pin(async move { self.server.digests(block, &table, &nodes).await })
+    }
+    fn rows(
+        &self,
+        block: BlockNumber,
+        table: String,
+        ranges: Vec<u32>,
+    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
+        Box::pin(async move { self.server.rows(block, &table, &ranges).await })
+    }
+}
+
+/// What a transfer fetched, ready to adopt.
+#[derive(Debug)]
+pub(crate) struct Fetched {
+    pub adoption: Adoption,
+    /// The adopted block.
+    pub block: LedgerBlock,
+    /// The ledger entries fetched (after the local ledger, through the block).
+    pub entries: Vec<LedgerEntry>,
+    /// Ranges and rows transferred.
+    pub ranges: usize,
+    pub rows: usize,
+}
+
+/// Checks an offer: a block of this network with a valid certificate for exactly it, over the
+/// same shared tables.
+pub(crate) fn check_offer<B: Backend>(
+    offer: &StateOffer,
+    store: &Store<B>,
+    ctx: &VoteContext,
+) -> Result<(), String> {
+    let LedgerEntry { block, certificate } = &offer.entry;
+    if block.network != ctx.network {
+        return Err(format!("it offers a block of network {}", block.network));
+    }
+    if certificate.block != block.number || certificate.ledger_block_hash != block.hash() {
+        return Err(format!(
+            "the certificate it offers is not for block {}",
+            block.number
+        ));
+    }
+    verify_certificate(certificate, ctx).map_err(|e| e.to_string())?;
+    let ours: Vec<String> = store.tables().keys().cloned().collect();
+    if offer.tables != ours {
+        return Err(format!(
+            "it shares tables {:?}, this organization {ours:?}",
+            offer.tables
+        ));
+    }
+    Ok(())
+}
+
+/// Fetches the state of a checked `offer` from `peer` (steps 2–4 of the module docs).
+pub(crate) async fn fetch<B: Backend>(
+    store: &Store<B>,
+    ctx: &VoteContext,
+    peer: &dyn StatePeer,
+    offer: &StateOffer,
+) -> Result<Fetched, String> {
+    let block = offer.entry.block.clone();
+    let c = block.number;
+    let tail = store.ledger_tail().await.map_err(|e| e.to_string())?;
+    let mut entries = Vec::new();
+    match tail {
+        Some((t, hash)) if t >= c => {
+            let ours = ledger_entry(store, c).await.map_err(|e| e.to_string())?;
+            if ours.block.hash() != block.hash() {
+                return Err(format!(
+                    "its block {c} has hash {}, this ledger's {} (two certified blocks: a safety violation)",
+                    block.hash(),
+                    hash
+                ));
+            }
+        }
+        _ => {
+            let (after, previous) = tail.unwrap_or((BlockNumber(0), Digest::ZERO));
+            let mut from = BlockNumber(after.0 + 1);
+            while from <= c {
+                let to = BlockNumber((from.0 + LEDGER_CHUNK - 1).min(c.0));
+                let chunk = peer.ledger(from, to).await?;
+                if chunk.is_empty() {
+                    return Err(format!(
+                        "it sent no ledger entries for blocks {from}..={to}"
+                    ));
+                }
+                from = BlockNumber(from.0 + chunk.len() as u64);
+                entries.extend(chunk);
+            }
+            verify_ledger_from(
+                BlockNumber(after.0 + 1),
+                previous,
+                entries.iter().map(|e| (&e.block, &e.certificate)),
+                ctx,
+            )
+            .map_err(|e| format!("its ledger entries: {e}"))?;
+            if entries.last().map(|e| e.block.hash()) != Some(block.hash()) {
+                return Err(format!("its ledger entries do not end at block {c}"));
+            }
+        }
+    }
+    // Steps 3 and 4: compare trees, fetch what differs; all of it once if the sum is wrong.
+    let mut patches = fetch_ranges(store, peer, c, false).await?;
+    if sum(&patches) != block.state_digest {
+        tracing::warn!(peer = %peer.org(), block = %c,
+            "the ranges that differ do not lead to the agreed state; fetching every range");
+        patches = fetch_ranges(store, peer, c, true).await?;
+        let found = sum(&patches);
+        if found != block.state_digest {
+            return Err(format!(
+                "its rows make state {found}, not the agreed {} of block {c}",
+                block.state_digest
+            ));
+        }
+    }
+    let ranges = patches.values().map(|p| p.patch.ranges.len()).sum();
+    let rows = patches.values().map(|p| p.patch.rows.len()).sum();
+    let adopted = entries
+        .iter()
+        .map(|e| AdoptedBlock {
+            number: e.block.number,
+            hash: e.block.hash(),
+            previous: e.block.hash_previous,
+            entry: pb::LedgerEntry::from(e).encode_to_vec(),
+            tx_ids: e.block.tx_ids.iter().map(|id| id.0).collect(),
+        })
+        .collect();
+    Ok(Fetched {
+        adoption: Adoption {
+            block: c,
+            state: block.state_digest,
+            hash_digest: block.hash_digest,
+            success: block.success.clone(),
+            patches: patches
+                .into_iter()
+                .filter(|(_, p)| !p.patch.ranges.is_empty())
+                .map(|(t, p)| (t, p.patch))
+                .collect(),
+            ledger: adopted,
+        },
+        block,
+        entries,
+        ranges,
+        rows,
+    })
+}
+
+/// One table's share of a fetched state.
+struct TablePart {
+    patch: RangePatch,
+    /// The table's accumulator: local rows outside the ranges plus the fetched ones.
+    state: StateHash,
+}
+
+fn sum(parts: &BTreeMap<String, TablePart>) -> Digest {
+    let mut total = StateHash::empty();
+    for p in parts.values() {
+        total.combine(&p.state);
+    }
+    total.digest()
+}
+
+async fn fetch_ranges<B: Backend>(
+    store: &Store<B>,
+    peer: &dyn StatePeer,
+    c: BlockNumber,
+    every_range: bool,
+) -> Result<BTreeMap<String, TablePart>, String> {
+    let mut out = BTreeMap::new();
+    for (name, t) in store.tables().iter() {
+        let local = store
+            .range_tree(name, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        let differing: Vec<u32> = if every_range {
+            (0..LEAVES).collect()
+        } else {
+            let digests = local.digests();
+            let mut walk = Descent::new(&digests);
+            while !walk.is_done() {
+                let answer = peer
+                    .digests(c, name.clone(), walk.asking().to_vec())
+                    .await?;
+                walk.answer(&answer)
+                    .map_err(|e| format!("table {name}: {e}"))?;
+            }
+            walk.differing().to_vec()
+        };
+        let mut state = local.total();
+        let mut rows = Vec::new();
+        if !differing.is_empty() {
+            for r in &differing {
+                state.subtract(&local.leaf(*r));
+            }
+            rows = peer.rows(c, name.clone(), differing.clone()).await?;
+            let width = t.columns.len();
+            for (i, row) in rows.iter().enumerate() {
+                if row.len() != width {
+                    return Err(format!(
+                        "table {name} row {i}: {} values for {width} columns",
+                        row.len()
+                    ));
+                }
+                state.add(&RowHash::of(name, row));
+            }
+        }
+        out.insert(
+            name.clone(),
+            TablePart {
+                patch: RangePatch {
+                    ranges: differing.into_iter().collect(),
+                    rows,
+                },
+                state,
+            },
+        );
+    }
+    Ok(out)
+}
