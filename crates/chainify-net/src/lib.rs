@@ -22,6 +22,7 @@ mod org;
 mod peer;
 mod query;
 mod solo;
+pub mod state;
 pub mod tls;
 
 pub use admin::{AdminServer, recovery_state};
@@ -37,6 +38,7 @@ pub use peer::{
 };
 pub use query::{QueryAccess, QueryServer};
 pub use solo::{BROADCAST_QUEUE, MAX_BROADCAST_BATCH, RemoteOrderer, SoloServer};
+pub use state::{GrpcStatePeers, STATE_CALL_TIMEOUT};
 pub use tls::Tls;
 
 use chainify_proto::ProtocolError;

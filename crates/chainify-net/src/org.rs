@@ -37,6 +37,7 @@ use crate::metrics::{Render, serve_metrics};
 use crate::peer::{CommitServer, GrpcTransport};
 use crate::query::{QueryAccess, QueryServer};
 use crate::solo::RemoteOrderer;
+use crate::state::GrpcStatePeers;
 use crate::tls::Tls;
 use crate::tls::channel;
 
@@ -436,6 +437,13 @@ pub async fn run_org(
             }
             .map_err(|e| NetError::Internal(e.to_string()))?;
             transport.attach(node.inbox());
+            let mut node = node;
+            node.set_state_peers(Arc::new(GrpcStatePeers::new(
+                &network,
+                me,
+                key.clone(),
+                tls.as_ref(),
+            )?));
             metrics = node.metrics();
             Some(node)
         }
@@ -446,6 +454,7 @@ pub async fn run_org(
     let handles = node
         .as_ref()
         .map(|n| (n.inbox(), n.status(), n.commits(), n.read_gate()));
+    let state_server = node.as_ref().map(|n| n.state_server());
     let mut chainify_server = None;
     if let (Some(listener), Some(orderer)) = (chainify_listener, orderer) {
         let (status, commits, queries) = match &handles {
@@ -513,7 +522,10 @@ pub async fn run_org(
     if let (Some((inbox, status, _, gate)), Some(commit_listener), Some(admin_listener)) =
         (handles, commit_listener, admin_listener)
     {
-        let commit = CommitServer::new(inbox, store.clone(), status.clone());
+        let mut commit = CommitServer::new(inbox, store.clone(), status.clone());
+        if let Some(server) = state_server {
+            commit = commit.with_state(server, &network, me);
+        }
         servers.push(serve(
             me,
             "CommitService",

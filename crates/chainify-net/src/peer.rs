@@ -16,7 +16,7 @@ use std::time::Duration;
 use chainify_core::config::NetworkConfig;
 use chainify_core::tx::{Certificate, Vote};
 use chainify_core::{BlockNumber, OrgId};
-use chainify_node::{Inbox, NodeStatus, PeerMessage, Transport, ledger_entry};
+use chainify_node::{Inbox, NodeStatus, PeerMessage, StateServer, Transport, ledger_entry};
 use chainify_proto::convert::LedgerEntry;
 use chainify_proto::pb;
 use chainify_proto::pb::commit_service_client::CommitServiceClient;
@@ -28,6 +28,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::debug;
 
+use crate::state::{RowsStream, StateService};
 use crate::tls::{Tls, channel};
 use crate::{NetError, invalid};
 
@@ -190,6 +191,8 @@ pub struct CommitServer<B: Backend> {
     inbox: Inbox,
     store: Arc<Store<B>>,
     status: watch::Receiver<NodeStatus>,
+    /// State transfer to other organizations (absent: the state RPCs are unavailable).
+    state: Option<StateService<B>>,
 }
 
 impl<B: Backend> CommitServer<B> {
@@ -203,7 +206,31 @@ impl<B: Backend> CommitServer<B> {
             inbox,
             store,
             status,
+            state: None,
         }
+    }
+
+    /// Also serves the node's state to the other organizations of `network` (this one is `me`).
+    pub fn with_state(
+        self,
+        server: Arc<StateServer<B>>,
+        network: &NetworkConfig,
+        me: OrgId,
+    ) -> CommitServer<B> {
+        CommitServer {
+            state: Some(StateService {
+                server,
+                ctx: chainify_core::votes::VoteContext::of(network),
+                me,
+            }),
+            ..self
+        }
+    }
+
+    fn state(&self) -> Result<&StateService<B>, Status> {
+        self.state
+            .as_ref()
+            .ok_or_else(|| Status::unimplemented("this CommitServer does not serve state"))
     }
 
     fn agreed(&self) -> u64 {
@@ -264,6 +291,28 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
     }
 
     type GetLedgerStream = LedgerStream;
+    type StateRowsStream = RowsStream;
+
+    async fn state_offer(
+        &self,
+        request: Request<pb::StateOfferRequest>,
+    ) -> Result<Response<pb::StateOfferResponse>, Status> {
+        self.state()?.offer(request.into_inner()).await
+    }
+
+    async fn state_digests(
+        &self,
+        request: Request<pb::StateDigestsRequest>,
+    ) -> Result<Response<pb::StateDigestsResponse>, Status> {
+        self.state()?.digests(request.into_inner()).await
+    }
+
+    async fn state_rows(
+        &self,
+        request: Request<pb::StateRowsRequest>,
+    ) -> Result<Response<RowsStream>, Status> {
+        self.state()?.rows(request.into_inner()).await
+    }
 
     async fn get_ledger(
         &self,

@@ -603,3 +603,140 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
         assert!(c.wait(id, Duration::from_millis(50)).await.unwrap().agreed);
     }
 }
+
+/// Waits until organization `org` has agreed `height` blocks.
+async fn wait_height(net: &Net, org: u32, height: u64, what: &str) {
+    for _ in 0..1200 {
+        if net.admin(org).await.agreed_height >= height {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{what}: org{org} is at {}",
+        net.admin(org).await.agreed_height
+    );
+}
+
+/// A wiped organization (its database recreated with the initial tables only) rejoins under load
+/// from another organization's verified checkpoint, over gRPC, instead of replaying every block;
+/// afterwards its tables, state digest and ledger are the others'. Nobody outside the network
+/// may read the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_organization_fast_joins_from_a_peer_under_load() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut net = start(47700, ChainifySettings::default()).await;
+    wait_ready(&mut net).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let c1 = net.client1(1).await;
+    let load = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut accepted = 0u64;
+            let mut n = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                if c1.submit(deposit(1 + n % 100, 1)).await.is_ok() {
+                    accepted += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            accepted
+        })
+    };
+    wait_height(&net, 1, 12, "load before the wipe").await;
+    net.stop_org(3).await;
+    let db = net.dir.join("org3/state.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    smallbank(&format!("sqlite://{}", db.display())).await;
+    let wiped_at = net.admin(1).await.agreed_height;
+    net.start_org(3, ChainifySettings::default());
+    wait_height(&net, 3, wiped_at + 5, "the wiped organization under load").await;
+    stop.store(true, Ordering::Relaxed);
+    assert!(load.await.unwrap() > 0, "the load went through");
+    // Quiet now: everybody reaches the same height.
+    let top = net.admin(1).await.agreed_height;
+    for org in 2..=3 {
+        wait_height(&net, org, top, "the end of the load").await;
+    }
+
+    let metrics = net.scrape(3, "/metrics").await;
+    assert_eq!(metric(&metrics, "chainify_state_transfers_total"), 1.0);
+    let executed = metric(&metrics, "chainify_block_transactions_count");
+    assert!(
+        executed < top as f64 - 5.0,
+        "org3 executed {executed} blocks of {top}: it replayed instead of joining"
+    );
+    let mut states = Vec::new();
+    for org in 1..=3 {
+        let url = format!(
+            "sqlite://{}",
+            net.dir.join(format!("org{org}/state.db")).display()
+        );
+        let options = StoreOptions {
+            read_only: true,
+            ..StoreOptions::default()
+        };
+        let store = chainify_storage::Store::open(
+            AnyBackend::connect(&url, &options).await.unwrap(),
+            options,
+        )
+        .await
+        .unwrap();
+        let check = store.check_state().await.unwrap();
+        assert!(check.agrees(), "org{org}: {check:?}");
+        states.push((
+            check.block,
+            check.actual,
+            store.ledger_tail().await.unwrap(),
+        ));
+    }
+    assert_eq!(states[2], states[0], "org3 and org1 differ");
+    assert_eq!(states[1], states[0], "org2 and org1 differ");
+
+    // The state RPCs answer organizations only: unsigned, and signed by a key outside the
+    // network, both refused.
+    let commit = &net.network.orgs[&chainify_core::OrgId(1)].commit_endpoint;
+    let channel = chainify_client::channel(commit, Some(net.ca.as_bytes())).unwrap();
+    let mut peer = pb::commit_service_client::CommitServiceClient::new(channel);
+    let e = peer
+        .state_offer(pb::StateOfferRequest { auth: None })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let (stranger, _) = SigningKey::generate().unwrap();
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let bytes = chainify_net::state::signing_bytes(
+        &net.network.network_id,
+        chainify_core::OrgId(2),
+        unix_ms,
+        "StateRows",
+        0,
+        "checking",
+    );
+    let refused = peer
+        .state_rows(pb::StateRowsRequest {
+            auth: Some(pb::StateAuth {
+                org_id: 2,
+                unix_ms,
+                signature: stranger.sign(&bytes).0.to_vec(),
+            }),
+            block: 0,
+            table: "checking".into(),
+            ranges: vec![0],
+        })
+        .await;
+    let Err(e) = refused else {
+        panic!("a stranger read rows")
+    };
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    for n in 1..=3 {
+        net.stop_org(n).await;
+    }
+}

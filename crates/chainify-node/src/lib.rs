@@ -27,7 +27,9 @@ pub use node::{
     ledger_entry, resume_point,
 };
 pub use port::{ExecutionPort, LocalExecution, PortExecuted, PortFuture};
-pub use transfer::{LocalPeer, NoPeers, StateOffer, StatePeer, StatePeers, StateServer};
+pub use transfer::{
+    LocalPeer, NoPeers, PeerFuture, StateOffer, StatePeer, StatePeers, StateServer,
+};
 pub use transport::{Inbox, LocalNetwork, PeerMessage, Transport};
 
 #[doc(no_inline)]

@@ -1,0 +1,400 @@
+//! State transfer over gRPC (`docs/design/digest.md`, "State transfer"): the CommitService's
+//! `StateOffer`, `StateDigests` and `StateRows` (serving [`StateServer`]), and
+//! [`GrpcStatePeers`], through which a node transfers state from the other organizations.
+//!
+//! The rows are the shared tables, which a client may read only within its grants: every state
+//! request is signed by an organization of the network ([`signing_bytes`]), fresh within
+//! [`AUTH_WINDOW`], over TLS.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chainify_core::canonical::Encoder;
+use chainify_core::config::NetworkConfig;
+use chainify_core::crypto::{Signature, SigningKey};
+use chainify_core::ranges::RangeNode;
+use chainify_core::votes::VoteContext;
+use chainify_core::{BlockNumber, Digest, NetworkId, OrgId, Value};
+use chainify_node::{PeerFuture, StateOffer, StatePeer, StatePeers, StateServer};
+use chainify_proto::convert::LedgerEntry;
+use chainify_proto::pb;
+use chainify_proto::pb::commit_service_client::CommitServiceClient;
+use chainify_storage::Backend;
+use futures_util::{Stream, StreamExt};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::NetError;
+use crate::tls::{Tls, channel};
+
+/// How far a state request's signing time may be from the server's clock.
+pub const AUTH_WINDOW: Duration = Duration::from_secs(300);
+
+/// How long one state call may take (a rows call scans a checkpoint).
+pub const STATE_CALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Largest rows chunk sent (bytes, roughly): well under gRPC's message limits.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Domain tag of a signed state request.
+pub const STATE_REQUEST_TAG: &str = "chainify.v1.StateRequest";
+
+/// What an organization signs to ask for state: the network, itself, the time, and the request
+/// (`method`, block and table; 0 and "" where a method has none).
+pub fn signing_bytes(
+    network: &NetworkId,
+    org: OrgId,
+    unix_ms: u64,
+    method: &str,
+    block: u64,
+    table: &str,
+) -> Vec<u8> {
+    let mut e = Encoder::new(STATE_REQUEST_TAG);
+    e.str(network.as_str())
+        .u32(org.0)
+        .u64(unix_ms)
+        .str(method)
+        .u64(block)
+        .str(table);
+    e.finish()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The serving side, for [`crate::CommitServer`].
+pub(crate) struct StateService<B: Backend> {
+    pub server: Arc<StateServer<B>>,
+    pub ctx: VoteContext,
+    pub me: OrgId,
+}
+
+impl<B: Backend> std::fmt::Debug for StateService<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateService")
+            .field("me", &self.me)
+            .finish()
+    }
+}
+
+pub(crate) type RowsStream = Pin<Box<dyn Stream<Item = Result<pb::StateRowsChunk, Status>> + Send>>;
+
+impl<B: Backend> StateService<B> {
+    /// Checks that an organization of the network (not this one) signed the request lately.
+    fn check(
+        &self,
+        auth: Option<&pb::StateAuth>,
+        method: &str,
+        block: u64,
+        table: &str,
+    ) -> Result<OrgId, Status> {
+        let auth = auth.ok_or_else(|| {
+            Status::unauthenticated("state requests must be signed by an organization (auth)")
+        })?;
+        let org = OrgId(auth.org_id);
+        let key = self
+            .ctx
+            .keys
+            .get(&org)
+            .filter(|_| org != self.me)
+            .ok_or_else(|| {
+                Status::permission_denied(format!(
+                    "organization {} may not transfer state from here",
+                    auth.org_id
+                ))
+            })?;
+        let skew = now_ms().abs_diff(auth.unix_ms);
+        if u128::from(skew) > AUTH_WINDOW.as_millis() {
+            return Err(Status::unauthenticated(format!(
+                "the request was signed {skew} ms away from this server's clock (at most {} s)",
+                AUTH_WINDOW.as_secs()
+            )));
+        }
+        let signature = Signature::try_from(auth.signature.as_slice())
+            .map_err(|_| Status::unauthenticated("auth.signature is not 64 bytes"))?;
+        let bytes = signing_bytes(&self.ctx.network, org, auth.unix_ms, method, block, table);
+        self.ctx
+            .signatures
+            .check(|| key.verify(&bytes, &signature))
+            .map_err(|_| {
+                Status::unauthenticated(format!(
+                    "the signature of organization {org} does not verify"
+                ))
+            })?;
+        Ok(org)
+    }
+
+    pub(crate) async fn offer(
+        &self,
+        r: pb::StateOfferRequest,
+    ) -> Result<Response<pb::StateOfferResponse>, Status> {
+        self.check(r.auth.as_ref(), "StateOffer", 0, "")?;
+        let offer = self.server.offer().await.map_err(Status::unavailable)?;
+        Ok(Response::new(match offer {
+            Some(o) => pb::StateOfferResponse {
+                entry: Some(pb::LedgerEntry::from(&o.entry)),
+                tables: o.tables,
+            },
+            None => pb::StateOfferResponse::default(),
+        }))
+    }
+
+    pub(crate) async fn digests(
+        &self,
+        r: pb::StateDigestsRequest,
+    ) -> Result<Response<pb::StateDigestsResponse>, Status> {
+        self.check(r.auth.as_ref(), "StateDigests", r.block, &r.table)?;
+        let nodes: Vec<RangeNode> = r
+            .nodes
+            .iter()
+            .map(|n| RangeNode {
+                level: n.level,
+                index: n.index,
+            })
+            .collect();
+        let digests = self
+            .server
+            .digests(BlockNumber(r.block), &r.table, &nodes)
+            .await
+            .map_err(Status::failed_precondition)?;
+        Ok(Response::new(pb::StateDigestsResponse {
+            digests: digests.iter().map(|d| d.as_bytes().to_vec()).collect(),
+        }))
+    }
+
+    pub(crate) async fn rows(
+        &self,
+        r: pb::StateRowsRequest,
+    ) -> Result<Response<RowsStream>, Status> {
+        self.check(r.auth.as_ref(), "StateRows", r.block, &r.table)?;
+        let rows = self
+            .server
+            .rows(BlockNumber(r.block), &r.table, &r.ranges)
+            .await
+            .map_err(Status::failed_precondition)?;
+        let mut chunks = Vec::new();
+        let mut chunk = Vec::new();
+        let mut size = 0;
+        for row in rows {
+            size += row.iter().map(approximate_size).sum::<usize>();
+            chunk.push(pb::Row {
+                values: row.iter().map(pb::Value::from).collect(),
+            });
+            if size >= CHUNK_BYTES {
+                chunks.push(Ok(pb::StateRowsChunk {
+                    rows: std::mem::take(&mut chunk),
+                }));
+                size = 0;
+            }
+        }
+        if !chunk.is_empty() {
+            chunks.push(Ok(pb::StateRowsChunk { rows: chunk }));
+        }
+        Ok(Response::new(Box::pin(futures_util::stream::iter(chunks))))
+    }
+}
+
+fn approximate_size(v: &Value) -> usize {
+    match v {
+        Value::Text(t) => t.len() + 8,
+        Value::Bytes(b) => b.len() + 8,
+        _ => 16,
+    }
+}
+
+/// Another organization's CommitService, as a transfer reads it.
+#[derive(Debug)]
+pub struct GrpcStatePeer {
+    org: OrgId,
+    me: OrgId,
+    network: NetworkId,
+    signatures: chainify_core::crypto::Signatures,
+    key: Arc<SigningKey>,
+    client: CommitServiceClient<Channel>,
+}
+
+impl GrpcStatePeer {
+    fn auth(&self, method: &str, block: u64, table: &str) -> pb::StateAuth {
+        let unix_ms = now_ms();
+        let bytes = signing_bytes(&self.network, self.me, unix_ms, method, block, table);
+        pb::StateAuth {
+            org_id: self.me.0,
+            unix_ms,
+            signature: self.signatures.sign(&self.key, &bytes).0.to_vec(),
+        }
+    }
+
+    fn failed(&self, what: &str, s: &Status) -> String {
+        format!("{what} from organization {}: {}", self.org, s.message())
+    }
+}
+
+fn timed<T>(message: T) -> Request<T> {
+    let mut r = Request::new(message);
+    r.set_timeout(STATE_CALL_TIMEOUT);
+    r
+}
+
+impl StatePeer for GrpcStatePeer {
+    fn org(&self) -> OrgId {
+        self.org
+    }
+
+    fn offer(&self) -> PeerFuture<'_, Option<StateOffer>> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            let mut request = Request::new(pb::StateOfferRequest {
+                auth: Some(self.auth("StateOffer", 0, "")),
+            });
+            // Asked at start, when peers may be down: do not wait long.
+            request.set_timeout(crate::PEER_CALL_TIMEOUT);
+            let r = client
+                .state_offer(request)
+                .await
+                .map_err(|s| self.failed("an offer", &s))?
+                .into_inner();
+            let Some(entry) = r.entry else {
+                return Ok(None);
+            };
+            let entry =
+                LedgerEntry::try_from(entry).map_err(|e| format!("a malformed offer: {e}"))?;
+            Ok(Some(StateOffer {
+                entry,
+                tables: r.tables,
+            }))
+        })
+    }
+
+    fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            let mut stream = client
+                .get_ledger(timed(pb::GetLedgerRequest {
+                    from_block: from.0,
+                    to_block: to.0,
+                }))
+                .await
+                .map_err(|s| self.failed("ledger entries", &s))?
+                .into_inner();
+            let mut out = Vec::new();
+            while let Some(item) = stream.next().await {
+                let entry = item.map_err(|s| self.failed("ledger entries", &s))?;
+                out.push(
+                    LedgerEntry::try_from(entry)
+                        .map_err(|e| format!("a malformed ledger entry: {e}"))?,
+                );
+            }
+            Ok(out)
+        })
+    }
+
+    fn digests(
+        &self,
+        block: BlockNumber,
+        table: String,
+        nodes: Vec<RangeNode>,
+    ) -> PeerFuture<'_, Vec<Digest>> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            let r = client
+                .state_digests(timed(pb::StateDigestsRequest {
+                    auth: Some(self.auth("StateDigests", block.0, &table)),
+                    block: block.0,
+                    table,
+                    nodes: nodes
+                        .iter()
+                        .map(|n| pb::RangeNode {
+                            level: n.level,
+                            index: n.index,
+                        })
+                        .collect(),
+                }))
+                .await
+                .map_err(|s| self.failed("range digests", &s))?
+                .into_inner();
+            r.digests
+                .iter()
+                .map(|d| {
+                    Digest::try_from(d.as_slice())
+                        .map_err(|_| "a range digest is not 32 bytes".to_owned())
+                })
+                .collect()
+        })
+    }
+
+    fn rows(
+        &self,
+        block: BlockNumber,
+        table: String,
+        ranges: Vec<u32>,
+    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
+        let mut client = self.client.clone();
+        Box::pin(async move {
+            let mut stream = client
+                .state_rows(timed(pb::StateRowsRequest {
+                    auth: Some(self.auth("StateRows", block.0, &table)),
+                    block: block.0,
+                    table: table.clone(),
+                    ranges,
+                }))
+                .await
+                .map_err(|s| self.failed("rows", &s))?
+                .into_inner();
+            let mut rows = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                for row in chunk.map_err(|s| self.failed("rows", &s))?.rows {
+                    rows.push(
+                        row.values
+                            .into_iter()
+                            .map(Value::try_from)
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|e| format!("table {table}: a malformed value: {e}"))?,
+                    );
+                }
+            }
+            Ok(rows)
+        })
+    }
+}
+
+/// The other organizations of a network, reached over gRPC.
+#[derive(Debug)]
+pub struct GrpcStatePeers {
+    peers: Vec<Arc<dyn StatePeer>>,
+}
+
+impl GrpcStatePeers {
+    /// Connects (lazily) to every other organization's CommitService; requests are signed with
+    /// `key` as organization `me`.
+    pub fn new(
+        network: &NetworkConfig,
+        me: OrgId,
+        key: Arc<SigningKey>,
+        tls: Option<&Tls>,
+    ) -> Result<GrpcStatePeers, NetError> {
+        let mut peers: Vec<Arc<dyn StatePeer>> = Vec::new();
+        for org in network.orgs.values().filter(|o| o.id != me) {
+            let client = CommitServiceClient::new(channel(&org.commit_endpoint, tls)?)
+                .max_decoding_message_size(64 << 20);
+            peers.push(Arc::new(GrpcStatePeer {
+                org: org.id,
+                me,
+                network: network.network_id.clone(),
+                signatures: network.signatures,
+                key: key.clone(),
+                client,
+            }));
+        }
+        Ok(GrpcStatePeers { peers })
+    }
+}
+
+impl StatePeers for GrpcStatePeers {
+    fn peers(&self) -> Vec<Arc<dyn StatePeer>> {
+        self.peers.clone()
+    }
+}
