@@ -1014,7 +1014,18 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         offers.sort_by_key(|(_, o)| std::cmp::Reverse(o.entry.block.number));
         for (peer, offer) in offers {
             let result = async {
-                let fetched = fetch(&self.store, &self.ctx, peer.as_ref(), &offer).await?;
+                // A peer that stalls must not hold the recovery: the next one is tried.
+                let fetched = tokio::time::timeout(
+                    self.settings.transfer_timeout,
+                    fetch(&self.store, &self.ctx, peer.as_ref(), &offer),
+                )
+                .await
+                .map_err(|_| {
+                    format!(
+                        "it did not complete the transfer within {:?}",
+                        self.settings.transfer_timeout
+                    )
+                })??;
                 let port = self.port.clone();
                 patiently(self.settings.replay_timeout, || port.settle()).await?;
                 self.store

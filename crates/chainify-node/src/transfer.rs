@@ -44,6 +44,10 @@ pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Se
 /// How long a checkpoint stays exempt from pruning after a transfer last used it.
 pub const PIN_FOR: Duration = Duration::from_secs(120);
 
+/// How long a checkpoint stays exempt from pruning at most, however often it is asked for (a
+/// peer that keeps asking must not make this organization keep every checkpoint).
+pub const PIN_AT_MOST: Duration = Duration::from_secs(900);
+
 /// Most ledger entries asked for in one call.
 pub const LEDGER_CHUNK: u64 = 10_000;
 
@@ -105,8 +109,8 @@ struct Served {
     offer: Option<StateOffer>,
     /// Range digests by checkpoint and table.
     trees: BTreeMap<(BlockNumber, String), Arc<RangeDigests>>,
-    /// The checkpoint a transfer uses, and when it last did.
-    pinned: Option<(BlockNumber, Instant)>,
+    /// The checkpoint a transfer uses, since when, and when it last did.
+    pinned: Option<(BlockNumber, Instant, Instant)>,
 }
 
 /// The serving side: what this organization offers others from its checkpoints. Reads only
@@ -143,7 +147,9 @@ impl<B: Backend> StateServer<B> {
     pub fn pinned(&self) -> Option<BlockNumber> {
         let mut served = self.served();
         match served.pinned {
-            Some((b, at)) if at.elapsed() < PIN_FOR => Some(b),
+            Some((b, since, last)) if last.elapsed() < PIN_FOR && since.elapsed() < PIN_AT_MOST => {
+                Some(b)
+            }
             _ => {
                 served.pinned = None;
                 None
@@ -152,7 +158,13 @@ impl<B: Backend> StateServer<B> {
     }
 
     fn pin(&self, block: BlockNumber) {
-        self.served().pinned = Some((block, Instant::now()));
+        let mut served = self.served();
+        let now = Instant::now();
+        let since = match served.pinned {
+            Some((b, since, _)) if b == block => since,
+            _ => now,
+        };
+        served.pinned = Some((block, since, now));
     }
 
     /// The newest checkpoint of an agreed block whose snapshots hold the block's state digest.
