@@ -616,6 +616,17 @@ impl<F: OrdererFactory> Cluster<F> {
         self.net.heal(org);
     }
 
+    /// What the organization serves to the others' state transfers.
+    pub fn state_peer(&self, org: OrgId) -> Option<Arc<dyn crate::transfer::StatePeer>> {
+        self.net.state_of(org)
+    }
+
+    /// Replaces what the organization serves to the others' state transfers (a Byzantine
+    /// organization), until it restarts.
+    pub fn serve_state(&self, org: OrgId, state: Arc<dyn crate::transfer::StatePeer>) {
+        self.net.serve_state(org, state);
+    }
+
     /// Disconnects the organization and hands over its running node, if any.
     fn take_running(&mut self, org: OrgId) -> Result<Option<Running>, ClusterError> {
         self.net.leave(org);

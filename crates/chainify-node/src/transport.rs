@@ -120,6 +120,11 @@ impl LocalNetwork {
         self.lock().states.insert(org, state);
     }
 
+    /// What `org` serves to state transfers now.
+    pub fn state_of(&self, org: OrgId) -> Option<Arc<dyn StatePeer>> {
+        self.lock().states.get(&org).cloned()
+    }
+
     /// The organizations `org` may transfer state from: every other one serving, unless a
     /// partition separates them.
     pub fn state_peers(&self, org: OrgId) -> Arc<dyn StatePeers> {

@@ -5,11 +5,15 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use chainify_core::{BlockNumber, OrgId};
+use chainify_core::ranges::RangeNode;
+use chainify_core::{BlockNumber, Digest, OrgId, Value};
 use chainify_node::cluster::{Cluster, ClusterSpec, OrdererFactory};
+use chainify_node::{PeerFuture, StateOffer, StatePeer};
 use chainify_orderer::{Fault, FaultyOrderer, LocalOrderer, OrdererError, Resume};
+use chainify_proto::convert::LedgerEntry;
 use common::*;
 
 const ACCOUNTS: u64 = 100;
@@ -188,5 +192,143 @@ async fn an_equivocation_victim_takes_the_agreed_state_from_a_peer_and_goes_on()
         blocks(&agreed),
         "only agreed blocks"
     );
+    cluster.shutdown().await.expect("shutdown");
+}
+
+/// Serves another organization's state with one value changed in the rows it sends.
+#[derive(Debug)]
+struct Lying {
+    inner: Arc<dyn StatePeer>,
+    lied: Arc<AtomicBool>,
+}
+
+impl StatePeer for Lying {
+    fn org(&self) -> OrgId {
+        self.inner.org()
+    }
+    fn offer(&self) -> PeerFuture<'_, Option<StateOffer>> {
+        self.inner.offer()
+    }
+    fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
+        self.inner.ledger(from, to)
+    }
+    fn digests(
+        &self,
+        block: BlockNumber,
+        table: String,
+        nodes: Vec<RangeNode>,
+    ) -> PeerFuture<'_, Vec<Digest>> {
+        self.inner.digests(block, table, nodes)
+    }
+    fn rows(
+        &self,
+        block: BlockNumber,
+        table: String,
+        ranges: Vec<u32>,
+    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
+        Box::pin(async move {
+            let mut rows = self.inner.rows(block, table, ranges).await?;
+            if let Some(v) = rows
+                .iter_mut()
+                .flat_map(|r| r.iter_mut())
+                .find(|v| matches!(v, Value::Int(_)))
+            {
+                *v = Value::Int(-7);
+                self.lied.store(true, Ordering::SeqCst);
+            }
+            Ok(rows)
+        })
+    }
+}
+
+/// Offers nothing until the liar has been asked (so the victim tries the liar first).
+#[derive(Debug)]
+struct AfterTheLiar {
+    inner: Arc<dyn StatePeer>,
+    lied: Arc<AtomicBool>,
+}
+
+impl StatePeer for AfterTheLiar {
+    fn org(&self) -> OrgId {
+        self.inner.org()
+    }
+    fn offer(&self) -> PeerFuture<'_, Option<StateOffer>> {
+        if self.lied.load(Ordering::SeqCst) {
+            self.inner.offer()
+        } else {
+            Box::pin(async { Ok(None) })
+        }
+    }
+    fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
+        self.inner.ledger(from, to)
+    }
+    fn digests(
+        &self,
+        block: BlockNumber,
+        table: String,
+        nodes: Vec<RangeNode>,
+    ) -> PeerFuture<'_, Vec<Digest>> {
+        self.inner.digests(block, table, nodes)
+    }
+    fn rows(
+        &self,
+        block: BlockNumber,
+        table: String,
+        ranges: Vec<u32>,
+    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
+        self.inner.rows(block, table, ranges)
+    }
+}
+
+/// The equivocation victim asks a Byzantine organization first, which serves a changed row:
+/// the rows do not hash to the agreed state digest, nothing is applied, and the victim takes
+/// the state from the honest organization instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_peer_is_refused_and_an_honest_one_serves_the_victim() {
+    struct Equivocating(FaultyOrderer<LocalOrderer>);
+    impl OrdererFactory for Equivocating {
+        type Orderer = FaultyOrderer<LocalOrderer>;
+        async fn orderer(
+            &self,
+            org: Option<OrgId>,
+            _: Resume,
+        ) -> Result<Arc<Self::Orderer>, OrdererError> {
+            let consumer = usize::from(org != Some(OrgId(1)));
+            Ok(Arc::new(self.0.as_consumer(consumer)))
+        }
+    }
+    let cluster = cluster("lying_peer", |spec| {
+        Equivocating(
+            FaultyOrderer::new(local(spec), Fault::Equivocate, BlockNumber(3))
+                .through(BlockNumber(3)),
+        )
+    })
+    .await;
+    let lied = Arc::new(AtomicBool::new(false));
+    let liar = cluster.state_peer(OrgId(2)).expect("org2 serves");
+    let honest = cluster.state_peer(OrgId(3)).expect("org3 serves");
+    cluster.serve_state(
+        OrgId(2),
+        Arc::new(Lying {
+            inner: liar,
+            lied: lied.clone(),
+        }),
+    );
+    cluster.serve_state(
+        OrgId(3),
+        Arc::new(AfterTheLiar {
+            inner: honest,
+            lied: lied.clone(),
+        }),
+    );
+    run_blocks(&cluster, &[OrgId(1), OrgId(2), OrgId(3)]).await;
+    assert!(lied.load(Ordering::SeqCst), "the liar was asked");
+    let victim = cluster.status(OrgId(1)).expect("status");
+    let transfer = victim.last_transfer.clone().expect("a transfer");
+    assert_eq!(transfer.from, OrgId(3), "{victim:?}");
+    cluster
+        .check_consistent(&[OrgId(1), OrgId(2), OrgId(3)])
+        .await
+        .expect("the victim holds the agreed state");
     cluster.shutdown().await.expect("shutdown");
 }
