@@ -69,6 +69,7 @@ fn lb(n: &Net, number: u64, effect: &str) -> LedgerBlock {
         number: BlockNumber(number),
         tx_ids: vec![TxId(Digest::of(b"tx"))],
         success: vec![true],
+        valid: vec![true],
         hash_digest: Digest::of(effect.as_bytes()),
         state_digest: Digest::of(b"state"),
         hash_previous: Digest::ZERO,

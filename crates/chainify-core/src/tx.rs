@@ -279,6 +279,10 @@ pub struct LedgerBlock {
     pub tx_ids: Vec<TxId>,
     /// Whether each transaction committed.
     pub success: Vec<bool>,
+    /// Whether each transaction passed validation (signatures, endorsements, not a replay):
+    /// exactly these ids are recorded against replays. A state transfer rebuilds that record
+    /// from the ledger, so it is certified with the block.
+    pub valid: Vec<bool>,
     /// Hash over the block's digest-table rows.
     pub hash_digest: Digest,
     /// Digest of the shared tables' whole content after the block ([`crate::state`]).
@@ -293,8 +297,8 @@ impl LedgerBlock {
     /// Domain tag of the ledger block encoding.
     pub const TAG: &'static str = "chainify.v1.LedgerBlock";
 
-    /// Layout: tag, `string network, u64 number, list<digest> tx_ids, bitmap success,
-    /// digest hash_digest, digest state_digest, digest hash_previous, u64 orderer_position`.
+    /// Layout: tag, `string network, u64 number, list<digest> tx_ids, bitmap success, bitmap
+    /// valid, digest hash_digest, digest state_digest, digest hash_previous, u64 orderer_position`.
     pub fn encode_canonical(&self) -> Vec<u8> {
         let mut e = Encoder::new(Self::TAG);
         e.str(self.network.as_str())
@@ -304,6 +308,7 @@ impl LedgerBlock {
             e.digest(&id.0);
         }
         e.bitmap(&self.success)
+            .bitmap(&self.valid)
             .digest(&self.hash_digest)
             .digest(&self.state_digest)
             .digest(&self.hash_previous)
@@ -486,6 +491,7 @@ mod tests {
             number: BlockNumber(1),
             tx_ids: vec![body().tx_id()],
             success: vec![true],
+            valid: vec![true],
             hash_digest: Digest::of(b"d"),
             state_digest: Digest::of(b"state"),
             hash_previous: Digest::ZERO,
@@ -494,5 +500,8 @@ mod tests {
         let h = b.hash();
         b.success[0] = false;
         assert_ne!(b.hash(), h);
+        let h = b.hash();
+        b.valid[0] = false;
+        assert_ne!(b.hash(), h, "the valid bits are certified too");
     }
 }

@@ -408,6 +408,7 @@ mod tests {
                 number: BlockNumber(b),
                 tx_ids: vec![],
                 success: vec![],
+                valid: vec![],
                 hash_digest: Digest::of(&b.to_be_bytes()),
                 state_digest: Digest::of(b"state"),
                 hash_previous: out.last().map_or(Digest::ZERO, |(p, _)| p.hash()),

@@ -68,6 +68,7 @@ fn vectors() -> Json {
         number: BlockNumber(7),
         tx_ids: vec![tx_id, tx_id],
         success: vec![true, false],
+        valid: vec![true, true],
         hash_digest: Digest::of(b"digest rows"),
         state_digest: Digest::of(b"state"),
         hash_previous: Digest::of(b"block 6"),

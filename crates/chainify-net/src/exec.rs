@@ -335,6 +335,7 @@ mod tests {
             number: BlockNumber(4),
             tx_ids: vec![chainify_core::TxId(Digest::of(b"a")); 2],
             success: vec![false, true],
+            valid: vec![false, true],
             hash_digest: Digest::of(b"d"),
             state_digest: Digest::of(b"state"),
             hash_previous: Digest::ZERO,

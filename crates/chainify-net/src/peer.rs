@@ -222,6 +222,9 @@ impl<B: Backend> CommitServer<B> {
                 server,
                 ctx: chainify_core::votes::VoteContext::of(network),
                 me,
+                responses: Arc::new(tokio::sync::Semaphore::new(
+                    crate::state::MAX_ROWS_RESPONSES,
+                )),
             }),
             ..self
         }

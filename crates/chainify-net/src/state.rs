@@ -40,11 +40,13 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// Domain tag of a signed state request.
 pub const STATE_REQUEST_TAG: &str = "chainify.v1.StateRequest";
 
-/// What an organization signs to ask for state: the network, itself, the time, and the request
+/// What an organization signs to ask for state: the network, itself, the organization asked
+/// (so a server cannot replay the request to a third one), the time, and the request
 /// (`method`, block and table; 0 and "" where a method has none).
 pub fn signing_bytes(
     network: &NetworkId,
     org: OrgId,
+    server: OrgId,
     unix_ms: u64,
     method: &str,
     block: u64,
@@ -53,6 +55,7 @@ pub fn signing_bytes(
     let mut e = Encoder::new(STATE_REQUEST_TAG);
     e.str(network.as_str())
         .u32(org.0)
+        .u32(server.0)
         .u64(unix_ms)
         .str(method)
         .u64(block)
@@ -71,7 +74,12 @@ pub(crate) struct StateService<B: Backend> {
     pub server: Arc<StateServer<B>>,
     pub ctx: VoteContext,
     pub me: OrgId,
+    /// Rows responses held in memory at once (each is a table's ranges).
+    pub responses: Arc<tokio::sync::Semaphore>,
 }
+
+/// Rows responses a CommitServer holds at once; more are refused with RESOURCE_EXHAUSTED.
+pub const MAX_ROWS_RESPONSES: usize = 2;
 
 impl<B: Backend> std::fmt::Debug for StateService<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,7 +124,15 @@ impl<B: Backend> StateService<B> {
         }
         let signature = Signature::try_from(auth.signature.as_slice())
             .map_err(|_| Status::unauthenticated("auth.signature is not 64 bytes"))?;
-        let bytes = signing_bytes(&self.ctx.network, org, auth.unix_ms, method, block, table);
+        let bytes = signing_bytes(
+            &self.ctx.network,
+            org,
+            self.me,
+            auth.unix_ms,
+            method,
+            block,
+            table,
+        );
         self.ctx
             .signatures
             .check(|| key.verify(&bytes, &signature))
@@ -171,6 +187,9 @@ impl<B: Backend> StateService<B> {
         r: pb::StateRowsRequest,
     ) -> Result<Response<RowsStream>, Status> {
         self.check(r.auth.as_ref(), "StateRows", r.block, &r.table)?;
+        let permit = self.responses.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted("other state transfers are being served; ask again later")
+        })?;
         let rows = self
             .server
             .rows(BlockNumber(r.block), &r.table, &r.ranges)
@@ -194,7 +213,13 @@ impl<B: Backend> StateService<B> {
         if !chunk.is_empty() {
             chunks.push(Ok(pb::StateRowsChunk { rows: chunk }));
         }
-        Ok(Response::new(Box::pin(futures_util::stream::iter(chunks))))
+        // The permit goes with the response until it is sent or dropped.
+        Ok(Response::new(Box::pin(
+            futures_util::stream::iter(chunks).map(move |c| {
+                let _held = &permit;
+                c
+            }),
+        )))
     }
 }
 
@@ -220,7 +245,15 @@ pub struct GrpcStatePeer {
 impl GrpcStatePeer {
     fn auth(&self, method: &str, block: u64, table: &str) -> pb::StateAuth {
         let unix_ms = now_ms();
-        let bytes = signing_bytes(&self.network, self.me, unix_ms, method, block, table);
+        let bytes = signing_bytes(
+            &self.network,
+            self.me,
+            self.org,
+            unix_ms,
+            method,
+            block,
+            table,
+        );
         pb::StateAuth {
             org_id: self.me.0,
             unix_ms,
@@ -250,8 +283,7 @@ impl StatePeer for GrpcStatePeer {
             let mut request = Request::new(pb::StateOfferRequest {
                 auth: Some(self.auth("StateOffer", 0, "")),
             });
-            // Asked at start, when peers may be down: do not wait long.
-            request.set_timeout(crate::PEER_CALL_TIMEOUT);
+            request.set_timeout(chainify_node::transfer::OFFER_TIMEOUT);
             let r = client
                 .state_offer(request)
                 .await
@@ -281,7 +313,10 @@ impl StatePeer for GrpcStatePeer {
                 .map_err(|s| self.failed("ledger entries", &s))?
                 .into_inner();
             let mut out = Vec::new();
-            while let Some(item) = stream.next().await {
+            let wanted = usize::try_from(to.0.saturating_sub(from.0) + 1).unwrap_or(usize::MAX);
+            while out.len() < wanted
+                && let Some(item) = stream.next().await
+            {
                 let entry = item.map_err(|s| self.failed("ledger entries", &s))?;
                 out.push(
                     LedgerEntry::try_from(entry)

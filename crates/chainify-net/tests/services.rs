@@ -715,6 +715,7 @@ async fn a_wiped_organization_fast_joins_from_a_peer_under_load() {
     let bytes = chainify_net::state::signing_bytes(
         &net.network.network_id,
         chainify_core::OrgId(2),
+        chainify_core::OrgId(1),
         unix_ms,
         "StateRows",
         0,

@@ -105,15 +105,18 @@ impl<B: Backend> ExecutionServer<B> {
         let mut invalid = Vec::new();
         let mut txs = Vec::with_capacity(block.transactions.len());
         let mut valid_ids = Vec::new();
+        let mut valid = Vec::with_capacity(block.transactions.len());
         for (index, (chained, verdict)) in block.transactions.iter().zip(validation).enumerate() {
             let id = match verdict {
                 Ok(id) => id,
                 Err(e) => {
                     invalid.push((index, e.to_string()));
                     txs.push(None);
+                    valid.push(false);
                     continue;
                 }
             };
+            valid.push(true);
             valid_ids.push(id);
             let body = &chained.proposal.body;
             let analysed = self
@@ -153,6 +156,7 @@ impl<B: Backend> ExecutionServer<B> {
             number: block.number,
             tx_ids: ids,
             success: outcome.success.clone(),
+            valid,
             hash_digest: outcome.digest,
             state_digest: outcome.state,
             hash_previous: self.previous,

@@ -42,7 +42,10 @@ use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::gate::{Gate, ReadGate};
 use crate::metrics::{Metrics, Phase};
 use crate::port::{ExecutionPort, LocalExecution, PortExecuted};
-use crate::transfer::{NoPeers, StatePeers, StateServer, check_offer, fetch};
+use crate::transfer::{NoPeers, OFFER_TIMEOUT, StatePeers, StateServer, check_offer, fetch};
+
+/// A peer whose state transfer failed is tried after the others for this long.
+const FAILED_PEER_PENALTY: Duration = Duration::from_secs(600);
 use crate::transport::{Inbox, PeerMessage, Transport};
 
 /// How a node runs.
@@ -77,6 +80,8 @@ pub struct NodeSettings {
     /// How long a recovery keeps trying state transfers (peers may not have a checkpoint at or
     /// after the block yet) before it gives up and halts.
     pub transfer_timeout: Duration,
+    /// How long one peer may take to serve a state transfer before the next one is tried.
+    pub peer_transfer_timeout: Duration,
 }
 
 impl Default for NodeSettings {
@@ -94,6 +99,7 @@ impl Default for NodeSettings {
             replay_timeout: Duration::from_secs(30),
             fast_join: true,
             transfer_timeout: Duration::from_secs(300),
+            peer_transfer_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -333,6 +339,8 @@ pub struct Node<B: Backend, O: Orderer> {
     ctx: VoteContext,
     /// A fast join is still to be tried (an empty ledger at start).
     join_pending: bool,
+    /// Peers whose state transfer failed, and when.
+    failed_peers: BTreeMap<OrgId, Instant>,
 }
 
 type GateWait = Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>;
@@ -439,6 +447,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             state_server,
             ctx,
             join_pending: next == Resume::START.block,
+            failed_peers: BTreeMap::new(),
         };
         if next > Resume::START.block {
             node.catch_up(BlockNumber(next.0 - 1)).await?;
@@ -1001,8 +1010,17 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         let started = Instant::now();
         let mut problems = Vec::new();
         let mut offers = Vec::new();
-        for peer in self.peers.peers() {
-            match peer.offer().await {
+        // Every peer at once, each within its time: a peer that stalls delays nobody.
+        let asked =
+            futures_util::future::join_all(self.peers.peers().into_iter().map(|peer| async {
+                let answer = tokio::time::timeout(OFFER_TIMEOUT, peer.offer())
+                    .await
+                    .unwrap_or_else(|_| Err(format!("no offer within {OFFER_TIMEOUT:?}")));
+                (peer, answer)
+            }))
+            .await;
+        for (peer, answer) in asked {
+            match answer {
                 Ok(Some(offer)) => match check_offer(&offer, &self.store, &self.ctx) {
                     Ok(()) => offers.push((peer, offer)),
                     Err(e) => problems.push(format!("{}: {e}", peer.org())),
@@ -1011,23 +1029,33 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 Err(e) => problems.push(format!("{}: {e}", peer.org())),
             }
         }
-        offers.sort_by_key(|(_, o)| std::cmp::Reverse(o.entry.block.number));
+        // Newest first, but a peer whose transfer failed lately goes last: any organization can
+        // offer the newest block and then serve nothing useful.
+        self.failed_peers
+            .retain(|_, at| at.elapsed() < FAILED_PEER_PENALTY);
+        offers.sort_by_key(|(p, o)| {
+            (
+                self.failed_peers.contains_key(&p.org()),
+                std::cmp::Reverse(o.entry.block.number),
+            )
+        });
         for (peer, offer) in offers {
             let result = async {
+                // Nothing else may change the database from here to the adoption.
+                let port = self.port.clone();
+                patiently(self.settings.replay_timeout, || port.settle()).await?;
                 // A peer that stalls must not hold the recovery: the next one is tried.
                 let fetched = tokio::time::timeout(
-                    self.settings.transfer_timeout,
+                    self.settings.peer_transfer_timeout,
                     fetch(&self.store, &self.ctx, peer.as_ref(), &offer),
                 )
                 .await
                 .map_err(|_| {
                     format!(
                         "it did not complete the transfer within {:?}",
-                        self.settings.transfer_timeout
+                        self.settings.peer_transfer_timeout
                     )
                 })??;
-                let port = self.port.clone();
-                patiently(self.settings.replay_timeout, || port.settle()).await?;
                 self.store
                     .adopt(&fetched.adoption)
                     .await
@@ -1052,6 +1080,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 }
                 Err(e) => {
                     warn!(org = %self.me, peer = %peer.org(), error = %e, "state transfer failed");
+                    self.failed_peers.insert(peer.org(), Instant::now());
                     problems.push(format!("{}: {e}", peer.org()));
                 }
             }

@@ -48,6 +48,9 @@ pub const PIN_FOR: Duration = Duration::from_secs(120);
 /// peer that keeps asking must not make this organization keep every checkpoint).
 pub const PIN_AT_MOST: Duration = Duration::from_secs(900);
 
+/// How long a peer may take to make an offer (it may scan its checkpoint first).
+pub const OFFER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Most ledger entries asked for in one call.
 pub const LEDGER_CHUNK: u64 = 10_000;
 
@@ -168,7 +171,16 @@ impl<B: Backend> StateServer<B> {
     }
 
     /// The newest checkpoint of an agreed block whose snapshots hold the block's state digest.
-    pub async fn offer(&self) -> Result<Option<StateOffer>, String> {
+    /// The check scans the checkpoint once; it finishes and is remembered even when the asking
+    /// peer stops waiting (a large checkpoint takes longer than one request may).
+    pub async fn offer(self: &Arc<Self>) -> Result<Option<StateOffer>, String> {
+        let server = self.clone();
+        tokio::spawn(async move { server.offer_now().await })
+            .await
+            .map_err(|e| format!("making an offer: {e}"))?
+    }
+
+    async fn offer_now(&self) -> Result<Option<StateOffer>, String> {
         let agreed = self.agreed();
         let checkpoints = self.store.checkpoints().await.map_err(|e| e.to_string())?;
         for c in checkpoints
@@ -455,7 +467,16 @@ pub(crate) async fn fetch<B: Backend>(
             hash: e.block.hash(),
             previous: e.block.hash_previous,
             entry: pb::LedgerEntry::from(e).encode_to_vec(),
-            tx_ids: e.block.tx_ids.iter().map(|id| id.0).collect(),
+            // Only the ids that passed validation are recorded against replays (as the
+            // executor records them): a replayed id appears in the ledger again, flagged.
+            tx_ids: e
+                .block
+                .tx_ids
+                .iter()
+                .zip(&e.block.valid)
+                .filter(|(_, valid)| **valid)
+                .map(|(id, _)| id.0)
+                .collect(),
         })
         .collect();
     Ok(Fetched {

@@ -275,11 +275,23 @@ impl TryFrom<pb::LedgerBlock> for LedgerBlock {
             };
             ProtocolError::new("success_bitmap", problem)
         })?;
+        let valid = unpack_bits(&b.valid_bitmap, tx_ids.len()).ok_or_else(|| {
+            ProtocolError::new(
+                "valid_bitmap",
+                format!(
+                    "expected {} bytes with no bits beyond the {} transactions, got {}",
+                    tx_ids.len().div_ceil(8),
+                    tx_ids.len(),
+                    b.valid_bitmap.len()
+                ),
+            )
+        })?;
         Ok(LedgerBlock {
             network: network_id(b.network_id, "network_id")?,
             number: block_number(b.number, "number")?,
             tx_ids,
             success,
+            valid,
             hash_digest: digest(&b.hash_digest, "hash_digest")?,
             state_digest: digest(&b.state_digest, "state_digest")?,
             hash_previous: digest(&b.hash_previous, "hash_previous")?,
@@ -418,6 +430,7 @@ impl From<&LedgerBlock> for pb::LedgerBlock {
             number: b.number.0,
             tx_ids: b.tx_ids.iter().map(|id| id.0.0.to_vec()).collect(),
             success_bitmap: pack_bits(&b.success),
+            valid_bitmap: pack_bits(&b.valid),
             hash_digest: b.hash_digest.0.to_vec(),
             state_digest: b.state_digest.0.to_vec(),
             hash_previous: b.hash_previous.0.to_vec(),
@@ -547,6 +560,7 @@ mod tests {
             number: BlockNumber(5),
             tx_ids: (0u8..9).map(|i| TxId(Digest::of(&[i]))).collect(),
             success: vec![true, false, true, true, false, false, false, true, true],
+            valid: vec![true, false, true, true, true, false, true, true, true],
             hash_digest: Digest::of(b"digest rows"),
             state_digest: Digest::of(b"state"),
             hash_previous: Digest::of(b"block 4"),
@@ -612,6 +626,7 @@ mod tests {
             number: BlockNumber(1),
             tx_ids: vec![],
             success: vec![],
+            valid: vec![],
             hash_previous: Digest::ZERO,
             ..ledger_block()
         };

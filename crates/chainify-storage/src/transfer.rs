@@ -239,7 +239,49 @@ impl<B: Backend> Store<B> {
     pub async fn adopt(&self, a: &Adoption) -> Result<CheckpointInfo, StorageError> {
         self.check_adoption(a)?;
         self.import_checkpoint(a).await?;
-        self.restore_adopting(a).await
+        match self.restore_adopting(a).await {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                // The refused state must not stay behind as a checkpoint a later restore trusts.
+                match self.forget_checkpoint(a.block).await {
+                    Ok(()) => Err(e),
+                    Err(cleanup) => Err(StorageError::Transfer(format!(
+                        "{e}; removing the refused checkpoint failed too: {cleanup}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Removes the checkpoint at `block` and its snapshots.
+    async fn forget_checkpoint(&self, block: BlockNumber) -> Result<(), StorageError> {
+        let dialect = self.backend().dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        let b = Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX));
+        let during = format!("removing the checkpoint at block {block}");
+        let mut conn = self.acquire(&during).await?;
+        self.db(conn.begin().await, &during)?;
+        let mut statements = vec![
+            format!(
+                "DELETE FROM chainify_checkpoint_tables WHERE block = {}",
+                p(1)
+            ),
+            format!("DELETE FROM chainify_checkpoints WHERE block = {}", p(1)),
+        ];
+        for t in self.tables().values() {
+            statements.push(format!(
+                "DELETE FROM {} WHERE chainify_cp_block = {}",
+                ddl::snapshot_table(&t.name),
+                p(1)
+            ));
+        }
+        for sql in statements {
+            if let Err(e) = self.db(conn.execute(&sql, &[&b], false).await, &during) {
+                let _ = conn.rollback().await;
+                return Err(e);
+            }
+        }
+        self.db(conn.commit().await, &during)
     }
 
     /// Writes the adopted state as the checkpoint of `a.block`, replacing every checkpoint at or

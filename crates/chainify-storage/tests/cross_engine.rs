@@ -18,8 +18,9 @@ use common::{MySqlFixture, PgFixture, SqliteFixture};
 async fn digests_on<F: Fixture>(
     f: &F,
     mode: ExecMode,
+    database: &str,
 ) -> (Vec<Digest>, Vec<Vec<bool>>, Store<F::B>) {
-    let store = setup(f, "cross_engine", StoreOptions::default()).await;
+    let store = setup(f, database, StoreOptions::default()).await;
     let mut digests = Vec::new();
     let mut success = Vec::new();
     for o in awkward_digests(&store).await {
@@ -49,9 +50,11 @@ async fn tables<B: Backend>(store: &Store<B>) -> Vec<Vec<Vec<chainify_core::Valu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_digests_and_tables_on_every_engine() {
-    let (lite, lite_ok, lite_store) = digests_on(&SqliteFixture, ExecMode::Serial).await;
-    let (pg, pg_ok, pg_store) = digests_on(&PgFixture, ExecMode::Parallel(8)).await;
-    let (my, my_ok, my_store) = digests_on(&MySqlFixture, ExecMode::Parallel(8)).await;
+    let (lite, lite_ok, lite_store) =
+        digests_on(&SqliteFixture, ExecMode::Serial, "cross_engine").await;
+    let (pg, pg_ok, pg_store) = digests_on(&PgFixture, ExecMode::Parallel(8), "cross_engine").await;
+    let (my, my_ok, my_store) =
+        digests_on(&MySqlFixture, ExecMode::Parallel(8), "cross_engine").await;
     assert!(
         lite_ok[2..].iter().flatten().any(|s| !s),
         "the Smallbank blocks should contain failing guards"
@@ -256,6 +259,14 @@ async fn transfer_to<S: Backend, F: Fixture>(
         "a refused transfer changed rows"
     );
     assert_eq!(target.last_applied_block().await.expect("applied"), None);
+    assert!(
+        !target
+            .checkpoints()
+            .await
+            .expect("checkpoints")
+            .contains(&c),
+        "a refused state stayed behind as a checkpoint"
+    );
     assert_eq!(target.ledger_tail().await.expect("tail"), None);
 
     target.adopt(&adoption(honest)).await.expect("adopt");
@@ -301,8 +312,10 @@ async fn a_state_transfers_between_any_two_engines() {
     let u = u64::try_from(ACCOUNTS).expect("positive");
     let mut workload = Smallbank::new(u, &KeyDistribution::Zipf { s: 1.1, v: 0.0 }, 11);
     let next: Vec<_> = workload.block(100).into_iter().map(Some).collect();
-    let (pg_digests, pg_ok, pg) = digests_on(&PgFixture, ExecMode::Parallel(8)).await;
-    let (lite_digests, _, lite) = digests_on(&SqliteFixture, ExecMode::Serial).await;
+    let (pg_digests, pg_ok, pg) =
+        digests_on(&PgFixture, ExecMode::Parallel(8), "transfer_source").await;
+    let (lite_digests, _, lite) =
+        digests_on(&SqliteFixture, ExecMode::Serial, "transfer_source").await;
     let c = pg
         .last_applied_block()
         .await
