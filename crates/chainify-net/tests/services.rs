@@ -208,14 +208,18 @@ impl Net {
     }
 
     async fn admin(&self, org: u32) -> pb::StatusResponse {
+        self.try_admin(org).await.unwrap()
+    }
+
+    /// The status, or why the organization does not answer.
+    async fn try_admin(&self, org: u32) -> Result<pb::StatusResponse, tonic::Status> {
         let cfg = OrgConfig::load(&self.dir.join(format!("org{org}/org.toml"))).unwrap();
         let channel =
             chainify_client::channel(&cfg.listen.admin, Some(self.ca.as_bytes())).unwrap();
         pb::admin_service_client::AdminServiceClient::new(channel)
             .status(pb::StatusRequest {})
             .await
-            .unwrap()
-            .into_inner()
+            .map(tonic::Response::into_inner)
     }
 }
 
@@ -606,16 +610,17 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
 
 /// Waits until organization `org` has agreed `height` blocks.
 async fn wait_height(net: &Net, org: u32, height: u64, what: &str) {
+    let mut last = String::new();
     for _ in 0..1200 {
-        if net.admin(org).await.agreed_height >= height {
-            return;
+        // The organization may still be starting: not answering yet is not a failure.
+        match net.try_admin(org).await {
+            Ok(s) if s.agreed_height >= height => return,
+            Ok(s) => last = format!("at {}", s.agreed_height),
+            Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!(
-        "{what}: org{org} is at {}",
-        net.admin(org).await.agreed_height
-    );
+    panic!("{what}: org{org} {last}, not at {height}");
 }
 
 /// A wiped organization (its database recreated with the initial tables only) rejoins under load
