@@ -51,7 +51,9 @@ async fn smallbank(url: &str) {
     backend.close().await;
 }
 
-/// Writes a network of three organizations on ports from `base` and starts it.
+/// Writes a network of three organizations on ports from `base` and starts it. Bases stay
+/// below 32768, outside the ports the kernel hands out to outgoing connections (a test's own
+/// client sockets could otherwise hold a port a server of another test needs).
 async fn start(base: u16, chainify: ChainifySettings) -> Net {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
@@ -269,7 +271,7 @@ async fn wait_ready(net: &mut Net) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_submit_through_any_organization_and_every_rejection_has_its_code() {
-    let mut net = start(47100, ChainifySettings::default()).await;
+    let mut net = start(27100, ChainifySettings::default()).await;
     wait_ready(&mut net).await;
     let c1 = net.client1(1).await;
     let c3 = net.client1(3).await;
@@ -505,7 +507,7 @@ async fn a_byzantine_peer_cannot_speak_for_another_organization() {
     // A Byzantine org3 forwards a client's proposal to org2's EndorsementService claiming to be
     // org1, to burn the client's nonce there for org1. The batch must carry the named
     // organization's signature: refused, and the client's real submission through org1 goes on.
-    let mut net = start(47500, ChainifySettings::default()).await;
+    let mut net = start(27500, ChainifySettings::default()).await;
     wait_ready(&mut net).await;
     let c1 = net.client1(1).await;
     let proposal = c1.propose(deposit(3, 1));
@@ -570,7 +572,7 @@ async fn a_byzantine_peer_cannot_speak_for_another_organization() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overloaded_server_refuses_with_resource_exhausted() {
     let mut net = start(
-        47300,
+        27300,
         ChainifySettings {
             max_in_flight: 1,
             ..ChainifySettings::default()
@@ -631,7 +633,7 @@ async fn wait_height(net: &Net, org: u32, height: u64, what: &str) {
 async fn a_wiped_organization_fast_joins_from_a_peer_under_load() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let mut net = start(47700, ChainifySettings::default()).await;
+    let mut net = start(27700, ChainifySettings::default()).await;
     wait_ready(&mut net).await;
     let stop = Arc::new(AtomicBool::new(false));
     let c1 = net.client1(1).await;

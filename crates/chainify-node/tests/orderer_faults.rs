@@ -39,6 +39,22 @@ async fn cluster<F: OrdererFactory>(
     Cluster::start(spec, factory).await.expect("start")
 }
 
+/// Gives organization 1 the faulty orderer's first consumer (the equivocation's victim) and
+/// everyone else the honest view.
+struct Equivocating(FaultyOrderer<LocalOrderer>);
+
+impl OrdererFactory for Equivocating {
+    type Orderer = FaultyOrderer<LocalOrderer>;
+    async fn orderer(
+        &self,
+        org: Option<OrgId>,
+        _: Resume,
+    ) -> Result<Arc<Self::Orderer>, OrdererError> {
+        let consumer = usize::from(org != Some(OrgId(1)));
+        Ok(Arc::new(self.0.as_consumer(consumer)))
+    }
+}
+
 async fn run_blocks<F: OrdererFactory>(cluster: &Cluster<F>, orgs: &[OrgId]) {
     let mut workload = smallbank(ACCOUNTS, 7);
     drive(cluster, &mut workload, BLOCK * BLOCKS as usize).await;
@@ -143,18 +159,6 @@ async fn forged_and_replayed_transactions_are_flagged() {
 /// that was not agreed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_equivocation_victim_takes_the_agreed_state_from_a_peer_and_goes_on() {
-    struct Equivocating(FaultyOrderer<LocalOrderer>);
-    impl OrdererFactory for Equivocating {
-        type Orderer = FaultyOrderer<LocalOrderer>;
-        async fn orderer(
-            &self,
-            org: Option<OrgId>,
-            _: Resume,
-        ) -> Result<Arc<Self::Orderer>, OrdererError> {
-            let consumer = usize::from(org != Some(OrgId(1)));
-            Ok(Arc::new(self.0.as_consumer(consumer)))
-        }
-    }
     let cluster = cluster("equivocate", |spec| {
         Equivocating(
             FaultyOrderer::new(local(spec), Fault::Equivocate, BlockNumber(3))
@@ -285,18 +289,6 @@ impl StatePeer for AfterTheLiar {
 /// the state from the honest organization instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lying_peer_is_refused_and_an_honest_one_serves_the_victim() {
-    struct Equivocating(FaultyOrderer<LocalOrderer>);
-    impl OrdererFactory for Equivocating {
-        type Orderer = FaultyOrderer<LocalOrderer>;
-        async fn orderer(
-            &self,
-            org: Option<OrgId>,
-            _: Resume,
-        ) -> Result<Arc<Self::Orderer>, OrdererError> {
-            let consumer = usize::from(org != Some(OrgId(1)));
-            Ok(Arc::new(self.0.as_consumer(consumer)))
-        }
-    }
     let cluster = cluster("lying_peer", |spec| {
         Equivocating(
             FaultyOrderer::new(local(spec), Fault::Equivocate, BlockNumber(3))
