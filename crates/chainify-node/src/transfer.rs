@@ -522,13 +522,14 @@ async fn fetch_ranges<B: Backend>(
 ) -> Result<BTreeMap<String, TablePart>, String> {
     let mut out = BTreeMap::new();
     for (name, t) in store.tables().iter() {
-        let local = store
-            .range_tree(name, None)
-            .await
-            .map_err(|e| e.to_string())?;
-        let differing: Vec<u32> = if every_range {
-            (0..LEAVES).collect()
+        // Fetching every range keeps no local row: no need to read them.
+        let (differing, mut state): (Vec<u32>, StateHash) = if every_range {
+            ((0..LEAVES).collect(), StateHash::empty())
         } else {
+            let local = store
+                .range_tree(name, None)
+                .await
+                .map_err(|e| e.to_string())?;
             let digests = local.digests();
             let mut walk = Descent::new(&digests);
             while !walk.is_done() {
@@ -538,14 +539,14 @@ async fn fetch_ranges<B: Backend>(
                 walk.answer(&answer)
                     .map_err(|e| format!("table {name}: {e}"))?;
             }
-            walk.differing().to_vec()
+            let mut kept = local.total();
+            for r in walk.differing() {
+                kept.subtract(&local.leaf(*r));
+            }
+            (walk.differing().to_vec(), kept)
         };
-        let mut state = local.total();
         let mut rows = Vec::new();
         if !differing.is_empty() {
-            for r in &differing {
-                state.subtract(&local.leaf(*r));
-            }
             rows = peer.rows(c, name.clone(), differing.clone()).await?;
             let width = t.columns.len();
             for (i, row) in rows.iter().enumerate() {

@@ -199,65 +199,22 @@ async fn an_equivocation_victim_takes_the_agreed_state_from_a_peer_and_goes_on()
     cluster.shutdown().await.expect("shutdown");
 }
 
-/// Serves another organization's state with one value changed in the rows it sends.
+/// Another organization's state as a test serves it: the liar changes one value in the rows it
+/// sends (and says so in `lied`); the honest one offers nothing until the liar was asked, so the
+/// victim tries the liar first.
 #[derive(Debug)]
-struct Lying {
+struct Staged {
     inner: Arc<dyn StatePeer>,
     lied: Arc<AtomicBool>,
+    liar: bool,
 }
 
-impl StatePeer for Lying {
+impl StatePeer for Staged {
     fn org(&self) -> OrgId {
         self.inner.org()
     }
     fn offer(&self) -> PeerFuture<'_, Option<StateOffer>> {
-        self.inner.offer()
-    }
-    fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
-        self.inner.ledger(from, to)
-    }
-    fn digests(
-        &self,
-        block: BlockNumber,
-        table: String,
-        nodes: Vec<RangeNode>,
-    ) -> PeerFuture<'_, Vec<Digest>> {
-        self.inner.digests(block, table, nodes)
-    }
-    fn rows(
-        &self,
-        block: BlockNumber,
-        table: String,
-        ranges: Vec<u32>,
-    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
-        Box::pin(async move {
-            let mut rows = self.inner.rows(block, table, ranges).await?;
-            if let Some(v) = rows
-                .iter_mut()
-                .flat_map(|r| r.iter_mut())
-                .find(|v| matches!(v, Value::Int(_)))
-            {
-                *v = Value::Int(-7);
-                self.lied.store(true, Ordering::SeqCst);
-            }
-            Ok(rows)
-        })
-    }
-}
-
-/// Offers nothing until the liar has been asked (so the victim tries the liar first).
-#[derive(Debug)]
-struct AfterTheLiar {
-    inner: Arc<dyn StatePeer>,
-    lied: Arc<AtomicBool>,
-}
-
-impl StatePeer for AfterTheLiar {
-    fn org(&self) -> OrgId {
-        self.inner.org()
-    }
-    fn offer(&self) -> PeerFuture<'_, Option<StateOffer>> {
-        if self.lied.load(Ordering::SeqCst) {
+        if self.liar || self.lied.load(Ordering::SeqCst) {
             self.inner.offer()
         } else {
             Box::pin(async { Ok(None) })
@@ -280,7 +237,19 @@ impl StatePeer for AfterTheLiar {
         table: String,
         ranges: Vec<u32>,
     ) -> PeerFuture<'_, Vec<Vec<Value>>> {
-        self.inner.rows(block, table, ranges)
+        Box::pin(async move {
+            let mut rows = self.inner.rows(block, table, ranges).await?;
+            if self.liar
+                && let Some(v) = rows
+                    .iter_mut()
+                    .flat_map(|r| r.iter_mut())
+                    .find(|v| matches!(v, Value::Int(_)))
+            {
+                *v = Value::Int(-7);
+                self.lied.store(true, Ordering::SeqCst);
+            }
+            Ok(rows)
+        })
     }
 }
 
@@ -301,16 +270,18 @@ async fn a_lying_peer_is_refused_and_an_honest_one_serves_the_victim() {
     let honest = cluster.state_peer(OrgId(3)).expect("org3 serves");
     cluster.serve_state(
         OrgId(2),
-        Arc::new(Lying {
+        Arc::new(Staged {
             inner: liar,
             lied: lied.clone(),
+            liar: true,
         }),
     );
     cluster.serve_state(
         OrgId(3),
-        Arc::new(AfterTheLiar {
+        Arc::new(Staged {
             inner: honest,
             lied: lied.clone(),
+            liar: false,
         }),
     );
     run_blocks(&cluster, &[OrgId(1), OrgId(2), OrgId(3)]).await;

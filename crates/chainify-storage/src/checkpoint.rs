@@ -105,6 +105,7 @@ impl<B: Backend> Store<B> {
                 &during,
             )?;
             let mut copied = Vec::new();
+            let mut holders = Vec::new();
             let mut rows = 0;
             for row in state {
                 let (Value::Text(name), Value::Int(changed), Value::Int(snapshot)) =
@@ -136,37 +137,10 @@ impl<B: Backend> Store<B> {
                 } else {
                     Value::Int(*snapshot)
                 };
-                self.db(
-                    conn.execute(
-                        &format!(
-                            "INSERT INTO chainify_checkpoint_tables (block, table_name, snapshot_block) VALUES ({}, {}, {})",
-                            p(1),
-                            p(2),
-                            p(3)
-                        ),
-                        &[&b, &Value::Text(name.clone()), &holder],
-                        false,
-                    )
-                    .await,
-                    &during,
-                )?;
+                holders.push((name.clone(), holder));
             }
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            self.db(
-                conn.execute(
-                    &format!(
-                        "INSERT INTO chainify_checkpoints (block, created_unix_ms) VALUES ({}, {})",
-                        p(1),
-                        p(2)
-                    ),
-                    &[&b, &Value::Int(now_ms)],
-                    false,
-                )
-                .await,
-                &during,
-            )?;
+            self.register_checkpoint(&mut conn, &b, &holders, &during)
+                .await?;
             Ok((copied, rows))
         }
         .await;
@@ -185,6 +159,51 @@ impl<B: Backend> Store<B> {
                 Err(e)
             }
         }
+    }
+
+    /// Records the checkpoint of block `b`: which snapshot holds each table, and when it was
+    /// taken.
+    pub(crate) async fn register_checkpoint(
+        &self,
+        conn: &mut B::Conn,
+        b: &Value,
+        holders: &[(String, Value)],
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let p = |n| ddl::placeholder(self.backend.dialect(), n);
+        for (table, holder) in holders {
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_checkpoint_tables (block, table_name, snapshot_block) VALUES ({}, {}, {})",
+                        p(1),
+                        p(2),
+                        p(3)
+                    ),
+                    &[b, &Value::Text(table.clone()), holder],
+                    false,
+                )
+                .await,
+                during,
+            )?;
+        }
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.db(
+            conn.execute(
+                &format!(
+                    "INSERT INTO chainify_checkpoints (block, created_unix_ms) VALUES ({}, {})",
+                    p(1),
+                    p(2)
+                ),
+                &[b, &Value::Int(now_ms)],
+                false,
+            )
+            .await,
+            during,
+        )?;
+        Ok(())
     }
 
     /// The blocks that have checkpoints, oldest first.

@@ -560,6 +560,75 @@ impl<B: Backend> Store<B> {
         Ok(())
     }
 
+    /// Records `block` as applied with its hash digest and outcome (`chainify_applied_blocks`).
+    pub(crate) async fn record_applied(
+        &self,
+        conn: &mut B::Conn,
+        block: BlockNumber,
+        digest: &Digest,
+        success: &[bool],
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let p = |n| ddl::placeholder(self.backend.dialect(), n);
+        self.db(
+            conn.execute(
+                &format!(
+                    "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({}, {}, {}, {})",
+                    p(1),
+                    p(2),
+                    p(3),
+                    p(4)
+                ),
+                &[
+                    &block_param(block)?,
+                    &Value::Bytes(digest.as_bytes().to_vec()),
+                    &Value::Bytes(pack_bits(success)),
+                    &index_param(success.len()),
+                ],
+                false,
+            )
+            .await,
+            during,
+        )?;
+        Ok(())
+    }
+
+    /// Records the ids of `block`'s transactions that passed validation, against replays
+    /// (`chainify_tx_index`).
+    pub(crate) async fn index_transactions(
+        &self,
+        conn: &mut B::Conn,
+        block: BlockNumber,
+        ids: &[Digest],
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let p = |n| ddl::placeholder(self.backend.dialect(), n);
+        let block_value = block_param(block)?;
+        for chunk in ids.chunks(CONSUME_CHUNK) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|i| format!("({}, {})", p(2 * i + 1), p(2 * i + 2)))
+                .collect();
+            let values: Vec<Value> = chunk
+                .iter()
+                .flat_map(|id| [Value::Bytes(id.as_bytes().to_vec()), block_value.clone()])
+                .collect();
+            let params: Vec<&Value> = values.iter().collect();
+            self.db(
+                conn.execute(
+                    &format!(
+                        "INSERT INTO chainify_tx_index (tx_id, block) VALUES {}",
+                        rows.join(", ")
+                    ),
+                    &params,
+                    false,
+                )
+                .await,
+                during,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Inside an open database transaction: reads every recorded change with the row's current
     /// image, hashes them, consumes exactly the records hashed, and marks the block applied.
     async fn finalize(
@@ -655,48 +724,10 @@ impl<B: Backend> Store<B> {
         }
         let digest = block_digest(&effects);
         self.write_states(conn, number, &states, &during).await?;
-        self.db(
-            conn.execute(
-                &format!(
-                    "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({}, {}, {}, {})",
-                    p(1),
-                    p(2),
-                    p(3),
-                    p(4)
-                ),
-                &[
-                    &block_value,
-                    &Value::Bytes(digest.as_bytes().to_vec()),
-                    &Value::Bytes(pack_bits(success)),
-                    &index_param(success.len()),
-                ],
-                false,
-            )
-            .await,
-            &during,
-        )?;
-        for chunk in tx_ids.chunks(CONSUME_CHUNK) {
-            let rows: Vec<String> = (0..chunk.len())
-                .map(|i| format!("({}, {})", p(2 * i + 1), p(2 * i + 2)))
-                .collect();
-            let values: Vec<Value> = chunk
-                .iter()
-                .flat_map(|id| [Value::Bytes(id.0.as_bytes().to_vec()), block_value.clone()])
-                .collect();
-            let params: Vec<&Value> = values.iter().collect();
-            self.db(
-                conn.execute(
-                    &format!(
-                        "INSERT INTO chainify_tx_index (tx_id, block) VALUES {}",
-                        rows.join(", ")
-                    ),
-                    &params,
-                    false,
-                )
-                .await,
-                &during,
-            )?;
-        }
+        self.record_applied(conn, number, &digest, success, &during)
+            .await?;
+        let ids: Vec<Digest> = tx_ids.iter().map(|id| id.0).collect();
+        self.index_transactions(conn, number, &ids, &during).await?;
         self.db(
             conn.execute(
                 &format!("DELETE FROM chainify_applied_txs WHERE block = {}", p(1)),

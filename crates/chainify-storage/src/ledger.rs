@@ -64,12 +64,26 @@ impl<B: Backend> Store<B> {
             }
             None => {}
         }
-        let b = Value::Int(
-            i64::try_from(block.0).map_err(|_| refuse("block number too large".into()))?,
-        );
-        let p = |n| ddl::placeholder(self.backend.dialect(), n);
+        if i64::try_from(block.0).is_err() {
+            return Err(refuse("block number too large".into()));
+        }
         let during = format!("appending block {block} to the ledger");
         let mut conn = self.acquire(&during).await?;
+        self.insert_ledger_row(&mut conn, block, hash, previous, entry, &during)
+            .await
+    }
+
+    /// Inserts one ledger row (the caller checked that it follows the ledger).
+    pub(crate) async fn insert_ledger_row(
+        &self,
+        conn: &mut B::Conn,
+        block: BlockNumber,
+        hash: Digest,
+        previous: Digest,
+        entry: &[u8],
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let p = |n| ddl::placeholder(self.backend.dialect(), n);
         self.db(
             conn.execute(
                 &format!(
@@ -80,7 +94,7 @@ impl<B: Backend> Store<B> {
                     p(4)
                 ),
                 &[
-                    &b,
+                    &Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX)),
                     &Value::Bytes(hash.as_bytes().to_vec()),
                     &Value::Bytes(previous.as_bytes().to_vec()),
                     &Value::Bytes(entry.to_vec()),
@@ -88,7 +102,7 @@ impl<B: Backend> Store<B> {
                 false,
             )
             .await,
-            &during,
+            during,
         )?;
         Ok(())
     }

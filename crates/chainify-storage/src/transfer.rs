@@ -10,10 +10,8 @@
 //! match the agreed digest reaches its tables or its ledger.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use chainify_core::canonical::pack_bits;
-use chainify_core::ranges::{LEAVES, RangeTree};
+use chainify_core::ranges::{LEAVES, RangeTree, leaf_of};
 use chainify_core::{BlockNumber, Digest, Value};
 
 use crate::backend::{Backend, Conn};
@@ -174,7 +172,8 @@ impl<B: Backend> Store<B> {
         for (name, patch) in &a.patches {
             let t = self.shared(name)?;
             let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-            let tree = RangeTree::new(&t.name, key_positions(&t));
+            let positions = key_positions(&t);
+            let tree = RangeTree::new(&t.name, positions.clone());
             if let Some(r) = patch.ranges.iter().find(|r| **r >= LEAVES) {
                 return Err(refuse(format!("table {name}: there is no key range {r}")));
             }
@@ -195,7 +194,7 @@ impl<B: Backend> Store<B> {
                         )));
                     }
                 }
-                let key: Vec<&Value> = key_positions(&t).iter().map(|p| &row[*p]).collect();
+                let key: Vec<&Value> = positions.iter().map(|p| &row[*p]).collect();
                 if key.iter().any(|v| matches!(v, Value::Null)) {
                     return Err(refuse(format!("table {name} row {i}: a NULL key")));
                 }
@@ -299,12 +298,14 @@ impl<B: Backend> Store<B> {
         self.db(conn.begin().await, &during)?;
         let result = async {
             for sql in [
-                format!("DELETE FROM chainify_checkpoint_tables WHERE block >= {}", p(1)),
+                format!(
+                    "DELETE FROM chainify_checkpoint_tables WHERE block >= {}",
+                    p(1)
+                ),
                 format!("DELETE FROM chainify_checkpoints WHERE block >= {}", p(1)),
             ] {
                 self.db(conn.execute(&sql, &[&b], false).await, &during)?;
             }
-            let mut written = 0u64;
             for t in tables.values() {
                 let cp = ddl::snapshot_table(&t.name);
                 self.db(
@@ -316,63 +317,33 @@ impl<B: Backend> Store<B> {
                     .await,
                     &during,
                 )?;
-                written += self.db(
+                self.db(
                     conn.execute(&ddl::snapshot(dialect, t), &[&b], false).await,
                     &during,
                 )?;
                 if let Some(patch) = a.patches.get(&t.name) {
-                    self.patch_snapshot(&mut conn, t, &b, patch, &during).await?;
+                    self.patch_snapshot(&mut conn, t, &b, patch, &during)
+                        .await?;
                 }
-                // A checkpoint before the restore must copy the table again: the snapshot
-                // holds the adopted rows, the table does not yet.
-                self.db(
-                    conn.execute(
-                        &format!(
-                            "UPDATE chainify_shared_tables SET last_snapshot_block = -1 WHERE table_name = {}",
-                            p(1)
-                        ),
-                        &[&Value::Text(t.name.clone())],
-                        false,
-                    )
-                    .await,
-                    &during,
-                )?;
-                self.db(
-                    conn.execute(
-                        &format!(
-                            "INSERT INTO chainify_checkpoint_tables (block, table_name, snapshot_block) VALUES ({}, {}, {})",
-                            p(1),
-                            p(2),
-                            p(3)
-                        ),
-                        &[&b, &Value::Text(t.name.clone()), &b],
-                        false,
-                    )
-                    .await,
-                    &during,
-                )?;
             }
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            // A checkpoint before the restore must copy the tables again: the snapshots hold the
+            // adopted rows, the tables do not yet.
             self.db(
-                conn.execute(
-                    &format!(
-                        "INSERT INTO chainify_checkpoints (block, created_unix_ms) VALUES ({}, {})",
-                        p(1),
-                        p(2)
-                    ),
-                    &[&b, &Value::Int(now_ms)],
-                    false,
-                )
-                .await,
+                conn.batch("UPDATE chainify_shared_tables SET last_snapshot_block = -1")
+                    .await,
                 &during,
             )?;
-            Ok(written)
+            let holders: Vec<(String, Value)> = tables
+                .keys()
+                .map(|name| (name.clone(), b.clone()))
+                .collect();
+            self.register_checkpoint(&mut conn, &b, &holders, &during)
+                .await?;
+            Ok(())
         }
         .await;
         match result {
-            Ok(_) => self.db(conn.commit().await, &during)?,
+            Ok(()) => self.db(conn.commit().await, &during)?,
             Err(e) => {
                 let _ = conn.rollback().await;
                 return Err(e);
@@ -392,21 +363,12 @@ impl<B: Backend> Store<B> {
         during: &str,
     ) -> Result<(), StorageError> {
         let dialect = self.backend().dialect();
-        let tree = RangeTree::new(&t.name, key_positions(t));
         let (sql, types) = ddl::snapshot_keys(dialect, t);
         let keys = self.db(conn.query(&sql, &[b], &types).await, during)?;
         let width = t.primary_key.len().max(1);
-        let positions = key_positions(t);
         let stale: Vec<Value> = keys
             .into_iter()
-            .filter(|key| {
-                // The tree hashes keys of whole rows: place the key values where they belong.
-                let mut row = vec![Value::Null; t.columns.len()];
-                for (p, v) in positions.iter().zip(key) {
-                    row[*p] = v.clone();
-                }
-                patch.ranges.contains(&tree.leaf_of_row(&row))
-            })
+            .filter(|key| patch.ranges.contains(&leaf_of(&t.name, key)))
             .flatten()
             .collect();
         let per = (PARAMS_PER_STATEMENT / width).clamp(1, 1000);
@@ -494,76 +456,22 @@ impl<B: Backend> Store<B> {
                 during,
             )?;
         }
+        // Ledger entries and the validated ids of every adopted block (ids of blocks the ledger
+        // held already are in the index).
         for block in &a.ledger {
-            self.db(
-                conn.execute(
-                    &format!(
-                        "INSERT INTO chainify_ledger (block, hash, previous_hash, entry) VALUES ({}, {}, {}, {})",
-                        p(1),
-                        p(2),
-                        p(3),
-                        p(4)
-                    ),
-                    &[
-                        &int(block.number),
-                        &Value::Bytes(block.hash.as_bytes().to_vec()),
-                        &Value::Bytes(block.previous.as_bytes().to_vec()),
-                        &Value::Bytes(block.entry.clone()),
-                    ],
-                    false,
-                )
-                .await,
+            self.insert_ledger_row(
+                conn,
+                block.number,
+                block.hash,
+                block.previous,
+                &block.entry,
                 during,
-            )?;
-        }
-        // Every transaction id from `from` on (ids of blocks before it are in the index).
-        let ids: Vec<Value> = a
-            .ledger
-            .iter()
-            .flat_map(|b| {
-                b.tx_ids
-                    .iter()
-                    .flat_map(move |id| [Value::Bytes(id.as_bytes().to_vec()), int(b.number)])
-            })
-            .collect();
-        for chunk in ids.chunks(2 * 1000) {
-            let rows: Vec<String> = (0..chunk.len() / 2)
-                .map(|i| format!("({}, {})", p(2 * i + 1), p(2 * i + 2)))
-                .collect();
-            let params: Vec<&Value> = chunk.iter().collect();
-            self.db(
-                conn.execute(
-                    &format!(
-                        "INSERT INTO chainify_tx_index (tx_id, block) VALUES {}",
-                        rows.join(", ")
-                    ),
-                    &params,
-                    false,
-                )
-                .await,
-                during,
-            )?;
-        }
-        self.db(
-            conn.execute(
-                &format!(
-                    "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({}, {}, {}, {})",
-                    p(1),
-                    p(2),
-                    p(3),
-                    p(4)
-                ),
-                &[
-                    &int(a.block),
-                    &Value::Bytes(a.hash_digest.as_bytes().to_vec()),
-                    &Value::Bytes(pack_bits(&a.success)),
-                    &Value::Int(i64::try_from(a.success.len()).unwrap_or(i64::MAX)),
-                ],
-                false,
             )
-            .await,
-            during,
-        )?;
-        Ok(())
+            .await?;
+            self.index_transactions(conn, block.number, &block.tx_ids, during)
+                .await?;
+        }
+        self.record_applied(conn, a.block, &a.hash_digest, &a.success, during)
+            .await
     }
 }
