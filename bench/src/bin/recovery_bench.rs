@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use chainify_core::OrgId;
 use chainify_node::NodeSettings;
-use chainify_node::cluster::{Cluster, ClusterClient, ClusterSpec, Shared};
+use chainify_node::cluster::{Cluster, ClusterClient, ClusterSpec, SharedOrderer};
 use chainify_orderer::LocalOrderer;
 use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, recreate_database};
 use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
@@ -136,7 +136,7 @@ async fn smallbank_db(url: &str, accounts: u64) -> Result<()> {
     Ok(())
 }
 
-type Bench = Cluster<Shared<LocalOrderer>>;
+type Bench = Cluster<SharedOrderer<LocalOrderer>>;
 
 /// Submits one block of transactions and waits until organization 1 appended a new block.
 async fn one_block(cluster: &Bench, workload: &mut Smallbank, block: usize) -> Result<()> {
@@ -169,7 +169,7 @@ impl Load {
             while !stopping.load(Ordering::Relaxed) {
                 let mut last = None;
                 for _ in 0..block {
-                    let tx = client.endorse(workload.next_tx().1);
+                    let tx = client.endorse(workload.next_tx().1).await?;
                     last = Some(tx.proposal.tx_id());
                     client.submit_raw(tx).await?;
                 }
@@ -240,7 +240,7 @@ async fn start(args: &Args, urls: &[String], settings: NodeSettings) -> Result<B
         &["accounts", "savings", "checking"],
     )?;
     spec.settings = settings;
-    let orderer = Shared(Arc::new(LocalOrderer::start(
+    let orderer = SharedOrderer(Arc::new(LocalOrderer::start(
         spec.network.network_id.clone(),
         args.block,
         Duration::from_millis(200),

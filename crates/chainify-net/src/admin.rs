@@ -13,6 +13,8 @@ use chainify_storage::{Backend, Store};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
+use crate::status;
+
 /// An organization's AdminService.
 #[derive(Debug)]
 pub struct AdminServer<B: Backend> {
@@ -116,14 +118,14 @@ impl<B: Backend + 'static> AdminService for AdminServer<B> {
         // Between blocks the database is at the agreed height: that is what is saved.
         let guard = self.gate.read().await;
         let Some(height) = guard.height else {
-            return Err(Status::failed_precondition(
+            return Err(status::precondition(
                 "no block is agreed yet: nothing to checkpoint",
             ));
         };
         self.store
             .checkpoint(height)
             .await
-            .map_err(|e| Status::unavailable(format!("checkpoint at block {height}: {e}")))?;
+            .map_err(|e| status::unavailable(format_args!("checkpoint at block {height}"), e))?;
         Ok(Response::new(pb::CheckpointNowResponse {
             block_number: height.0,
         }))
@@ -137,7 +139,7 @@ impl<B: Backend + 'static> AdminService for AdminServer<B> {
             .store
             .ledger_tail()
             .await
-            .map_err(|e| Status::unavailable(format!("reading the ledger: {e}")))?;
+            .map_err(|e| status::unavailable("reading the ledger", e))?;
         let last = tail.map_or(0, |(b, _)| b.0);
         let mut entries = Vec::with_capacity(usize::try_from(last).unwrap_or(0));
         for b in 1..=last {

@@ -1,12 +1,11 @@
 //! The ChainifyServer (DESIGN §2.1): the client-facing `ChainifyService` and the
-//! organization-to-organization `EndorsementService`.
+//! organization-to-organization `EndorsementService`, a gRPC adapter over the organization's
+//! [`Admission`] (`chainify_node::admission` decides; `crate::status` picks the code).
 //!
-//! A proposal is authenticated (client key, signature), checked against the network, analysed
-//! (the determinism rules) and against the client's grants, and its (client, nonce) must be new.
-//! The server then asks the organizations the endorsement policy needs for signed early-abort
-//! responses, in batches (one call per peer carries every proposal queued for it), builds the
-//! ChainedTransaction once the accepting organizations satisfy the policy and broadcasts it.
-//! Anything rejected before the broadcast never reaches the orderer.
+//! Submissions are admitted (checks, nonce, ledger, endorsement) and broadcast; early-abort
+//! requests from other organizations arrive in batches (one call per peer carries every
+//! proposal queued for it) and are answered with this organization's signed verdicts. Anything
+//! refused before the broadcast never reaches the orderer.
 //!
 //! Outcomes come from the node's commit stream; the ledger answers for older transactions.
 
@@ -15,14 +14,13 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use chainify_core::config::{ClientInfo, NetworkConfig};
-use chainify_core::crypto::{Signature, Signatures, SigningKey};
-use chainify_core::tx::{
-    ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal, Verdict,
-};
-use chainify_core::{BlockNumber, ClientId, OrgId, TxId};
+use chainify_core::config::NetworkConfig;
+use chainify_core::crypto::{Signatures, SigningKey};
+use chainify_core::tx::{ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal};
+use chainify_core::{BlockNumber, OrgId, TxId};
+use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::metrics::{Metrics, Phase};
-use chainify_node::{Committed, NodeStatus, ledger_entry};
+use chainify_node::{Admission, Committed, Endorser, NodeStatus, Refusal, ledger_entry};
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
 use chainify_proto::pb::chainify_service_server::ChainifyService;
@@ -30,16 +28,16 @@ use chainify_proto::pb::endorsement_service_client::EndorsementServiceClient;
 use chainify_proto::pb::endorsement_service_server::EndorsementService;
 use chainify_sql::Analyzer;
 use chainify_storage::{Backend, Store};
-use futures_util::stream::FuturesUnordered;
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot, watch};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{debug, warn};
 
+use crate::NetError;
 use crate::query::{Queries, QueryAccess};
+use crate::status;
 use crate::tls::{Tls, channel};
-use crate::{NetError, invalid};
 
 /// Sizes and time limits of a ChainifyServer.
 #[derive(Clone, Debug)]
@@ -138,67 +136,6 @@ fn event_of(number: BlockNumber, outcomes: &[Outcome]) -> pb::CommitEvent {
     }
 }
 
-/// Nonces a client used recently, with the transaction each was used for and the organization
-/// that submits it (this one, or the origin that asked for an early-abort response).
-#[derive(Debug, Default)]
-struct NonceWindow {
-    /// Nonces at or below this are forgotten and refused.
-    floor: Option<u64>,
-    seen: BTreeMap<u64, (TxId, OrgId)>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Claim {
-    New,
-    /// The same transaction from the same origin again.
-    Same,
-}
-
-impl NonceWindow {
-    fn claim(
-        &mut self,
-        nonce: u64,
-        id: TxId,
-        origin: OrgId,
-        capacity: usize,
-    ) -> Result<Claim, String> {
-        if let Some(floor) = self.floor
-            && nonce <= floor
-        {
-            return Err(format!(
-                "nonce {nonce} is not above {floor}, the oldest nonce still remembered for this \
-                 client; it may be a replay: use a fresh nonce"
-            ));
-        }
-        match self.seen.get(&nonce) {
-            // The same transaction through another organization is the same claim: the client
-            // signed it, and its origin only routes the answers. (Tying the claim to the first
-            // origin let a Byzantine organization race a proposal's real origin and burn it.)
-            Some((used, _)) if *used == id => return Ok(Claim::Same),
-            Some((used, by)) => {
-                return Err(format!(
-                    "nonce {nonce} was already used (by transaction {used}, submitted through \
-                     {by}): replay refused"
-                ));
-            }
-            None => {}
-        }
-        self.seen.insert(nonce, (id, origin));
-        while self.seen.len() > capacity.max(1) {
-            if let Some((oldest, _)) = self.seen.pop_first() {
-                self.floor = Some(oldest);
-            }
-        }
-        Ok(Claim::New)
-    }
-
-    fn release(&mut self, nonce: u64, id: TxId, origin: OrgId) {
-        if self.seen.get(&nonce) == Some(&(id, origin)) {
-            self.seen.remove(&nonce);
-        }
-    }
-}
-
 struct EndorseJob {
     proposal: pb::Proposal,
     /// The proposal's transaction id (what the batch signature covers).
@@ -239,15 +176,14 @@ impl Outcomes {
     }
 }
 
-pub(crate) struct Shared<B: Backend, O> {
+/// What one ChainifyServer holds: its organization's admission, the way to the other
+/// organizations' endorsers, the orderer, and the outcomes it reports.
+pub(crate) struct Gateway<B: Backend, O> {
     me: OrgId,
-    key: Arc<SigningKey>,
-    pub(crate) network: Arc<NetworkConfig>,
-    pub(crate) analyzer: Analyzer,
+    pub(crate) admission: Arc<Admission>,
+    endorser: GrpcEndorser,
     pub(crate) store: Arc<Store<B>>,
     orderer: Arc<O>,
-    peers: BTreeMap<OrgId, mpsc::Sender<EndorseJob>>,
-    nonces: Mutex<HashMap<ClientId, NonceWindow>>,
     in_flight: Arc<Semaphore>,
     outcomes: Arc<Outcomes>,
     status: watch::Receiver<NodeStatus>,
@@ -258,13 +194,13 @@ pub(crate) struct Shared<B: Backend, O> {
 
 /// An organization's ChainifyServer. Cloning shares it.
 pub struct ChainifyServer<B: Backend, O> {
-    shared: Arc<Shared<B, O>>,
+    gateway: Arc<Gateway<B, O>>,
 }
 
 impl<B: Backend, O> Clone for ChainifyServer<B, O> {
     fn clone(&self) -> Self {
         ChainifyServer {
-            shared: self.shared.clone(),
+            gateway: self.gateway.clone(),
         }
     }
 }
@@ -272,14 +208,14 @@ impl<B: Backend, O> Clone for ChainifyServer<B, O> {
 impl<B: Backend, O> ChainifyServer<B, O> {
     /// Submissions under way (at most `max_in_flight`).
     pub fn in_flight(&self) -> usize {
-        self.shared.settings.max_in_flight.max(1) - self.shared.in_flight.available_permits()
+        self.gateway.settings.max_in_flight.max(1) - self.gateway.in_flight.available_permits()
     }
 }
 
 impl<B: Backend, O> std::fmt::Debug for ChainifyServer<B, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChainifyServer")
-            .field("org", &self.shared.me)
+            .field("org", &self.gateway.me)
             .finish_non_exhaustive()
     }
 }
@@ -316,7 +252,16 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
         tls: Option<&Tls>,
         settings: ChainifySettings,
     ) -> Result<ChainifyServer<B, O>, NetError> {
-        let analyzer = Analyzer::new(parts.store.schema().map_err(NetError::Storage)?);
+        let admission = Arc::new(Admission::new(
+            parts.me,
+            parts.key.clone(),
+            parts.network.clone(),
+            Analyzer::new(parts.store.schema().map_err(NetError::Storage)?),
+            AdmissionSettings {
+                nonce_window: settings.nonce_window,
+                endorse_timeout: settings.endorse_timeout,
+            },
+        ));
         let queries = Queries::new(
             parts.queries,
             parts.network.clone(),
@@ -357,15 +302,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             settings.recent_outcomes,
         ));
         Ok(ChainifyServer {
-            shared: Arc::new(Shared {
+            gateway: Arc::new(Gateway {
                 me: parts.me,
-                key: parts.key,
-                network: parts.network,
-                analyzer,
+                admission,
+                endorser: GrpcEndorser { peers },
                 store: parts.store,
                 orderer: parts.orderer,
-                peers,
-                nonces: Mutex::new(HashMap::new()),
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
                 outcomes,
                 status: parts.status,
@@ -484,265 +426,103 @@ async fn endorse_loop(
     }
 }
 
-impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
-    fn client(&self, proposal: &Proposal) -> Result<&ClientInfo, Status> {
-        let client = self
-            .network
-            .clients
-            .get(&proposal.body.client)
-            .ok_or_else(|| {
-                Status::unauthenticated(format!(
-                    "unknown client {:?}: not in network {}",
-                    proposal.body.client.as_str(),
-                    self.network.network_id
-                ))
-            })?;
-        self.network
-            .signatures
-            .check(|| proposal.verify(&client.public_key))
-            .map_err(|_| {
-                Status::unauthenticated(format!(
-                    "the signature of the proposal by client {:?} (nonce {}) does not verify",
-                    proposal.body.client.as_str(),
-                    proposal.body.nonce
-                ))
-            })?;
-        Ok(client)
-    }
+/// The other organizations' EndorsementServices, through their batching tasks.
+struct GrpcEndorser {
+    peers: BTreeMap<OrgId, mpsc::Sender<EndorseJob>>,
+}
 
-    /// Every check that does not depend on what this server has seen before.
-    fn check(&self, proposal: &Proposal) -> Result<(), Status> {
-        let client = self.client(proposal)?;
-        if proposal.body.network != self.network.network_id {
-            return Err(Status::invalid_argument(format!(
-                "the proposal is for network {:?}, this is network {:?}",
-                proposal.body.network.as_str(),
-                self.network.network_id.as_str()
-            )));
-        }
-        let analysis = self
-            .analyzer
-            .analyze(&proposal.body.transaction)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        analysis
-            .check_grants(client)
-            .map_err(|e| Status::permission_denied(e.to_string()))?;
-        Ok(())
+impl Endorser for GrpcEndorser {
+    fn early_abort<'a>(
+        &'a self,
+        org: OrgId,
+        proposal: &'a Proposal,
+        id: TxId,
+    ) -> EndorseFuture<'a> {
+        Box::pin(async move {
+            let queue = self
+                .peers
+                .get(&org)
+                .ok_or_else(|| format!("no endorsement channel to {org}"))?;
+            let (reply, answer) = oneshot::channel();
+            let job = EndorseJob {
+                proposal: pb::Proposal::from(proposal),
+                id,
+                reply,
+            };
+            queue
+                .send(job)
+                .await
+                .map_err(|_| "the endorsement task stopped".to_owned())?;
+            let wire = answer.await.map_err(|_| "no answer".to_owned())??;
+            EarlyAbortResponse::try_from(wire).map_err(|e| format!("malformed response: {e}"))
+        })
     }
+}
 
-    fn claim_nonce(&self, proposal: &Proposal, id: TxId, origin: OrgId) -> Result<Claim, Status> {
-        let mut nonces = self.nonces.lock().unwrap_or_else(PoisonError::into_inner);
-        nonces
-            .entry(proposal.body.client.clone())
-            .or_default()
-            .claim(proposal.body.nonce, id, origin, self.settings.nonce_window)
-            .map_err(|why| {
-                Status::already_exists(format!("client {:?}: {why}", proposal.body.client.as_str()))
-            })
-    }
-
-    fn release_nonce(&self, proposal: &Proposal, id: TxId) {
-        let mut nonces = self.nonces.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(w) = nonces.get_mut(&proposal.body.client) {
-            w.release(proposal.body.nonce, id, self.me);
-        }
-    }
-
-    async fn known(&self, ids: &[TxId]) -> Result<BTreeSet<TxId>, Status> {
+impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
+    /// Which of `ids` are in the ledger.
+    async fn known(&self, ids: &[TxId]) -> Result<BTreeSet<TxId>, Refusal> {
         self.store
             .known_transactions(BlockNumber(u64::MAX), ids)
             .await
-            .map_err(|e| Status::unavailable(format!("looking up transaction ids: {e}")))
+            .map_err(|e| Refusal::unavailable("looking up transaction ids", e))
     }
 
-    /// Collects accepting early-abort responses until the endorsement policy is met: first
-    /// from a smallest combination with this organization, then from the others.
-    async fn endorse(
-        &self,
-        wire: &pb::Proposal,
-        id: TxId,
-    ) -> Result<Vec<EarlyAbortResponse>, Status> {
-        let policy = &self.network.endorsement;
-        let mut accepted: BTreeMap<OrgId, EarlyAbortResponse> = BTreeMap::new();
-        accepted.insert(
-            self.me,
-            EarlyAbortResponse::new_as(
-                id,
-                self.me,
-                Verdict::Accept,
-                &self.key,
-                self.network.signatures,
-            ),
-        );
-        let first: BTreeSet<OrgId> = policy
-            .smallest_combination_with(self.me)
-            .unwrap_or_else(|| self.network.orgs.keys().copied().collect());
-        let rest: BTreeSet<OrgId> = self
-            .network
-            .orgs
-            .keys()
-            .copied()
-            .filter(|o| !first.contains(o))
-            .collect();
-        let mut failures: Vec<(OrgId, String, bool)> = Vec::new();
-        for round in [first, rest] {
-            if policy.is_satisfied_by(&accepted.keys().copied().collect()) {
-                break;
-            }
-            let mut pending = FuturesUnordered::new();
-            for org in round.into_iter().filter(|o| *o != self.me) {
-                let Some(queue) = self.peers.get(&org) else {
-                    continue;
-                };
-                let (reply, answer) = oneshot::channel();
-                let job = EndorseJob {
-                    proposal: wire.clone(),
-                    id,
-                    reply,
-                };
-                let timeout = self.settings.endorse_timeout;
-                pending.push(async move {
-                    if queue.send(job).await.is_err() {
-                        return (org, Err("the endorsement task stopped".to_owned()));
-                    }
-                    match tokio::time::timeout(timeout, answer).await {
-                        Ok(Ok(r)) => (org, r),
-                        Ok(Err(_)) => (org, Err("no answer".to_owned())),
-                        Err(_) => (org, Err(format!("no answer within {timeout:?}"))),
-                    }
-                });
-            }
-            while let Some((org, answer)) = pending.next().await {
-                match self.accept_response(org, id, answer) {
-                    Ok(resp) => {
-                        accepted.insert(org, resp);
-                        if policy.is_satisfied_by(&accepted.keys().copied().collect()) {
-                            break;
-                        }
-                    }
-                    Err(Refusal::Rejected(why)) => failures.push((org, why, true)),
-                    Err(Refusal::Failed(why)) => failures.push((org, why, false)),
-                }
-            }
-        }
-        if policy.is_satisfied_by(&accepted.keys().copied().collect()) {
-            return Ok(accepted.into_values().collect());
-        }
-        let listed = failures
-            .iter()
-            .map(|(o, why, _)| format!("{o}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        if failures.iter().any(|(_, _, rejected)| *rejected) {
-            Err(Status::failed_precondition(format!(
-                "the endorsement policy cannot be met: rejected by {listed}"
-            )))
-        } else {
-            Err(Status::unavailable(format!(
-                "the endorsement policy cannot be met now: {listed}"
-            )))
-        }
-    }
-
-    fn accept_response(
-        &self,
-        org: OrgId,
-        id: TxId,
-        wire: Result<pb::EarlyAbortResponse, String>,
-    ) -> Result<EarlyAbortResponse, Refusal> {
-        let wire = wire.map_err(Refusal::Failed)?;
-        let resp = EarlyAbortResponse::try_from(wire)
-            .map_err(|e| Refusal::Failed(format!("malformed response: {e}")))?;
-        let key = self
-            .network
-            .orgs
-            .get(&org)
-            .map(|o| o.public_key)
-            .ok_or_else(|| Refusal::Failed("not in the network".into()))?;
-        let signed = self.network.signatures.check(|| resp.verify(&key));
-        if resp.org != org || resp.tx_id != id || signed.is_err() {
-            return Err(Refusal::Failed(
-                "answered with a response that is not its signed verdict on this proposal".into(),
-            ));
-        }
-        match &resp.verdict {
-            Verdict::Accept => Ok(resp),
-            Verdict::Reject(why) => Err(Refusal::Rejected(why.clone())),
-        }
-    }
-
-    /// Checks, endorses and broadcasts a proposal: the transaction id once it is ordered, and
+    /// Admits, endorses and broadcasts a proposal: the transaction id once it is ordered, and
     /// with `wait` a receiver of its outcome.
     async fn submit(
         &self,
         wire: pb::Proposal,
         wait: bool,
-    ) -> Result<(TxId, Option<oneshot::Receiver<Outcome>>), Status> {
+    ) -> Result<(TxId, Option<oneshot::Receiver<Outcome>>), Refusal> {
         let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Err(Status::resource_exhausted(format!(
-                "overloaded: {} submissions are in flight at {}; retry later",
-                self.settings.max_in_flight, self.me
-            )));
-        };
-        let proposal = Proposal::try_from(wire.clone()).map_err(|e| invalid("proposal", &e))?;
-        self.check(&proposal)?;
-        let id = proposal.tx_id();
-        // At the origin a nonce serves once; endorsers accept the same proposal again.
-        if self.claim_nonce(&proposal, id, self.me)? == Claim::Same {
-            return Err(Status::already_exists(format!(
-                "client {:?}: nonce {} was already used (by transaction {id}): replay refused",
-                proposal.body.client.as_str(),
-                proposal.body.nonce
-            )));
-        }
-        let result = async {
-            if !self.known(&[id]).await?.is_empty() {
-                return Err(Status::already_exists(format!(
-                    "transaction {id} is already in the ledger: replay refused"
-                )));
-            }
-            let endorsing = Instant::now();
-            let responses = self.endorse(&wire, id).await?;
-            self.metrics.observe(Phase::Endorse, endorsing.elapsed());
-            // Registered before the broadcast, so that a fast commit is not missed.
-            let waiter = wait.then(|| {
-                let (tx, rx) = oneshot::channel();
-                self.outcomes
-                    .waiters
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(id)
-                    .or_default()
-                    .push(tx);
-                rx
+            return Err(Refusal::Overloaded {
+                org: self.me,
+                in_flight: self.settings.max_in_flight,
             });
-            let ordering = Instant::now();
-            self.orderer
-                .broadcast(ChainedTransaction {
-                    proposal: proposal.clone(),
-                    responses,
-                })
-                .await
-                .map_err(|e| Status::unavailable(e.to_string()))?;
-            self.metrics.observe(Phase::Order, ordering.elapsed());
-            Ok(waiter)
+        };
+        let proposal = Proposal::try_from(wire)
+            .map_err(|e| Refusal::Malformed(e.within("proposal").to_string()))?;
+        let id = proposal.tx_id();
+        let admitting = Instant::now();
+        let in_ledger = async { Ok(!self.known(&[id]).await?.is_empty()) };
+        let responses = self
+            .admission
+            .admit(&proposal, in_ledger, &self.endorser)
+            .await?;
+        self.metrics.observe(Phase::Endorse, admitting.elapsed());
+        // Registered before the broadcast, so that a fast commit is not missed.
+        let waiter = wait.then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.outcomes
+                .waiters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(id)
+                .or_default()
+                .push(tx);
+            rx
+        });
+        let ordering = Instant::now();
+        let ordered = self
+            .orderer
+            .broadcast(ChainedTransaction {
+                proposal: proposal.clone(),
+                responses,
+            })
+            .await;
+        if let Err(e) = ordered {
+            // Not ordered: the client may try the same proposal again.
+            self.admission.release_nonce(&proposal, id);
+            self.outcomes
+                .waiters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+            return Err(Refusal::unavailable("the orderer", e));
         }
-        .await;
-        match result {
-            Ok(waiter) => Ok((id, waiter)),
-            Err(status) => {
-                // Not ordered: the client may try the same proposal again.
-                if status.code() != tonic::Code::AlreadyExists {
-                    self.release_nonce(&proposal, id);
-                }
-                self.outcomes
-                    .waiters
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&id);
-                Err(status)
-            }
-        }
+        self.metrics.observe(Phase::Order, ordering.elapsed());
+        Ok((id, waiter))
     }
 
     fn agreed(&self) -> BlockNumber {
@@ -766,7 +546,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
             .store
             .transaction_block(&id)
             .await
-            .map_err(|e| Status::unavailable(format!("looking up transaction {id}: {e}")))?
+            .map_err(|e| status::unavailable(format_args!("looking up transaction {id}"), e))?
         else {
             return Ok(None);
         };
@@ -775,7 +555,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
         }
         let entry = ledger_entry(&self.store, block)
             .await
-            .map_err(|e| Status::unavailable(format!("reading ledger block {block}: {e}")))?;
+            .map_err(|e| status::unavailable(format_args!("reading ledger block {block}"), e))?;
         Ok(outcomes_of(&entry.block, &[])
             .into_iter()
             .find(|o| o.tx_id == id))
@@ -802,7 +582,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    return Err(Status::deadline_exceeded(format!(
+                    return Err(status::deadline(format!(
                         "transaction {id} is ordered but its block was not agreed within {:?}; \
                          ask TxStatus later",
                         self.settings.wait_limit
@@ -813,17 +593,10 @@ impl<B: Backend + 'static, O: Orderer + 'static> Shared<B, O> {
     }
 }
 
-enum Refusal {
-    Rejected(String),
-    Failed(String),
-}
-
 fn tx_id_of(bytes: &[u8]) -> Result<TxId, Status> {
     chainify_core::Digest::try_from(bytes)
         .map(TxId)
-        .map_err(|_| {
-            Status::invalid_argument(format!("tx_id: expected 32 bytes, got {}", bytes.len()))
-        })
+        .map_err(|_| status::wrong_length("tx_id", 32, bytes.len()))
 }
 
 /// Completes once the flag is set (or its sender is gone).
@@ -842,8 +615,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         let wire = request
             .into_inner()
             .proposal
-            .ok_or_else(|| Status::invalid_argument("proposal: missing"))?;
-        let (id, _) = self.shared.submit(wire, false).await?;
+            .ok_or_else(|| status::missing("proposal"))?;
+        let (id, _) = self
+            .gateway
+            .submit(wire, false)
+            .await
+            .map_err(status::refused)?;
         Ok(Response::new(pb::SubmitResponse {
             tx_id: id.0.as_bytes().to_vec(),
         }))
@@ -856,10 +633,14 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         let wire = request
             .into_inner()
             .proposal
-            .ok_or_else(|| Status::invalid_argument("proposal: missing"))?;
-        let (id, waiter) = self.shared.submit(wire, true).await?;
+            .ok_or_else(|| status::missing("proposal"))?;
+        let (id, waiter) = self
+            .gateway
+            .submit(wire, true)
+            .await
+            .map_err(status::refused)?;
         let waiter = waiter.unwrap_or_else(|| oneshot::channel().1);
-        let outcome = self.shared.wait(id, waiter).await?;
+        let outcome = self.gateway.wait(id, waiter).await?;
         Ok(Response::new(pb::TxOutcome::from(&outcome)))
     }
 
@@ -869,15 +650,20 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
     ) -> Result<Response<pb::TxStatusResponse>, Status> {
         let id = tx_id_of(&request.into_inner().tx_id)?;
         use pb::tx_status_response::State;
-        let response = match self.shared.lookup(id).await? {
+        let response = match self.gateway.lookup(id).await? {
             Some(o) => pb::TxStatusResponse {
                 state: State::Committed as i32,
                 outcome: Some(pb::TxOutcome::from(&o)),
             },
             None => {
-                let executed_or_pending = !self.shared.known(&[id]).await?.is_empty()
+                let executed_or_pending = !self
+                    .gateway
+                    .known(&[id])
+                    .await
+                    .map_err(status::refused)?
+                    .is_empty()
                     || self
-                        .shared
+                        .gateway
                         .outcomes
                         .waiters
                         .lock()
@@ -903,24 +689,24 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         request: Request<pb::CommitStreamRequest>,
     ) -> Result<Response<Events>, Status> {
         let from = request.into_inner().from_block;
-        let shared = self.shared.clone();
-        let mut live = shared.outcomes.events.subscribe();
-        let mut closed = shared.outcomes.closed.subscribe();
+        let gateway = self.gateway.clone();
+        let mut live = gateway.outcomes.events.subscribe();
+        let mut closed = gateway.outcomes.closed.subscribe();
         let mut next = if from == 0 {
-            shared.agreed().0 + 1
+            gateway.agreed().0 + 1
         } else {
             from
         };
-        let (tx, rx) = mpsc::channel(shared.settings.commit_stream_buffer.max(1));
+        let (tx, rx) = mpsc::channel(gateway.settings.commit_stream_buffer.max(1));
         tokio::spawn(async move {
             loop {
                 // History (and gaps after lagging) from the ledger, then live events.
-                while next <= shared.agreed().0 {
-                    let event = ledger_entry(&shared.store, BlockNumber(next))
+                while next <= gateway.agreed().0 {
+                    let event = ledger_entry(&gateway.store, BlockNumber(next))
                         .await
                         .map(|e| event_of(e.block.number, &outcomes_of(&e.block, &[])))
                         .map_err(|e| {
-                            Status::unavailable(format!("reading ledger block {next}: {e}"))
+                            status::unavailable(format_args!("reading ledger block {next}"), e)
                         });
                     let failed = event.is_err();
                     if tx.send(event).await.is_err() || failed {
@@ -931,7 +717,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
                 let event = tokio::select! {
                     e = live.recv() => e,
                     () = until_set(&mut closed) => {
-                        let _ = tx.send(Err(Status::unavailable("the organization is shutting down"))).await;
+                        let _ = tx.send(Err(status::shutting_down())).await;
                         return;
                     }
                 };
@@ -956,7 +742,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         &self,
         request: Request<pb::QueryRequest>,
     ) -> Result<Response<pb::QueryResponse>, Status> {
-        self.shared
+        self.gateway
             .queries
             .query(request.into_inner())
             .await
@@ -970,129 +756,48 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
         &self,
         request: Request<pb::EarlyAbortBatch>,
     ) -> Result<Response<pb::EarlyAbortBatchResponse>, Status> {
-        let shared = &self.shared;
+        let gateway = &self.gateway;
         let batch = request.into_inner();
-        if batch.proposals.len() > shared.settings.max_endorse_batch {
-            return Err(Status::invalid_argument(format!(
+        if batch.proposals.len() > gateway.settings.max_endorse_batch {
+            return Err(status::invalid(format!(
                 "{} proposals in one batch; at most {}",
                 batch.proposals.len(),
-                shared.settings.max_endorse_batch
+                gateway.settings.max_endorse_batch
             )));
         }
         let mut proposals = Vec::with_capacity(batch.proposals.len());
         for (i, p) in batch.proposals.into_iter().enumerate() {
-            proposals
-                .push(Proposal::try_from(p).map_err(|e| invalid(&format!("proposals[{i}]"), &e))?);
+            proposals.push(
+                Proposal::try_from(p)
+                    .map_err(|e| status::malformed(&format!("proposals[{i}]"), &e))?,
+            );
         }
         let ids: Vec<TxId> = proposals.iter().map(Proposal::tx_id).collect();
-        let from = OrgId(batch.from_org);
         // The batch must come from the organization it names: nonces are claimed for it.
-        let from_key = match shared.network.orgs.get(&from) {
-            Some(org) if from != shared.me => &org.public_key,
-            _ => {
-                return Err(Status::unauthenticated(format!(
-                    "an early-abort batch must come from another organization of the network, not org{}",
-                    batch.from_org
-                )));
-            }
-        };
-        let signature = Signature::try_from(batch.signature.as_slice())
-            .map_err(|e| Status::invalid_argument(format!("signature: {e}")))?;
-        shared
-            .network
-            .signatures
-            .check(|| {
-                from_key.verify(
-                    &EarlyAbortBatch::signing_bytes(&shared.network.network_id, from, &ids),
-                    &signature,
-                )
-            })
-            .map_err(|_| {
-                Status::unauthenticated(format!(
-                    "the early-abort batch is not signed by {from}, which it claims to come from"
-                ))
-            })?;
-        let known = shared.known(&ids).await?;
+        let from = OrgId(batch.from_org);
+        gateway
+            .admission
+            .check_batch_origin(from, &ids, &batch.signature)
+            .map_err(status::refused)?;
+        let known = gateway.known(&ids).await.map_err(status::refused)?;
         // Signature checks and analysis are CPU work: off the async threads.
-        let worker = self.clone();
+        let admission = gateway.admission.clone();
         let responses = tokio::task::spawn_blocking(move || {
-            let s = &worker.shared;
             proposals
                 .iter()
                 .zip(&ids)
                 .map(|(p, id)| {
-                    let verdict = match s.check(p) {
-                        Err(status) => Verdict::Reject(status.message().to_owned()),
-                        Ok(()) if known.contains(id) => Verdict::Reject(format!(
-                            "transaction {id} is already in the ledger: replay refused"
-                        )),
-                        Ok(()) => match s.claim_nonce(p, *id, from) {
-                            Ok(_) => Verdict::Accept,
-                            Err(status) => Verdict::Reject(status.message().to_owned()),
-                        },
-                    };
-                    pb::EarlyAbortResponse::from(&EarlyAbortResponse::new_as(
+                    pb::EarlyAbortResponse::from(&admission.verdict(
+                        p,
                         *id,
-                        s.me,
-                        verdict,
-                        &s.key,
-                        s.network.signatures,
+                        from,
+                        known.contains(id),
                     ))
                 })
                 .collect::<Vec<_>>()
         })
         .await
-        .map_err(|e| Status::internal(format!("checking proposals: {e}")))?;
+        .map_err(|e| status::internal("checking proposals", e))?;
         Ok(Response::new(pb::EarlyAbortBatchResponse { responses }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chainify_core::Digest;
-
-    fn id(n: u8) -> TxId {
-        TxId(Digest::of(&[n]))
-    }
-
-    #[test]
-    fn a_nonce_is_claimed_once_and_retrying_the_same_transaction_is_not_a_replay() {
-        let mut w = NonceWindow::default();
-        assert_eq!(w.claim(5, id(1), OrgId(1), 10), Ok(Claim::New));
-        assert_eq!(w.claim(5, id(1), OrgId(1), 10), Ok(Claim::Same));
-        let other_tx = w.claim(5, id(2), OrgId(1), 10).unwrap_err();
-        assert!(other_tx.contains("nonce 5 was already used"), "{other_tx}");
-        // The same transaction forwarded by another organization (first, even) burns nothing.
-        assert_eq!(w.claim(5, id(1), OrgId(2), 10), Ok(Claim::Same));
-        // Lower nonces are fine while they are remembered: clients may submit concurrently.
-        assert_eq!(w.claim(3, id(3), OrgId(1), 10), Ok(Claim::New));
-    }
-
-    #[test]
-    fn forgotten_nonces_are_refused_below_the_floor() {
-        let mut w = NonceWindow::default();
-        for n in 1..=4 {
-            assert_eq!(w.claim(n * 10, id(n as u8), OrgId(1), 3), Ok(Claim::New));
-        }
-        // 10 was forgotten to keep 3: it and everything below it are refused.
-        for n in [10, 7] {
-            let e = w.claim(n, id(9), OrgId(1), 3).unwrap_err();
-            assert!(e.contains("not above 10"), "{e}");
-        }
-        assert_eq!(w.claim(11, id(9), OrgId(1), 3), Ok(Claim::New));
-    }
-
-    #[test]
-    fn a_released_nonce_can_be_used_again_but_only_by_its_claimant() {
-        let mut w = NonceWindow::default();
-        w.claim(8, id(1), OrgId(1), 10).unwrap();
-        w.release(8, id(2), OrgId(1));
-        assert!(
-            w.claim(8, id(2), OrgId(1), 10).is_err(),
-            "someone else's release"
-        );
-        w.release(8, id(1), OrgId(1));
-        assert_eq!(w.claim(8, id(2), OrgId(1), 10), Ok(Claim::New));
     }
 }

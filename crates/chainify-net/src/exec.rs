@@ -14,7 +14,7 @@ use chainify_storage::{BlockOutcome, TxFailure};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::invalid;
+use crate::status;
 
 /// How long the node waits for one execution call: a block of the largest size on a slow
 /// database, with room to spare. A call that times out is retried (the block resumes).
@@ -43,7 +43,7 @@ fn reasons(list: &[(usize, String)]) -> Vec<pb::TxReason> {
 }
 
 fn failed(e: ExecutionError) -> Status {
-    Status::unavailable(e.to_string())
+    status::failed(e)
 }
 
 #[tonic::async_trait]
@@ -53,18 +53,11 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
         request: Request<pb::ExecuteRequest>,
     ) -> Result<Response<pb::ExecuteResponse>, Status> {
         let request = request.into_inner();
-        let block = TransactionBlock::try_from(
-            request
-                .block
-                .ok_or_else(|| Status::invalid_argument("block: missing"))?,
-        )
-        .map_err(|e| invalid("block", &e))?;
-        let previous = Digest::try_from(request.previous.as_slice()).map_err(|_| {
-            Status::invalid_argument(format!(
-                "previous: expected 32 bytes, got {}",
-                request.previous.len()
-            ))
-        })?;
+        let block =
+            TransactionBlock::try_from(request.block.ok_or_else(|| status::missing("block"))?)
+                .map_err(|e| status::malformed("block", &e))?;
+        let previous = Digest::try_from(request.previous.as_slice())
+            .map_err(|_| status::wrong_length("previous", 32, request.previous.len()))?;
         let done = self
             .port
             .execute(block, previous, request.checkpoint, request.state_check)
@@ -101,10 +94,7 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
         } else {
             Some(
                 Digest::try_from(request.full_agreed_state.as_slice()).map_err(|_| {
-                    Status::invalid_argument(format!(
-                        "full_agreed_state: expected 32 bytes, got {}",
-                        request.full_agreed_state.len()
-                    ))
+                    status::wrong_length("full_agreed_state", 32, request.full_agreed_state.len())
                 })?,
             )
         };

@@ -23,6 +23,7 @@ mod peer;
 mod query;
 mod solo;
 pub mod state;
+mod status;
 pub mod tls;
 
 pub use admin::{AdminServer, recovery_state};
@@ -41,9 +42,7 @@ pub use solo::{BROADCAST_QUEUE, MAX_BROADCAST_BATCH, RemoteOrderer, SoloServer};
 pub use state::{GrpcStatePeers, STATE_CALL_TIMEOUT};
 pub use tls::Tls;
 
-use chainify_proto::ProtocolError;
 use chainify_storage::StorageError;
-use tonic::Status;
 
 /// Why a service cannot start or run.
 #[derive(Debug, thiserror::Error)]
@@ -84,9 +83,4 @@ pub enum NetError {
     /// A bug or an unrecoverable state of the node.
     #[error("{0}")]
     Internal(String),
-}
-
-/// INVALID_ARGUMENT for a malformed message, naming the field.
-pub(crate) fn invalid(field: &str, e: &ProtocolError) -> Status {
-    Status::invalid_argument(e.clone().within(field).to_string())
 }

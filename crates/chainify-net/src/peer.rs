@@ -30,7 +30,7 @@ use tracing::debug;
 
 use crate::state::{RowsStream, StateService};
 use crate::tls::{Tls, channel};
-use crate::{NetError, invalid};
+use crate::{NetError, status};
 
 /// Messages queued for one peer; more are dropped.
 pub const PEER_QUEUE: usize = 4096;
@@ -233,7 +233,7 @@ impl<B: Backend> CommitServer<B> {
     fn state(&self) -> Result<&StateService<B>, Status> {
         self.state
             .as_ref()
-            .ok_or_else(|| Status::unimplemented("this CommitServer does not serve state"))
+            .ok_or_else(|| status::not_served("this CommitServer does not serve state"))
     }
 
     fn agreed(&self) -> u64 {
@@ -252,7 +252,8 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
         let votes = request.into_inner().votes;
         let mut accepted = 0u32;
         for (i, v) in votes.into_iter().enumerate() {
-            let vote = Vote::try_from(v).map_err(|e| invalid(&format!("votes[{i}]"), &e))?;
+            let vote =
+                Vote::try_from(v).map_err(|e| status::malformed(&format!("votes[{i}]"), &e))?;
             // The engine checks signatures, membership and duplicates.
             if self.inbox.deliver(PeerMessage::Vote(vote)) {
                 accepted += 1;
@@ -265,10 +266,10 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
         &self,
         request: Request<pb::Certificate>,
     ) -> Result<Response<pb::CertificateAck>, Status> {
-        let cert =
-            Certificate::try_from(request.into_inner()).map_err(|e| invalid("certificate", &e))?;
+        let cert = Certificate::try_from(request.into_inner())
+            .map_err(|e| status::malformed("certificate", &e))?;
         if !self.inbox.deliver(PeerMessage::Certificate(cert)) {
-            return Err(Status::resource_exhausted(
+            return Err(status::busy(
                 "the CommitServer's inbox is full; send again later",
             ));
         }
@@ -287,7 +288,7 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
         }
         let entry = ledger_entry(&self.store, BlockNumber(block))
             .await
-            .map_err(|e| Status::unavailable(format!("reading ledger block {block}: {e}")))?;
+            .map_err(|e| status::unavailable(format_args!("reading ledger block {block}"), e))?;
         Ok(Response::new(pb::GetCertificateResponse {
             certificate: Some(pb::Certificate::from(&entry.certificate)),
         }))
@@ -330,7 +331,7 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
             r.to_block.min(agreed)
         };
         if to >= from && to - from >= MAX_LEDGER_STREAM {
-            return Err(Status::invalid_argument(format!(
+            return Err(status::invalid(format!(
                 "blocks {from}..={to}: at most {MAX_LEDGER_STREAM} ledger entries per call"
             )));
         }
@@ -344,7 +345,7 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
                 let item = ledger_entry(&store, BlockNumber(b))
                     .await
                     .map(|e: LedgerEntry| pb::LedgerEntry::from(&e))
-                    .map_err(|e| Status::unavailable(format!("reading ledger block {b}: {e}")));
+                    .map_err(|e| status::unavailable(format_args!("reading ledger block {b}"), e));
                 // After an error the stream ends.
                 let next = if item.is_ok() { b + 1 } else { u64::MAX };
                 Some((item, next))

@@ -13,11 +13,11 @@ use chainify_node::ReadGate;
 use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
 use chainify_sql::Analyzer;
-use chainify_storage::{Backend, StorageError, Store};
+use chainify_storage::{Backend, Store};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::{NetError, invalid};
+use crate::{NetError, status};
 
 /// How a ChainifyServer answers queries.
 #[derive(Debug, Clone)]
@@ -111,18 +111,20 @@ impl<B: Backend + 'static> QueryServer<B> {
         let this = &*self.inner;
         let mut params = Vec::with_capacity(request.params.len());
         for (i, p) in request.params.into_iter().enumerate() {
-            params.push(Value::try_from(p).map_err(|e| invalid(&format!("params[{i}]"), &e))?);
+            params.push(
+                Value::try_from(p).map_err(|e| status::malformed(&format!("params[{i}]"), &e))?,
+            );
         }
         let id = ClientId::new(&request.client_id)
-            .map_err(|e| Status::invalid_argument(format!("client_id: {}", e.problem)))?;
+            .map_err(|e| status::invalid(format_args!("client_id: {}", e.problem)))?;
         let client = this.network.clients.get(&id).ok_or_else(|| {
-            Status::unauthenticated(format!(
+            status::unauthenticated(format!(
                 "unknown client {:?}: not in network {}",
                 request.client_id, this.network.network_id
             ))
         })?;
         let signature = Signature::try_from(request.signature.as_slice()).map_err(|_| {
-            Status::unauthenticated(format!(
+            status::unauthenticated(format!(
                 "signature: expected 64 bytes, got {}",
                 request.signature.len()
             ))
@@ -137,7 +139,7 @@ impl<B: Backend + 'static> QueryServer<B> {
             .signatures
             .check(|| body.verify(&client.public_key, &signature))
             .map_err(|_| {
-                Status::unauthenticated(format!(
+                status::unauthenticated(format!(
                     "the signature of the query by client {:?} does not verify for network {}",
                     body.client.as_str(),
                     this.network.network_id
@@ -146,13 +148,13 @@ impl<B: Backend + 'static> QueryServer<B> {
         let plan = this
             .analyzer
             .query(&body.sql, &body.params)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            .map_err(status::invalid)?;
         plan.check_grants(client)
-            .map_err(|e| Status::permission_denied(e.to_string()))?;
+            .map_err(status::permission_denied)?;
         let guard = tokio::time::timeout(this.wait, this.gate.read())
             .await
             .map_err(|_| {
-                Status::unavailable(format!(
+                status::failed(format!(
                     "the node did not reach an agreed state within {:?} (recovering or \
                      waiting for agreement); try again",
                     this.wait
@@ -162,12 +164,7 @@ impl<B: Backend + 'static> QueryServer<B> {
             .store
             .query_rows(&plan, &body.params)
             .await
-            .map_err(|e| match e {
-                StorageError::Query(_) | StorageError::Database { .. } => {
-                    Status::invalid_argument(e.to_string())
-                }
-                other => Status::unavailable(other.to_string()),
-            })?;
+            .map_err(status::query_failed)?;
         let height = guard.height.map_or(0, |b| b.0);
         drop(guard);
         Ok(pb::QueryResponse {

@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::tls::{Tls, channel};
-use crate::{NetError, invalid};
+use crate::{NetError, status};
 
 /// Most transactions in one `Broadcast` call.
 pub const MAX_BROADCAST_BATCH: usize = 1024;
@@ -52,7 +52,7 @@ impl OrdererService for SoloServer {
     ) -> Result<Response<pb::BroadcastResponse>, Status> {
         let wire = request.into_inner().transactions;
         if wire.len() > MAX_BROADCAST_BATCH {
-            return Err(Status::invalid_argument(format!(
+            return Err(status::invalid(format!(
                 "{} transactions in one broadcast; at most {MAX_BROADCAST_BATCH}",
                 wire.len()
             )));
@@ -62,14 +62,11 @@ impl OrdererService for SoloServer {
         for (i, t) in wire.into_iter().enumerate() {
             txs.push(
                 ChainedTransaction::try_from(t)
-                    .map_err(|e| invalid(&format!("transactions[{i}]"), &e))?,
+                    .map_err(|e| status::malformed(&format!("transactions[{i}]"), &e))?,
             );
         }
         for tx in txs {
-            self.orderer
-                .broadcast(tx)
-                .await
-                .map_err(|e| Status::unavailable(e.to_string()))?;
+            self.orderer.broadcast(tx).await.map_err(status::failed)?;
         }
         Ok(Response::new(pb::BroadcastResponse {
             position: self.orderer.log_len(),
@@ -90,7 +87,7 @@ impl OrdererService for SoloServer {
                 position: 0,
             })
             .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+            .map_err(status::failed)?;
         let mut closing = self.closing.clone();
         let closed = async move {
             // A dropped sender means nobody will close: serve on.
@@ -101,7 +98,7 @@ impl OrdererService for SoloServer {
         let wire = blocks
             .map(|b| {
                 b.map(|b| pb::TransactionBlock::from(&b))
-                    .map_err(|e| Status::unavailable(e.to_string()))
+                    .map_err(status::failed)
             })
             .take_until(closed);
         Ok(Response::new(Box::pin(wire)))

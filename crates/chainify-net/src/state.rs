@@ -25,8 +25,8 @@ use futures_util::{Stream, StreamExt};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::NetError;
 use crate::tls::{Tls, channel};
+use crate::{NetError, status};
 
 /// How far a state request's signing time may be from the server's clock.
 pub const AUTH_WINDOW: Duration = Duration::from_secs(300);
@@ -101,7 +101,7 @@ impl<B: Backend> StateService<B> {
         table: &str,
     ) -> Result<OrgId, Status> {
         let auth = auth.ok_or_else(|| {
-            Status::unauthenticated("state requests must be signed by an organization (auth)")
+            status::unauthenticated("state requests must be signed by an organization (auth)")
         })?;
         let org = OrgId(auth.org_id);
         let key = self
@@ -110,20 +110,20 @@ impl<B: Backend> StateService<B> {
             .get(&org)
             .filter(|_| org != self.me)
             .ok_or_else(|| {
-                Status::permission_denied(format!(
+                status::permission_denied(format!(
                     "organization {} may not transfer state from here",
                     auth.org_id
                 ))
             })?;
         let skew = now_ms().abs_diff(auth.unix_ms);
         if u128::from(skew) > AUTH_WINDOW.as_millis() {
-            return Err(Status::unauthenticated(format!(
+            return Err(status::unauthenticated(format!(
                 "the request was signed {skew} ms away from this server's clock (at most {} s)",
                 AUTH_WINDOW.as_secs()
             )));
         }
         let signature = Signature::try_from(auth.signature.as_slice())
-            .map_err(|_| Status::unauthenticated("auth.signature is not 64 bytes"))?;
+            .map_err(|_| status::unauthenticated("auth.signature is not 64 bytes"))?;
         let bytes = signing_bytes(
             &self.ctx.network,
             org,
@@ -137,7 +137,7 @@ impl<B: Backend> StateService<B> {
             .signatures
             .check(|| key.verify(&bytes, &signature))
             .map_err(|_| {
-                Status::unauthenticated(format!(
+                status::unauthenticated(format!(
                     "the signature of organization {org} does not verify"
                 ))
             })?;
@@ -149,7 +149,7 @@ impl<B: Backend> StateService<B> {
         r: pb::StateOfferRequest,
     ) -> Result<Response<pb::StateOfferResponse>, Status> {
         self.check(r.auth.as_ref(), "StateOffer", 0, "")?;
-        let offer = self.server.offer().await.map_err(Status::unavailable)?;
+        let offer = self.server.offer().await.map_err(status::failed)?;
         Ok(Response::new(match offer {
             Some(o) => pb::StateOfferResponse {
                 entry: Some(pb::LedgerEntry::from(&o.entry)),
@@ -176,7 +176,7 @@ impl<B: Backend> StateService<B> {
             .server
             .digests(BlockNumber(r.block), &r.table, &nodes)
             .await
-            .map_err(Status::failed_precondition)?;
+            .map_err(status::precondition)?;
         Ok(Response::new(pb::StateDigestsResponse {
             digests: digests.iter().map(|d| d.as_bytes().to_vec()).collect(),
         }))
@@ -187,14 +187,15 @@ impl<B: Backend> StateService<B> {
         r: pb::StateRowsRequest,
     ) -> Result<Response<RowsStream>, Status> {
         self.check(r.auth.as_ref(), "StateRows", r.block, &r.table)?;
-        let permit = self.responses.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted("other state transfers are being served; ask again later")
-        })?;
+        let permit =
+            self.responses.clone().try_acquire_owned().map_err(|_| {
+                status::busy("other state transfers are being served; ask again later")
+            })?;
         let rows = self
             .server
             .rows(BlockNumber(r.block), &r.table, &r.ranges)
             .await
-            .map_err(Status::failed_precondition)?;
+            .map_err(status::precondition)?;
         let mut chunks = Vec::new();
         let mut chunk = Vec::new();
         let mut size = 0;

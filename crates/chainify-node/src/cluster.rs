@@ -8,8 +8,10 @@
 //! orderer comes from the [`OrdererFactory`] (for instance a `FaultyOrderer`).
 //!
 //! Clients are stood in for by [`Cluster::submit`]: it signs a proposal as the network's client
-//! and collects every organization's early-abort acceptance (the ChainifyServer's job in a
-//! deployed network).
+//! and has the first organization admit it through the same [`Admission`] a ChainifyServer runs
+//! (checks, nonce window, ledger lookup, endorsement rounds), its endorsers reached in process.
+//! Each organization's admission stays up while its node is crashed or stopped, as a
+//! ChainifyServer deployed as its own component does.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,9 +22,7 @@ use std::time::{Duration, Instant};
 
 use chainify_core::config::{ConfigError, NetworkConfig};
 use chainify_core::crypto::SigningKey;
-use chainify_core::tx::{
-    ChainedTransaction, EarlyAbortResponse, ProposalBody, Transaction, Verdict,
-};
+use chainify_core::tx::{ChainedTransaction, ProposalBody, Transaction};
 use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
 use chainify_orderer::{Orderer, OrdererError, Resume};
@@ -34,6 +34,7 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::admission::{Admission, AdmissionSettings, LocalEndorser, LocalEndorsing, Refusal};
 use crate::node::{Node, NodeError, NodeSettings, NodeStatus, ledger_entry, resume_point};
 use crate::transport::LocalNetwork;
 use crate::{ExecutionError, ExecutionServer};
@@ -82,6 +83,9 @@ pub enum ClusterError {
     /// Keys could not be generated.
     #[error("generating keys: {0}")]
     Keys(String),
+    /// Admission refused a transaction.
+    #[error("refused: {0}")]
+    Refused(#[from] Refusal),
     /// The serial replay of the agreed blocks failed.
     #[error("serial replay: {0}")]
     Replay(#[from] ExecutionError),
@@ -191,9 +195,9 @@ pub trait OrdererFactory: Send + Sync + 'static {
 
 /// One orderer shared by every organization (the in-process orderer, possibly wrapped).
 #[derive(Debug)]
-pub struct Shared<O>(pub Arc<O>);
+pub struct SharedOrderer<O>(pub Arc<O>);
 
-impl<O: Orderer + 'static> OrdererFactory for Shared<O> {
+impl<O: Orderer + 'static> OrdererFactory for SharedOrderer<O> {
     type Orderer = O;
 
     async fn orderer(&self, _: Option<OrgId>, _: Resume) -> Result<Arc<O>, OrdererError> {
@@ -238,6 +242,41 @@ pub struct Cluster<F: OrdererFactory> {
     net: LocalNetwork,
     orgs: BTreeMap<OrgId, OrgRun>,
     nonce: Arc<AtomicU64>,
+    admissions: Arc<Admissions>,
+}
+
+/// Every organization's admission and store in the process: what their endorsers reach.
+#[derive(Debug, Default)]
+struct Admissions {
+    orgs: BTreeMap<OrgId, Arc<Admission>>,
+    stores: Mutex<BTreeMap<OrgId, Arc<Store<AnyBackend>>>>,
+}
+
+impl LocalEndorsing for Arc<Admissions> {
+    fn admission(&self, org: OrgId) -> Option<Arc<Admission>> {
+        self.orgs.get(&org).cloned()
+    }
+
+    fn in_ledger<'a>(
+        &'a self,
+        org: OrgId,
+        id: TxId,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>> {
+        let store = self
+            .stores
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&org)
+            .cloned();
+        Box::pin(async move {
+            let store = store.ok_or_else(|| format!("{org} is not in the cluster"))?;
+            store
+                .known_transactions(BlockNumber(u64::MAX), &[id])
+                .await
+                .map(|known| !known.is_empty())
+                .map_err(|e| format!("looking up transaction ids: {e}"))
+        })
+    }
 }
 
 /// A client of a cluster that needs no access to the cluster itself (which stays free to crash
@@ -246,6 +285,7 @@ pub struct Cluster<F: OrdererFactory> {
 pub struct ClusterClient<O> {
     spec: Arc<ClusterSpec>,
     nonce: Arc<AtomicU64>,
+    admissions: Arc<Admissions>,
     orderer: Arc<O>,
     observer: OrgId,
     outcomes: Outcomes,
@@ -265,6 +305,7 @@ impl<O> Clone for ClusterClient<O> {
         ClusterClient {
             spec: self.spec.clone(),
             nonce: self.nonce.clone(),
+            admissions: self.admissions.clone(),
             orderer: self.orderer.clone(),
             observer: self.observer,
             outcomes: self.outcomes.clone(),
@@ -273,9 +314,13 @@ impl<O> Clone for ClusterClient<O> {
 }
 
 impl<O: Orderer> ClusterClient<O> {
-    /// The signed, endorsed transaction [`ClusterClient::submit_raw`] would send.
-    pub fn endorse(&self, transaction: Transaction) -> ChainedTransaction {
-        endorse(&self.spec, &self.nonce, transaction)
+    /// Signs `transaction` as the client and has the first organization admit it: the
+    /// endorsed transaction [`ClusterClient::submit_raw`] sends.
+    pub async fn endorse(
+        &self,
+        transaction: Transaction,
+    ) -> Result<ChainedTransaction, ClusterError> {
+        endorse(&self.spec, &self.nonce, &self.admissions, transaction).await
     }
 
     /// Submits an already built transaction as is.
@@ -298,14 +343,23 @@ impl<O: Orderer> ClusterClient<O> {
     }
 }
 
-/// Signs `transaction` as the cluster's client and endorses it as a smallest combination of the
-/// endorsement policy with the first organization: the responses the first organization's
-/// ChainifyServer would collect (validation checks each of them at every organization).
-fn endorse(spec: &ClusterSpec, nonce: &AtomicU64, transaction: Transaction) -> ChainedTransaction {
-    let endorsers = spec
+/// Signs `transaction` as the cluster's client and has the first organization admit it, as its
+/// ChainifyServer would: checked, its nonce claimed, looked up in the ledger and endorsed by the
+/// organizations the endorsement policy needs, each running its own admission.
+async fn endorse(
+    spec: &ClusterSpec,
+    nonce: &AtomicU64,
+    admissions: &Arc<Admissions>,
+    transaction: Transaction,
+) -> Result<ChainedTransaction, ClusterError> {
+    let origin = spec
         .orgs
         .first()
-        .and_then(|first| spec.network.endorsement.smallest_combination_with(first.id));
+        .map(|o| o.id)
+        .ok_or_else(|| ClusterError::Mismatch("the cluster has no organization".into()))?;
+    let admission = admissions
+        .admission(origin)
+        .ok_or(ClusterError::UnknownOrg(origin))?;
     let body = ProposalBody {
         client: spec.client.clone(),
         nonce: nonce.fetch_add(1, Ordering::Relaxed) + 1,
@@ -314,23 +368,18 @@ fn endorse(spec: &ClusterSpec, nonce: &AtomicU64, transaction: Transaction) -> C
     };
     let proposal = body.sign_as(&spec.client_key, spec.network.signatures);
     let id = proposal.tx_id();
-    ChainedTransaction {
-        responses: spec
-            .orgs
-            .iter()
-            .filter(|o| endorsers.as_ref().is_none_or(|e| e.contains(&o.id)))
-            .map(|o| {
-                EarlyAbortResponse::new_as(
-                    id,
-                    o.id,
-                    Verdict::Accept,
-                    &o.key,
-                    spec.network.signatures,
-                )
-            })
-            .collect(),
+    let in_ledger = async {
+        admissions
+            .in_ledger(origin, id)
+            .await
+            .map_err(|e| Refusal::unavailable(format!("{origin}"), e))
+    };
+    let endorser = LocalEndorser::new(origin, admissions.clone());
+    let responses = admission.admit(&proposal, in_ledger, &endorser).await?;
+    Ok(ChainedTransaction {
         proposal,
-    }
+        responses,
+    })
 }
 
 impl<F: OrdererFactory> std::fmt::Debug for Cluster<F> {
@@ -362,6 +411,27 @@ impl<F: OrdererFactory> Cluster<F> {
     /// Opens every organization's database (registering the shared tables) and starts its node.
     pub async fn start(spec: ClusterSpec, factory: F) -> Result<Cluster<F>, ClusterError> {
         let client_orderer = factory.orderer(None, Resume::START).await?;
+        let mut stores = BTreeMap::new();
+        let mut admissions = Admissions::default();
+        for org in &spec.orgs {
+            let store = Arc::new(open_store(&spec, org).await?);
+            let schema = store.schema().map_err(|source| ClusterError::Storage {
+                org: org.id,
+                source,
+            })?;
+            admissions.orgs.insert(
+                org.id,
+                Arc::new(Admission::new(
+                    org.id,
+                    org.key.clone(),
+                    spec.network.clone(),
+                    chainify_sql::Analyzer::new(schema),
+                    AdmissionSettings::default(),
+                )),
+            );
+            stores.insert(org.id, store);
+        }
+        admissions.stores = Mutex::new(stores.clone());
         let mut cluster = Cluster {
             spec,
             factory,
@@ -369,9 +439,10 @@ impl<F: OrdererFactory> Cluster<F> {
             net: LocalNetwork::new(),
             orgs: BTreeMap::new(),
             nonce: Arc::default(),
+            admissions: Arc::new(admissions),
         };
         for org in cluster.spec.orgs.clone() {
-            let store = Arc::new(open_store(&cluster.spec, &org).await?);
+            let store = stores[&org.id].clone();
             let (_, status) = watch::channel(NodeStatus::new(org.id, Resume::START.block));
             cluster.orgs.insert(
                 org.id,
@@ -457,18 +528,21 @@ impl<F: OrdererFactory> Cluster<F> {
         Ok(())
     }
 
-    /// Signs `transaction` as the client, has every organization accept it early, and submits
-    /// it to the orderer. Returns its id.
+    /// Signs `transaction` as the client, has the first organization admit it (endorsed as
+    /// the policy needs), and submits it to the orderer. Returns its id.
     pub async fn submit(&self, transaction: Transaction) -> Result<TxId, ClusterError> {
-        let tx = self.endorse(transaction);
+        let tx = self.endorse(transaction).await?;
         let id = tx.proposal.tx_id();
         self.client_orderer.broadcast(tx).await?;
         Ok(id)
     }
 
-    /// The signed, endorsed transaction [`Cluster::submit`] would send.
-    pub fn endorse(&self, transaction: Transaction) -> ChainedTransaction {
-        endorse(&self.spec, &self.nonce, transaction)
+    /// The signed, admitted and endorsed transaction [`Cluster::submit`] sends.
+    pub async fn endorse(
+        &self,
+        transaction: Transaction,
+    ) -> Result<ChainedTransaction, ClusterError> {
+        endorse(&self.spec, &self.nonce, &self.admissions, transaction).await
     }
 
     /// A client whose transactions' outcomes are read at `observer`.
@@ -476,6 +550,7 @@ impl<F: OrdererFactory> Cluster<F> {
         Ok(ClusterClient {
             spec: Arc::new(self.spec.clone()),
             nonce: self.nonce.clone(),
+            admissions: self.admissions.clone(),
             orderer: self.client_orderer.clone(),
             observer,
             outcomes: self.org(observer)?.outcomes.clone(),
@@ -677,6 +752,11 @@ impl<F: OrdererFactory> Cluster<F> {
             .orgs
             .get_mut(&org)
             .ok_or(ClusterError::UnknownOrg(org))?;
+        self.admissions
+            .stores
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(org, store.clone());
         let old = std::mem::replace(&mut run.store, store);
         old.close().await;
         self.launch(org).await

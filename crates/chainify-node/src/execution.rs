@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::admission::{ClientSignature, check_proposal};
 use chainify_core::config::NetworkConfig;
 use chainify_core::tx::{LedgerBlock, TransactionBlock};
 use chainify_core::validate::validate_block;
@@ -118,28 +119,20 @@ impl<B: Backend> ExecutionServer<B> {
             };
             valid.push(true);
             valid_ids.push(id);
-            let body = &chained.proposal.body;
-            let analysed = self
-                .analyzer
-                .analyze(&body.transaction)
-                .map_err(|e| e.to_string())
-                .and_then(|analysis| {
-                    // Validation found the client, so the lookup succeeds.
-                    match self.network.clients.get(&body.client) {
-                        Some(client) => analysis
-                            .check_grants(client)
-                            .map(|()| analysis)
-                            .map_err(|e| e.to_string()),
-                        None => Err(format!("unknown client {}", body.client)),
-                    }
-                });
-            match analysed {
+            // The admission checks again: the orderer is untrusted. Validation verified the
+            // client's signature.
+            match check_proposal(
+                &self.network,
+                &self.analyzer,
+                &chained.proposal,
+                ClientSignature::Verified,
+            ) {
                 Ok(analysis) => txs.push(Some(ExecTx {
-                    transaction: body.transaction.clone(),
+                    transaction: chained.proposal.body.transaction.clone(),
                     analysis,
                 })),
-                Err(reason) => {
-                    invalid.push((index, reason));
+                Err(refusal) => {
+                    invalid.push((index, refusal.to_string()));
                     txs.push(None);
                 }
             }

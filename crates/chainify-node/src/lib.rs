@@ -1,5 +1,7 @@
 //! chainify-node: the components of one organization, and N organizations in one process.
 //!
+//! - [`admission`]: whether a proposal may be ordered and every reason it may not (the checks,
+//!   the nonce window, endorsement rounds over an [`Endorser`]), with no transport.
 //! - [`ExecutionServer`]: turns an ordered [`TransactionBlock`] into the organization's
 //!   [`LedgerBlock`]: validate every transaction deterministically (signatures, endorsement,
 //!   replays), analyse and check grants, execute on the local engine, digest, chain.
@@ -11,6 +13,7 @@
 //! - [`cluster`]: N organizations on any engines in one process, with fault hooks (tests, the
 //!   demo, benchmarks).
 
+pub mod admission;
 pub mod cluster;
 mod execution;
 mod gate;
@@ -20,6 +23,10 @@ mod port;
 pub mod transfer;
 pub mod transport;
 
+pub use admission::{
+    Admission, AdmissionSettings, ClientSignature, Endorser, Refusal, Replay, Unauthenticated,
+    check_proposal,
+};
 pub use execution::{Executed, ExecutionError, ExecutionServer};
 pub use gate::{ReadGate, ReadGuard};
 pub use node::{

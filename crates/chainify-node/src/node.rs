@@ -32,7 +32,7 @@ use chainify_core::{BlockNumber, Digest, OrgId};
 use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
 use chainify_proto::convert::LedgerEntry;
 use chainify_proto::pb;
-use chainify_storage::{Backend, DbErrorKind, ExecMode, StorageError, Store};
+use chainify_storage::{Backend, ExecMode, StorageError, Store};
 use futures_util::StreamExt;
 use prost::Message as _;
 use tokio::sync::{OwnedRwLockWriteGuard, broadcast, mpsc, watch};
@@ -831,7 +831,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             {
                 Ok(()) => break,
                 // Unreachable, or busy (SQLite's single writer is executing the next block).
-                Err(e) if retryable(&e) => {
+                Err(e) if e.is_transient() => {
                     warn!(org = %self.me, block = %block.number, error = %e, "appending to the ledger failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
@@ -1412,14 +1412,6 @@ async fn checkpoints_before<B: Backend>(
 }
 
 /// Errors that go away by themselves: the database is unreachable or busy.
-fn retryable(e: &StorageError) -> bool {
-    match e {
-        StorageError::Connect { .. } | StorageError::ConnectionLost { .. } => true,
-        StorageError::Database { source, .. } => source.kind != DbErrorKind::Statement,
-        _ => false,
-    }
-}
-
 fn trim<T>(list: &mut Vec<T>) {
     if list.len() > KEEP_REPORTS {
         list.drain(..list.len() - KEEP_REPORTS);
@@ -1469,37 +1461,7 @@ async fn ledger_block<B: Backend>(
 
 #[cfg(test)]
 mod tests {
-    use chainify_storage::DbError;
-
     use super::*;
-
-    fn database(kind: DbErrorKind) -> StorageError {
-        StorageError::Database {
-            url: "sqlite://x".into(),
-            during: "appending".into(),
-            source: DbError {
-                kind,
-                code: None,
-                message: "m".into(),
-            },
-        }
-    }
-
-    #[test]
-    fn only_passing_database_errors_are_retried() {
-        assert!(retryable(&database(DbErrorKind::Transient)));
-        assert!(retryable(&database(DbErrorKind::Connection)));
-        assert!(retryable(&StorageError::ConnectionLost {
-            url: "u".into(),
-            during: "d".into(),
-            reason: "r".into(),
-        }));
-        assert!(!retryable(&database(DbErrorKind::Statement)));
-        assert!(!retryable(&StorageError::BadBlock {
-            block: BlockNumber(3),
-            problem: "does not follow".into(),
-        }));
-    }
 
     #[tokio::test]
     async fn recovery_waits_for_an_unreachable_execution_component_within_its_budget() {

@@ -15,7 +15,7 @@ const WAIT: Duration = Duration::from_secs(120);
 
 fn local(
     spec: &chainify_node::cluster::ClusterSpec,
-) -> chainify_node::cluster::Shared<LocalOrderer> {
+) -> chainify_node::cluster::SharedOrderer<LocalOrderer> {
     shared(LocalOrderer::start(
         spec.network.network_id.clone(),
         spec.network.max_block_txs,

@@ -120,8 +120,14 @@ async fn forged_and_replayed_transactions_are_flagged() {
     let cluster = cluster("forged", |spec| shared(local(spec))).await;
     let orgs = cluster.orgs();
     let mut workload = smallbank(ACCOUNTS, 8);
-    let honest = cluster.endorse(workload.next_tx().1);
-    let mut forged = cluster.endorse(workload.next_tx().1);
+    let honest = cluster
+        .endorse(workload.next_tx().1)
+        .await
+        .expect("endorse");
+    let mut forged = cluster
+        .endorse(workload.next_tx().1)
+        .await
+        .expect("endorse");
     forged.proposal.body.nonce += 1_000_000;
     cluster.submit_raw(honest.clone()).await.expect("submit");
     cluster.submit_raw(forged.clone()).await.expect("submit");

@@ -180,6 +180,18 @@ impl StorageError {
             StorageError::Connect { .. } | StorageError::ConnectionLost { .. }
         )
     }
+
+    /// Whether this request failed but the same one may succeed later: the database went away
+    /// or answered with a passing error (deadlock, lock timeout, busy, serialization failure).
+    /// Anything else (a statement the database refuses, a malformed block, corrupt system
+    /// tables) fails again the same way.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StorageError::Connect { .. } | StorageError::ConnectionLost { .. } => true,
+            StorageError::Database { source, .. } => source.kind != DbErrorKind::Statement,
+            _ => false,
+        }
+    }
 }
 
 /// Removes the password from a database URL for messages and logs.
@@ -206,6 +218,40 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    fn database(kind: DbErrorKind) -> StorageError {
+        StorageError::Database {
+            url: "sqlite://x".into(),
+            during: "appending".into(),
+            source: DbError {
+                kind,
+                code: None,
+                message: "m".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn only_passing_database_errors_are_retried() {
+        assert!(database(DbErrorKind::Transient).is_transient());
+        assert!(database(DbErrorKind::Connection).is_transient());
+        assert!(
+            StorageError::ConnectionLost {
+                url: "u".into(),
+                during: "d".into(),
+                reason: "r".into(),
+            }
+            .is_transient()
+        );
+        assert!(!database(DbErrorKind::Statement).is_transient());
+        assert!(
+            !StorageError::BadBlock {
+                block: BlockNumber(3),
+                problem: "does not follow".into(),
+            }
+            .is_transient()
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -14,7 +14,7 @@ use chainify_core::OrgId;
 use chainify_core::crypto::Signatures;
 use chainify_core::policy::{AgreementPolicy, PolicySpec};
 use chainify_node::NodeSettings;
-use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
+use chainify_node::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_orderer::LocalOrderer;
 use chainify_storage::ExecMode;
@@ -370,7 +370,7 @@ impl PartialEq for Source {
     }
 }
 
-fn phase_snapshot(cluster: &Cluster<Shared<LocalOrderer>>) -> PhaseSnapshot {
+fn phase_snapshot(cluster: &Cluster<SharedOrderer<LocalOrderer>>) -> PhaseSnapshot {
     cluster
         .orgs()
         .into_iter()
@@ -407,7 +407,7 @@ impl FaultLog {
         &mut self,
         t: f64,
         due: &mut std::collections::VecDeque<Fault>,
-        cluster: &mut Cluster<Shared<LocalOrderer>>,
+        cluster: &mut Cluster<SharedOrderer<LocalOrderer>>,
         tamper_sql: &str,
         screen: &Screen,
     ) -> anyhow::Result<()> {
@@ -482,7 +482,7 @@ impl FaultLog {
         &mut self,
         t: f64,
         org: OrgId,
-        cluster: &mut Cluster<Shared<LocalOrderer>>,
+        cluster: &mut Cluster<SharedOrderer<LocalOrderer>>,
         screen: &Screen,
     ) -> anyhow::Result<()> {
         cluster.restart(org).await?;
@@ -498,7 +498,7 @@ impl FaultLog {
     async fn restart_all(
         &mut self,
         t: f64,
-        cluster: &mut Cluster<Shared<LocalOrderer>>,
+        cluster: &mut Cluster<SharedOrderer<LocalOrderer>>,
         screen: &Screen,
     ) -> anyhow::Result<()> {
         for (org, _) in std::mem::take(&mut self.down) {
@@ -524,7 +524,7 @@ fn generators_for(args: &BenchArgs, setup: &Setup) -> Vec<crate::drive::Generato
 
 /// What a run drives: an in-process network, or a devnet of processes.
 enum Net {
-    Local(Box<Cluster<Shared<LocalOrderer>>>),
+    Local(Box<Cluster<SharedOrderer<LocalOrderer>>>),
     Devnet(Box<Devnet>),
 }
 
@@ -811,7 +811,7 @@ async fn start_local(
     setup: &Setup,
     dir: &std::path::Path,
     tag: &str,
-) -> anyhow::Result<Cluster<Shared<LocalOrderer>>> {
+) -> anyhow::Result<Cluster<SharedOrderer<LocalOrderer>>> {
     let mut urls = Vec::new();
     for (i, engine) in args.engines.iter().enumerate() {
         let name = format!("{tag}_org{}", i + 1);
@@ -858,7 +858,7 @@ async fn start_local(
         spec.network.max_block_txs,
         spec.network.batch_timeout,
     );
-    Ok(Cluster::start(spec, Shared(Arc::new(orderer))).await?)
+    Ok(Cluster::start(spec, SharedOrderer(Arc::new(orderer))).await?)
 }
 
 /// A report being assembled: the layer's figures, then possibly the raw baseline's.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chainify_core::OrgId;
-use chainify_node::cluster::{Cluster, ClusterSpec, Shared};
+use chainify_node::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_node::{NodeSettings, RecoveryReport};
 use chainify_orderer::LocalOrderer;
 use chainify_workload::{KeyDistribution, YcsbRecord};
@@ -177,7 +177,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         spec.network.max_block_txs,
         spec.network.batch_timeout,
     );
-    let cluster = Arc::new(Cluster::start(spec, Shared(Arc::new(orderer))).await?);
+    let cluster = Arc::new(Cluster::start(spec, SharedOrderer(Arc::new(orderer))).await?);
     eprintln!(
         "  {} organizations loaded and running in {:.1} s",
         args.orgs,

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use chainify_core::tx::Transaction;
 use chainify_core::{OrgId, TxId};
 use chainify_node::NodeStatus;
-use chainify_node::cluster::{Cluster, ClusterClient, Shared};
+use chainify_node::cluster::{Cluster, ClusterClient, SharedOrderer};
 use chainify_orderer::LocalOrderer;
 use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, recreate_database};
 use chainify_workload::{
@@ -208,7 +208,7 @@ pub(crate) struct Load {
 impl Load {
     /// Starts one client per generator.
     pub(crate) fn start(
-        cluster: &Cluster<Shared<LocalOrderer>>,
+        cluster: &Cluster<SharedOrderer<LocalOrderer>>,
         observer: OrgId,
         generators: Vec<Generator>,
     ) -> anyhow::Result<Load> {
@@ -359,7 +359,7 @@ async fn client(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
-        let tx = cluster.endorse(workload.next());
+        let tx = cluster.endorse(workload.next()).await?;
         let id = tx.proposal.tx_id();
         let (tell, mut told) = oneshot::channel();
         pending

@@ -106,6 +106,6 @@ pub fn smallbank(accounts: u64, seed: u64) -> Smallbank {
         .with_mix(&SmallbankKind::FULL)
 }
 
-pub fn shared<O>(orderer: O) -> chainify_node::cluster::Shared<O> {
-    chainify_node::cluster::Shared(Arc::new(orderer))
+pub fn shared<O>(orderer: O) -> chainify_node::cluster::SharedOrderer<O> {
+    chainify_node::cluster::SharedOrderer(Arc::new(orderer))
 }

@@ -1,0 +1,177 @@
+//! Every gRPC status chainify's servers answer with is chosen here: the code for each kind of
+//! refusal or failure, with a text that names the field, client, statement, block or key.
+//!
+//! | What | Code | Client's move |
+//! |---|---|---|
+//! | malformed or missing field, wrong network, SQL outside the portable subset | `INVALID_ARGUMENT` | fix the request |
+//! | unknown client or organization, bad signature | `UNAUTHENTICATED` | fix the key |
+//! | missing grant, a peer not allowed to ask | `PERMISSION_DENIED` | ask for the grant |
+//! | replay: nonce used or forgotten, transaction in the ledger | `ALREADY_EXISTS` | use a fresh nonce |
+//! | too much under way | `RESOURCE_EXHAUSTED` | retry later |
+//! | an endorser rejected it, a request that cannot be served in this state | `FAILED_PRECONDITION` | do not retry as is |
+//! | endorsers, the orderer, the database or a peer unavailable | `UNAVAILABLE` | retry |
+//! | not agreed within the wait | `DEADLINE_EXCEEDED` | ask `TxStatus` later |
+//! | a service this server does not run | `UNIMPLEMENTED` | ask another component |
+//! | a bug | `INTERNAL` | report it |
+
+use std::fmt::Display;
+
+use chainify_node::Refusal;
+use chainify_proto::ProtocolError;
+use chainify_storage::StorageError;
+use tonic::Status;
+
+/// The status of a refused proposal.
+pub(crate) fn refused(refusal: Refusal) -> Status {
+    let message = refusal.to_string();
+    match refusal {
+        Refusal::Malformed(_) | Refusal::WrongNetwork { .. } | Refusal::Invalid(_) => {
+            Status::invalid_argument(message)
+        }
+        Refusal::Unauthenticated(_) => Status::unauthenticated(message),
+        Refusal::PermissionDenied(_) => Status::permission_denied(message),
+        Refusal::Replay(_) => Status::already_exists(message),
+        Refusal::Overloaded { .. } => Status::resource_exhausted(message),
+        Refusal::RejectedBy(_) => Status::failed_precondition(message),
+        Refusal::NotEndorsed(_) | Refusal::Unavailable { .. } => Status::unavailable(message),
+    }
+}
+
+/// A malformed message, naming the field.
+pub(crate) fn malformed(field: &str, e: &ProtocolError) -> Status {
+    Status::invalid_argument(e.clone().within(field).to_string())
+}
+
+/// A required field that is absent.
+pub(crate) fn missing(field: &str) -> Status {
+    Status::invalid_argument(format!("{field}: missing"))
+}
+
+/// A field of the wrong length.
+pub(crate) fn wrong_length(field: &str, expected: usize, got: usize) -> Status {
+    Status::invalid_argument(format!("{field}: expected {expected} bytes, got {got}"))
+}
+
+/// A request outside what the server accepts (too large, a block out of range, an analysis
+/// error in a query), described by `problem`.
+pub(crate) fn invalid(problem: impl Display) -> Status {
+    Status::invalid_argument(problem.to_string())
+}
+
+/// A sender that is not who it claims, or not signed.
+pub(crate) fn unauthenticated(problem: impl Display) -> Status {
+    Status::unauthenticated(problem.to_string())
+}
+
+/// An authenticated sender that may not ask this.
+pub(crate) fn permission_denied(problem: impl Display) -> Status {
+    Status::permission_denied(problem.to_string())
+}
+
+/// Too many requests of this kind under way.
+pub(crate) fn busy(problem: impl Display) -> Status {
+    Status::resource_exhausted(problem.to_string())
+}
+
+/// A request this server cannot serve in its present state.
+pub(crate) fn precondition(problem: impl Display) -> Status {
+    Status::failed_precondition(problem.to_string())
+}
+
+/// Something the server needs failed while `what`: the request may be retried.
+pub(crate) fn unavailable(what: impl Display, e: impl Display) -> Status {
+    Status::unavailable(format!("{what}: {e}"))
+}
+
+/// Something the server needs failed (the error says what): the request may be retried.
+pub(crate) fn failed(e: impl Display) -> Status {
+    Status::unavailable(e.to_string())
+}
+
+/// A query the database refused (its text is the client's to fix) or could not run.
+pub(crate) fn query_failed(e: StorageError) -> Status {
+    match e {
+        StorageError::Query(_) | StorageError::Database { .. } => {
+            Status::invalid_argument(e.to_string())
+        }
+        other => Status::unavailable(other.to_string()),
+    }
+}
+
+/// The server is going away.
+pub(crate) fn shutting_down() -> Status {
+    Status::unavailable("the organization is shutting down")
+}
+
+/// A wait ran out.
+pub(crate) fn deadline(problem: impl Display) -> Status {
+    Status::deadline_exceeded(problem.to_string())
+}
+
+/// A service this server does not run.
+pub(crate) fn not_served(problem: impl Display) -> Status {
+    Status::unimplemented(problem.to_string())
+}
+
+/// A bug (a task that panicked).
+pub(crate) fn internal(what: impl Display, e: impl Display) -> Status {
+    Status::internal(format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_core::{Digest, OrgId, TxId};
+    use chainify_node::{Replay, Unauthenticated};
+    use tonic::Code;
+
+    #[test]
+    fn each_refusal_has_its_code_and_keeps_its_text() {
+        let tx = TxId(Digest::of(b"t"));
+        let failure = |rejected| chainify_node::admission::EndorseFailure {
+            org: OrgId(2),
+            reason: "down".into(),
+            rejected,
+        };
+        let cases = [
+            (Refusal::malformed("proposal", "bad"), Code::InvalidArgument),
+            (
+                Refusal::WrongNetwork {
+                    proposal: "a".into(),
+                    this: "b".into(),
+                },
+                Code::InvalidArgument,
+            ),
+            (
+                Unauthenticated::NotAPeer { from: 7 }.into(),
+                Code::Unauthenticated,
+            ),
+            (Replay::InLedger(tx).into(), Code::AlreadyExists),
+            (
+                Refusal::Overloaded {
+                    org: OrgId(1),
+                    in_flight: 3,
+                },
+                Code::ResourceExhausted,
+            ),
+            (
+                Refusal::RejectedBy(vec![failure(true)]),
+                Code::FailedPrecondition,
+            ),
+            (
+                Refusal::NotEndorsed(vec![failure(false)]),
+                Code::Unavailable,
+            ),
+            (
+                Refusal::unavailable("the orderer", "gone"),
+                Code::Unavailable,
+            ),
+        ];
+        for (refusal, code) in cases {
+            let text = refusal.to_string();
+            let status = refused(refusal);
+            assert_eq!(status.code(), code, "{text}");
+            assert_eq!(status.message(), text);
+        }
+    }
+}

@@ -1,0 +1,1054 @@
+//! Admission (DESIGN §2.1): whether a proposal may be ordered, and every reason it may not, in
+//! one place and with no transport.
+//!
+//! A proposal is admitted at its *origin* (the organization a client submits through):
+//! [`check_proposal`] (client, signature, network, the determinism rules, grants), its
+//! (client, nonce) claimed in the [`Admission`]'s nonce window, not already in the ledger, and
+//! endorsed: signed early-abort verdicts collected over an [`Endorser`] until the endorsement
+//! policy is met. Every endorsing organization runs the same checks on the same proposal
+//! ([`Admission::verdict`]), and every ExecutionServer runs [`check_proposal`] again on the
+//! ordered block (the orderer is untrusted).
+//!
+//! The gRPC servers map a [`Refusal`] to a status code in one place (`chainify-net`'s
+//! `status` module); the in-process cluster endorses through [`LocalEndorser`]s, so both run
+//! this code.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chainify_core::config::{ClientInfo, NetworkConfig};
+use chainify_core::crypto::{Signature, SigningKey};
+use chainify_core::tx::{EarlyAbortBatch, EarlyAbortResponse, Proposal, Verdict};
+use chainify_core::{ClientId, OrgId, TxId};
+use chainify_sql::{AnalysisError, Analyzer, MissingGrant, TxAnalysis};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+/// Why a proposal is not ordered. Its text is what the client reads (and, for an endorser's
+/// rejection, what the endorser signs), so it names the client, nonce, statement or grant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A field of the request is missing or malformed (the text names the field).
+    #[error("{0}")]
+    Malformed(String),
+    /// The sender is not who it claims to be.
+    #[error(transparent)]
+    Unauthenticated(#[from] Unauthenticated),
+    /// The proposal names another network.
+    #[error("the proposal is for network {proposal:?}, this is network {this:?}")]
+    WrongNetwork {
+        /// The network the proposal names.
+        proposal: String,
+        /// This network.
+        this: String,
+    },
+    /// The SQL breaks the portable subset or a determinism rule.
+    #[error(transparent)]
+    Invalid(#[from] AnalysisError),
+    /// The client lacks a grant a statement needs.
+    #[error(transparent)]
+    PermissionDenied(#[from] MissingGrant),
+    /// The proposal, or its nonce, was seen before.
+    #[error(transparent)]
+    Replay(#[from] Replay),
+    /// The origin has too many submissions under way.
+    #[error("overloaded: {in_flight} submissions are in flight at {org}; retry later")]
+    Overloaded {
+        /// The organization.
+        org: OrgId,
+        /// Its limit of submissions under way.
+        in_flight: usize,
+    },
+    /// Organizations the endorsement policy needs rejected the proposal: trying again will
+    /// not help.
+    #[error("the endorsement policy cannot be met: rejected by {}", Failures(.0))]
+    RejectedBy(Vec<EndorseFailure>),
+    /// Organizations the endorsement policy needs did not answer: try again later.
+    #[error("the endorsement policy cannot be met now: {}", Failures(.0))]
+    NotEndorsed(Vec<EndorseFailure>),
+    /// Something this organization needs is unavailable (its database, the orderer).
+    #[error("{what}: {problem}")]
+    Unavailable {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        problem: String,
+    },
+}
+
+impl Refusal {
+    /// A missing or malformed field, named.
+    pub fn malformed(field: &str, problem: impl fmt::Display) -> Refusal {
+        Refusal::Malformed(format!("{field}: {problem}"))
+    }
+
+    /// Something needed failed while `what`.
+    pub fn unavailable(what: impl Into<String>, problem: impl fmt::Display) -> Refusal {
+        Refusal::Unavailable {
+            what: what.into(),
+            problem: problem.to_string(),
+        }
+    }
+}
+
+/// Why the sender of a proposal or an early-abort batch is not accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unauthenticated {
+    /// The client is not in the network configuration.
+    #[error("unknown client {client:?}: not in network {network}")]
+    UnknownClient {
+        /// The client the proposal names.
+        client: String,
+        /// This network.
+        network: String,
+    },
+    /// The client's signature does not verify.
+    #[error("the signature of the proposal by client {client:?} (nonce {nonce}) does not verify")]
+    BadSignature {
+        /// The client.
+        client: String,
+        /// The proposal's nonce.
+        nonce: u64,
+    },
+    /// An early-abort batch names this organization or one outside the network.
+    #[error(
+        "an early-abort batch must come from another organization of the network, not org{from}"
+    )]
+    NotAPeer {
+        /// The organization the batch names.
+        from: u32,
+    },
+    /// An early-abort batch's signature does not verify.
+    #[error("the early-abort batch is not signed by {from}, which it claims to come from")]
+    BadBatchSignature {
+        /// The organization the batch names.
+        from: OrgId,
+    },
+}
+
+/// Why a proposal is refused as a possible replay.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Replay {
+    /// The nonce is at or below the oldest one still remembered for the client.
+    #[error(
+        "client {client:?}: nonce {nonce} is not above {floor}, the oldest nonce still remembered \
+         for this client; it may be a replay: use a fresh nonce"
+    )]
+    Forgotten {
+        /// The client.
+        client: String,
+        /// The nonce.
+        nonce: u64,
+        /// The oldest nonce remembered.
+        floor: u64,
+    },
+    /// Another transaction used the nonce.
+    #[error(
+        "client {client:?}: nonce {nonce} was already used (by transaction {by}, submitted through \
+         {through}): replay refused"
+    )]
+    NonceUsed {
+        /// The client.
+        client: String,
+        /// The nonce.
+        nonce: u64,
+        /// The transaction that used it.
+        by: TxId,
+        /// The organization it was submitted through.
+        through: OrgId,
+    },
+    /// The same proposal was submitted at this origin before.
+    #[error(
+        "client {client:?}: nonce {nonce} was already used (by transaction {tx}): replay refused"
+    )]
+    Resubmitted {
+        /// The client.
+        client: String,
+        /// The nonce.
+        nonce: u64,
+        /// The transaction.
+        tx: TxId,
+    },
+    /// The transaction is in the ledger.
+    #[error("transaction {0} is already in the ledger: replay refused")]
+    InLedger(TxId),
+}
+
+/// One organization's failure to endorse a proposal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndorseFailure {
+    /// The organization.
+    pub org: OrgId,
+    /// Its signed rejection, or why no acceptable answer came.
+    pub reason: String,
+    /// Whether it rejected the proposal (rather than failing to answer).
+    pub rejected: bool,
+}
+
+struct Failures<'a>(&'a [EndorseFailure]);
+
+impl fmt::Display for Failures<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, failure) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", failure.org, failure.reason)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether [`check_proposal`] verifies the client's signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientSignature {
+    /// Verify it (a proposal as received).
+    Verify,
+    /// Block validation verified it already (`validate_block`): never twice.
+    Verified,
+}
+
+/// Every check of a proposal that does not depend on history: the client is in the network and
+/// signed it, it is for this network, its SQL passes analysis (the portable subset and the
+/// determinism rules), and the client holds every grant it needs. Returns the analysis.
+pub fn check_proposal(
+    network: &NetworkConfig,
+    analyzer: &Analyzer,
+    proposal: &Proposal,
+    signature: ClientSignature,
+) -> Result<TxAnalysis, Refusal> {
+    let client = authenticate(network, proposal, signature)?;
+    if proposal.body.network != network.network_id {
+        return Err(Refusal::WrongNetwork {
+            proposal: proposal.body.network.as_str().to_owned(),
+            this: network.network_id.as_str().to_owned(),
+        });
+    }
+    let analysis = analyzer.analyze(&proposal.body.transaction)?;
+    analysis.check_grants(client)?;
+    Ok(analysis)
+}
+
+fn authenticate<'n>(
+    network: &'n NetworkConfig,
+    proposal: &Proposal,
+    signature: ClientSignature,
+) -> Result<&'n ClientInfo, Unauthenticated> {
+    let body = &proposal.body;
+    let client =
+        network
+            .clients
+            .get(&body.client)
+            .ok_or_else(|| Unauthenticated::UnknownClient {
+                client: body.client.as_str().to_owned(),
+                network: network.network_id.to_string(),
+            })?;
+    if signature == ClientSignature::Verify {
+        network
+            .signatures
+            .check(|| proposal.verify(&client.public_key))
+            .map_err(|_| Unauthenticated::BadSignature {
+                client: body.client.as_str().to_owned(),
+                nonce: body.nonce,
+            })?;
+    }
+    Ok(client)
+}
+
+/// A boxed future of an [`Endorser`].
+pub type EndorseFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<EarlyAbortResponse, String>> + Send + 'a>>;
+
+/// How an origin reaches the other organizations' endorsers, as [`crate::Transport`] carries
+/// votes: gRPC in a deployment, [`LocalEndorser`] in one process.
+pub trait Endorser: Send + Sync {
+    /// `org`'s early-abort response to `proposal` (whose id is `id`), or why none came. The
+    /// response is checked by the caller: a peer may answer anything.
+    fn early_abort<'a>(&'a self, org: OrgId, proposal: &'a Proposal, id: TxId)
+    -> EndorseFuture<'a>;
+}
+
+/// Whether a proposal's nonce was new to the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// First seen.
+    New,
+    /// The same transaction again (through this or another origin).
+    Same,
+}
+
+/// Nonces a client used recently, with the transaction each was used for and the organization
+/// that submits it (this one, or the origin that asked for an early-abort response).
+#[derive(Debug, Default)]
+struct NonceWindow {
+    /// Nonces at or below this are forgotten and refused.
+    floor: Option<u64>,
+    seen: BTreeMap<u64, (TxId, OrgId)>,
+}
+
+impl NonceWindow {
+    fn claim(
+        &mut self,
+        client: &ClientId,
+        nonce: u64,
+        id: TxId,
+        origin: OrgId,
+        capacity: usize,
+    ) -> Result<Claim, Replay> {
+        if let Some(floor) = self.floor
+            && nonce <= floor
+        {
+            return Err(Replay::Forgotten {
+                client: client.as_str().to_owned(),
+                nonce,
+                floor,
+            });
+        }
+        match self.seen.get(&nonce) {
+            // The same transaction through another organization is the same claim: the client
+            // signed it, and its origin only routes the answers. (Tying the claim to the first
+            // origin let a Byzantine organization race a proposal's real origin and burn it.)
+            Some((used, _)) if *used == id => return Ok(Claim::Same),
+            Some((used, by)) => {
+                return Err(Replay::NonceUsed {
+                    client: client.as_str().to_owned(),
+                    nonce,
+                    by: *used,
+                    through: *by,
+                });
+            }
+            None => {}
+        }
+        self.seen.insert(nonce, (id, origin));
+        while self.seen.len() > capacity.max(1) {
+            if let Some((oldest, _)) = self.seen.pop_first() {
+                self.floor = Some(oldest);
+            }
+        }
+        Ok(Claim::New)
+    }
+
+    fn release(&mut self, nonce: u64, id: TxId, origin: OrgId) {
+        if self.seen.get(&nonce) == Some(&(id, origin)) {
+            self.seen.remove(&nonce);
+        }
+    }
+}
+
+/// Sizes and time limits of admission.
+#[derive(Clone, Debug)]
+pub struct AdmissionSettings {
+    /// Nonces remembered per client; an older nonce is refused as a possible replay.
+    pub nonce_window: usize,
+    /// How long the endorsement of one proposal may wait for one organization.
+    pub endorse_timeout: Duration,
+}
+
+impl Default for AdmissionSettings {
+    fn default() -> Self {
+        AdmissionSettings {
+            nonce_window: 100_000,
+            endorse_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One organization's admission: its checks, its nonce windows and its signed verdicts.
+pub struct Admission {
+    me: OrgId,
+    key: Arc<SigningKey>,
+    network: Arc<NetworkConfig>,
+    analyzer: Analyzer,
+    nonces: Mutex<HashMap<ClientId, NonceWindow>>,
+    settings: AdmissionSettings,
+}
+
+impl fmt::Debug for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("org", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admission {
+    /// Admission at `me`, signing its verdicts with `key`, analysing with `analyzer` (over the
+    /// organization's schema).
+    pub fn new(
+        me: OrgId,
+        key: Arc<SigningKey>,
+        network: Arc<NetworkConfig>,
+        analyzer: Analyzer,
+        settings: AdmissionSettings,
+    ) -> Admission {
+        Admission {
+            me,
+            key,
+            network,
+            analyzer,
+            nonces: Mutex::new(HashMap::new()),
+            settings,
+        }
+    }
+
+    /// This organization.
+    pub fn org(&self) -> OrgId {
+        self.me
+    }
+
+    /// The network.
+    pub fn network(&self) -> &Arc<NetworkConfig> {
+        &self.network
+    }
+
+    /// The analyzer (queries share its plan cache).
+    pub fn analyzer(&self) -> &Analyzer {
+        &self.analyzer
+    }
+
+    /// [`check_proposal`] for a proposal as received.
+    pub fn check(&self, proposal: &Proposal) -> Result<TxAnalysis, Refusal> {
+        check_proposal(
+            &self.network,
+            &self.analyzer,
+            proposal,
+            ClientSignature::Verify,
+        )
+    }
+
+    /// Claims the proposal's (client, nonce) for `id`, submitted through `origin`.
+    pub fn claim_nonce(
+        &self,
+        proposal: &Proposal,
+        id: TxId,
+        origin: OrgId,
+    ) -> Result<Claim, Replay> {
+        let body = &proposal.body;
+        self.nonces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(body.client.clone())
+            .or_default()
+            .claim(
+                &body.client,
+                body.nonce,
+                id,
+                origin,
+                self.settings.nonce_window,
+            )
+    }
+
+    /// Frees the nonce this origin claimed for `id`: the proposal was not ordered, and the
+    /// client may submit it again.
+    pub fn release_nonce(&self, proposal: &Proposal, id: TxId) {
+        let mut nonces = self.nonces.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(w) = nonces.get_mut(&proposal.body.client) {
+            w.release(proposal.body.nonce, id, self.me);
+        }
+    }
+
+    /// Checks that an early-abort batch comes from the organization it names: the nonces of
+    /// its proposals are claimed for that organization.
+    pub fn check_batch_origin(
+        &self,
+        from: OrgId,
+        ids: &[TxId],
+        signature: &[u8],
+    ) -> Result<(), Refusal> {
+        let key = match self.network.orgs.get(&from) {
+            Some(org) if from != self.me => &org.public_key,
+            _ => return Err(Unauthenticated::NotAPeer { from: from.0 }.into()),
+        };
+        let signature =
+            Signature::try_from(signature).map_err(|e| Refusal::malformed("signature", e))?;
+        let bytes = EarlyAbortBatch::signing_bytes(&self.network.network_id, from, ids);
+        self.network
+            .signatures
+            .check(|| key.verify(&bytes, &signature))
+            .map_err(|_| Unauthenticated::BadBatchSignature { from }.into())
+    }
+
+    /// This organization's signed early-abort verdict on `proposal`, asked for by `origin`:
+    /// the checks of [`check_proposal`], not in the ledger (`in_ledger`), and a nonce claim.
+    pub fn verdict(
+        &self,
+        proposal: &Proposal,
+        id: TxId,
+        origin: OrgId,
+        in_ledger: bool,
+    ) -> EarlyAbortResponse {
+        let verdict = match self.rejection(proposal, id, origin, in_ledger) {
+            None => Verdict::Accept,
+            Some(refusal) => Verdict::Reject(refusal.to_string()),
+        };
+        EarlyAbortResponse::new_as(id, self.me, verdict, &self.key, self.network.signatures)
+    }
+
+    fn rejection(
+        &self,
+        proposal: &Proposal,
+        id: TxId,
+        origin: OrgId,
+        in_ledger: bool,
+    ) -> Option<Refusal> {
+        if let Err(refusal) = self.check(proposal) {
+            return Some(refusal);
+        }
+        if in_ledger {
+            return Some(Replay::InLedger(id).into());
+        }
+        self.claim_nonce(proposal, id, origin)
+            .err()
+            .map(Refusal::from)
+    }
+
+    /// Admits a proposal at this origin: checks it, claims its nonce, looks it up in the ledger
+    /// (`in_ledger`, awaited only after the checks) and collects early-abort responses until
+    /// the endorsement policy is met. On a refusal other than a replay the nonce is released;
+    /// a caller that then fails to order the proposal calls [`Admission::release_nonce`].
+    pub async fn admit<L>(
+        &self,
+        proposal: &Proposal,
+        in_ledger: L,
+        endorser: &dyn Endorser,
+    ) -> Result<Vec<EarlyAbortResponse>, Refusal>
+    where
+        L: Future<Output = Result<bool, Refusal>>,
+    {
+        self.check(proposal)?;
+        let id = proposal.tx_id();
+        // At the origin a nonce serves once; endorsers accept the same proposal again.
+        if self.claim_nonce(proposal, id, self.me)? == Claim::Same {
+            return Err(Replay::Resubmitted {
+                client: proposal.body.client.as_str().to_owned(),
+                nonce: proposal.body.nonce,
+                tx: id,
+            }
+            .into());
+        }
+        let result = async {
+            if in_ledger.await? {
+                return Err(Replay::InLedger(id).into());
+            }
+            self.endorse(proposal, id, endorser).await
+        }
+        .await;
+        if let Err(refusal) = &result
+            && !matches!(refusal, Refusal::Replay(Replay::InLedger(_)))
+        {
+            self.release_nonce(proposal, id);
+        }
+        result
+    }
+
+    /// Collects accepting early-abort responses until the endorsement policy is met: first
+    /// from a smallest combination with this organization, then from the others. This
+    /// organization's own acceptance is signed here, not checked again.
+    async fn endorse(
+        &self,
+        proposal: &Proposal,
+        id: TxId,
+        endorser: &dyn Endorser,
+    ) -> Result<Vec<EarlyAbortResponse>, Refusal> {
+        let policy = &self.network.endorsement;
+        let mut accepted: BTreeMap<OrgId, EarlyAbortResponse> = BTreeMap::new();
+        accepted.insert(
+            self.me,
+            EarlyAbortResponse::new_as(
+                id,
+                self.me,
+                Verdict::Accept,
+                &self.key,
+                self.network.signatures,
+            ),
+        );
+        let first: BTreeSet<OrgId> = policy
+            .smallest_combination_with(self.me)
+            .unwrap_or_else(|| self.network.orgs.keys().copied().collect());
+        let rest: BTreeSet<OrgId> = self
+            .network
+            .orgs
+            .keys()
+            .copied()
+            .filter(|o| !first.contains(o))
+            .collect();
+        let satisfied = |accepted: &BTreeMap<OrgId, EarlyAbortResponse>| -> bool {
+            policy.is_satisfied_by(&accepted.keys().copied().collect())
+        };
+        let timeout = self.settings.endorse_timeout;
+        let mut failures: Vec<EndorseFailure> = Vec::new();
+        for round in [first, rest] {
+            if satisfied(&accepted) {
+                break;
+            }
+            let mut pending: FuturesUnordered<_> = round
+                .into_iter()
+                .filter(|o| *o != self.me)
+                .map(|org| async move {
+                    match tokio::time::timeout(timeout, endorser.early_abort(org, proposal, id))
+                        .await
+                    {
+                        Ok(answer) => (org, answer),
+                        Err(_) => (org, Err(format!("no answer within {timeout:?}"))),
+                    }
+                })
+                .collect();
+            while let Some((org, answer)) = pending.next().await {
+                match self.accept_response(org, id, answer) {
+                    Ok(response) => {
+                        accepted.insert(org, response);
+                        if satisfied(&accepted) {
+                            break;
+                        }
+                    }
+                    Err(failure) => failures.push(failure),
+                }
+            }
+        }
+        if satisfied(&accepted) {
+            Ok(accepted.into_values().collect())
+        } else if failures.iter().any(|f| f.rejected) {
+            Err(Refusal::RejectedBy(failures))
+        } else {
+            Err(Refusal::NotEndorsed(failures))
+        }
+    }
+
+    /// `org`'s answer, if it is its signed acceptance of `id`.
+    fn accept_response(
+        &self,
+        org: OrgId,
+        id: TxId,
+        answer: Result<EarlyAbortResponse, String>,
+    ) -> Result<EarlyAbortResponse, EndorseFailure> {
+        let failed = |reason: String, rejected: bool| EndorseFailure {
+            org,
+            reason,
+            rejected,
+        };
+        let response = answer.map_err(|why| failed(why, false))?;
+        let key = self
+            .network
+            .orgs
+            .get(&org)
+            .map(|o| o.public_key)
+            .ok_or_else(|| failed("not in the network".into(), false))?;
+        let signed = self.network.signatures.check(|| response.verify(&key));
+        if response.org != org || response.tx_id != id || signed.is_err() {
+            return Err(failed(
+                "answered with a response that is not its signed verdict on this proposal".into(),
+                false,
+            ));
+        }
+        match &response.verdict {
+            Verdict::Accept => Ok(response),
+            Verdict::Reject(why) => Err(failed(why.clone(), true)),
+        }
+    }
+}
+
+/// Where a [`LocalEndorser`] finds an organization's admission and ledger.
+pub trait LocalEndorsing: Send + Sync {
+    /// `org`'s admission, if it is in the process.
+    fn admission(&self, org: OrgId) -> Option<Arc<Admission>>;
+
+    /// Whether `id` is in `org`'s ledger.
+    fn in_ledger<'a>(
+        &'a self,
+        org: OrgId,
+        id: TxId,
+    ) -> Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>>;
+}
+
+/// An [`Endorser`] within one process: the other organization's [`Admission::verdict`] is
+/// called directly, for the origin `origin`.
+pub struct LocalEndorser<L> {
+    origin: OrgId,
+    orgs: L,
+}
+
+impl<L> fmt::Debug for LocalEndorser<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalEndorser")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: LocalEndorsing> LocalEndorser<L> {
+    /// Endorsement for proposals submitted through `origin`.
+    pub fn new(origin: OrgId, orgs: L) -> LocalEndorser<L> {
+        LocalEndorser { origin, orgs }
+    }
+}
+
+impl<L: LocalEndorsing> Endorser for LocalEndorser<L> {
+    fn early_abort<'a>(
+        &'a self,
+        org: OrgId,
+        proposal: &'a Proposal,
+        id: TxId,
+    ) -> EndorseFuture<'a> {
+        Box::pin(async move {
+            let admission = self
+                .orgs
+                .admission(org)
+                .ok_or_else(|| format!("{org} is not in this process"))?;
+            let in_ledger = self.orgs.in_ledger(org, id).await?;
+            Ok(admission.verdict(proposal, id, self.origin, in_ledger))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_core::Digest;
+
+    fn id(n: u8) -> TxId {
+        TxId(Digest::of(&[n]))
+    }
+
+    fn claim(
+        w: &mut NonceWindow,
+        nonce: u64,
+        n: u8,
+        origin: u32,
+        cap: usize,
+    ) -> Result<Claim, String> {
+        let client = ClientId::new("c").expect("client id");
+        w.claim(&client, nonce, id(n), OrgId(origin), cap)
+            .map_err(|e| e.to_string())
+    }
+
+    use std::path::Path;
+
+    use chainify_core::NetworkId;
+    use chainify_core::tx::{ProposalBody, Statement, Transaction};
+    use chainify_sql::Schema;
+
+    fn org_key(i: u32) -> Arc<SigningKey> {
+        Arc::new(SigningKey::from_seed(&[i as u8; 32]))
+    }
+
+    fn client_key() -> SigningKey {
+        SigningKey::from_seed(&[42; 32])
+    }
+
+    /// Three organizations, endorsement `policy`; client alice may update `kv` only.
+    fn network(policy: &str) -> Arc<NetworkConfig> {
+        let mut text = format!(
+            "network_id = \"net\"\nagreement_policy = \"any-2\"\nendorsement_policy = \"{policy}\"\n"
+        );
+        for i in 1..=3u32 {
+            text.push_str(&format!(
+                "[[orgs]]\nid = {i}\nname = \"o{i}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:7{i}01\"\ncommit_endpoint = \"127.0.0.1:7{i}02\"\n",
+                org_key(i).public_key()
+            ));
+        }
+        text.push_str(&format!(
+            "[[clients]]\nid = \"alice\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"kv\"\nkinds = [\"update\"]\n",
+            client_key().public_key()
+        ));
+        Arc::new(NetworkConfig::from_toml(&text, Path::new("network.toml")).expect("network"))
+    }
+
+    fn admission(org: u32, network: &Arc<NetworkConfig>) -> Admission {
+        let schema =
+            Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
+        Admission::new(
+            OrgId(org),
+            org_key(org),
+            network.clone(),
+            Analyzer::new(schema),
+            AdmissionSettings {
+                nonce_window: 100,
+                endorse_timeout: Duration::from_millis(200),
+            },
+        )
+    }
+
+    fn proposal(nonce: u64, sql: &str) -> Proposal {
+        let body = ProposalBody {
+            client: ClientId::new("alice").expect("client"),
+            nonce,
+            network: NetworkId::new("net").expect("network"),
+            transaction: Transaction {
+                statements: vec![Statement::new(sql, vec![])],
+            },
+        };
+        let signature = client_key().sign(&body.encode_canonical());
+        Proposal { body, signature }
+    }
+
+    const UPDATE: &str = "UPDATE kv SET v = 1 WHERE k = 1";
+
+    /// How each scripted organization answers.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// Its real admission's verdict.
+        Honest,
+        /// Nothing (the call hangs past the timeout).
+        Silent,
+        /// A transport error.
+        Down,
+        /// An acceptance signed by another organization's key.
+        Forged,
+    }
+
+    struct Scripted {
+        orgs: BTreeMap<OrgId, (Admission, Answer)>,
+        origin: OrgId,
+        asked: Mutex<Vec<OrgId>>,
+    }
+
+    impl Scripted {
+        fn new(network: &Arc<NetworkConfig>, answers: &[(u32, Answer)]) -> Scripted {
+            Scripted {
+                orgs: answers
+                    .iter()
+                    .map(|(o, a)| (OrgId(*o), (admission(*o, network), *a)))
+                    .collect(),
+                origin: OrgId(1),
+                asked: Mutex::default(),
+            }
+        }
+    }
+
+    impl Endorser for Scripted {
+        fn early_abort<'a>(
+            &'a self,
+            org: OrgId,
+            proposal: &'a Proposal,
+            id: TxId,
+        ) -> EndorseFuture<'a> {
+            self.asked.lock().expect("asked").push(org);
+            Box::pin(async move {
+                let (admission, answer) = self.orgs.get(&org).ok_or("unknown")?;
+                match answer {
+                    Answer::Honest => Ok(admission.verdict(proposal, id, self.origin, false)),
+                    Answer::Silent => std::future::pending().await,
+                    Answer::Down => Err(format!("{org}: Unavailable: connection refused")),
+                    Answer::Forged => Ok(EarlyAbortResponse::new_signed(
+                        id,
+                        org,
+                        Verdict::Accept,
+                        &org_key(org.0 % 3 + 1),
+                    )),
+                }
+            })
+        }
+    }
+
+    async fn admit(
+        origin: &Admission,
+        endorser: &Scripted,
+        p: &Proposal,
+    ) -> Result<Vec<EarlyAbortResponse>, Refusal> {
+        origin.admit(p, async { Ok(false) }, endorser).await
+    }
+
+    #[tokio::test]
+    async fn the_smallest_combination_is_asked_first_and_the_rest_only_when_it_fails() {
+        let net = network("any-2");
+        let origin = admission(1, &net);
+        let all_honest = Scripted::new(&net, &[(2, Answer::Honest), (3, Answer::Honest)]);
+        let p = proposal(1, UPDATE);
+        let responses = admit(&origin, &all_honest, &p).await.expect("endorsed");
+        let by: Vec<OrgId> = responses.iter().map(|r| r.org).collect();
+        assert_eq!(by, [OrgId(1), OrgId(2)]);
+        assert_eq!(*all_honest.asked.lock().expect("asked"), [OrgId(2)]);
+        // Org 2 down: org 3 is asked in the second round and completes the policy.
+        let org2_down = Scripted::new(&net, &[(2, Answer::Down), (3, Answer::Honest)]);
+        let responses = admit(&origin, &org2_down, &proposal(2, UPDATE))
+            .await
+            .expect("endorsed by 1 and 3");
+        let by: Vec<OrgId> = responses.iter().map(|r| r.org).collect();
+        assert_eq!(by, [OrgId(1), OrgId(3)]);
+        for r in &responses {
+            r.verify(&net.orgs[&r.org].public_key)
+                .expect("signed by its org");
+        }
+    }
+
+    #[tokio::test]
+    async fn rejections_silence_and_forged_answers_are_refused_with_who_failed_and_why() {
+        let net = network("all");
+        let origin = admission(1, &net);
+        // Org 3 never answers, org 2 forges: nobody rejected, so the client may retry.
+        let unanswered = Scripted::new(&net, &[(2, Answer::Forged), (3, Answer::Silent)]);
+        let p = proposal(1, UPDATE);
+        let refusal = admit(&origin, &unanswered, &p).await.unwrap_err();
+        let Refusal::NotEndorsed(failures) = &refusal else {
+            panic!("{refusal:?}");
+        };
+        let text = refusal.to_string();
+        assert!(text.contains("cannot be met now"), "{text}");
+        assert!(text.contains("org3: no answer within"), "{text}");
+        assert!(
+            text.contains("org2: answered with a response that is not its signed verdict"),
+            "{text}"
+        );
+        assert!(failures.iter().all(|f| !f.rejected));
+        // Not ordered: the nonce was released and the same proposal may be submitted again.
+        let honest = Scripted::new(&net, &[(2, Answer::Honest), (3, Answer::Honest)]);
+        admit(&origin, &honest, &p)
+            .await
+            .expect("the retry is admitted");
+        // An endorser that saw the nonce used by another transaction rejects, signed.
+        let other = proposal(1, "UPDATE kv SET v = 2 WHERE k = 1");
+        let origin2 = admission(1, &net);
+        let refusal = admit(&origin2, &honest, &other).await.unwrap_err();
+        assert!(matches!(refusal, Refusal::RejectedBy(_)), "{refusal:?}");
+        let text = refusal.to_string();
+        assert!(
+            text.contains("rejected by org2: client \"alice\": nonce 1 was already used"),
+            "{text}"
+        );
+    }
+
+    /// A proposal, the refusal it must get, and a text the refusal must contain.
+    type Case = (Proposal, fn(&Refusal) -> bool, &'static str);
+
+    #[tokio::test]
+    async fn every_check_refuses_before_anyone_is_asked() {
+        let net = network("any-2");
+        let origin = admission(1, &net);
+        let endorser = Scripted::new(&net, &[(2, Answer::Honest), (3, Answer::Honest)]);
+        let mut forged = proposal(1, UPDATE);
+        forged.body.nonce = 2;
+        let mut foreign = proposal(3, UPDATE);
+        foreign.body.network = NetworkId::new("other").expect("network");
+        foreign.signature = client_key().sign(&foreign.body.encode_canonical());
+        let mut stranger = proposal(4, UPDATE);
+        stranger.body.client = ClientId::new("mallory").expect("client");
+        let cases: Vec<Case> = vec![
+            (
+                forged,
+                |r| {
+                    matches!(
+                        r,
+                        Refusal::Unauthenticated(Unauthenticated::BadSignature { .. })
+                    )
+                },
+                "(nonce 2) does not verify",
+            ),
+            (
+                foreign,
+                |r| matches!(r, Refusal::WrongNetwork { .. }),
+                "for network \"other\"",
+            ),
+            (
+                stranger,
+                |r| {
+                    matches!(
+                        r,
+                        Refusal::Unauthenticated(Unauthenticated::UnknownClient { .. })
+                    )
+                },
+                "unknown client \"mallory\"",
+            ),
+            (
+                proposal(5, "UPDATE kv SET v = random() WHERE k = 1"),
+                |r| matches!(r, Refusal::Invalid(_)),
+                "statement 1",
+            ),
+            (
+                proposal(6, "DELETE FROM kv WHERE k = 1"),
+                |r| matches!(r, Refusal::PermissionDenied(_)),
+                "may not delete table kv",
+            ),
+        ];
+        for (p, kind, text) in cases {
+            let refusal = admit(&origin, &endorser, &p).await.unwrap_err();
+            assert!(kind(&refusal), "{refusal:?}");
+            assert!(
+                refusal.to_string().contains(text),
+                "{refusal} lacks {text:?}"
+            );
+        }
+        assert!(endorser.asked.lock().expect("asked").is_empty());
+        // A transaction in the ledger keeps its nonce claimed: it was ordered once.
+        let p = proposal(7, UPDATE);
+        let refusal = origin
+            .admit(&p, async { Ok(true) }, &endorser)
+            .await
+            .unwrap_err();
+        assert_eq!(refusal, Refusal::Replay(Replay::InLedger(p.tx_id())));
+        let again = admit(&origin, &endorser, &p).await.unwrap_err();
+        assert!(
+            matches!(again, Refusal::Replay(Replay::Resubmitted { .. })),
+            "{again:?}"
+        );
+    }
+
+    #[test]
+    fn a_batch_must_be_signed_by_the_peer_it_names() {
+        let net = network("any-2");
+        let me = admission(2, &net);
+        let ids = [id(1), id(2)];
+        let bytes = EarlyAbortBatch::signing_bytes(&net.network_id, OrgId(1), &ids);
+        let good = org_key(1).sign(&bytes);
+        me.check_batch_origin(OrgId(1), &ids, &good.0)
+            .expect("org 1's batch");
+        let by_three = org_key(3).sign(&bytes);
+        assert_eq!(
+            me.check_batch_origin(OrgId(1), &ids, &by_three.0),
+            Err(Unauthenticated::BadBatchSignature { from: OrgId(1) }.into())
+        );
+        for from in [2, 9] {
+            assert_eq!(
+                me.check_batch_origin(OrgId(from), &ids, &good.0),
+                Err(Unauthenticated::NotAPeer { from }.into())
+            );
+        }
+        assert!(matches!(
+            me.check_batch_origin(OrgId(1), &ids, &[1, 2, 3]),
+            Err(Refusal::Malformed(m)) if m.starts_with("signature: ")
+        ));
+    }
+
+    #[test]
+    fn a_nonce_is_claimed_once_and_retrying_the_same_transaction_is_not_a_replay() {
+        let mut w = NonceWindow::default();
+        assert_eq!(claim(&mut w, 5, 1, 1, 10), Ok(Claim::New));
+        assert_eq!(claim(&mut w, 5, 1, 1, 10), Ok(Claim::Same));
+        let other_tx = claim(&mut w, 5, 2, 1, 10).unwrap_err();
+        assert!(other_tx.contains("nonce 5 was already used"), "{other_tx}");
+        // The same transaction forwarded by another organization (first, even) burns nothing.
+        assert_eq!(claim(&mut w, 5, 1, 2, 10), Ok(Claim::Same));
+        // Lower nonces are fine while they are remembered: clients may submit concurrently.
+        assert_eq!(claim(&mut w, 3, 3, 1, 10), Ok(Claim::New));
+    }
+
+    #[test]
+    fn forgotten_nonces_are_refused_below_the_floor() {
+        let mut w = NonceWindow::default();
+        for n in 1..=4 {
+            assert_eq!(claim(&mut w, n * 10, n as u8, 1, 3), Ok(Claim::New));
+        }
+        // 10 was forgotten to keep 3: it and everything below it are refused.
+        for n in [10, 7] {
+            let e = claim(&mut w, n, 9, 1, 3).unwrap_err();
+            assert!(e.contains("not above 10"), "{e}");
+        }
+        assert_eq!(claim(&mut w, 11, 9, 1, 3), Ok(Claim::New));
+    }
+
+    #[test]
+    fn a_released_nonce_can_be_used_again_but_only_by_its_claimant() {
+        let mut w = NonceWindow::default();
+        claim(&mut w, 8, 1, 1, 10).unwrap();
+        w.release(8, id(2), OrgId(1));
+        assert!(
+            claim(&mut w, 8, 2, 1, 10).is_err(),
+            "someone else's release"
+        );
+        w.release(8, id(1), OrgId(1));
+        assert_eq!(claim(&mut w, 8, 2, 1, 10), Ok(Claim::New));
+    }
+}
