@@ -402,6 +402,16 @@ impl Vote {
     }
 }
 
+/// One entry of an organization's ledger: an agreed block and the certificate proving the
+/// agreement. Stored and streamed protobuf-encoded (`chainify_proto::ledger`).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct LedgerEntry {
+    /// The agreed block.
+    pub block: LedgerBlock,
+    /// The votes proving agreement on `block`.
+    pub certificate: Certificate,
+}
+
 /// Proof of agreement on a block: matching votes that satisfy the agreement policy.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Certificate {

@@ -6,7 +6,7 @@ use chainify_commit::State;
 use chainify_core::BlockNumber;
 use chainify_core::config::NetworkConfig;
 use chainify_core::votes::{VoteContext, verify_ledger};
-use chainify_node::{NodeStatus, ReadGate, ledger_entry};
+use chainify_node::{NodeStatus, ReadGate, ledger};
 use chainify_proto::pb;
 use chainify_proto::pb::admin_service_server::AdminService;
 use chainify_storage::{Backend, Store};
@@ -143,7 +143,7 @@ impl<B: Backend + 'static> AdminService for AdminServer<B> {
         let last = tail.map_or(0, |(b, _)| b.0);
         let mut entries = Vec::with_capacity(usize::try_from(last).unwrap_or(0));
         for b in 1..=last {
-            match ledger_entry(&self.store, BlockNumber(b)).await {
+            match ledger::entry(&self.store, BlockNumber(b)).await {
                 Ok(e) => entries.push(e),
                 Err(e) => {
                     return Ok(Response::new(pb::VerifyResponse {

@@ -20,7 +20,7 @@ use chainify_core::tx::{ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse,
 use chainify_core::{BlockNumber, OrgId, TxId};
 use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::metrics::{Metrics, Phase};
-use chainify_node::{Admission, Committed, Endorser, NodeStatus, Refusal, ledger_entry};
+use chainify_node::{Admission, Committed, Endorser, NodeStatus, Refusal, ledger};
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
 use chainify_proto::pb::chainify_service_server::ChainifyService;
@@ -553,7 +553,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         if block > agreed {
             return Ok(None);
         }
-        let entry = ledger_entry(&self.store, block)
+        let entry = ledger::entry(&self.store, block)
             .await
             .map_err(|e| status::unavailable(format_args!("reading ledger block {block}"), e))?;
         Ok(outcomes_of(&entry.block, &[])
@@ -702,7 +702,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
             loop {
                 // History (and gaps after lagging) from the ledger, then live events.
                 while next <= gateway.agreed().0 {
-                    let event = ledger_entry(&gateway.store, BlockNumber(next))
+                    let event = ledger::entry(&gateway.store, BlockNumber(next))
                         .await
                         .map(|e| event_of(e.block.number, &outcomes_of(&e.block, &[])))
                         .map_err(|e| {

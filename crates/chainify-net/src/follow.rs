@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainify_core::{BlockNumber, OrgId};
-use chainify_node::{Committed, NodeStatus, ledger_entry};
+use chainify_node::{Committed, NodeStatus, ledger};
 use chainify_storage::{Backend, Store};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -47,7 +47,7 @@ pub async fn follow_ledger<B: Backend + 'static>(
                 }
             };
             while next <= tail {
-                match ledger_entry(&store, BlockNumber(next)).await {
+                match ledger::entry(&store, BlockNumber(next)).await {
                     Ok(entry) => {
                         // Nobody listening is fine.
                         let _ = commits_tx.send(Arc::new(Committed {

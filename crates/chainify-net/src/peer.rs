@@ -14,10 +14,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chainify_core::config::NetworkConfig;
+use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::{Certificate, Vote};
 use chainify_core::{BlockNumber, OrgId};
-use chainify_node::{Inbox, NodeStatus, PeerMessage, StateServer, Transport, ledger_entry};
-use chainify_proto::convert::LedgerEntry;
+use chainify_node::{Inbox, NodeStatus, PeerMessage, StateServer, Transport, ledger};
 use chainify_proto::pb;
 use chainify_proto::pb::commit_service_client::CommitServiceClient;
 use chainify_proto::pb::commit_service_server::CommitService;
@@ -286,7 +286,7 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
                 certificate: None,
             }));
         }
-        let entry = ledger_entry(&self.store, BlockNumber(block))
+        let entry = ledger::entry(&self.store, BlockNumber(block))
             .await
             .map_err(|e| status::unavailable(format_args!("reading ledger block {block}"), e))?;
         Ok(Response::new(pb::GetCertificateResponse {
@@ -342,7 +342,7 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
                 if b > to {
                     return None;
                 }
-                let item = ledger_entry(&store, BlockNumber(b))
+                let item = ledger::entry(&store, BlockNumber(b))
                     .await
                     .map(|e: LedgerEntry| pb::LedgerEntry::from(&e))
                     .map_err(|e| status::unavailable(format_args!("reading ledger block {b}"), e));

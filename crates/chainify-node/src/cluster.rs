@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use chainify_core::config::{ConfigError, NetworkConfig};
 use chainify_core::crypto::SigningKey;
+use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::{ChainedTransaction, ProposalBody, Transaction};
 use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
 use chainify_orderer::{Orderer, OrdererError, Resume};
-use chainify_proto::convert::LedgerEntry;
 use chainify_storage::{
     AnyBackend, Backend, Conn, ExecMode, StorageError, Store, StoreOptions, ddl,
 };
@@ -35,7 +35,8 @@ use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, AdmissionSettings, LocalEndorser, LocalEndorsing, Refusal};
-use crate::node::{Node, NodeError, NodeSettings, NodeStatus, ledger_entry, resume_point};
+use crate::ledger;
+use crate::node::{Node, NodeError, NodeSettings, NodeStatus, resume_point};
 use crate::transport::LocalNetwork;
 use crate::{ExecutionError, ExecutionServer};
 
@@ -906,22 +907,9 @@ async fn read_ledger(
     org: OrgId,
     from: BlockNumber,
 ) -> Result<Vec<LedgerEntry>, ClusterError> {
-    let Some((last, _)) = store
-        .ledger_tail()
+    ledger::entries_from(store, from)
         .await
-        .map_err(|source| ClusterError::Storage { org, source })?
-    else {
-        return Ok(Vec::new());
-    };
-    let mut entries = Vec::new();
-    for b in from.0..=last.0 {
-        entries.push(
-            ledger_entry(store, BlockNumber(b))
-                .await
-                .map_err(|source| ClusterError::Node { org, source })?,
-        );
-    }
-    Ok(entries)
+        .map_err(|source| ClusterError::Node { org, source })
 }
 
 async fn dump(

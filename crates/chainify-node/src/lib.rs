@@ -17,6 +17,7 @@ pub mod admission;
 pub mod cluster;
 mod execution;
 mod gate;
+pub mod ledger;
 pub mod metrics;
 mod node;
 mod port;
@@ -31,7 +32,7 @@ pub use execution::{Executed, ExecutionError, ExecutionServer};
 pub use gate::{ReadGate, ReadGuard};
 pub use node::{
     Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, TransferReport,
-    ledger_entry, resume_point,
+    resume_point,
 };
 pub use port::{ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transfer::{

@@ -26,20 +26,19 @@ use std::time::{Duration, Instant};
 use chainify_commit::{Command, CommitEngine, Event, State, Timing};
 use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::SigningKey;
+use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::{Certificate, LedgerBlock, TransactionBlock};
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, Digest, OrgId};
 use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
-use chainify_proto::convert::LedgerEntry;
-use chainify_proto::pb;
 use chainify_storage::{Backend, ExecMode, StorageError, Store};
 use futures_util::StreamExt;
-use prost::Message as _;
 use tokio::sync::{OwnedRwLockWriteGuard, broadcast, mpsc, watch};
 use tracing::{error, info, warn};
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::gate::{Gate, ReadGate};
+use crate::ledger;
 use crate::metrics::{Metrics, Phase};
 use crate::port::{ExecutionPort, LocalExecution, PortExecuted};
 use crate::transfer::{NoPeers, OFFER_TIMEOUT, StatePeers, StateServer, check_offer, fetch};
@@ -815,20 +814,14 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         block: LedgerBlock,
         certificate: Certificate,
     ) -> Result<(), NodeError> {
-        let entry = pb::LedgerEntry::from(&LedgerEntry {
+        let entry = LedgerEntry {
             block: block.clone(),
             certificate: certificate.clone(),
-        })
-        .encode_to_vec();
-        let hash = block.hash();
+        };
         let appending = Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
-            match self
-                .store
-                .append_ledger(block.number, hash, block.hash_previous, &entry)
-                .await
-            {
+            match ledger::append(&self.store, &entry).await {
                 Ok(()) => break,
                 // Unreachable, or busy (SQLite's single writer is executing the next block).
                 Err(e) if e.is_transient() => {
@@ -891,7 +884,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         if block >= self.engine.next_block() {
             return None;
         }
-        match ledger_entry(&self.store, block).await {
+        match ledger::entry(&self.store, block).await {
             Ok(entry) => Some(entry.certificate),
             Err(e) => {
                 warn!(org = %self.me, %block, error = %e, "cannot read a certificate");
@@ -914,7 +907,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             let candidates = checkpoints_before(&self.store, BlockNumber(agreed.0 + 1)).await?;
             let mut tried = Vec::new();
             for checkpoint in candidates {
-                let base = ledger_block(&self.store, checkpoint)
+                let base = ledger::block(&self.store, checkpoint)
                     .await
                     .map_err(|e| e.to_string())?;
                 let port = self.port.clone();
@@ -1228,7 +1221,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             let port = self.port.clone();
             let full = if attempt % 2 == 1 {
                 Some(
-                    ledger_block(&self.store, checkpoint)
+                    ledger::block(&self.store, checkpoint)
                         .await
                         .map_err(|e| e.to_string())?
                         .state_digest,
@@ -1246,7 +1239,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 report.replayed = block.0 - checkpoint.0;
                 report.restore += restoring.elapsed();
             }
-            let base = ledger_block(&self.store, checkpoint)
+            let base = ledger::block(&self.store, checkpoint)
                 .await
                 .map_err(|e| e.to_string())?;
             self.previous = base.hash();
@@ -1308,7 +1301,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 .executed;
                 self.previous = done.ledger.hash();
                 if BlockNumber(n) < self.engine.next_block() {
-                    let agreed = ledger_block(&self.store, BlockNumber(n))
+                    let agreed = ledger::block(&self.store, BlockNumber(n))
                         .await
                         .map_err(|e| e.to_string())?;
                     if agreed.hash() != done.ledger.hash() {
@@ -1347,13 +1340,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             None => Resume::START,
             Some(a) => Resume {
                 block: BlockNumber(a.0 + 1),
-                position: ledger_block(&self.store, a).await?.orderer_position,
+                position: ledger::block(&self.store, a).await?.orderer_position,
             },
         };
         info!(org = %self.me, from = %from.block, through = %last, "the database is behind the ledger; replaying");
         self.previous = match applied {
             None => Digest::ZERO,
-            Some(a) => ledger_block(&self.store, a).await?.hash(),
+            Some(a) => ledger::block(&self.store, a).await?.hash(),
         };
         self.replay(from, last)
             .await
@@ -1425,7 +1418,7 @@ pub async fn resume_point<B: Backend>(store: &Store<B>) -> Result<(Resume, Diges
     match store.ledger_tail().await? {
         None => Ok((Resume::START, Digest::ZERO)),
         Some((last, hash)) => {
-            let block = ledger_block(store, last).await?;
+            let block = ledger::block(store, last).await?;
             Ok((
                 Resume {
                     block: BlockNumber(last.0 + 1),
@@ -1435,28 +1428,6 @@ pub async fn resume_point<B: Backend>(store: &Store<B>) -> Result<(Resume, Diges
             ))
         }
     }
-}
-
-/// A ledger entry as stored.
-pub async fn ledger_entry<B: Backend>(
-    store: &Store<B>,
-    block: BlockNumber,
-) -> Result<LedgerEntry, NodeError> {
-    let problem = |problem: String| NodeError::Ledger { block, problem };
-    let bytes = store
-        .ledger_entry(block)
-        .await?
-        .ok_or_else(|| problem("not in the ledger".into()))?;
-    let wire = pb::LedgerEntry::decode(bytes.as_slice())
-        .map_err(|e| problem(format!("does not decode: {e}")))?;
-    LedgerEntry::try_from(wire).map_err(|e| problem(format!("does not decode: {e}")))
-}
-
-async fn ledger_block<B: Backend>(
-    store: &Store<B>,
-    block: BlockNumber,
-) -> Result<LedgerBlock, NodeError> {
-    Ok(ledger_entry(store, block).await?.block)
 }
 
 #[cfg(test)]

@@ -28,15 +28,14 @@ use std::time::{Duration, Instant};
 use chainify_core::ranges::{Descent, LEAVES, RangeDigests, RangeNode};
 use chainify_core::state::{RowHash, StateHash};
 use chainify_core::tx::LedgerBlock;
+use chainify_core::tx::LedgerEntry;
 use chainify_core::votes::{VoteContext, verify_certificate, verify_ledger_from};
 use chainify_core::{BlockNumber, Digest, OrgId, Value};
-use chainify_proto::convert::LedgerEntry;
-use chainify_proto::pb;
 use chainify_storage::{AdoptedBlock, Adoption, Backend, RangePatch, Store};
-use prost::Message as _;
 use tokio::sync::{Semaphore, watch};
 
-use crate::node::{NodeStatus, ledger_entry};
+use crate::ledger;
+use crate::node::NodeStatus;
 
 /// A boxed future of a peer call (peers are used as `Arc<dyn StatePeer>`).
 pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
@@ -193,7 +192,7 @@ impl<B: Backend> StateServer<B> {
                 self.pin(c);
                 return Ok(Some(offer));
             }
-            let entry = ledger_entry(&self.store, c)
+            let entry = ledger::entry(&self.store, c)
                 .await
                 .map_err(|e| e.to_string())?;
             let _scan = self.scans.acquire().await.map_err(|e| e.to_string())?;
@@ -233,7 +232,7 @@ impl<B: Backend> StateServer<B> {
         let mut out = Vec::new();
         for b in from.0.max(1)..=to.0 {
             out.push(
-                ledger_entry(&self.store, BlockNumber(b))
+                ledger::entry(&self.store, BlockNumber(b))
                     .await
                     .map_err(|e| e.to_string())?,
             );
@@ -409,7 +408,7 @@ pub(crate) async fn fetch<B: Backend>(
     let mut entries = Vec::new();
     match tail {
         Some((t, hash)) if t >= c => {
-            let ours = ledger_entry(store, c).await.map_err(|e| e.to_string())?;
+            let ours = ledger::entry(store, c).await.map_err(|e| e.to_string())?;
             if ours.block.hash() != block.hash() {
                 return Err(format!(
                     "its block {c} has hash {}, this ledger's {} (two certified blocks: a safety violation)",
@@ -466,7 +465,7 @@ pub(crate) async fn fetch<B: Backend>(
             number: e.block.number,
             hash: e.block.hash(),
             previous: e.block.hash_previous,
-            entry: pb::LedgerEntry::from(e).encode_to_vec(),
+            entry: chainify_proto::ledger::encode(e),
             // Only the ids that passed validation are recorded against replays (as the
             // executor records them): a replayed id appears in the ledger again, flagged.
             tx_ids: e

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chainify_core::ranges::RangeNode;
+use chainify_core::tx::LedgerEntry;
 use chainify_core::{BlockNumber, Digest, OrgId, Value};
 use chainify_node::cluster::{Cluster, ClusterSpec, OrdererFactory};
 use chainify_node::{PeerFuture, StateOffer, StatePeer};
 use chainify_orderer::{Fault, FaultyOrderer, LocalOrderer, OrdererError, Resume};
-use chainify_proto::convert::LedgerEntry;
 use common::*;
 
 const ACCOUNTS: u64 = 100;
@@ -193,7 +193,7 @@ async fn an_equivocation_victim_takes_the_agreed_state_from_a_peer_and_goes_on()
     let agreed = cluster.ledger(OrgId(2)).await.expect("ledger");
     // The same blocks; the certificates may carry different (each sufficient) sets of votes,
     // depending on whose arrived first; check_consistent checked each against the policy.
-    let blocks = |l: &[chainify_proto::convert::LedgerEntry]| {
+    let blocks = |l: &[chainify_core::tx::LedgerEntry]| {
         l.iter().map(|e| e.block.clone()).collect::<Vec<_>>()
     };
     assert!(victim_ledger.len() as u64 >= BLOCKS);

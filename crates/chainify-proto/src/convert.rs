@@ -12,8 +12,8 @@ use std::str::FromStr;
 use chainify_core::canonical::{pack_bits, unpack_bits};
 use chainify_core::crypto::Signature;
 use chainify_core::tx::{
-    Certificate, ChainedTransaction, EarlyAbortResponse, LedgerBlock, Proposal, ProposalBody,
-    Statement, Transaction, TransactionBlock, Verdict, Vote,
+    Certificate, ChainedTransaction, EarlyAbortResponse, LedgerBlock, LedgerEntry, Proposal,
+    ProposalBody, Statement, Transaction, TransactionBlock, Verdict, Vote,
 };
 use chainify_core::{BlockNumber, ClientId, Decimal, Digest, NetworkId, OrgId, TxId, Value};
 
@@ -59,15 +59,6 @@ impl ProtocolError {
     pub fn at(self, list: &str, index: usize) -> Self {
         self.within(&format!("{list}[{index}]"))
     }
-}
-
-/// A ledger entry as streamed by `CommitService.GetLedger`: an agreed block and its certificate.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct LedgerEntry {
-    /// The agreed block.
-    pub block: LedgerBlock,
-    /// The votes proving agreement on `block`.
-    pub certificate: Certificate,
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 //! import this crate.
 
 pub mod convert;
+pub mod ledger;
 
 pub use convert::ProtocolError;
 

@@ -11,10 +11,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chainify_client::{Client, Identity, TxState};
 use chainify_core::config::NetworkConfig;
+use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::Transaction;
 use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{OrgId, Value};
-use chainify_proto::convert::LedgerEntry;
 use chainify_proto::pb;
 use chainify_sql::json::{value_from_json, value_to_json};
 use futures_util::StreamExt;
@@ -508,18 +508,7 @@ async fn read_database(
 async fn read_entries(
     store: &chainify_storage::Store<chainify_storage::AnyBackend>,
 ) -> anyhow::Result<Vec<LedgerEntry>> {
-    let last = store.ledger_tail().await?.map_or(0, |(b, _)| b.0);
-    let mut entries = Vec::new();
-    for b in 1..=last {
-        let bytes = store
-            .ledger_entry(chainify_core::BlockNumber(b))
-            .await?
-            .with_context(|| format!("ledger block {b} is missing"))?;
-        let wire = <pb::LedgerEntry as prost::Message>::decode(bytes.as_slice())
-            .with_context(|| format!("ledger block {b} does not decode"))?;
-        entries.push(LedgerEntry::try_from(wire).with_context(|| format!("ledger block {b}"))?);
-    }
-    Ok(entries)
+    Ok(chainify_node::ledger::entries_from(store, chainify_core::BlockNumber(1)).await?)
 }
 
 /// The first 8 bytes of a hash in hex: enough to tell votes apart on a status line.

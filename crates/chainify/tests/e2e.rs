@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use chainify_client::{Client, Code, Identity, Tx, TxState, Value};
 use chainify_core::config::{NetworkConfig, OrgConfig};
 use chainify_core::crypto::SigningKey;
-use chainify_proto::convert::LedgerEntry;
+use chainify_core::tx::LedgerEntry;
 use chainify_proto::pb;
 use chainify_storage::{AnyBackend, Store, StoreOptions};
 use chainify_workload::{KeyDistribution, Smallbank};
@@ -114,7 +114,7 @@ async fn ledger(dir: &Path, org: u32) -> Vec<LedgerEntry> {
     let mut entries = Vec::new();
     for b in 1..=last {
         entries.push(
-            chainify_node::ledger_entry(&store, chainify_core::BlockNumber(b))
+            chainify_node::ledger::entry(&store, chainify_core::BlockNumber(b))
                 .await
                 .unwrap(),
         );
