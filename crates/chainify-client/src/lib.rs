@@ -206,23 +206,8 @@ impl From<Tx> for Transaction {
     }
 }
 
-/// Where and how a transaction ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TxOutcome {
-    /// The transaction.
-    pub tx_id: TxId,
-    /// Its block.
-    pub block: BlockNumber,
-    /// Its position in the block.
-    pub index: u32,
-    /// Whether it committed (false: aborted by a statement, an `expect_rows` guard, or
-    /// validation).
-    pub success: bool,
-    /// Whether its block is agreed and in the ledger.
-    pub agreed: bool,
-    /// Why it aborted; empty on success or when no longer known.
-    pub reason: String,
-}
+#[doc(no_inline)]
+pub use chainify_core::tx::TxOutcome;
 
 /// What an organization knows of a transaction.
 #[derive(Clone, Debug, PartialEq, Eq)]

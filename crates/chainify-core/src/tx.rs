@@ -293,9 +293,46 @@ pub struct LedgerBlock {
     pub orderer_position: u64,
 }
 
+/// Where and how a transaction ended: what clients, the cluster and the benchmarks read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// The transaction.
+    pub tx_id: TxId,
+    /// Its block.
+    pub block: BlockNumber,
+    /// Its position in the block.
+    pub index: u32,
+    /// Whether it committed (false: aborted by a statement, an `expect_rows` guard, or
+    /// validation).
+    pub success: bool,
+    /// Whether its block is agreed and in the ledger.
+    pub agreed: bool,
+    /// Why it aborted; empty on success or when no longer known.
+    pub reason: String,
+}
+
 impl LedgerBlock {
     /// Domain tag of the ledger block encoding.
     pub const TAG: &'static str = "chainify.v1.LedgerBlock";
+
+    /// The outcome of each of the block's transactions, as agreed, with the abort `reasons`
+    /// known (index in the block and reason; none for blocks read back from the ledger).
+    pub fn outcomes(&self, reasons: &[(usize, String)]) -> Vec<TxOutcome> {
+        let reasons: std::collections::BTreeMap<usize, &String> =
+            reasons.iter().map(|(i, r)| (*i, r)).collect();
+        self.tx_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| TxOutcome {
+                tx_id: *id,
+                block: self.number,
+                index: u32::try_from(i).unwrap_or(u32::MAX),
+                success: self.success.get(i).copied().unwrap_or(false),
+                agreed: true,
+                reason: reasons.get(&i).map(|r| (*r).clone()).unwrap_or_default(),
+            })
+            .collect()
+    }
 
     /// Layout: tag, `string network, u64 number, list<digest> tx_ids, bitmap success, bitmap
     /// valid, digest hash_digest, digest state_digest, digest hash_previous, u64 orderer_position`.

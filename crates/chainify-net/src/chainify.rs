@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::{Signatures, SigningKey};
-use chainify_core::tx::{ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal};
+use chainify_core::tx::{
+    ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal, TxOutcome,
+};
 use chainify_core::{BlockNumber, OrgId, TxId};
 use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::metrics::{Metrics, Phase};
@@ -82,57 +84,21 @@ impl Default for ChainifySettings {
     }
 }
 
-/// Where a transaction ended, as told to clients.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    /// The transaction.
-    pub tx_id: TxId,
-    /// Its block.
-    pub block: BlockNumber,
-    /// Its index in the block.
-    pub index: u32,
-    /// Whether it committed.
-    pub success: bool,
-    /// Why it aborted (empty on success; unknown for old blocks).
-    pub reason: String,
-}
-
-impl From<&Outcome> for pb::TxOutcome {
-    fn from(o: &Outcome) -> Self {
-        pb::TxOutcome {
-            tx_id: o.tx_id.0.as_bytes().to_vec(),
-            block_number: o.block.0,
-            index: o.index,
-            success: o.success,
-            agreed: true,
-            reason: o.reason.clone(),
-        }
+fn to_wire(o: &TxOutcome) -> pb::TxOutcome {
+    pb::TxOutcome {
+        tx_id: o.tx_id.0.as_bytes().to_vec(),
+        block_number: o.block.0,
+        index: o.index,
+        success: o.success,
+        agreed: o.agreed,
+        reason: o.reason.clone(),
     }
 }
 
-fn outcomes_of(
-    block: &chainify_core::tx::LedgerBlock,
-    reasons: &[(usize, String)],
-) -> Vec<Outcome> {
-    let reasons: BTreeMap<usize, &String> = reasons.iter().map(|(i, r)| (*i, r)).collect();
-    block
-        .tx_ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| Outcome {
-            tx_id: *id,
-            block: block.number,
-            index: u32::try_from(i).unwrap_or(u32::MAX),
-            success: block.success.get(i).copied().unwrap_or(false),
-            reason: reasons.get(&i).map(|r| (*r).clone()).unwrap_or_default(),
-        })
-        .collect()
-}
-
-fn event_of(number: BlockNumber, outcomes: &[Outcome]) -> pb::CommitEvent {
+fn event_of(number: BlockNumber, outcomes: &[TxOutcome]) -> pb::CommitEvent {
     pb::CommitEvent {
         block_number: number.0,
-        outcomes: outcomes.iter().map(pb::TxOutcome::from).collect(),
+        outcomes: outcomes.iter().map(to_wire).collect(),
     }
 }
 
@@ -146,8 +112,8 @@ struct EndorseJob {
 /// Waiters for outcomes, recent outcomes, and the live commit events.
 #[derive(Debug)]
 struct Outcomes {
-    waiters: Mutex<HashMap<TxId, Vec<oneshot::Sender<Outcome>>>>,
-    recent: Mutex<(HashMap<TxId, Outcome>, VecDeque<TxId>)>,
+    waiters: Mutex<HashMap<TxId, Vec<oneshot::Sender<TxOutcome>>>>,
+    recent: Mutex<(HashMap<TxId, TxOutcome>, VecDeque<TxId>)>,
     events: broadcast::Sender<Arc<pb::CommitEvent>>,
     /// Set when the node stopped: live streams end, so that a graceful shutdown completes.
     closed: watch::Sender<bool>,
@@ -155,7 +121,7 @@ struct Outcomes {
 
 impl Outcomes {
     fn record(&self, committed: &Committed, keep: usize) {
-        let outcomes = outcomes_of(&committed.block, &committed.reasons);
+        let outcomes = committed.block.outcomes(&committed.reasons);
         let _ = self
             .events
             .send(Arc::new(event_of(committed.block.number, &outcomes)));
@@ -474,7 +440,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         &self,
         wire: pb::Proposal,
         wait: bool,
-    ) -> Result<(TxId, Option<oneshot::Receiver<Outcome>>), Refusal> {
+    ) -> Result<(TxId, Option<oneshot::Receiver<TxOutcome>>), Refusal> {
         let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
             return Err(Refusal::Overloaded {
                 org: self.me,
@@ -530,7 +496,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
     }
 
     /// The outcome of an agreed transaction.
-    async fn lookup(&self, id: TxId) -> Result<Option<Outcome>, Status> {
+    async fn lookup(&self, id: TxId) -> Result<Option<TxOutcome>, Status> {
         if let Some(o) = self
             .outcomes
             .recent
@@ -556,7 +522,9 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         let entry = ledger::entry(&self.store, block)
             .await
             .map_err(|e| status::unavailable(format_args!("reading ledger block {block}"), e))?;
-        Ok(outcomes_of(&entry.block, &[])
+        Ok(entry
+            .block
+            .outcomes(&[])
             .into_iter()
             .find(|o| o.tx_id == id))
     }
@@ -564,8 +532,8 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
     async fn wait(
         &self,
         id: TxId,
-        mut waiter: oneshot::Receiver<Outcome>,
-    ) -> Result<Outcome, Status> {
+        mut waiter: oneshot::Receiver<TxOutcome>,
+    ) -> Result<TxOutcome, Status> {
         let deadline = tokio::time::Instant::now() + self.settings.wait_limit;
         let mut poll = tokio::time::interval(Duration::from_secs(1));
         poll.tick().await;
@@ -641,7 +609,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
             .map_err(status::refused)?;
         let waiter = waiter.unwrap_or_else(|| oneshot::channel().1);
         let outcome = self.gateway.wait(id, waiter).await?;
-        Ok(Response::new(pb::TxOutcome::from(&outcome)))
+        Ok(Response::new(to_wire(&outcome)))
     }
 
     async fn tx_status(
@@ -653,7 +621,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         let response = match self.gateway.lookup(id).await? {
             Some(o) => pb::TxStatusResponse {
                 state: State::Committed as i32,
-                outcome: Some(pb::TxOutcome::from(&o)),
+                outcome: Some(to_wire(&o)),
             },
             None => {
                 let executed_or_pending = !self
@@ -704,7 +672,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
                 while next <= gateway.agreed().0 {
                     let event = ledger::entry(&gateway.store, BlockNumber(next))
                         .await
-                        .map(|e| event_of(e.block.number, &outcomes_of(&e.block, &[])))
+                        .map(|e| event_of(e.block.number, &e.block.outcomes(&[])))
                         .map_err(|e| {
                             status::unavailable(format_args!("reading ledger block {next}"), e)
                         });

@@ -27,7 +27,7 @@ mod status;
 pub mod tls;
 
 pub use admin::{AdminServer, recovery_state};
-pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings, Outcome};
+pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
 pub use exec::{EXECUTE_TIMEOUT, ExecutionGrpc, RemoteExecution};
 pub use follow::{FOLLOW_INTERVAL, follow_ledger};
 pub use metrics::{Render, serve_metrics};

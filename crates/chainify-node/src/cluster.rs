@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use chainify_core::config::{ConfigError, NetworkConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::LedgerEntry;
-use chainify_core::tx::{ChainedTransaction, ProposalBody, Transaction};
+use chainify_core::tx::{
+    ChainedTransaction, EarlyAbortResponse, ProposalBody, Transaction, TxOutcome, Verdict,
+};
 use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
 use chainify_orderer::{Orderer, OrdererError, Resume};
@@ -206,17 +208,6 @@ impl<O: Orderer + 'static> OrdererFactory for SharedOrderer<O> {
     }
 }
 
-/// Where a transaction ended up in an organization's ledger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TxOutcome {
-    /// The block.
-    pub block: BlockNumber,
-    /// Its index in the block.
-    pub index: usize,
-    /// Whether it committed.
-    pub success: bool,
-}
-
 type Outcomes = Arc<Mutex<BTreeMap<TxId, TxOutcome>>>;
 
 struct Running {
@@ -335,7 +326,7 @@ impl<O: Orderer> ClusterClient<O> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
-            .copied()
+            .cloned()
     }
 
     /// The organization whose outcomes [`ClusterClient::outcome`] reads.
@@ -546,6 +537,31 @@ impl<F: OrdererFactory> Cluster<F> {
         endorse(&self.spec, &self.nonce, &self.admissions, transaction).await
     }
 
+    /// What a Byzantine origin colluding with every organization's key could order: the
+    /// transaction signed as the client and accepted by every organization without any check.
+    /// Execution must flag whatever admission would have refused (fault tests).
+    pub fn forge(&self, transaction: Transaction) -> ChainedTransaction {
+        let body = ProposalBody {
+            client: self.spec.client.clone(),
+            nonce: self.nonce.fetch_add(1, Ordering::Relaxed) + 1,
+            network: self.spec.network.network_id.clone(),
+            transaction,
+        };
+        let signatures = self.spec.network.signatures;
+        let proposal = body.sign_as(&self.spec.client_key, signatures);
+        let id = proposal.tx_id();
+        let responses = self
+            .spec
+            .orgs
+            .iter()
+            .map(|o| EarlyAbortResponse::new_as(id, o.id, Verdict::Accept, &o.key, signatures))
+            .collect();
+        ChainedTransaction {
+            proposal,
+            responses,
+        }
+    }
+
     /// A client whose transactions' outcomes are read at `observer`.
     pub fn client(&self, observer: OrgId) -> Result<ClusterClient<F::Orderer>, ClusterError> {
         Ok(ClusterClient {
@@ -626,7 +642,7 @@ impl<F: OrdererFactory> Cluster<F> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
-            .copied()
+            .cloned()
     }
 
     /// Waits until every transaction of `ids` is in the ledger of every organization of `orgs`.
@@ -939,12 +955,8 @@ async fn collect(
 ) {
     let record = |block: &chainify_core::tx::LedgerBlock| {
         let mut map = outcomes.lock().unwrap_or_else(PoisonError::into_inner);
-        for (index, id) in block.tx_ids.iter().enumerate() {
-            map.entry(*id).or_insert(TxOutcome {
-                block: block.number,
-                index,
-                success: block.success.get(index).copied().unwrap_or(false),
-            });
+        for outcome in block.outcomes(&[]) {
+            map.entry(outcome.tx_id).or_insert(outcome);
         }
     };
     // Blocks arrive in order: everything before `next` is recorded. The ledger fills in what the

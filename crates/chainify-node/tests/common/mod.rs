@@ -93,9 +93,20 @@ pub async fn drive<F: OrdererFactory>(
     workload: &mut Smallbank,
     n: usize,
 ) -> Vec<TxId> {
+    use futures_util::StreamExt;
+    // Admitted concurrently (each runs the first organization's admission and its endorsers'),
+    // then ordered back to back in workload order: blocks fill as they would from many clients.
+    let txs: Vec<_> = (0..n).map(|_| workload.next_tx().1).collect();
+    let endorsed: Vec<_> = futures_util::stream::iter(txs)
+        .map(|tx| cluster.endorse(tx))
+        .buffered(32)
+        .collect()
+        .await;
     let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
-        ids.push(cluster.submit(workload.next_tx().1).await.expect("submit"));
+    for tx in endorsed {
+        let tx = tx.expect("admitted");
+        ids.push(tx.proposal.tx_id());
+        cluster.submit_raw(tx).await.expect("submit");
     }
     ids
 }
