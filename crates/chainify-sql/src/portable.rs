@@ -2713,6 +2713,15 @@ impl Writer<'_> {
                         Some(tt) => {
                             // MariaDB skips every WHEN value when the operand is NULL.
                             let tw = self.lazily(|s| s.expr(w, Use::Other))?;
+                            if tw == Ty::Null {
+                                // It never matches, and PostgreSQL and MariaDB fold the test
+                                // away without evaluating the operand while SQLite evaluates
+                                // it (an overflow there fails on one engine only).
+                                return Err(
+                                    "CASE … WHEN NULL never matches; test the value with IS NULL in a searched CASE (a NULL parameter counts too)"
+                                        .into(),
+                                );
+                            }
                             comparable(tt, tw, "CASE … WHEN")?;
                         }
                         None => self.condition(w, "CASE WHEN")?,

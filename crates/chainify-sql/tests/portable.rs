@@ -472,6 +472,18 @@ fn what_the_review_broke_is_refused() {
         vec![Value::Null],
         "CASE NULL WHEN",
     );
+    // WHEN NULL never matches, and only SQLite evaluates the operand then (an overflow in it
+    // failed on SQLite alone; found by the difftest, seed 1795505383035143664).
+    refused(
+        "UPDATE t SET i = CASE (i - -1) WHEN NULL THEN i ELSE 2 END WHERE k = 1",
+        vec![],
+        "WHEN NULL never matches",
+    );
+    refused(
+        "UPDATE t SET i = CASE i WHEN 1 THEN 3 WHEN $1 THEN i ELSE 2 END WHERE k = 1",
+        vec![Value::Null],
+        "WHEN NULL never matches",
+    );
     // IN over a subquery of NULLs: PostgreSQL types the NULL as text.
     refused(
         "SELECT k FROM t WHERE k IN (SELECT $1 FROM e) ORDER BY k LIMIT 5",
