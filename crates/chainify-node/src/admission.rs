@@ -395,21 +395,6 @@ impl Admission {
         }
     }
 
-    /// This organization.
-    pub fn org(&self) -> OrgId {
-        self.me
-    }
-
-    /// The network.
-    pub fn network(&self) -> &Arc<NetworkConfig> {
-        &self.network
-    }
-
-    /// The analyzer (queries share its plan cache).
-    pub fn analyzer(&self) -> &Analyzer {
-        &self.analyzer
-    }
-
     /// [`check_proposal`] for a proposal as received.
     pub fn check(&self, proposal: &Proposal) -> Result<TxAnalysis, Refusal> {
         check_proposal(

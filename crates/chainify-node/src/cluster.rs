@@ -24,7 +24,7 @@ use chainify_core::config::{ConfigError, NetworkConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::{
-    ChainedTransaction, EarlyAbortResponse, ProposalBody, Transaction, TxOutcome, Verdict,
+    ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Transaction, TxOutcome, Verdict,
 };
 use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
@@ -335,6 +335,17 @@ impl<O: Orderer> ClusterClient<O> {
     }
 }
 
+/// `transaction` signed as the cluster's client with its next nonce.
+fn propose(spec: &ClusterSpec, nonce: &AtomicU64, transaction: Transaction) -> Proposal {
+    ProposalBody {
+        client: spec.client.clone(),
+        nonce: nonce.fetch_add(1, Ordering::Relaxed) + 1,
+        network: spec.network.network_id.clone(),
+        transaction,
+    }
+    .sign_as(&spec.client_key, spec.network.signatures)
+}
+
 /// Signs `transaction` as the cluster's client and has the first organization admit it, as its
 /// ChainifyServer would: checked, its nonce claimed, looked up in the ledger and endorsed by the
 /// organizations the endorsement policy needs, each running its own admission.
@@ -352,13 +363,7 @@ async fn endorse(
     let admission = admissions
         .admission(origin)
         .ok_or(ClusterError::UnknownOrg(origin))?;
-    let body = ProposalBody {
-        client: spec.client.clone(),
-        nonce: nonce.fetch_add(1, Ordering::Relaxed) + 1,
-        network: spec.network.network_id.clone(),
-        transaction,
-    };
-    let proposal = body.sign_as(&spec.client_key, spec.network.signatures);
+    let proposal = propose(spec, nonce, transaction);
     let id = proposal.tx_id();
     let in_ledger = async {
         admissions
@@ -541,14 +546,8 @@ impl<F: OrdererFactory> Cluster<F> {
     /// transaction signed as the client and accepted by every organization without any check.
     /// Execution must flag whatever admission would have refused (fault tests).
     pub fn forge(&self, transaction: Transaction) -> ChainedTransaction {
-        let body = ProposalBody {
-            client: self.spec.client.clone(),
-            nonce: self.nonce.fetch_add(1, Ordering::Relaxed) + 1,
-            network: self.spec.network.network_id.clone(),
-            transaction,
-        };
         let signatures = self.spec.network.signatures;
-        let proposal = body.sign_as(&self.spec.client_key, signatures);
+        let proposal = propose(&self.spec, &self.nonce, transaction);
         let id = proposal.tx_id();
         let responses = self
             .spec

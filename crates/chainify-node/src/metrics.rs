@@ -93,7 +93,8 @@ impl Histogram {
 /// The phases a transaction's block goes through, as the paper breaks them down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Early abort at the other organizations (ChainifyServer).
+    /// Admission at the origin: the checks, the ledger lookup and early abort at the other
+    /// organizations (ChainifyServer).
     Endorse,
     /// Handing the transaction to the orderer (ChainifyServer).
     Order,
