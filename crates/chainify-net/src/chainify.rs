@@ -22,7 +22,9 @@ use chainify_core::tx::{
 use chainify_core::{BlockNumber, OrgId, TxId};
 use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::metrics::{Metrics, Phase};
-use chainify_node::{Admission, Committed, Endorser, NodeStatus, Refusal, ledger};
+use chainify_node::{
+    Admission, CommitFeed, Committed, Endorser, NodeStatus, Refusal, Subscription, ledger,
+};
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
 use chainify_proto::pb::chainify_service_server::ChainifyService;
@@ -109,22 +111,16 @@ struct EndorseJob {
     reply: oneshot::Sender<Result<pb::EarlyAbortResponse, String>>,
 }
 
-/// Waiters for outcomes, recent outcomes, and the live commit events.
+/// Waiters for outcomes, and recent outcomes.
 #[derive(Debug)]
 struct Outcomes {
     waiters: Mutex<HashMap<TxId, Vec<oneshot::Sender<TxOutcome>>>>,
     recent: Mutex<(HashMap<TxId, TxOutcome>, VecDeque<TxId>)>,
-    events: broadcast::Sender<Arc<pb::CommitEvent>>,
-    /// Set when the node stopped: live streams end, so that a graceful shutdown completes.
-    closed: watch::Sender<bool>,
 }
 
 impl Outcomes {
     fn record(&self, committed: &Committed, keep: usize) {
         let outcomes = committed.block.outcomes(&committed.reasons);
-        let _ = self
-            .events
-            .send(Arc::new(event_of(committed.block.number, &outcomes)));
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         for o in outcomes {
@@ -152,6 +148,8 @@ pub(crate) struct Gateway<B: Backend, O> {
     orderer: Arc<O>,
     in_flight: Arc<Semaphore>,
     outcomes: Arc<Outcomes>,
+    /// Appended blocks, for CommitStream subscribers.
+    feed: CommitFeed<B>,
     status: watch::Receiver<NodeStatus>,
     queries: Queries<B>,
     metrics: Arc<Metrics>,
@@ -255,15 +253,14 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             ));
             peers.insert(org.id, tx);
         }
-        let (events, _) = broadcast::channel(1024);
         let outcomes = Arc::new(Outcomes {
             waiters: Mutex::new(HashMap::new()),
             recent: Mutex::new((HashMap::new(), VecDeque::new())),
-            events,
-            closed: watch::channel(false).0,
         });
+        let feed = CommitFeed::new(parts.store.clone(), parts.commits);
+        let from = parts.status.borrow().next_block;
         tokio::spawn(follow_commits(
-            parts.commits,
+            feed.subscribe(from),
             Arc::downgrade(&outcomes),
             settings.recent_outcomes,
         ));
@@ -276,6 +273,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 orderer: parts.orderer,
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
                 outcomes,
+                feed,
                 status: parts.status,
                 queries,
                 metrics: parts.metrics,
@@ -285,29 +283,21 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
     }
 }
 
-async fn follow_commits(
-    mut commits: broadcast::Receiver<Arc<Committed>>,
+/// Resolves outcome waiters from every appended block (after a lag, from the ledger).
+async fn follow_commits<B: Backend>(
+    mut blocks: Subscription<B>,
     outcomes: std::sync::Weak<Outcomes>,
     keep: usize,
 ) {
-    loop {
-        match commits.recv().await {
+    while let Some(next) = blocks.next().await {
+        match next {
             Ok(c) => match outcomes.upgrade() {
                 Some(o) => o.record(&c, keep),
                 None => return,
             },
-            // Waiters fall back to the ledger.
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                warn!(
-                    missed = n,
-                    "the ChainifyServer fell behind the commit stream"
-                );
-            }
-            Err(broadcast::error::RecvError::Closed) => {
-                if let Some(o) = outcomes.upgrade() {
-                    o.closed.send_replace(true);
-                }
-                return;
+            Err(e) => {
+                warn!(block = %blocks.next_block(), error = %e, "reading the ledger for outcomes failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
@@ -567,11 +557,6 @@ fn tx_id_of(bytes: &[u8]) -> Result<TxId, Status> {
         .map_err(|_| status::wrong_length("tx_id", 32, bytes.len()))
 }
 
-/// Completes once the flag is set (or its sender is gone).
-async fn until_set(flag: &mut watch::Receiver<bool>) {
-    let _ = flag.wait_for(|c| *c).await;
-}
-
 type Events = Pin<Box<dyn Stream<Item = Result<pb::CommitEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -658,46 +643,27 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
     ) -> Result<Response<Events>, Status> {
         let from = request.into_inner().from_block;
         let gateway = self.gateway.clone();
-        let mut live = gateway.outcomes.events.subscribe();
-        let mut closed = gateway.outcomes.closed.subscribe();
-        let mut next = if from == 0 {
-            gateway.agreed().0 + 1
+        let from = if from == 0 {
+            BlockNumber(gateway.agreed().0 + 1)
         } else {
-            from
+            BlockNumber(from)
         };
+        let mut blocks = gateway.feed.subscribe(from);
         let (tx, rx) = mpsc::channel(gateway.settings.commit_stream_buffer.max(1));
         tokio::spawn(async move {
             loop {
-                // History (and gaps after lagging) from the ledger, then live events.
-                while next <= gateway.agreed().0 {
-                    let event = ledger::entry(&gateway.store, BlockNumber(next))
-                        .await
-                        .map(|e| event_of(e.block.number, &e.block.outcomes(&[])))
-                        .map_err(|e| {
-                            status::unavailable(format_args!("reading ledger block {next}"), e)
-                        });
-                    let failed = event.is_err();
-                    if tx.send(event).await.is_err() || failed {
-                        return;
-                    }
-                    next += 1;
-                }
-                let event = tokio::select! {
-                    e = live.recv() => e,
-                    () = until_set(&mut closed) => {
-                        let _ = tx.send(Err(status::shutting_down())).await;
-                        return;
-                    }
+                let event = match blocks.next().await {
+                    Some(Ok(c)) => Ok(event_of(c.block.number, &c.block.outcomes(&c.reasons))),
+                    Some(Err(e)) => Err(status::unavailable(
+                        format_args!("reading ledger block {}", blocks.next_block()),
+                        e,
+                    )),
+                    // The node stopped: the stream ends, so that a graceful shutdown completes.
+                    None => Err(status::shutting_down()),
                 };
-                match event {
-                    Ok(event) if event.block_number == next => {
-                        if tx.send(Ok((*event).clone())).await.is_err() {
-                            return;
-                        }
-                        next += 1;
-                    }
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => return,
+                let end = event.is_err();
+                if tx.send(event).await.is_err() || end {
+                    return;
                 }
             }
         });

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainify_core::{BlockNumber, OrgId};
-use chainify_node::{Committed, NodeStatus, ledger};
+use chainify_node::{CommitFeed, Committed, NodeStatus};
 use chainify_storage::{Backend, Store};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -30,39 +30,29 @@ pub async fn follow_ledger<B: Backend + 'static>(
     ),
     chainify_storage::StorageError,
 > {
-    let mut next = store.ledger_tail().await?.map_or(1, |(b, _)| b.0 + 1);
+    let next = store.ledger_tail().await?.map_or(1, |(b, _)| b.0 + 1);
     let (status_tx, status) = watch::channel(NodeStatus::new(org, BlockNumber(next)));
     let (commits_tx, commits) = broadcast::channel(capacity.max(1));
+    let mut blocks = CommitFeed::polling(store, FOLLOW_INTERVAL).subscribe(BlockNumber(next));
     let task = tokio::spawn(async move {
         loop {
-            tokio::select! {
+            let next = tokio::select! {
                 _ = closing.wait_for(|c| *c) => return,
-                () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
-            }
-            let tail = match store.ledger_tail().await {
-                Ok(tail) => tail.map_or(0, |(b, _)| b.0),
-                Err(e) => {
-                    warn!(%org, error = %e, "reading the ledger tail failed; retrying");
-                    continue;
-                }
+                next = blocks.next() => next,
             };
-            while next <= tail {
-                match ledger::entry(&store, BlockNumber(next)).await {
-                    Ok(entry) => {
-                        // Nobody listening is fine.
-                        let _ = commits_tx.send(Arc::new(Committed {
-                            block: entry.block,
-                            certificate: entry.certificate,
-                            reasons: Vec::new(),
-                        }));
-                        next += 1;
-                        status_tx.send_modify(|s| s.next_block = BlockNumber(next));
-                    }
-                    Err(e) => {
-                        warn!(%org, block = next, error = %e, "reading the ledger failed; retrying");
-                        break;
-                    }
+            match next {
+                Some(Ok(committed)) => {
+                    let after = BlockNumber(committed.block.number.0 + 1);
+                    // Nobody listening is fine.
+                    let _ = commits_tx.send(committed);
+                    status_tx.send_modify(|s| s.next_block = after);
                 }
+                Some(Err(e)) => {
+                    warn!(%org, block = %blocks.next_block(), error = %e, "reading the ledger failed; retrying");
+                    tokio::time::sleep(FOLLOW_INTERVAL).await;
+                }
+                // A polling feed does not end.
+                None => return,
             }
         }
     });

@@ -7,10 +7,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chainify_core::OrgId;
 use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
-use chainify_core::{Digest, OrgId};
 use chainify_node::metrics::{Metrics, family, render_status};
 use chainify_node::{ExecutionServer, LocalExecution, Node, NodeSettings, resume_point};
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
@@ -372,7 +372,7 @@ pub async fn run_org(
 
     if let Some(listener) = execution_listener {
         // The node passes the hash to chain to with every block.
-        let exec = ExecutionServer::new(store.clone(), network.clone(), mode, Digest::ZERO)
+        let exec = ExecutionServer::new(store.clone(), network.clone(), mode)
             .map_err(|e| NetError::Internal(e.to_string()))?;
         let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
         servers.push(serve(

@@ -33,10 +33,11 @@ use chainify_storage::{
     AnyBackend, Backend, Conn, ExecMode, StorageError, Store, StoreOptions, ddl,
 };
 use futures_util::StreamExt;
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, AdmissionSettings, LocalEndorser, LocalEndorsing, Refusal};
+use crate::feed::CommitFeed;
 use crate::ledger;
 use crate::node::{Node, NodeError, NodeSettings, NodeStatus, resume_point};
 use crate::transport::LocalNetwork;
@@ -214,7 +215,7 @@ struct Running {
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), NodeError>>,
     collector: JoinHandle<()>,
-    commits: broadcast::Receiver<Arc<crate::Committed>>,
+    feed: CommitFeed<AnyBackend>,
     metrics: Arc<crate::metrics::Metrics>,
 }
 
@@ -506,20 +507,15 @@ impl<F: OrdererFactory> Cluster<F> {
         let task = tokio::spawn(node.run(async {
             let _ = stopped.await;
         }));
-        let subscription = commits.resubscribe();
-        let collector = tokio::spawn(collect(
-            id,
-            commits,
-            run.store.clone(),
-            run.outcomes.clone(),
-        ));
+        let feed = CommitFeed::new(run.store.clone(), commits);
+        let collector = tokio::spawn(collect(id, feed.clone(), run.outcomes.clone()));
         let run = self.orgs.get_mut(&id).ok_or(ClusterError::UnknownOrg(id))?;
         run.status = status;
         run.running = Some(Running {
             stop,
             task,
             collector,
-            commits: subscription,
+            feed,
             metrics,
         });
         Ok(())
@@ -604,10 +600,10 @@ impl<F: OrdererFactory> Cluster<F> {
         Some(self.orgs.get(&org)?.running.as_ref()?.metrics.clone())
     }
 
-    /// The blocks `org`'s running node appends from now on (`None` while it is stopped).
-    pub fn commits(&self, org: OrgId) -> Option<broadcast::Receiver<Arc<crate::Committed>>> {
-        let running = self.orgs.get(&org)?.running.as_ref()?;
-        Some(running.commits.resubscribe())
+    /// The blocks `org`'s running node appends, from any height (`None` while it is
+    /// stopped).
+    pub fn feed(&self, org: OrgId) -> Option<CommitFeed<AnyBackend>> {
+        Some(self.orgs.get(&org)?.running.as_ref()?.feed.clone())
     }
 
     /// Waits until `done` holds for the statuses, checking whenever one changes.
@@ -852,12 +848,9 @@ impl<F: OrdererFactory> Cluster<F> {
             database_url: url.to_owned(),
         };
         let store = Arc::new(open_store(&self.spec, &oracle).await?);
-        let mut exec = ExecutionServer::new(
-            store.clone(),
-            self.spec.network.clone(),
-            ExecMode::Serial,
-            chainify_core::Digest::ZERO,
-        )?;
+        let mut exec =
+            ExecutionServer::new(store.clone(), self.spec.network.clone(), ExecMode::Serial)?;
+        let mut previous = chainify_core::Digest::ZERO;
         let mut blocks = self.client_orderer.deliver(Resume::START).await?;
         for entry in &ledger {
             let block = tokio::time::timeout(Duration::from_secs(30), blocks.next())
@@ -869,7 +862,8 @@ impl<F: OrdererFactory> Cluster<F> {
                     ))
                 })?
                 .ok_or_else(|| ClusterError::Mismatch("the orderer ended".into()))??;
-            let done = exec.execute(&block).await?;
+            let done = exec.execute(&block, previous).await?;
+            previous = done.ledger.hash();
             if done.ledger.hash() != entry.block.hash() {
                 return Err(ClusterError::Mismatch(format!(
                     "block {}: serial replay gives {:?}, organization {org}'s ledger has {:?}",
@@ -924,7 +918,10 @@ async fn read_ledger(
 ) -> Result<Vec<LedgerEntry>, ClusterError> {
     ledger::entries_from(store, from)
         .await
-        .map_err(|source| ClusterError::Node { org, source })
+        .map_err(|source| ClusterError::Node {
+            org,
+            source: source.into(),
+        })
 }
 
 async fn dump(
@@ -944,52 +941,30 @@ async fn dump(
     conn.query(&sql, &[], &types).await.map_err(failed)
 }
 
-/// Records where each appended transaction is, from the commit stream (or from the ledger
-/// when the stream lagged).
-async fn collect(
-    org: OrgId,
-    mut commits: broadcast::Receiver<Arc<crate::Committed>>,
-    store: Arc<Store<AnyBackend>>,
-    outcomes: Outcomes,
-) {
-    let record = |block: &chainify_core::tx::LedgerBlock| {
-        let mut map = outcomes.lock().unwrap_or_else(PoisonError::into_inner);
-        for outcome in block.outcomes(&[]) {
-            map.entry(outcome.tx_id).or_insert(outcome);
-        }
-    };
-    // Blocks arrive in order: everything before `next` is recorded. The ledger fills in what the
-    // stream did not bring: blocks appended before this start (a crash can fall between an
-    // append and its commit event; events from now on wait in `commits` meanwhile) and blocks
-    // missed by a lagging receiver.
+/// Records where each appended transaction is, from the organization's commit feed.
+async fn collect(org: OrgId, feed: CommitFeed<AnyBackend>, outcomes: Outcomes) {
+    // Everything before the first unrecorded block is recorded (after a restart the feed
+    // plays the blocks appended meanwhile from the ledger: a crash can fall between an append
+    // and its commit event).
     let recorded = outcomes
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .values()
         .map(|o| o.block.0 + 1)
         .max();
-    let mut next = BlockNumber(recorded.unwrap_or(Resume::START.block.0));
-    let catch_up = |next: &mut BlockNumber, entries: Vec<LedgerEntry>| {
-        for e in entries {
-            record(&e.block);
-            *next = BlockNumber(e.block.number.0 + 1);
-        }
-    };
-    if let Ok(entries) = read_ledger(&store, org, next).await {
-        catch_up(&mut next, entries);
-    }
-    loop {
-        match commits.recv().await {
-            Ok(c) => {
-                record(&c.block);
-                next = next.max(BlockNumber(c.block.number.0 + 1));
-            }
-            Err(broadcast::error::RecvError::Lagged(_)) => {
-                if let Ok(entries) = read_ledger(&store, org, next).await {
-                    catch_up(&mut next, entries);
+    let mut blocks = feed.subscribe(BlockNumber(recorded.unwrap_or(Resume::START.block.0)));
+    while let Some(next) = blocks.next().await {
+        match next {
+            Ok(committed) => {
+                let mut map = outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+                for outcome in committed.block.outcomes(&[]) {
+                    map.entry(outcome.tx_id).or_insert(outcome);
                 }
             }
-            Err(broadcast::error::RecvError::Closed) => return,
+            Err(e) => {
+                tracing::warn!(%org, error = %e, "reading the ledger for outcomes failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
 }

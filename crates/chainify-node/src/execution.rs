@@ -53,17 +53,15 @@ pub struct ExecutionServer<B: Backend> {
     network: Arc<NetworkConfig>,
     analyzer: Analyzer,
     mode: ExecMode,
-    previous: Digest,
 }
 
 impl<B: Backend> ExecutionServer<B> {
-    /// A server over `store`, chaining its first LedgerBlock to `previous` (the hash of the last
-    /// agreed LedgerBlock, [`Digest::ZERO`] for a new ledger).
+    /// A server over `store`. It keeps no chain state: the hash each LedgerBlock chains to is
+    /// an argument of [`ExecutionServer::execute`].
     pub fn new(
         store: Arc<Store<B>>,
         network: Arc<NetworkConfig>,
         mode: ExecMode,
-        previous: Digest,
     ) -> Result<Self, ExecutionError> {
         let analyzer = Analyzer::new(store.schema()?);
         Ok(ExecutionServer {
@@ -71,22 +69,16 @@ impl<B: Backend> ExecutionServer<B> {
             network,
             analyzer,
             mode,
-            previous,
         })
     }
 
-    /// The hash the next LedgerBlock chains to.
-    pub fn previous(&self) -> Digest {
-        self.previous
-    }
-
-    /// Chains the next LedgerBlock to `previous` (after a recovery restored an earlier state).
-    pub fn set_previous(&mut self, previous: Digest) {
-        self.previous = previous;
-    }
-
-    /// Validates, analyses, executes and digests `block`, and builds its LedgerBlock.
-    pub async fn execute(&mut self, block: &TransactionBlock) -> Result<Executed, ExecutionError> {
+    /// Validates, analyses, executes and digests `block`, and builds its LedgerBlock chained to
+    /// `previous` (the hash of the LedgerBlock before it; [`Digest::ZERO`] for block 1).
+    pub async fn execute(
+        &mut self,
+        block: &TransactionBlock,
+        previous: Digest,
+    ) -> Result<Executed, ExecutionError> {
         if block.network != self.network.network_id {
             return Err(ExecutionError::WrongNetwork {
                 block: block.number,
@@ -152,10 +144,9 @@ impl<B: Backend> ExecutionServer<B> {
             valid,
             hash_digest: outcome.digest,
             state_digest: outcome.state,
-            hash_previous: self.previous,
+            hash_previous: previous,
             orderer_position: block.orderer_position,
         };
-        self.previous = ledger.hash();
         Ok(Executed {
             ledger,
             outcome,

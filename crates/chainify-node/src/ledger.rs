@@ -6,26 +6,45 @@ use chainify_core::BlockNumber;
 use chainify_core::tx::{LedgerBlock, LedgerEntry};
 use chainify_storage::{Backend, StorageError, Store};
 
-use crate::NodeError;
+/// Why a ledger entry cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The database failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The block is not in the ledger.
+    #[error("ledger block {0}: not in the ledger")]
+    Missing(BlockNumber),
+    /// The stored entry does not decode.
+    #[error("ledger block {block}: {problem}")]
+    Undecodable {
+        /// The block.
+        block: BlockNumber,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
 
 /// The entry of `block`; an error when it is missing or does not decode.
 pub async fn entry<B: Backend>(
     store: &Store<B>,
     block: BlockNumber,
-) -> Result<LedgerEntry, NodeError> {
-    let problem = |problem: String| NodeError::Ledger { block, problem };
+) -> Result<LedgerEntry, LedgerError> {
     let bytes = store
         .ledger_entry(block)
         .await?
-        .ok_or_else(|| problem("not in the ledger".into()))?;
-    chainify_proto::ledger::decode(&bytes).map_err(|e| problem(e.to_string()))
+        .ok_or(LedgerError::Missing(block))?;
+    chainify_proto::ledger::decode(&bytes).map_err(|e| LedgerError::Undecodable {
+        block,
+        problem: e.to_string(),
+    })
 }
 
 /// The agreed LedgerBlock of `block`.
 pub async fn block<B: Backend>(
     store: &Store<B>,
     block: BlockNumber,
-) -> Result<LedgerBlock, NodeError> {
+) -> Result<LedgerBlock, LedgerError> {
     Ok(entry(store, block).await?.block)
 }
 
@@ -33,7 +52,7 @@ pub async fn block<B: Backend>(
 pub async fn entries_from<B: Backend>(
     store: &Store<B>,
     from: BlockNumber,
-) -> Result<Vec<LedgerEntry>, NodeError> {
+) -> Result<Vec<LedgerEntry>, LedgerError> {
     let Some((last, _)) = store.ledger_tail().await? else {
         return Ok(Vec::new());
     };

@@ -16,10 +16,12 @@
 pub mod admission;
 pub mod cluster;
 mod execution;
+pub mod feed;
 mod gate;
 pub mod ledger;
 pub mod metrics;
 mod node;
+pub mod pipeline;
 mod port;
 pub mod transfer;
 pub mod transport;
@@ -29,6 +31,7 @@ pub use admission::{
     check_proposal,
 };
 pub use execution::{Executed, ExecutionError, ExecutionServer};
+pub use feed::{CommitFeed, Subscription};
 pub use gate::{ReadGate, ReadGuard};
 pub use node::{
     Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, TransferReport,

@@ -3,6 +3,10 @@
 //! (send votes, append to the ledger in the organization's database, serve certificates,
 //! restore and replay) and publishes status and commit events.
 //!
+//! What to do is decided by the sans-IO [`Pipeline`] (which holds the commit engine, the chain
+//! hash, the execution schedule and recovery); this runtime feeds it events and carries out its
+//! commands, nothing more.
+//!
 //! One task owns everything; the block being executed is a future polled beside the inbox and
 //! the clock, so votes keep flowing while a block runs, and with `pipeline_depth` > 0 the next
 //! blocks execute while earlier ones are still being voted on. Their effects are undone through
@@ -23,7 +27,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainify_commit::{Command, CommitEngine, Event, State, Timing};
+use chainify_commit::{self as commit, CommitEngine, State, Timing};
 use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::LedgerEntry;
@@ -38,14 +42,15 @@ use tracing::{error, info, warn};
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::gate::{Gate, ReadGate};
-use crate::ledger;
+use crate::ledger::{self, LedgerError};
 use crate::metrics::{Metrics, Phase};
+use crate::pipeline::{Command, Event, Notice, Pipeline, RecoveryError, Repaired, Schedule};
 use crate::port::{ExecutionPort, LocalExecution, PortExecuted};
 use crate::transfer::{NoPeers, OFFER_TIMEOUT, StatePeers, StateServer, check_offer, fetch};
+use crate::transport::{Inbox, PeerMessage, Transport};
 
 /// A peer whose state transfer failed is tried after the others for this long.
 const FAILED_PEER_PENALTY: Duration = Duration::from_secs(600);
-use crate::transport::{Inbox, PeerMessage, Transport};
 
 /// How a node runs.
 #[derive(Clone, Debug)]
@@ -112,13 +117,17 @@ pub enum NodeError {
     /// The ExecutionServer could not be built.
     #[error(transparent)]
     Execution(#[from] ExecutionError),
-    /// The ledger in the database cannot be read or does not match the database.
-    #[error("ledger block {block}: {problem}")]
-    Ledger {
-        /// The block.
-        block: BlockNumber,
-        /// What is wrong.
-        problem: String,
+    /// The ledger in the database cannot be read.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The database is behind its own ledger (a crash during a recovery) and replaying the
+    /// agreed blocks it misses failed.
+    #[error("ledger block {through}: {source}")]
+    CatchUp {
+        /// The last block of the ledger.
+        through: BlockNumber,
+        /// Why the replay failed.
+        source: RecoveryError,
     },
     /// A setting is out of range.
     #[error("node settings: {0}")]
@@ -291,6 +300,14 @@ impl Future for InFlight {
 const KEEP_REPORTS: usize = 64;
 const KEEP_CERTIFICATES: usize = 256;
 
+/// Time spent by the recovery under way, for its report.
+struct RecoveryClock {
+    block: BlockNumber,
+    since: Instant,
+    restore: Duration,
+    replay: Duration,
+}
+
 /// One organization's ExecutionServer and CommitServer.
 pub struct Node<B: Backend, O: Orderer> {
     me: OrgId,
@@ -298,29 +315,21 @@ pub struct Node<B: Backend, O: Orderer> {
     orderer: Arc<O>,
     transport: Arc<dyn Transport>,
     settings: NodeSettings,
-    engine: CommitEngine,
+    /// What to do next: the commit engine, the chain hash, the schedule, recovery.
+    pipeline: Pipeline,
     /// Where blocks execute (this process, or the organization's execution process).
     port: Arc<dyn ExecutionPort>,
-    /// The hash the next executed LedgerBlock chains to.
-    previous: Digest,
     inbox: Inbox,
     inbox_rx: mpsc::Receiver<PeerMessage>,
     status: watch::Sender<NodeStatus>,
     commits: broadcast::Sender<Arc<Committed>>,
-    /// The block stream, and where it continues if it must be reopened.
     blocks: Option<BlockStream>,
-    resume: Resume,
-    reconnect_at: Option<Instant>,
     in_flight: Option<InFlight>,
-    /// A block whose execution failed, and when to try again.
-    retry: Option<(TransactionBlock, Instant)>,
-    /// Failed attempts at the current block, for the backoff.
-    failed_attempts: u32,
-    /// Executed blocks not yet appended.
+    /// Executed blocks not yet appended, for the failure reasons of their commit event.
     executed: BTreeMap<BlockNumber, Executed>,
     certificates: BTreeMap<BlockNumber, Certificate>,
-    /// The recovery under way: block, start, checkpoint used, attempts.
-    recovering: Option<(Instant, RecoveryReport)>,
+    recovery: Option<RecoveryClock>,
+    repair_started: Option<Instant>,
     started: Instant,
     /// Keeps readers out while the database holds more than the agreed blocks.
     gate: Gate,
@@ -328,16 +337,10 @@ pub struct Node<B: Backend, O: Orderer> {
     /// When each block not yet appended finished executing (for the vote phase).
     executed_at: BTreeMap<BlockNumber, Instant>,
     writing: Option<OwnedRwLockWriteGuard<()>>,
-    /// Whether a full scan was asked for since start.
-    state_checked: bool,
-    /// A full scan found the tables differ from the agreed state: repair at a clean point.
-    repair_pending: bool,
     /// Where states are transferred from, and what this node serves to others.
     peers: Arc<dyn StatePeers>,
     state_server: Arc<StateServer<B>>,
     ctx: VoteContext,
-    /// A fast join is still to be tried (an empty ledger at start).
-    join_pending: bool,
     /// Peers whose state transfer failed, and when.
     failed_peers: BTreeMap<OrgId, Instant>,
 }
@@ -357,9 +360,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         transport: Arc<dyn Transport>,
         settings: NodeSettings,
     ) -> Result<Self, NodeError> {
-        // The node passes the hash to chain to with every block.
-        let exec =
-            ExecutionServer::new(store.clone(), network.clone(), settings.mode, Digest::ZERO)?;
+        let exec = ExecutionServer::new(store.clone(), network.clone(), settings.mode)?;
         let metrics = Arc::new(Metrics::default());
         let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
         Self::start_with(
@@ -403,6 +404,14 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         let next = resume.block;
         let ctx = VoteContext::of(&network);
         let engine = CommitEngine::new(me, key, ctx.clone(), settings.timing, next);
+        let schedule = Schedule {
+            checkpoint_interval: settings.checkpoint_interval,
+            state_check_interval: settings.state_check_interval,
+            pipeline_depth: settings.pipeline_depth,
+            fast_join: settings.fast_join,
+            transfer_timeout_ms: millis(settings.transfer_timeout),
+        };
+        let pipeline = Pipeline::new(engine, schedule, resume, previous);
         let (inbox, inbox_rx) = Inbox::new(settings.inbox_capacity);
         let (status, _) = watch::channel(NodeStatus {
             executed: store.last_applied_block().await?,
@@ -419,33 +428,26 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             orderer,
             transport,
             settings,
-            engine,
+            pipeline,
             port,
-            previous,
             inbox,
             inbox_rx,
             status,
             commits,
             blocks: None,
-            resume,
-            reconnect_at: Some(Instant::now()),
             in_flight: None,
-            retry: None,
-            failed_attempts: 0,
             executed: BTreeMap::new(),
             certificates: BTreeMap::new(),
-            recovering: None,
+            recovery: None,
+            repair_started: None,
             started: Instant::now(),
             gate,
             writing,
             metrics,
             executed_at: BTreeMap::new(),
-            state_checked: false,
-            repair_pending: false,
             peers: Arc::new(NoPeers),
             state_server,
             ctx,
-            join_pending: next == Resume::START.block,
             failed_peers: BTreeMap::new(),
         };
         if next > Resume::START.block {
@@ -457,6 +459,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     /// Where state transfers come from (none by default).
     pub fn set_state_peers(&mut self, peers: Arc<dyn StatePeers>) {
         self.peers = peers;
+        self.pipeline.set_peers(!self.peers.peers().is_empty());
     }
 
     /// What this organization serves to others' state transfers.
@@ -499,11 +502,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         let mut gate_wait: Option<GateWait> = None;
         loop {
             // Hand the database to waiting readers at the first clean point.
-            if self.writing.is_some() && self.is_clean() && self.gate.readers_waiting() {
+            if self.writing.is_some() && self.pipeline.is_clean() && self.gate.readers_waiting() {
                 self.writing = None;
             }
             let flying = self.in_flight.is_some();
-            let wants_block = self.can_execute() && self.blocks.is_some();
+            let wants_block = self.pipeline.wants_block() && self.blocks.is_some();
             let take_block = wants_block && self.writing.is_some() && !self.gate.readers_waiting();
             if wants_block && self.writing.is_none() && gate_wait.is_none() {
                 gate_wait = Some(Box::pin(self.gate.lock.clone().write_owned()));
@@ -538,7 +541,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     self.in_flight = None;
                     self.on_executed(*flight).await?;
                 }
-                Wake::Block(block) => self.on_block(block),
+                Wake::Block(block) => self.on_block(block).await?,
                 Wake::Gate(guard) => {
                     gate_wait = None;
                     self.writing = Some(guard);
@@ -550,17 +553,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         if let Some(flight) = self.in_flight.take() {
             flight.await?;
         }
-        info!(org = %self.me, next = %self.engine.next_block(), "node stopped");
+        info!(org = %self.me, next = %self.pipeline.next_block(), "node stopped");
         Ok(())
     }
 
-    /// The database holds exactly the agreed blocks: nothing executing, executed but not
-    /// appended, failed half-way or being recovered.
-    fn is_clean(&self) -> bool {
-        self.in_flight.is_none()
-            && self.executed.is_empty()
-            && self.retry.is_none()
-            && self.recovering.is_none()
+    /// Milliseconds since the node started, the pipeline's clock.
+    fn now_ms(&self) -> u64 {
+        millis(self.started.elapsed())
     }
 
     /// Takes the gate from readers before the database changes outside a block in flight.
@@ -570,59 +569,24 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
     }
 
-    fn can_execute(&self) -> bool {
-        self.in_flight.is_none()
-            && !self.repair_pending
-            && !self.join_pending
-            && self.retry.is_none()
-            && matches!(self.engine.state(), State::Running)
-            && self.resume.block.0 <= self.engine.next_block().0 + self.settings.pipeline_depth
-    }
-
-    fn checkpoint_due(&self, block: BlockNumber) -> bool {
-        block == Resume::START.block || block.0.is_multiple_of(self.settings.checkpoint_interval)
-    }
-
-    fn launch(&mut self, block: TransactionBlock) {
-        let port = self.port.clone();
-        let previous = self.previous;
-        let checkpoint = self.checkpoint_due(block.number);
-        let state_check = !self.state_checked
-            || block
-                .number
-                .0
-                .is_multiple_of(self.settings.state_check_interval);
-        self.state_checked = true;
-        self.in_flight = Some(InFlight(tokio::spawn(async move {
-            let result = port
-                .execute(block.clone(), previous, checkpoint, state_check)
-                .await;
-            Flight { block, result }
-        })));
-    }
-
-    fn on_block(&mut self, block: Option<Result<TransactionBlock, OrdererError>>) {
-        match block {
-            Some(Ok(block)) if block.number == self.resume.block => self.launch(block),
-            Some(Ok(block)) => {
-                warn!(org = %self.me, got = %block.number, expected = %self.resume.block,
-                    "the orderer delivered an unexpected block; reconnecting");
-                self.reopen_stream();
-            }
+    async fn on_block(
+        &mut self,
+        block: Option<Result<TransactionBlock, OrdererError>>,
+    ) -> Result<(), NodeError> {
+        let event = match block {
+            Some(Ok(block)) => Event::Ordered(block),
             Some(Err(e)) => {
                 warn!(org = %self.me, error = %e, "block stream failed; reconnecting");
-                self.reopen_stream();
+                self.blocks = None;
+                Event::StreamBroken
             }
             None => {
                 warn!(org = %self.me, "the orderer ended the block stream; reconnecting");
-                self.reopen_stream();
+                self.blocks = None;
+                Event::StreamBroken
             }
-        }
-    }
-
-    fn reopen_stream(&mut self) {
-        self.blocks = None;
-        self.reconnect_at = Some(Instant::now() + Duration::from_millis(200));
+        };
+        self.feed(event).await
     }
 
     async fn on_executed(&mut self, flight: Flight) -> Result<(), NodeError> {
@@ -636,20 +600,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 for finding in integrity {
                     self.alarm(finding);
                 }
-                // Stop launching blocks; the repair runs at the next clean point.
-                self.repair_pending |= repair_needed;
-                self.failed_attempts = 0;
-                self.previous = executed.ledger.hash();
-                self.resume = Resume::after(&flight.block);
                 let number = flight.block.number;
-                let invalid = executed.invalid.len() as u64;
-                match checkpoint {
-                    Some(Ok(())) => self.prune_checkpoints().await,
-                    Some(Err(e)) => {
-                        warn!(org = %self.me, block = %number, error = %e, "checkpoint skipped")
-                    }
-                    None => {}
+                if let Some(Err(e)) = &checkpoint {
+                    warn!(org = %self.me, block = %number, error = %e, "checkpoint skipped");
                 }
+                let invalid = executed.invalid.len() as u64;
                 let ledger = executed.ledger.clone();
                 self.metrics.observe_block(ledger.tx_ids.len());
                 self.executed_at.insert(number, Instant::now());
@@ -658,51 +613,33 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     s.executed = Some(number);
                     s.invalid_transactions += invalid;
                 });
-                self.handle(Event::Executed(ledger)).await
+                self.feed(Event::Executed {
+                    ledger,
+                    checkpointed: matches!(checkpoint, Some(Ok(()))),
+                    repair_needed,
+                })
+                .await
             }
             Err(e) => {
-                self.failed_attempts += 1;
-                let attempts = self.failed_attempts;
-                let delay = Duration::from_millis(100 << attempts.min(6));
+                let attempts = self.pipeline.failed_attempts() + 1;
                 warn!(org = %self.me, block = %flight.block.number, error = %e, attempts,
                     "executing the block failed; retrying");
                 self.status.send_modify(|s| {
                     s.execution_errors += 1;
                     s.last_error = Some(format!("block {}: {e}", flight.block.number));
                 });
-                self.retry = Some((flight.block, Instant::now() + delay));
-                Ok(())
-            }
-        }
-    }
-
-    /// Keeps the configured number of agreed checkpoints (and every newer one: their blocks
-    /// are not agreed yet).
-    async fn prune_checkpoints(&mut self) {
-        let next = self.engine.next_block();
-        let result = async {
-            let all = self.store.checkpoints().await.map_err(|e| e.to_string())?;
-            let unagreed = all.iter().filter(|c| **c >= next).count();
-            // A checkpoint another organization is transferring stays.
-            let pinned = self
-                .state_server
-                .pinned()
-                .map_or(0, |p| all.iter().filter(|c| **c >= p).count());
-            self.port
-                .prune_checkpoints((self.settings.checkpoints_kept + unagreed).max(pinned))
+                self.feed(Event::ExecutionFailed {
+                    block: flight.block,
+                })
                 .await
-                .map_err(|e| e.to_string())
-        }
-        .await;
-        if let Err(e) = result {
-            warn!(org = %self.me, error = %e, "pruning checkpoints failed");
+            }
         }
     }
 
     async fn on_message(&mut self, message: PeerMessage) -> Result<(), NodeError> {
         match message {
-            PeerMessage::Vote(vote) => self.handle(Event::Vote(vote)).await,
-            PeerMessage::Certificate(cert) => self.handle(Event::Certificate(cert)).await,
+            PeerMessage::Vote(vote) => self.feed(Event::Vote(vote)).await,
+            PeerMessage::Certificate(cert) => self.feed(Event::Certificate(cert)).await,
             PeerMessage::CertificateRequest { from, block } => {
                 if from != self.me
                     && let Some(cert) = self.certificate(block).await
@@ -715,78 +652,34 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     }
 
     async fn on_tick(&mut self) -> Result<(), NodeError> {
-        if self.join_pending && self.is_clean() {
-            self.join_pending = false;
-            self.fast_join().await?;
-        }
-        if self.repair_pending && self.is_clean() && matches!(self.engine.state(), State::Running) {
-            self.repair().await?;
-        }
-        let now = Instant::now();
-        if self.blocks.is_none() && self.reconnect_at.is_some_and(|t| t <= now) {
-            match self.orderer.deliver(self.resume).await {
-                Ok(stream) => {
-                    self.blocks = Some(stream);
-                    self.reconnect_at = None;
-                }
-                Err(e) => {
-                    warn!(org = %self.me, error = %e, "cannot reach the orderer");
-                    self.reconnect_at = Some(now + Duration::from_secs(1));
-                }
-            }
-        }
-        if self.in_flight.is_none()
-            && matches!(&self.retry, Some((_, at)) if *at <= now)
-            && let Some((block, _)) = self.retry.take()
-        {
-            self.launch(block);
-        }
+        self.pipeline.set_peers(!self.peers.peers().is_empty());
         let dropped = self.inbox.dropped();
         self.status.send_if_modified(|s| {
             let changed = s.dropped_messages != dropped;
             s.dropped_messages = dropped;
             changed
         });
-        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.handle(Event::Tick { now_ms }).await
+        self.feed(Event::Tick).await
     }
 
-    /// Feeds an event to the engine and carries out its commands, including the events that
-    /// commands produce (a recovery's result).
-    async fn handle(&mut self, event: Event) -> Result<(), NodeError> {
-        let mut events = VecDeque::from([event]);
-        while let Some(event) = events.pop_front() {
-            for command in self.engine.handle(event) {
-                match command {
-                    Command::SendVote(vote) => self.transport.send_vote(&vote),
-                    Command::Append { block, certificate } => {
-                        self.append(block, certificate).await?
-                    }
-                    // Clients learn outcomes from the commit stream, fed by the append.
-                    Command::Notify(_) => {}
-                    Command::FetchCertificate(block) => self.transport.request_certificate(block),
-                    Command::SendCertificate { to, block } => {
-                        if let Some(cert) = self.certificate(block).await {
-                            self.transport.send_certificate(to, &cert);
-                        }
-                    }
-                    Command::StartRecovery { block, attempt } => {
-                        events.push_back(self.recover(block, attempt).await);
-                    }
-                    Command::RejectVote(rejection) => {
-                        warn!(org = %self.me, %rejection, "vote not counted");
-                        self.status.send_modify(|s| s.rejected_votes += 1);
-                    }
-                    Command::RejectCertificate(problem) => {
-                        warn!(org = %self.me, %problem, "certificate not accepted");
-                        self.status.send_modify(|s| s.rejected_certificates += 1);
-                    }
-                    Command::Alarm(alarm) => self.alarm(alarm),
+    /// Feeds an event to the pipeline and carries out its commands in order; a command's
+    /// result is fed back at once, and what it asks for is done before the next command.
+    async fn feed(&mut self, event: Event) -> Result<(), NodeError> {
+        let mut todo = VecDeque::from(self.pipeline.handle(self.now_ms(), event));
+        while let Some(command) = todo.pop_front() {
+            if let Some(result) = self.carry_out(command).await? {
+                let more = self.pipeline.handle(self.now_ms(), result);
+                for command in more.into_iter().rev() {
+                    todo.push_front(command);
                 }
             }
         }
-        let (next, state) = (self.engine.next_block(), self.engine.state().clone());
-        let votes = self.engine.pending_votes();
+        let engine = self.pipeline.engine();
+        let (next, state, votes) = (
+            engine.next_block(),
+            engine.state().clone(),
+            engine.pending_votes(),
+        );
         self.status.send_if_modified(|s| {
             let changed = s.next_block != next || s.state != state || s.pending_votes != votes;
             s.next_block = next;
@@ -795,6 +688,214 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             changed
         });
         Ok(())
+    }
+
+    /// Carries out one command; returns the event that reports its result, if it has one.
+    async fn carry_out(&mut self, command: Command) -> Result<Option<Event>, NodeError> {
+        Ok(match command {
+            Command::Commit(command) => {
+                self.carry_out_commit(command).await?;
+                None
+            }
+            Command::OpenStream(resume) => match self.orderer.deliver(resume).await {
+                Ok(stream) => {
+                    self.blocks = Some(stream);
+                    Some(Event::StreamOpened)
+                }
+                Err(e) => {
+                    warn!(org = %self.me, error = %e, "cannot reach the orderer");
+                    Some(Event::StreamFailed)
+                }
+            },
+            Command::CloseStream => {
+                self.blocks = None;
+                None
+            }
+            Command::Execute {
+                block,
+                previous,
+                checkpoint,
+                state_check,
+            } => {
+                let port = self.port.clone();
+                self.in_flight = Some(InFlight(tokio::spawn(async move {
+                    let result = port
+                        .execute(block.clone(), previous, checkpoint, state_check)
+                        .await;
+                    Flight { block, result }
+                })));
+                None
+            }
+            Command::Prune { agreed_before } => {
+                self.prune_checkpoints(agreed_before).await;
+                None
+            }
+            Command::ListCheckpoints { before } => Some(Event::Checkpoints(
+                checkpoints_before(&self.store, before).await,
+            )),
+            Command::Restore { checkpoint, full } => {
+                self.hold_gate().await;
+                let restoring = Instant::now();
+                let restored = self.restore(checkpoint, full).await;
+                if let Some(clock) = self.recovery.as_mut() {
+                    clock.restore += restoring.elapsed();
+                }
+                Some(match restored {
+                    Ok(base) => Event::Restored { checkpoint, base },
+                    Err(error) => Event::RestoreFailed { checkpoint, error },
+                })
+            }
+            Command::Replay {
+                from,
+                through,
+                previous,
+                agreed_before,
+            } => {
+                self.hold_gate().await;
+                let replaying = Instant::now();
+                let replayed = self.replay(from, through, previous, agreed_before).await;
+                if let Some(clock) = self.recovery.as_mut() {
+                    clock.replay += replaying.elapsed();
+                }
+                Some(match replayed {
+                    Ok((done, stream)) => {
+                        self.blocks = Some(stream);
+                        let ledger = done.ledger.clone();
+                        self.executed.insert(ledger.number, done);
+                        Event::Replayed(ledger)
+                    }
+                    Err(e) => Event::ReplayFailed(e),
+                })
+            }
+            Command::TransferState => Some(match self.transfer().await {
+                Ok(block) => Event::Transferred(block),
+                Err(e) => Event::TransferFailed(RecoveryError::Transfer(e)),
+            }),
+            Command::Notice(notice) => {
+                self.notice(notice);
+                None
+            }
+        })
+    }
+
+    async fn carry_out_commit(&mut self, command: commit::Command) -> Result<(), NodeError> {
+        match command {
+            commit::Command::SendVote(vote) => self.transport.send_vote(&vote),
+            commit::Command::Append { block, certificate } => {
+                self.append(block, certificate).await?
+            }
+            // Clients learn outcomes from the commit stream, fed by the append.
+            commit::Command::Notify(_) => {}
+            commit::Command::FetchCertificate(block) => self.transport.request_certificate(block),
+            commit::Command::SendCertificate { to, block } => {
+                if let Some(cert) = self.certificate(block).await {
+                    self.transport.send_certificate(to, &cert);
+                }
+            }
+            // The pipeline carries recoveries out itself.
+            commit::Command::StartRecovery { .. } => {}
+            commit::Command::RejectVote(rejection) => {
+                warn!(org = %self.me, %rejection, "vote not counted");
+                self.status.send_modify(|s| s.rejected_votes += 1);
+            }
+            commit::Command::RejectCertificate(problem) => {
+                warn!(org = %self.me, %problem, "certificate not accepted");
+                self.status.send_modify(|s| s.rejected_certificates += 1);
+            }
+            commit::Command::Alarm(alarm) => self.alarm(alarm),
+        }
+        Ok(())
+    }
+
+    /// Logs and counts what the pipeline reports.
+    fn notice(&mut self, notice: Notice) {
+        let me = self.me;
+        match notice {
+            Notice::UnexpectedBlock { got, expected } => {
+                warn!(org = %me, %got, %expected, "the orderer delivered an unexpected block; reconnecting")
+            }
+            Notice::Recovering { block, attempt } => {
+                info!(org = %me, %block, attempt, "recovering");
+                if self.recovery.as_ref().is_none_or(|c| c.block != block) {
+                    self.recovery = Some(RecoveryClock {
+                        block,
+                        since: Instant::now(),
+                        restore: Duration::ZERO,
+                        replay: Duration::ZERO,
+                    });
+                }
+            }
+            Notice::CheckpointsFailed { block, reason } => {
+                warn!(org = %me, %block, %reason, "recovering from a checkpoint failed")
+            }
+            Notice::TransferRetry { block, reason } => {
+                warn!(org = %me, %block, error = %reason, "no state transfer recovers the block yet; trying again")
+            }
+            Notice::RecoveryEnded(summary) => {
+                let clock = self.recovery.take();
+                let report = RecoveryReport {
+                    block: summary.block,
+                    checkpoint: summary.checkpoint,
+                    attempts: summary.attempts,
+                    replayed: summary.replayed,
+                    restore: clock.as_ref().map_or(Duration::ZERO, |c| c.restore),
+                    replay: clock.as_ref().map_or(Duration::ZERO, |c| c.replay),
+                    elapsed: clock.map_or(Duration::ZERO, |c| c.since.elapsed()),
+                };
+                info!(org = %me, ?report, "recovered and agreed");
+                self.status.send_modify(|s| {
+                    s.recoveries.push(report);
+                    s.recoveries_total += 1;
+                    trim(&mut s.recoveries);
+                });
+            }
+            Notice::Repairing { agreed } => {
+                info!(org = %me, %agreed, "repairing tables that differ from the agreed state");
+                self.repair_started = Some(Instant::now());
+            }
+            Notice::NoCheckpointRepairs { reason } => {
+                warn!(org = %me, problem = %reason, "no checkpoint repairs the tables; transferring the state from another organization")
+            }
+            Notice::Repaired(how) => {
+                let elapsed = self.repair_started.take().map(|t| t.elapsed());
+                match how {
+                    Repaired::Checkpoint(checkpoint) => {
+                        info!(org = %me, %checkpoint, ?elapsed, "tables repaired")
+                    }
+                    Repaired::Transfer(block) => {
+                        info!(org = %me, %block, ?elapsed, "tables repaired by a state transfer")
+                    }
+                }
+                self.status.send_modify(|s| s.repairs_total += 1);
+            }
+            Notice::Joined(block) => {
+                info!(org = %me, %block, "joined from another organization's state")
+            }
+            Notice::NoJoin(reason) => {
+                info!(org = %me, %reason, "no fast join; replaying from block 1")
+            }
+        }
+    }
+
+    /// Keeps the configured number of agreed checkpoints (and every newer one: their blocks
+    /// are not agreed yet).
+    async fn prune_checkpoints(&mut self, next: BlockNumber) {
+        let result = async {
+            let all = self.store.checkpoints().await?;
+            let unagreed = all.iter().filter(|c| **c >= next).count();
+            // A checkpoint another organization is transferring stays.
+            let pinned = self
+                .state_server
+                .pinned()
+                .map_or(0, |p| all.iter().filter(|c| **c >= p).count());
+            self.port
+                .prune_checkpoints((self.settings.checkpoints_kept + unagreed).max(pinned))
+                .await
+        }
+        .await;
+        if let Err(e) = result {
+            warn!(org = %self.me, error = %e, "pruning checkpoints failed");
+        }
     }
 
     /// Raises an operator alarm: log, status and the alarm counter.
@@ -852,21 +953,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 reasons
             })
             .unwrap_or_default();
-        if let Some((since, report)) = &self.recovering
-            && report.block == number
-        {
-            let report = RecoveryReport {
-                elapsed: since.elapsed(),
-                ..report.clone()
-            };
-            self.recovering = None;
-            info!(org = %self.me, ?report, "recovered and agreed");
-            self.status.send_modify(|s| {
-                s.recoveries.push(report);
-                s.recoveries_total += 1;
-                trim(&mut s.recoveries);
-            });
-        }
+        self.executed.retain(|b, _| *b > number);
         // Nobody listening is fine.
         let _ = self.commits.send(Arc::new(Committed {
             block,
@@ -881,7 +968,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         if let Some(cert) = self.certificates.get(&block) {
             return Some(cert.clone());
         }
-        if block >= self.engine.next_block() {
+        if block >= self.pipeline.next_block() {
             return None;
         }
         match ledger::entry(&self.store, block).await {
@@ -893,111 +980,26 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
     }
 
-    /// Repairs tables that a full scan found different from the agreed state (a change that
-    /// bypassed the triggers): at a clean point, restores the newest checkpoint whose snapshots
-    /// hold its agreed state digest, comparing every row, and replays the agreed blocks since.
-    /// Without such a checkpoint it raises an alarm.
-    async fn repair(&mut self) -> Result<(), NodeError> {
-        self.repair_pending = false;
-        self.hold_gate().await;
-        let started = Instant::now();
-        let agreed = BlockNumber(self.engine.next_block().0.saturating_sub(1));
-        info!(org = %self.me, %agreed, "repairing tables that differ from the agreed state");
-        let result = async {
-            let candidates = checkpoints_before(&self.store, BlockNumber(agreed.0 + 1)).await?;
-            let mut tried = Vec::new();
-            for checkpoint in candidates {
-                let base = ledger::block(&self.store, checkpoint)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let port = self.port.clone();
-                let agreed_state = base.state_digest;
-                if let Err(e) = patiently(self.settings.replay_timeout, || {
-                    port.restore(checkpoint, Some(agreed_state))
-                })
-                .await
-                {
-                    tried.push(format!("checkpoint {checkpoint}: {e}"));
-                    continue;
-                }
-                self.previous = base.hash();
-                let resume = Resume {
-                    block: BlockNumber(checkpoint.0 + 1),
-                    position: base.orderer_position,
-                };
-                if checkpoint < agreed {
-                    self.replay(resume, agreed).await?;
-                } else {
-                    self.resume = resume;
-                    self.reopen_stream();
-                }
-                return Ok(checkpoint);
-            }
-            Err(if tried.is_empty() {
-                format!("no checkpoint at or before block {agreed}")
-            } else {
-                tried.join("; ")
-            })
-        }
-        .await;
-        match result {
-            Ok(checkpoint) => {
-                info!(org = %self.me, %checkpoint, elapsed = ?started.elapsed(), "tables repaired");
-                self.status.send_modify(|s| s.repairs_total += 1);
-            }
-            Err(local) => {
-                warn!(org = %self.me, problem = %local, "no checkpoint repairs the tables; transferring the state from another organization");
-                let transferred = async {
-                    let adopted = self.transfer().await?;
-                    if adopted.number < agreed {
-                        let resume = Resume {
-                            block: BlockNumber(adopted.number.0 + 1),
-                            position: adopted.orderer_position,
-                        };
-                        self.replay(resume, agreed).await?;
-                    }
-                    Ok::<_, String>(adopted)
-                }
-                .await;
-                match transferred {
-                    Ok(adopted) => {
-                        info!(org = %self.me, block = %adopted.number, elapsed = ?started.elapsed(), "tables repaired by a state transfer");
-                        self.status.send_modify(|s| s.repairs_total += 1);
-                        if adopted.number >= self.engine.next_block() {
-                            self.handle(Event::Transferred(adopted)).await?;
-                        }
-                    }
-                    Err(e) => self.alarm(format!(
-                        "the tables differ from the agreed state; no checkpoint repairs them ({local}) and no state transfer did ({e})"
-                    )),
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Starts an empty ledger from another organization's newest verified checkpoint instead of
-    /// replaying every block from the first. Without an offer (a new network, no peer up) the
-    /// node follows the orderer from block 1.
-    async fn fast_join(&mut self) -> Result<(), NodeError> {
-        if !self.settings.fast_join || self.peers.peers().is_empty() {
-            return Ok(());
-        }
-        match self.transfer().await {
-            Ok(adopted) => {
-                info!(org = %self.me, block = %adopted.number, "joined from another organization's state");
-                self.handle(Event::Transferred(adopted)).await
-            }
-            Err(e) => {
-                info!(org = %self.me, reason = %e, "no fast join; replaying from block 1");
-                Ok(())
-            }
-        }
+    /// Restores `checkpoint` (every row, verified against its agreed state digest, when
+    /// `full`), retrying while the execution component is unreachable; returns its agreed
+    /// LedgerBlock.
+    async fn restore(
+        &mut self,
+        checkpoint: BlockNumber,
+        full: bool,
+    ) -> Result<LedgerBlock, RecoveryError> {
+        let base = ledger::block(&self.store, checkpoint).await?;
+        let agreed_state = full.then_some(base.state_digest);
+        let port = self.port.clone();
+        patiently(self.settings.replay_timeout, || {
+            port.restore(checkpoint, agreed_state)
+        })
+        .await?;
+        Ok(base)
     }
 
     /// Adopts the agreed state of another organization's newest verified checkpoint (see
-    /// [`crate::transfer`]), trying every peer, newest offer first. Afterwards the node goes on
-    /// from the adopted block; returns it.
+    /// [`crate::transfer`]), trying every peer, newest offer first; returns the adopted block.
     async fn transfer(&mut self) -> Result<LedgerBlock, String> {
         self.hold_gate().await;
         let started = Instant::now();
@@ -1036,7 +1038,9 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             let result = async {
                 // Nothing else may change the database from here to the adoption.
                 let port = self.port.clone();
-                patiently(self.settings.replay_timeout, || port.settle()).await?;
+                patiently(self.settings.replay_timeout, || port.settle())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 // A peer that stalls must not hold the recovery: the next one is tried.
                 let fetched = tokio::time::timeout(
                     self.settings.peer_transfer_timeout,
@@ -1085,32 +1089,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         })
     }
 
-    /// After adopting `block`'s state: the node goes on from it; the ledger entries it brought
-    /// reach the commit stream.
+    /// After adopting `block`'s state: what was executed is void; the ledger entries it
+    /// brought reach the commit stream. (The pipeline goes on from the block.)
     fn adopted(&mut self, block: &LedgerBlock, entries: Vec<LedgerEntry>, report: TransferReport) {
-        self.previous = block.hash();
-        self.resume = Resume {
-            block: BlockNumber(block.number.0 + 1),
-            position: block.orderer_position,
-        };
-        self.reopen_stream();
-        self.reconnect_at = Some(Instant::now());
+        self.blocks = None;
         self.executed.clear();
         self.executed_at.clear();
-        self.retry = None;
-        self.failed_attempts = 0;
-        if let Some((since, recovery)) = self.recovering.take() {
-            let recovery = RecoveryReport {
-                checkpoint: Some(block.number),
-                elapsed: since.elapsed(),
-                ..recovery
-            };
-            self.status.send_modify(|s| {
-                s.recoveries.push(recovery);
-                s.recoveries_total += 1;
-                trim(&mut s.recoveries);
-            });
-        }
         self.status.send_modify(|s| {
             s.executed = Some(block.number);
             s.state_transfers_total += 1;
@@ -1130,203 +1114,52 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         }
     }
 
-    /// A recovery no local checkpoint can do: adopt another organization's state and, if it is
-    /// older than `block`, replay up to `block`. Peers may not have a checkpoint at or after
-    /// `block` yet (an equivocation victim needs one: replaying gets it the wrong block again),
-    /// so this keeps trying for `transfer_timeout`.
-    async fn recover_by_transfer(&mut self, block: BlockNumber, local: &str) -> Event {
-        let deadline = Instant::now() + self.settings.transfer_timeout;
-        loop {
-            let attempt = async {
-                let adopted = self.transfer().await?;
-                if adopted.number >= block {
-                    return Ok(Event::Transferred(adopted));
-                }
-                let resume = Resume {
-                    block: BlockNumber(adopted.number.0 + 1),
-                    position: adopted.orderer_position,
-                };
-                self.replay(resume, block).await.map(Event::Recovered)
-            }
-            .await;
-            match attempt {
-                Ok(event) => return event,
-                Err(e) if Instant::now() < deadline && !self.peers.peers().is_empty() => {
-                    warn!(org = %self.me, %block, error = %e, "no state transfer recovers the block yet; trying again");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Err(e) => {
-                    return Event::RecoveryFailed {
-                        block,
-                        reason: format!("{local}; no state transfer recovers it: {e}"),
-                    };
-                }
-            }
-        }
-    }
-
-    /// Restores the `attempt`-th newest checkpoint before `block`, replays up to `block` and
-    /// reports the re-executed block to the engine. Each checkpoint is tried twice: first
-    /// restoring the keys recorded as changed since it, then (verified against its agreed
-    /// state digest) every row, which also repairs changes that bypassed the triggers.
-    async fn recover(&mut self, block: BlockNumber, attempt: u32) -> Event {
-        self.hold_gate().await;
-        if let Some(flight) = self.in_flight.take() {
-            // Executed on the state being discarded.
-            match flight.await {
-                Ok(_) => {}
-                Err(e) => {
-                    return Event::RecoveryFailed {
-                        block,
-                        reason: e.to_string(),
-                    };
-                }
-            }
-        }
-        self.retry = None;
-        self.failed_attempts = 0;
-        self.executed.retain(|b, _| *b < block);
-        if !matches!(&self.recovering, Some((_, r)) if r.block == block) {
-            self.recovering = Some((
-                Instant::now(),
-                RecoveryReport {
-                    block,
-                    checkpoint: None,
-                    attempts: 0,
-                    replayed: 0,
-                    restore: Duration::ZERO,
-                    replay: Duration::ZERO,
-                    elapsed: Duration::ZERO,
-                },
-            ));
-        }
-        info!(org = %self.me, %block, attempt, "recovering");
-        match checkpoints_before(&self.store, block).await {
-            Ok(c) if c.len() <= attempt as usize / 2 => {
-                let local =
-                    format!("no checkpoint before block {block} is left to try ({attempt} tried)");
-                return self.recover_by_transfer(block, &local).await;
-            }
-            _ => {}
-        }
-        let result = async {
-            let candidates = checkpoints_before(&self.store, block).await?;
-            let Some(&checkpoint) = candidates.get(attempt as usize / 2) else {
-                return Err(format!(
-                    "no checkpoint before block {block} is left to try ({} tried)",
-                    attempt
-                ));
-            };
-            let restoring = Instant::now();
-            let port = self.port.clone();
-            let full = if attempt % 2 == 1 {
-                Some(
-                    ledger::block(&self.store, checkpoint)
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .state_digest,
-                )
-            } else {
-                None
-            };
-            patiently(self.settings.replay_timeout, || {
-                port.restore(checkpoint, full)
-            })
-            .await?;
-            if let Some((_, report)) = self.recovering.as_mut() {
-                report.checkpoint = Some(checkpoint);
-                report.attempts = attempt + 1;
-                report.replayed = block.0 - checkpoint.0;
-                report.restore += restoring.elapsed();
-            }
-            let base = ledger::block(&self.store, checkpoint)
+    /// Executes the blocks `from` through `through` again, the first chained to `previous`,
+    /// checking each block before `agreed_before` against the ledger. Returns the last block
+    /// as executed and the orderer's stream, which goes on after it.
+    async fn replay(
+        &mut self,
+        from: Resume,
+        through: BlockNumber,
+        previous: Digest,
+        agreed_before: BlockNumber,
+    ) -> Result<(Executed, BlockStream), RecoveryError> {
+        let mut stream = self.orderer.deliver(from).await?;
+        let mut previous = previous;
+        let mut last = None;
+        for n in from.block.0..=through.0 {
+            let number = BlockNumber(n);
+            let block = tokio::time::timeout(self.settings.replay_timeout, stream.next())
                 .await
-                .map_err(|e| e.to_string())?;
-            self.previous = base.hash();
-            let replaying = Instant::now();
-            let replayed = self
-                .replay(
-                    Resume {
-                        block: BlockNumber(checkpoint.0 + 1),
-                        position: base.orderer_position,
-                    },
-                    block,
-                )
-                .await;
-            if let Some((_, report)) = self.recovering.as_mut() {
-                report.replay += replaying.elapsed();
+                .map_err(|_| RecoveryError::NotDelivered(number))?
+                .ok_or(RecoveryError::StreamEnded(number))??;
+            if block.number != number {
+                return Err(RecoveryError::OutOfOrder {
+                    got: block.number,
+                    expected: number,
+                });
             }
-            replayed
-        }
-        .await;
-        match result {
-            Ok(ledger) => Event::Recovered(ledger),
-            Err(reason) => {
-                // The orderer cannot give the agreed blocks again (an equivocation), or the
-                // checkpoint is unusable: the agreed state comes from another organization.
-                warn!(org = %self.me, %block, %reason, "recovering from a checkpoint failed");
-                self.recover_by_transfer(block, &reason).await
-            }
-        }
-    }
-
-    /// Executes the blocks from `from` through `through` again, checking each one that is in
-    /// the ledger against it; the stream then continues as the node's block stream. Returns
-    /// the last block.
-    async fn replay(&mut self, from: Resume, through: BlockNumber) -> Result<LedgerBlock, String> {
-        let mut stream = self
-            .orderer
-            .deliver(from)
-            .await
-            .map_err(|e| e.to_string())?;
-        let result = async {
-            let mut last = None;
-            for n in from.block.0..=through.0 {
-                let block = tokio::time::timeout(self.settings.replay_timeout, stream.next())
-                    .await
-                    .map_err(|_| format!("the orderer did not deliver block {n} for the replay"))?
-                    .ok_or_else(|| format!("the orderer ended before block {n}"))?
-                    .map_err(|e| e.to_string())?;
-                if block.number.0 != n {
-                    return Err(format!(
-                        "the orderer delivered block {} instead of {n}",
-                        block.number
-                    ));
+            let port = self.port.clone();
+            let done = patiently(self.settings.replay_timeout, || {
+                port.execute(block.clone(), previous, false, false)
+            })
+            .await?
+            .executed;
+            previous = done.ledger.hash();
+            if number < agreed_before {
+                let agreed = ledger::block(&self.store, number).await?;
+                if agreed.hash() != previous {
+                    return Err(RecoveryError::Diverged {
+                        block: number,
+                        got: previous,
+                        agreed: agreed.hash(),
+                    });
                 }
-                let (port, previous) = (self.port.clone(), self.previous);
-                let done = patiently(self.settings.replay_timeout, || {
-                    port.execute(block.clone(), previous, false, false)
-                })
-                .await?
-                .executed;
-                self.previous = done.ledger.hash();
-                if BlockNumber(n) < self.engine.next_block() {
-                    let agreed = ledger::block(&self.store, BlockNumber(n))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if agreed.hash() != done.ledger.hash() {
-                        return Err(format!(
-                            "replaying agreed block {n} gives LedgerBlock {} but the ledger has {}",
-                            done.ledger.hash(),
-                            agreed.hash()
-                        ));
-                    }
-                }
-                self.resume = Resume::after(&block);
-                self.status.send_modify(|s| s.executed = Some(block.number));
-                last = Some(done);
             }
-            last.ok_or_else(|| "nothing to replay".to_owned())
+            self.status.send_modify(|s| s.executed = Some(number));
+            last = Some(done);
         }
-        .await;
-        let done = result?;
-        self.blocks = Some(stream);
-        self.reconnect_at = None;
-        let ledger = done.ledger.clone();
-        if ledger.number >= self.engine.next_block() {
-            self.executed.insert(ledger.number, done);
-        }
-        Ok(ledger)
+        Ok((last.ok_or(RecoveryError::NothingToReplay)?, stream))
     }
 
     /// After a crash during a recovery the database may be behind its own ledger: replay the
@@ -1336,23 +1169,27 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         if applied.is_some_and(|a| a >= last) {
             return Ok(());
         }
-        let from = match applied {
-            None => Resume::START,
-            Some(a) => Resume {
-                block: BlockNumber(a.0 + 1),
-                position: ledger::block(&self.store, a).await?.orderer_position,
-            },
+        let (from, previous) = match applied {
+            None => (Resume::START, Digest::ZERO),
+            Some(a) => {
+                let base = ledger::block(&self.store, a).await?;
+                (
+                    Resume {
+                        block: BlockNumber(a.0 + 1),
+                        position: base.orderer_position,
+                    },
+                    base.hash(),
+                )
+            }
         };
         info!(org = %self.me, from = %from.block, through = %last, "the database is behind the ledger; replaying");
-        self.previous = match applied {
-            None => Digest::ZERO,
-            Some(a) => ledger::block(&self.store, a).await?.hash(),
-        };
-        self.replay(from, last)
+        // The pipeline opens its own stream from the ledger's end.
+        let (_last, _stream) = self
+            .replay(from, last, previous, BlockNumber(last.0 + 1))
             .await
-            .map_err(|problem| NodeError::Ledger {
-                block: last,
-                problem,
+            .map_err(|source| NodeError::CatchUp {
+                through: last,
+                source,
             })?;
         Ok(())
     }
@@ -1360,12 +1197,18 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
 
 impl<B: Backend, O: Orderer> std::fmt::Debug for Node<B, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let engine = self.pipeline.engine();
         f.debug_struct("Node")
             .field("org", &self.me)
-            .field("next_block", &self.engine.next_block())
-            .field("state", self.engine.state())
+            .field("next_block", &engine.next_block())
+            .field("state", engine.state())
             .finish_non_exhaustive()
     }
+}
+
+/// A duration in whole milliseconds (saturating).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs a port call during a recovery, retrying while the execution process cannot be reached
@@ -1373,7 +1216,7 @@ impl<B: Backend, O: Orderer> std::fmt::Debug for Node<B, O> {
 async fn patiently<'a, T>(
     budget: Duration,
     mut call: impl FnMut() -> crate::port::PortFuture<'a, T>,
-) -> Result<T, String> {
+) -> Result<T, ExecutionError> {
     let deadline = Instant::now() + budget;
     let mut delay = Duration::from_millis(100);
     loop {
@@ -1384,7 +1227,7 @@ async fn patiently<'a, T>(
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         }
     }
 }
@@ -1393,18 +1236,17 @@ async fn patiently<'a, T>(
 async fn checkpoints_before<B: Backend>(
     store: &Store<B>,
     block: BlockNumber,
-) -> Result<Vec<BlockNumber>, String> {
+) -> Result<Vec<BlockNumber>, RecoveryError> {
     Ok(store
         .checkpoints()
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .into_iter()
         .filter(|c| *c < block)
         .rev()
         .collect())
 }
 
-/// Errors that go away by themselves: the database is unreachable or busy.
+/// Keeps the newest reports.
 fn trim<T>(list: &mut Vec<T>) {
     if list.len() > KEEP_REPORTS {
         list.drain(..list.len() - KEEP_REPORTS);
@@ -1448,13 +1290,16 @@ mod tests {
                 }
             })
         };
-        assert_eq!(patiently(Duration::from_secs(30), flaky).await, Ok(3));
+        assert_eq!(
+            patiently(Duration::from_secs(30), flaky).await.ok(),
+            Some(3)
+        );
 
         let down = || -> crate::port::PortFuture<'_, ()> {
             Box::pin(async { Err(ExecutionError::Remote("connection refused".into())) })
         };
         let e = patiently(Duration::from_secs(2), down).await.unwrap_err();
-        assert!(e.contains("connection refused"), "{e}");
+        assert!(e.to_string().contains("connection refused"), "{e}");
 
         // Anything but an unreachable component fails at once.
         let tries = AtomicU32::new(0);

@@ -206,8 +206,7 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
             let (integrity, repair_needed) = self.check_integrity(block.number, state_check).await;
-            server.set_previous(previous);
-            let executed = server.execute(&block).await?;
+            let executed = server.execute(&block, previous).await?;
             let outcome = &executed.outcome;
             let m = &self.metrics;
             m.observe(Phase::Validate, executed.validate_time);

@@ -19,7 +19,7 @@ use chainify_workload::{
     smallbank_load_sql, ycsb_load_sql, ycsb_schema,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// How long a client waits for its transaction before it gives up on the run.
@@ -215,10 +215,13 @@ impl Load {
         let submitter = cluster.client(observer)?;
         let pending: Pending = Arc::default();
         let counters = Arc::new(Counters::default());
-        let Some(commits) = cluster.commits(observer) else {
+        let (Some(feed), Some(status)) =
+            (cluster.feed(observer), cluster.statuses().remove(&observer))
+        else {
             bail!("the observing organization {observer} is not running");
         };
-        let listener = tokio::spawn(listen(commits, pending.clone(), counters.clone()));
+        let blocks = feed.subscribe(status.next_block);
+        let listener = tokio::spawn(listen(blocks, pending.clone(), counters.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let clients = generators
             .into_iter()
@@ -319,16 +322,18 @@ pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<f64> {
 
 /// Tells each waiting client when its transaction is appended at the observing organization.
 async fn listen(
-    mut commits: broadcast::Receiver<Arc<chainify_node::Committed>>,
+    mut blocks: chainify_node::Subscription<AnyBackend>,
     pending: Pending,
     counters: Arc<Counters>,
 ) {
-    loop {
-        let committed = match commits.recv().await {
+    while let Some(next) = blocks.next().await {
+        let committed = match next {
             Ok(c) => c,
-            // Missed blocks: their clients find their outcome by polling (see `client`).
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the observer's ledger failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let now = Instant::now();
         let block = &committed.block;
