@@ -1,4 +1,4 @@
-//! The ChainifyServer (DESIGN §2.1): the client-facing `ChainifyService` and the
+//! The ChainifyServer (docs/design/overview.md §2.1): the client-facing `ChainifyService` and the
 //! organization-to-organization `EndorsementService`, a gRPC adapter over the organization's
 //! [`Admission`] (`chainify_node::admission` decides; `crate::status` picks the code).
 //!
@@ -33,7 +33,7 @@ use chainify_proto::pb::endorsement_service_server::EndorsementService;
 use chainify_sql::Analyzer;
 use chainify_storage::{Backend, Store};
 use futures_util::Stream;
-use tokio::sync::{Semaphore, broadcast, mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{debug, warn};
@@ -200,7 +200,7 @@ pub struct ChainifyParts<B: Backend, O> {
     /// The node's status.
     pub status: watch::Receiver<NodeStatus>,
     /// The node's appended blocks.
-    pub commits: broadcast::Receiver<Arc<Committed>>,
+    pub commits: CommitFeed<B>,
     /// Queries' access to the database at an agreed height.
     pub queries: QueryAccess,
     /// Where the endorse and order phases are recorded.
@@ -257,7 +257,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             waiters: Mutex::new(HashMap::new()),
             recent: Mutex::new((HashMap::new(), VecDeque::new())),
         });
-        let feed = CommitFeed::new(parts.store.clone(), parts.commits);
+        let feed = parts.commits;
         let from = parts.status.borrow().next_block;
         tokio::spawn(follow_commits(
             feed.subscribe(from),

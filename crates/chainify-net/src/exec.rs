@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use chainify_core::tx::{LedgerBlock, TransactionBlock};
 use chainify_core::{BlockNumber, Digest};
-use chainify_node::{Executed, ExecutionError, ExecutionPort, PortExecuted, PortFuture};
+use chainify_node::{
+    Checkpoint, Executed, ExecutionError, ExecutionPort, PortExecuted, PortFuture,
+};
 use chainify_proto::pb;
 use chainify_proto::pb::execution_service_client::ExecutionServiceClient;
 use chainify_storage::{BlockOutcome, TxFailure};
@@ -76,9 +78,9 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
             failures: reasons(&failures),
             integrity: done.integrity.clone(),
             repair_needed: done.repair_needed,
-            checkpoint_asked: done.checkpoint.is_some(),
+            checkpoint_asked: done.checkpoint != Checkpoint::NotAsked,
             checkpoint_error: match &done.checkpoint {
-                Some(Err(e)) => e.clone(),
+                Checkpoint::Skipped { reason } => reason.clone(),
                 _ => String::new(),
             },
         }))
@@ -177,9 +179,9 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
             analyse_time: Duration::ZERO,
         },
         checkpoint: match (response.checkpoint_asked, response.checkpoint_error) {
-            (false, _) => None,
-            (true, e) if e.is_empty() => Some(Ok(())),
-            (true, e) => Some(Err(e)),
+            (false, _) => Checkpoint::NotAsked,
+            (true, e) if e.is_empty() => Checkpoint::Taken,
+            (true, reason) => Checkpoint::Skipped { reason },
         },
         integrity: response.integrity,
         repair_needed: response.repair_needed,
@@ -350,6 +352,11 @@ mod tests {
         assert_eq!(done.executed.ledger, ledger);
         assert_eq!(done.executed.invalid, [(0, "bad signature".to_owned())]);
         assert_eq!(done.executed.outcome.failures[0].index, 1);
-        assert_eq!(done.checkpoint, Some(Err("disk full".to_owned())));
+        assert_eq!(
+            done.checkpoint,
+            Checkpoint::Skipped {
+                reason: "disk full".to_owned()
+            }
+        );
     }
 }

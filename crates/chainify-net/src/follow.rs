@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainify_core::{BlockNumber, OrgId};
-use chainify_node::{CommitFeed, Committed, NodeStatus};
+use chainify_node::{CommitFeed, NodeStatus};
 use chainify_storage::{Backend, Store};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -16,23 +16,21 @@ pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Publishes every block appended to `store`'s ledger from now on, as the node's commit stream
 /// would (without abort reasons: they stay with the node), and the ledger height in a status;
-/// stops when `closing` turns true, closing the stream.
+/// stops when `closing` turns true, ending the feed's subscriptions. One task reads the ledger
+/// however many subscribers the feed has.
 pub async fn follow_ledger<B: Backend + 'static>(
     store: Arc<Store<B>>,
     org: OrgId,
     capacity: usize,
     mut closing: watch::Receiver<bool>,
 ) -> Result<
-    (
-        watch::Receiver<NodeStatus>,
-        broadcast::Receiver<Arc<Committed>>,
-        JoinHandle<()>,
-    ),
+    (watch::Receiver<NodeStatus>, CommitFeed<B>, JoinHandle<()>),
     chainify_storage::StorageError,
 > {
     let next = store.ledger_tail().await?.map_or(1, |(b, _)| b.0 + 1);
     let (status_tx, status) = watch::channel(NodeStatus::new(org, BlockNumber(next)));
-    let (commits_tx, commits) = broadcast::channel(capacity.max(1));
+    let (commits_tx, _) = broadcast::channel(capacity.max(1));
+    let feed = CommitFeed::new(store.clone(), commits_tx.downgrade());
     let mut blocks = CommitFeed::polling(store, FOLLOW_INTERVAL).subscribe(BlockNumber(next));
     let task = tokio::spawn(async move {
         loop {
@@ -56,5 +54,5 @@ pub async fn follow_ledger<B: Backend + 'static>(
             }
         }
     });
-    Ok((status, commits, task))
+    Ok((status, feed, task))
 }

@@ -1,4 +1,4 @@
-//! chainify-net: an organization's components as gRPC services (DESIGN §2, §5).
+//! chainify-net: an organization's components as gRPC services (docs/design/overview.md §2, §5).
 //!
 //! - [`ChainifyServer`]: `ChainifyService` for clients (authenticate, check grants and the
 //!   determinism rules, batched early abort with the other organizations, order, report
@@ -12,6 +12,10 @@
 //!
 //! Every queue is bounded and named; a full queue refuses (RESOURCE_EXHAUSTED) or, for the
 //! loss-tolerant vote traffic, drops.
+//!
+//! Where it sits: the only crate with gRPC servers (tonic, rustls), on top of `chainify-node`,
+//! `chainify-storage` and `chainify-orderer`; it uses `chainify-client`'s channel setup to reach
+//! peers. Only the binary depends on it (`node`, `orderer`, and `init` for the certificates).
 
 mod admin;
 mod chainify;
@@ -80,7 +84,13 @@ pub enum NetError {
     /// A server failed.
     #[error("serving {0}")]
     Serve(String),
-    /// A bug or an unrecoverable state of the node.
+    /// The organization's node cannot start or stopped: it cannot go on without an operator.
+    #[error(transparent)]
+    Node(#[from] chainify_node::NodeError),
+    /// The ExecutionServer cannot be built (the shared tables' schema cannot be read).
+    #[error(transparent)]
+    Execution(#[from] chainify_node::ExecutionError),
+    /// A bug.
     #[error("{0}")]
     Internal(String),
 }

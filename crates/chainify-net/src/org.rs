@@ -372,8 +372,7 @@ pub async fn run_org(
 
     if let Some(listener) = execution_listener {
         // The node passes the hash to chain to with every block.
-        let exec = ExecutionServer::new(store.clone(), network.clone(), mode)
-            .map_err(|e| NetError::Internal(e.to_string()))?;
+        let exec = ExecutionServer::new(store.clone(), network.clone(), mode)?;
         let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
         servers.push(serve(
             me,
@@ -390,9 +389,7 @@ pub async fn run_org(
         ));
     }
 
-    let (resume, _) = resume_point(&store)
-        .await
-        .map_err(|e| NetError::Internal(e.to_string()))?;
+    let (resume, _) = resume_point(&store).await?;
     let orderer = match component {
         Execution => None,
         _ => Some(Arc::new(
@@ -434,8 +431,7 @@ pub async fn run_org(
                     settings,
                 )
                 .await
-            }
-            .map_err(|e| NetError::Internal(e.to_string()))?;
+            }?;
             transport.attach(node.inbox());
             let mut node = node;
             node.set_state_peers(Arc::new(GrpcStatePeers::new(
@@ -453,14 +449,14 @@ pub async fn run_org(
     // What the servers need of the node, taken before any await (the node is not Sync).
     let handles = node
         .as_ref()
-        .map(|n| (n.inbox(), n.status(), n.commits(), n.read_gate()));
+        .map(|n| (n.inbox(), n.status(), n.commit_feed(), n.read_gate()));
     let state_server = node.as_ref().map(|n| n.state_server());
     let mut chainify_server = None;
     if let (Some(listener), Some(orderer)) = (chainify_listener, orderer) {
         let (status, commits, queries) = match &handles {
             Some((_, status, commits, gate)) => (
                 status.clone(),
-                commits.resubscribe(),
+                commits.clone(),
                 QueryAccess::Gate(gate.clone()),
             ),
             None => {
@@ -623,13 +619,15 @@ pub async fn run_org(
     }
 
     if let Some(node) = node {
-        let node_run = node.run(stopped(stop_rx.clone()));
+        // Boxed: the node's future is deep, and the compiler's layout queries of the server
+        // set would overflow their depth limit in release builds.
+        let node_run = Box::pin(node.run(stopped(stop_rx.clone())));
         let stop = stop_tx.clone();
         servers.push(Box::pin(async move {
             let result = node_run.await;
             // A node that stops on its own takes the servers with it.
             let _ = stop.send(true);
-            result.map_err(|e| NetError::Internal(e.to_string()))
+            result.map_err(NetError::from)
         }));
     }
     let signal = async move {

@@ -1,5 +1,5 @@
-//! Admission (DESIGN §2.1): whether a proposal may be ordered, and every reason it may not, in
-//! one place and with no transport.
+//! Admission (docs/design/overview.md §2.1): whether a proposal may be ordered, and every reason it
+//! may not, in one place and with no transport.
 //!
 //! A proposal is admitted at its *origin* (the organization a client submits through):
 //! [`check_proposal`] (client, signature, network, the determinism rules, grants), its

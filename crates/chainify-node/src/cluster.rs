@@ -501,13 +501,12 @@ impl<F: OrdererFactory> Cluster<F> {
         );
         self.net.join(id, node.inbox());
         let status = node.status();
-        let commits = node.commits();
+        let feed = node.commit_feed();
         let metrics = node.metrics();
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(node.run(async {
             let _ = stopped.await;
         }));
-        let feed = CommitFeed::new(run.store.clone(), commits);
         let collector = tokio::spawn(collect(id, feed.clone(), run.outcomes.clone()));
         let run = self.orgs.get_mut(&id).ok_or(ClusterError::UnknownOrg(id))?;
         run.status = status;

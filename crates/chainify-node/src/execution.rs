@@ -1,4 +1,4 @@
-//! The ExecutionServer (DESIGN §2.3).
+//! The ExecutionServer (docs/design/overview.md §2.3).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -23,28 +23,33 @@ use crate::node::Committed;
 #[derive(Debug)]
 pub struct CommitFeed<B: Backend> {
     store: Arc<Store<B>>,
-    /// A receiver of the node's commit stream, kept only to subscribe more.
-    live: Option<broadcast::Receiver<Arc<Committed>>>,
-    poll: Duration,
+    source: Source,
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    /// The node's commit stream. Weak: the feed neither keeps the stream open nor holds the
+    /// blocks it carries.
+    Live(broadcast::WeakSender<Arc<Committed>>),
+    /// The ledger alone, read again every so often.
+    Polling(Duration),
 }
 
 impl<B: Backend> Clone for CommitFeed<B> {
     fn clone(&self) -> Self {
         CommitFeed {
             store: self.store.clone(),
-            live: self.live.as_ref().map(broadcast::Receiver::resubscribe),
-            poll: self.poll,
+            source: self.source.clone(),
         }
     }
 }
 
 impl<B: Backend> CommitFeed<B> {
-    /// Over the node's commit stream (`Node::commits`) and the ledger in `store`.
-    pub fn new(store: Arc<Store<B>>, live: broadcast::Receiver<Arc<Committed>>) -> Self {
+    /// Over the node's commit stream and the ledger in `store`.
+    pub fn new(store: Arc<Store<B>>, live: broadcast::WeakSender<Arc<Committed>>) -> Self {
         CommitFeed {
             store,
-            live: Some(live),
-            poll: Duration::ZERO,
+            source: Source::Live(live),
         }
     }
 
@@ -53,17 +58,21 @@ impl<B: Backend> CommitFeed<B> {
     pub fn polling(store: Arc<Store<B>>, interval: Duration) -> Self {
         CommitFeed {
             store,
-            live: None,
-            poll: interval,
+            source: Source::Polling(interval),
         }
     }
 
-    /// Every block appended from `from` on, in order.
+    /// Every block appended from `from` on, in order. When the node has stopped, the
+    /// subscription plays the ledger from `from` and ends.
     pub fn subscribe(&self, from: BlockNumber) -> Subscription<B> {
+        let (live, poll) = match &self.source {
+            Source::Live(weak) => (Some(weak.upgrade().map(|s| s.subscribe())), None),
+            Source::Polling(interval) => (None, Some(*interval)),
+        };
         Subscription {
             store: self.store.clone(),
-            live: self.live.as_ref().map(broadcast::Receiver::resubscribe),
-            poll: self.poll,
+            live,
+            poll,
             next: BlockNumber(from.0.max(1)),
             tail: 0,
             history: true,
@@ -75,8 +84,10 @@ impl<B: Backend> CommitFeed<B> {
 #[derive(Debug)]
 pub struct Subscription<B: Backend> {
     store: Arc<Store<B>>,
-    live: Option<broadcast::Receiver<Arc<Committed>>>,
-    poll: Duration,
+    /// `Some(None)`: the node had stopped when subscribing.
+    live: Option<Option<broadcast::Receiver<Arc<Committed>>>>,
+    /// How often a polling feed reads the ledger.
+    poll: Option<Duration>,
     next: BlockNumber,
     /// The ledger's last block when last read.
     tail: u64,
@@ -113,13 +124,14 @@ impl<B: Backend> Subscription<B> {
                         reasons: Vec::new(),
                     })));
                 }
-                if self.live.is_none() {
-                    tokio::time::sleep(self.poll).await;
+                if let Some(interval) = self.poll {
+                    tokio::time::sleep(interval).await;
                     continue;
                 }
                 self.history = false;
             }
-            let live = self.live.as_mut()?;
+            // Caught up with a node that had stopped: the end.
+            let live = self.live.as_mut()?.as_mut()?;
             match live.recv().await {
                 // Already read from the ledger.
                 Ok(c) if c.block.number < self.next => {}

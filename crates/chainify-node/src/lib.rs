@@ -12,6 +12,12 @@
 //!   one process.
 //! - [`cluster`]: N organizations on any engines in one process, with fault hooks (tests, the
 //!   demo, benchmarks).
+//!
+//! Where it sits: the I/O runtime of an organization (tokio, its database through
+//! `chainify-storage`) above `chainify-sql`, `chainify-commit` and `chainify-orderer`, with no
+//! network transport of its own: peers are reached through [`Transport`], [`Endorser`] and
+//! [`StatePeers`], orderers through `chainify_orderer::Orderer`. `chainify-net` serves it over
+//! gRPC; the binary's `demo` and `bench` and the benchmarks run it in process.
 
 pub mod admission;
 pub mod cluster;
@@ -37,7 +43,7 @@ pub use node::{
     Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, TransferReport,
     resume_point,
 };
-pub use port::{ExecutionPort, LocalExecution, PortExecuted, PortFuture};
+pub use port::{Checkpoint, ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transfer::{
     LocalPeer, NoPeers, PeerFuture, StateOffer, StatePeer, StatePeers, StateServer,
 };

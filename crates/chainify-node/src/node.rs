@@ -1,7 +1,7 @@
-//! The runtime of one organization (DESIGN §2.3–2.5): blocks from the orderer go through the
-//! [`ExecutionServer`]; the sans-IO [`CommitEngine`] decides; this loop carries out its commands
-//! (send votes, append to the ledger in the organization's database, serve certificates,
-//! restore and replay) and publishes status and commit events.
+//! The runtime of one organization (docs/design/overview.md §2.3–2.5): blocks from the orderer
+//! go through the [`ExecutionServer`], votes and certificates through a [`Transport`], agreed
+//! blocks into the ledger in the organization's database; status and a commit stream are
+//! published.
 //!
 //! What to do is decided by the sans-IO [`Pipeline`] (which holds the commit engine, the chain
 //! hash, the execution schedule and recovery); this runtime feeds it events and carries out its
@@ -41,11 +41,12 @@ use tokio::sync::{OwnedRwLockWriteGuard, broadcast, mpsc, watch};
 use tracing::{error, info, warn};
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
+use crate::feed::CommitFeed;
 use crate::gate::{Gate, ReadGate};
 use crate::ledger::{self, LedgerError};
 use crate::metrics::{Metrics, Phase};
 use crate::pipeline::{Command, Event, Notice, Pipeline, RecoveryError, Repaired, Schedule};
-use crate::port::{ExecutionPort, LocalExecution, PortExecuted};
+use crate::port::{Checkpoint, ExecutionPort, LocalExecution, PortExecuted};
 use crate::transfer::{NoPeers, OFFER_TIMEOUT, StatePeers, StateServer, check_offer, fetch};
 use crate::transport::{Inbox, PeerMessage, Transport};
 
@@ -132,9 +133,9 @@ pub enum NodeError {
     /// A setting is out of range.
     #[error("node settings: {0}")]
     Settings(String),
-    /// A bug: a task of the node panicked.
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// A bug: the task executing a block panicked.
+    #[error("internal error: executing a block: {0}")]
+    Panicked(#[from] tokio::task::JoinError),
 }
 
 /// An appended block, for the commit stream.
@@ -293,12 +294,20 @@ impl Future for InFlight {
     ) -> std::task::Poll<Self::Output> {
         Pin::new(&mut self.0)
             .poll(cx)
-            .map(|r| r.map_err(|e| NodeError::Internal(format!("executing a block: {e}"))))
+            .map(|r| r.map_err(NodeError::from))
     }
 }
 
 const KEEP_REPORTS: usize = 64;
 const KEEP_CERTIFICATES: usize = 256;
+
+/// A replayed range: its last block, the stream after it, and whether a full scan finished
+/// meanwhile found the tables differ from the state digest.
+struct Replayed {
+    last: Executed,
+    stream: BlockStream,
+    repair_needed: bool,
+}
 
 /// Time spent by the recovery under way, for its report.
 struct RecoveryClock {
@@ -482,6 +491,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         self.commits.subscribe()
     }
 
+    /// Appended blocks from any height: the ledger, then the commit stream.
+    pub fn commit_feed(&self) -> CommitFeed<B> {
+        CommitFeed::new(self.store.clone(), self.commits.downgrade())
+    }
+
     /// The metrics the node (and its local execution) records.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
@@ -601,33 +615,38 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     self.alarm(finding);
                 }
                 let number = flight.block.number;
-                if let Some(Err(e)) = &checkpoint {
-                    warn!(org = %self.me, block = %number, error = %e, "checkpoint skipped");
+                if let Checkpoint::Skipped { reason } = &checkpoint {
+                    warn!(org = %self.me, block = %number, error = %reason, "checkpoint skipped");
                 }
-                let invalid = executed.invalid.len() as u64;
                 let ledger = executed.ledger.clone();
-                self.metrics.observe_block(ledger.tx_ids.len());
-                self.executed_at.insert(number, Instant::now());
-                self.executed.insert(number, executed);
-                self.status.send_modify(|s| {
-                    s.executed = Some(number);
-                    s.invalid_transactions += invalid;
-                });
+                // A block executed on a state a recovery discards counts for nothing.
+                if !self.pipeline.discards_flight() {
+                    let invalid = executed.invalid.len() as u64;
+                    self.metrics.observe_block(ledger.tx_ids.len());
+                    self.executed_at.insert(number, Instant::now());
+                    self.executed.insert(number, executed);
+                    self.status.send_modify(|s| {
+                        s.executed = Some(number);
+                        s.invalid_transactions += invalid;
+                    });
+                }
                 self.feed(Event::Executed {
                     ledger,
-                    checkpointed: matches!(checkpoint, Some(Ok(()))),
+                    checkpointed: checkpoint == Checkpoint::Taken,
                     repair_needed,
                 })
                 .await
             }
             Err(e) => {
-                let attempts = self.pipeline.failed_attempts() + 1;
-                warn!(org = %self.me, block = %flight.block.number, error = %e, attempts,
-                    "executing the block failed; retrying");
-                self.status.send_modify(|s| {
-                    s.execution_errors += 1;
-                    s.last_error = Some(format!("block {}: {e}", flight.block.number));
-                });
+                if !self.pipeline.discards_flight() {
+                    let attempts = self.pipeline.failed_attempts() + 1;
+                    warn!(org = %self.me, block = %flight.block.number, error = %e, attempts,
+                        "executing the block failed; retrying");
+                    self.status.send_modify(|s| {
+                        s.execution_errors += 1;
+                        s.last_error = Some(format!("block {}: {e}", flight.block.number));
+                    });
+                }
                 self.feed(Event::ExecutionFailed {
                     block: flight.block,
                 })
@@ -758,11 +777,18 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     clock.replay += replaying.elapsed();
                 }
                 Some(match replayed {
-                    Ok((done, stream)) => {
+                    Ok(Replayed {
+                        last,
+                        stream,
+                        repair_needed,
+                    }) => {
                         self.blocks = Some(stream);
-                        let ledger = done.ledger.clone();
-                        self.executed.insert(ledger.number, done);
-                        Event::Replayed(ledger)
+                        let ledger = last.ledger.clone();
+                        self.executed.insert(ledger.number, last);
+                        Event::Replayed {
+                            last: ledger,
+                            repair_needed,
+                        }
                     }
                     Err(e) => Event::ReplayFailed(e),
                 })
@@ -1115,18 +1141,19 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     }
 
     /// Executes the blocks `from` through `through` again, the first chained to `previous`,
-    /// checking each block before `agreed_before` against the ledger. Returns the last block
-    /// as executed and the orderer's stream, which goes on after it.
+    /// checking each block before `agreed_before` against the ledger. Integrity findings that
+    /// come back meanwhile raise alarms.
     async fn replay(
         &mut self,
         from: Resume,
         through: BlockNumber,
         previous: Digest,
         agreed_before: BlockNumber,
-    ) -> Result<(Executed, BlockStream), RecoveryError> {
+    ) -> Result<Replayed, RecoveryError> {
         let mut stream = self.orderer.deliver(from).await?;
         let mut previous = previous;
         let mut last = None;
+        let mut repair_needed = false;
         for n in from.block.0..=through.0 {
             let number = BlockNumber(n);
             let block = tokio::time::timeout(self.settings.replay_timeout, stream.next())
@@ -1143,8 +1170,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             let done = patiently(self.settings.replay_timeout, || {
                 port.execute(block.clone(), previous, false, false)
             })
-            .await?
-            .executed;
+            .await?;
+            for finding in done.integrity {
+                self.alarm(finding);
+            }
+            repair_needed |= done.repair_needed;
+            let done = done.executed;
             previous = done.ledger.hash();
             if number < agreed_before {
                 let agreed = ledger::block(&self.store, number).await?;
@@ -1159,7 +1190,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             self.status.send_modify(|s| s.executed = Some(number));
             last = Some(done);
         }
-        Ok((last.ok_or(RecoveryError::NothingToReplay)?, stream))
+        Ok(Replayed {
+            last: last.ok_or(RecoveryError::NothingToReplay)?,
+            stream,
+            repair_needed,
+        })
     }
 
     /// After a crash during a recovery the database may be behind its own ledger: replay the
@@ -1183,8 +1218,9 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
         };
         info!(org = %self.me, from = %from.block, through = %last, "the database is behind the ledger; replaying");
-        // The pipeline opens its own stream from the ledger's end.
-        let (_last, _stream) = self
+        // The pipeline opens its own stream from the ledger's end, and scans the tables with
+        // its first block.
+        let _replayed = self
             .replay(from, last, previous, BlockNumber(last.0 + 1))
             .await
             .map_err(|source| NodeError::CatchUp {

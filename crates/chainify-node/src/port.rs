@@ -28,13 +28,28 @@ use crate::metrics::{Metrics, Phase};
 /// A boxed future of the port (the trait is used as `Arc<dyn ExecutionPort>`).
 pub type PortFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ExecutionError>> + Send + 'a>>;
 
+/// What became of the checkpoint asked for after a block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// None was asked for.
+    NotAsked,
+    /// Taken.
+    Taken,
+    /// Taking it failed; the block stands. The reason is text because it may come over the
+    /// ExecutionService from the execution process.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+}
+
 /// An executed block, and whether the checkpoint asked for was taken.
 #[derive(Debug, Clone)]
 pub struct PortExecuted {
     /// The block as executed.
     pub executed: Executed,
-    /// `None`: no checkpoint was asked for; `Some(Err(why))`: it failed (the block stands).
-    pub checkpoint: Option<Result<(), String>>,
+    /// The checkpoint asked for.
+    pub checkpoint: Checkpoint,
     /// Integrity findings since the last block (each reported once while it lasts): digest
     /// triggers found broken and reinstalled, foreign triggers, a full scan that differs.
     pub integrity: Vec<String>,
@@ -218,16 +233,16 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             }
             let checkpoint = if checkpoint {
                 let taking = Instant::now();
-                let taken = self
-                    .store
-                    .checkpoint(block.number)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string());
+                let taken = match self.store.checkpoint(block.number).await {
+                    Ok(_) => Checkpoint::Taken,
+                    Err(e) => Checkpoint::Skipped {
+                        reason: e.to_string(),
+                    },
+                };
                 m.observe(Phase::Checkpoint, taking.elapsed());
-                Some(taken)
+                taken
             } else {
-                None
+                Checkpoint::NotAsked
             };
             Ok(PortExecuted {
                 executed,

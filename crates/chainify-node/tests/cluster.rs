@@ -343,9 +343,9 @@ async fn a_partitioned_org_catches_up_when_healed() {
     cluster.shutdown().await.expect("shutdown");
 }
 
-/// Under All-3 a tampered organization makes agreement impossible: every organization raises
-/// an alarm, recovers, and the network waits without appending the block (DESIGN §2.5). The
-/// repaired organization's tables equal the others'.
+/// Under All-3 a tampered organization makes agreement impossible: every organization raises an
+/// alarm, recovers, and the network waits without appending the block
+/// (docs/design/overview.md §2.5). The repaired organization's tables equal the others'.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_3_cannot_agree_with_a_tampered_org_and_waits() {
     let urls = smallbank_dbs("impossible", &["sqlite", "sqlite", "sqlite"], ACCOUNTS).await;

@@ -89,11 +89,11 @@ async fn take(sub: &mut Subscription<AnyBackend>, n: usize) -> Vec<(u64, bool)> 
 #[tokio::test]
 async fn history_then_live_without_a_gap_or_a_duplicate() {
     let mut l = Ledger::new().await;
-    let (tx, rx) = broadcast::channel(16);
+    let (tx, _) = broadcast::channel(16);
     for _ in 0..3 {
         l.append().await;
     }
-    let feed = CommitFeed::new(l.store.clone(), rx);
+    let feed = CommitFeed::new(l.store.clone(), tx.downgrade());
     let mut sub = feed.subscribe(BlockNumber(2));
     // Block 3's event arrives late, after the subscription read it from the ledger.
     let three = Arc::new(Committed {
@@ -115,16 +115,19 @@ async fn history_then_live_without_a_gap_or_a_duplicate() {
     let (got, mut sub) = waiting.await.unwrap();
     assert_eq!(got, vec![(4, true)], "live, once");
     assert_eq!(sub.next_block(), BlockNumber(5));
-    // The node stops: the feed ends.
+    // The node stops: the feed ends; a subscription made afterwards plays the ledger and ends.
     drop(tx);
     assert!(sub.next().await.is_none());
+    let mut after = feed.subscribe(BlockNumber(3));
+    assert_eq!(take(&mut after, 2).await, vec![(3, false), (4, false)]);
+    assert!(after.next().await.is_none());
 }
 
 #[tokio::test]
 async fn a_lagging_subscriber_refills_from_the_ledger_in_order() {
     let mut l = Ledger::new().await;
-    let (tx, rx) = broadcast::channel(2);
-    let feed = CommitFeed::new(l.store.clone(), rx);
+    let (tx, _) = broadcast::channel(2);
+    let feed = CommitFeed::new(l.store.clone(), tx.downgrade());
     let mut sub = feed.subscribe(BlockNumber(1));
     let mut later = feed.clone().subscribe(BlockNumber(5));
     for _ in 0..7 {

@@ -107,9 +107,14 @@ pub enum Event {
         /// Why.
         error: RecoveryError,
     },
-    /// [`Command::Replay`] executed the range; this is its last LedgerBlock, and the stream it
-    /// read is now the node's block stream.
-    Replayed(LedgerBlock),
+    /// [`Command::Replay`] executed the range, and the stream it read is now the node's block
+    /// stream.
+    Replayed {
+        /// The range's last LedgerBlock.
+        last: LedgerBlock,
+        /// A full scan finished meanwhile found the tables differ from the state digest.
+        repair_needed: bool,
+    },
     /// [`Command::Replay`] failed.
     ReplayFailed(RecoveryError),
     /// [`Command::TransferState`] adopted another organization's agreed state of this block.
@@ -276,12 +281,19 @@ impl Pipeline {
     }
 
     /// The database holds exactly the agreed blocks: nothing executing, executed but not
-    /// appended, failed half-way, or being recovered, repaired or joined.
+    /// appended, failed half-way, or being recovered, repaired or joined, and the engine runs
+    /// (a halted or waiting organization's database may hold a block nobody agreed on).
     pub fn is_clean(&self) -> bool {
         self.in_flight.is_none()
             && self.executed.is_empty()
             && self.retry.is_none()
             && self.job.is_none()
+            && matches!(self.engine.state(), commit::State::Running)
+    }
+
+    /// The block in flight executes on a state a recovery discards: its result is void.
+    pub fn discards_flight(&self) -> bool {
+        self.flight_is_void()
     }
 
     fn can_execute(&self) -> bool {
@@ -342,7 +354,13 @@ impl Pipeline {
             Event::RestoreFailed { checkpoint, error } => {
                 self.on_restore_failed(checkpoint, error, &mut out)
             }
-            Event::Replayed(last) => self.on_replayed(last, &mut out),
+            Event::Replayed {
+                last,
+                repair_needed,
+            } => {
+                self.repair_pending |= repair_needed;
+                self.on_replayed(last, &mut out)
+            }
             Event::ReplayFailed(error) => self.on_replay_failed(error, &mut out),
             Event::Transferred(block) => self.on_transferred(block, &mut out),
             Event::TransferFailed(error) => self.on_transfer_failed(error, &mut out),
@@ -398,12 +416,13 @@ impl Pipeline {
         out: &mut Vec<Command>,
     ) {
         self.in_flight = None;
+        // Stop launching blocks; the repair runs at the next clean point. (A scan's finding
+        // counts even when it comes with a block a recovery discards.)
+        self.repair_pending |= repair_needed;
         if self.flight_landed(out) {
             // Executed on the state a recovery discards.
             return;
         }
-        // Stop launching blocks; the repair runs at the next clean point.
-        self.repair_pending |= repair_needed;
         self.state_checked = true;
         self.failed_attempts = 0;
         self.chain_to(&ledger);
@@ -412,7 +431,9 @@ impl Pipeline {
                 agreed_before: self.engine.next_block(),
             });
         }
-        self.executed.insert(ledger.number);
+        if ledger.number >= self.engine.next_block() {
+            self.executed.insert(ledger.number);
+        }
         self.commit(commit::Event::Executed(ledger), out);
     }
 

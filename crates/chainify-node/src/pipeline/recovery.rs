@@ -1,5 +1,5 @@
 //! Recovery, repair and fast join: the pipeline's jobs that change the database outside a
-//! block's execution (DESIGN §2.5, docs/operations.md).
+//! block's execution (docs/design/overview.md §2.5, docs/operations.md).
 //!
 //! - **Recovery** of a block whose agreed hash is not ours (the commit engine's
 //!   `StartRecovery { block, attempt }`): attempt 2k restores the k-th newest checkpoint before
@@ -22,7 +22,7 @@
 use chainify_commit as commit;
 use chainify_core::tx::LedgerBlock;
 use chainify_core::{BlockNumber, Digest};
-use chainify_orderer::OrdererError;
+use chainify_orderer::{OrdererError, Resume};
 use chainify_storage::StorageError;
 
 use super::{Command, Pipeline, REOPEN_AFTER_MS};
@@ -212,6 +212,8 @@ enum Step {
 #[derive(Debug)]
 pub(super) struct Repair {
     agreed: BlockNumber,
+    /// Where execution stood (after the agreed block) before the repair changed anything.
+    before: (Digest, Resume),
     /// Checkpoints still to try, newest first.
     candidates: Vec<BlockNumber>,
     tried: Vec<String>,
@@ -250,6 +252,7 @@ impl Pipeline {
             out.push(Command::Notice(Notice::Repairing { agreed }));
             self.job = Some(Job::Repair(Repair {
                 agreed,
+                before: (self.previous, self.resume),
                 candidates: Vec::new(),
                 tried: Vec::new(),
                 step: RepairStep::Listing,
@@ -299,6 +302,11 @@ impl Pipeline {
             reported: false,
             adopted,
         }));
+    }
+
+    /// Whether a recovery waits for the block in flight to land (its result is void).
+    pub(super) fn flight_is_void(&self) -> bool {
+        matches!(&self.job, Some(Job::Recovery(r)) if r.step == Step::AwaitFlight)
     }
 
     /// The block in flight landed (executed or failed): whether a recovery was waiting for it
@@ -505,8 +513,10 @@ impl Pipeline {
                     unreachable!("checked above")
                 };
                 r.summary.checkpoint = Some(adopted.number);
-                out.push(Command::Notice(Notice::RecoveryEnded(r.summary.clone())));
-                r.reported = true;
+                if !r.reported {
+                    out.push(Command::Notice(Notice::RecoveryEnded(r.summary.clone())));
+                    r.reported = true;
+                }
                 if adopted.number >= r.block {
                     self.commit(commit::Event::Transferred(adopted), out);
                 } else {
@@ -562,7 +572,11 @@ impl Pipeline {
                 }
             },
             Some(Job::Repair(r)) => match &r.step {
-                RepairStep::Transferring { local } => self.repair_failed(local, &error, out),
+                RepairStep::Transferring { local } => {
+                    let local = local.clone();
+                    self.job = Some(Job::Repair(r));
+                    self.repair_failed(&local, &error, out)
+                }
                 _ => self.job = Some(Job::Repair(r)),
             },
             Some(Job::Join) => out.push(Command::Notice(Notice::NoJoin(error.to_string()))),
@@ -710,8 +724,16 @@ impl Pipeline {
         }
     }
 
+    /// Nothing repaired the tables: alarm, and execution goes on after the agreed block (a
+    /// restore may have moved the database: the next block's vote shows it, and a recovery
+    /// follows).
     fn repair_failed(&mut self, local: &str, error: &RecoveryError, out: &mut Vec<Command>) {
-        self.job = None;
+        if let Some(Job::Repair(r)) = self.job.take()
+            && (self.previous, self.resume) != r.before
+        {
+            (self.previous, self.resume) = r.before;
+            self.reopen(REOPEN_AFTER_MS, out);
+        }
         out.push(Command::Commit(commit::Command::Alarm(format!(
             "the tables differ from the agreed state; no checkpoint repairs them ({local}) and no state transfer did ({error})"
         ))));

@@ -231,7 +231,10 @@ impl Sim {
                     last = Some(done);
                 }
                 org.stream_at = Some(through.0 + 1);
-                return Some(Event::Replayed(last.expect("a range")));
+                return Some(Event::Replayed {
+                    last: last.expect("a range"),
+                    repair_needed: false,
+                });
             }
             Command::TransferState => org.transferring = true,
         }

@@ -133,6 +133,13 @@ fn append_cmd(block: &LedgerBlock, certificate: Certificate) -> Vec<Command> {
     ]
 }
 
+fn replayed(last: LedgerBlock) -> Event {
+    Event::Replayed {
+        last,
+        repair_needed: false,
+    }
+}
+
 fn executed(ledger: &LedgerBlock, checkpointed: bool) -> Event {
     Event::Executed {
         ledger: ledger.clone(),
@@ -359,7 +366,7 @@ fn a_divergent_block_is_recovered_from_the_newest_checkpoint_and_replayed() {
         attempts: 1,
         replayed: 1,
     })));
-    assert_eq!(p.handle(6, Event::Replayed(good[4].clone())), expected);
+    assert_eq!(p.handle(6, replayed(good[4].clone())), expected);
     assert!(p.is_clean());
     // The replay's stream goes on: block 6 chains to the agreed block 5.
     assert_eq!(
@@ -396,7 +403,7 @@ fn each_checkpoint_is_tried_by_its_keys_then_in_full_then_the_next_older() {
     ));
     // The replay gives the divergent block again: the same checkpoint, every row.
     assert_eq!(
-        p.handle(6, Event::Replayed(bad.clone())),
+        p.handle(6, replayed(bad.clone())),
         vec![recovering(5, 1), list_again.clone()]
     );
     assert_eq!(p.handle(7, list()), vec![restore(4, true)]);
@@ -405,7 +412,7 @@ fn each_checkpoint_is_tried_by_its_keys_then_in_full_then_the_next_older() {
         [Command::Replay { .. }]
     ));
     assert_eq!(
-        p.handle(9, Event::Replayed(bad.clone())),
+        p.handle(9, replayed(bad.clone())),
         vec![recovering(5, 2), list_again]
     );
     assert_eq!(p.handle(10, list()), vec![restore(2, false)]);
@@ -428,7 +435,7 @@ fn each_checkpoint_is_tried_by_its_keys_then_in_full_then_the_next_older() {
         attempts: 3,
         replayed: 3,
     })));
-    assert_eq!(p.handle(12, Event::Replayed(good[4].clone())), expected);
+    assert_eq!(p.handle(12, replayed(good[4].clone())), expected);
 }
 
 #[test]
@@ -518,7 +525,7 @@ fn an_equivocation_victim_transfers_an_older_state_and_replays_up_to_the_block()
         ]
     );
     assert_eq!(
-        p.handle(8, Event::Replayed(good[4].clone())),
+        p.handle(8, replayed(good[4].clone())),
         append_cmd(&good[4], n.certificate(&[2, 3], &good[4]))
     );
     assert!(p.is_clean());
@@ -679,7 +686,7 @@ fn a_repair_at_a_clean_point_restores_the_newest_verified_checkpoint_and_replays
         }]
     );
     assert_eq!(
-        p.handle(7, Event::Replayed(good[4].clone())),
+        p.handle(7, replayed(good[4].clone())),
         vec![Command::Notice(Notice::Repaired(Repaired::Checkpoint(
             BlockNumber(2)
         )))]
@@ -791,4 +798,203 @@ fn without_a_state_to_join_from_the_node_replays_from_block_one() {
     // Once only.
     p.handle(2, Event::StreamOpened);
     assert!(p.wants_block());
+}
+
+#[test]
+fn a_halted_organization_is_never_clean_so_readers_stay_out() {
+    let (n, good, mut p, _) = diverged("bad 5");
+    outvoted(&n, &good, &mut p);
+    p.handle(4, Event::Checkpoints(Ok(vec![])));
+    p.handle(
+        5,
+        Event::TransferFailed(RecoveryError::Transfer("nobody".into())),
+    );
+    assert!(matches!(p.engine().state(), commit::State::Halted { .. }));
+    assert!(
+        !p.is_clean(),
+        "the database holds block 5 as this organization computed it, which nobody agreed on"
+    );
+}
+
+#[test]
+fn a_restore_that_fails_during_a_recovery_falls_back_to_a_state_transfer() {
+    let (n, good, mut p, _) = diverged("bad 5");
+    outvoted(&n, &good, &mut p);
+    p.handle(4, Event::Checkpoints(Ok(vec![BlockNumber(4)])));
+    let error = RecoveryError::Transfer("snapshot unreadable".into());
+    assert_eq!(
+        p.handle(
+            5,
+            Event::RestoreFailed {
+                checkpoint: BlockNumber(4),
+                error
+            }
+        ),
+        vec![
+            Command::Notice(Notice::CheckpointsFailed {
+                block: BlockNumber(5),
+                reason: "snapshot unreadable".into()
+            }),
+            Command::TransferState
+        ]
+    );
+}
+
+#[test]
+fn a_recovery_that_adopts_twice_is_reported_once() {
+    let (n, good, mut p, _) = diverged("bad 5");
+    p.set_peers(true);
+    outvoted(&n, &good, &mut p);
+    p.handle(4, Event::Checkpoints(Ok(vec![])));
+    // An older state first; the replay from it cannot give the agreed block 5.
+    let out = p.handle(5, Event::Transferred(good[3].clone()));
+    assert!(matches!(
+        &out[..],
+        [
+            Command::CloseStream,
+            Command::Notice(Notice::RecoveryEnded(_)),
+            Command::Replay { .. }
+        ]
+    ));
+    assert_eq!(
+        p.handle(6, Event::ReplayFailed(RecoveryError::NothingToReplay)),
+        vec![Command::Notice(Notice::TransferRetry {
+            block: BlockNumber(5),
+            reason: "nothing to replay".into()
+        })]
+    );
+    assert_eq!(p.handle(1_006, Event::Tick), vec![Command::TransferState]);
+    // Then a state at block 5: adopted, reported no second time.
+    assert_eq!(p.handle(1_007, Event::Transferred(good[4].clone())), vec![]);
+    assert_eq!(p.next_block(), BlockNumber(6));
+    assert!(p.is_clean());
+}
+
+#[test]
+fn a_failed_execution_of_the_block_in_flight_lets_the_recovery_go_on() {
+    let (n, good, mut p, _) = diverged("bad 5");
+    p.handle(2, Event::Ordered(n.tb(6)));
+    p.handle(3, Event::Vote(n.vote(2, &good[4])));
+    p.handle(4, Event::Vote(n.vote(3, &good[4])));
+    assert!(p.discards_flight());
+    assert_eq!(
+        p.handle(5, Event::ExecutionFailed { block: n.tb(6) }),
+        vec![Command::ListCheckpoints {
+            before: BlockNumber(5)
+        }]
+    );
+    assert_eq!(
+        p.failed_attempts(),
+        0,
+        "no retry of a block on a discarded state"
+    );
+}
+
+/// Organization 1 with blocks 1..=5 agreed, a full scan with block 5 having found the tables
+/// different, and the repair started.
+fn repairing() -> (Net, Vec<LedgerBlock>, Pipeline) {
+    let n = net(3, "any-2");
+    let good = chain(&n, 6);
+    let mut p = n.pipeline(1, Some(&good[3]));
+    p.set_peers(true);
+    p.handle(0, Event::Tick);
+    p.handle(0, Event::StreamOpened);
+    p.handle(0, Event::Ordered(n.tb(5)));
+    p.handle(
+        1,
+        Event::Executed {
+            ledger: good[4].clone(),
+            checkpointed: false,
+            repair_needed: true,
+        },
+    );
+    p.handle(2, Event::Vote(n.vote(2, &good[4])));
+    assert!(matches!(
+        &p.handle(3, Event::Tick)[..],
+        [
+            Command::Notice(Notice::Repairing { .. }),
+            Command::ListCheckpoints { .. }
+        ]
+    ));
+    (n, good, p)
+}
+
+#[test]
+fn a_repair_by_transfer_replays_from_an_older_adopted_state() {
+    let (_, good, mut p) = repairing();
+    p.handle(4, Event::Checkpoints(Ok(vec![])));
+    assert_eq!(
+        p.handle(5, Event::Transferred(good[2].clone())),
+        vec![
+            Command::CloseStream,
+            Command::Replay {
+                from: Resume {
+                    block: BlockNumber(4),
+                    position: 30
+                },
+                through: BlockNumber(5),
+                previous: good[2].hash(),
+                agreed_before: BlockNumber(6),
+            }
+        ]
+    );
+    assert_eq!(
+        p.handle(6, replayed(good[4].clone())),
+        vec![Command::Notice(Notice::Repaired(Repaired::Transfer(
+            BlockNumber(3)
+        )))]
+    );
+    assert!(p.is_clean());
+}
+
+#[test]
+fn a_failed_repair_alarms_and_execution_goes_on_after_the_agreed_block() {
+    let (n, good, mut p) = repairing();
+    p.handle(4, Event::Checkpoints(Ok(vec![BlockNumber(4)])));
+    p.handle(
+        5,
+        Event::Restored {
+            checkpoint: BlockNumber(4),
+            base: good[3].clone(),
+        },
+    );
+    assert_eq!(
+        p.handle(
+            6,
+            Event::ReplayFailed(RecoveryError::NotDelivered(BlockNumber(5)))
+        ),
+        vec![
+            Command::CloseStream,
+            Command::Notice(Notice::NoCheckpointRepairs {
+                reason: "the orderer did not deliver block #5 for the replay".into()
+            }),
+            Command::TransferState
+        ]
+    );
+    let out = p.handle(
+        7,
+        Event::TransferFailed(RecoveryError::Transfer("nobody".into())),
+    );
+    assert!(
+        matches!(&out[..], [Command::Commit(commit::Command::Alarm(_))]),
+        "{out:?}"
+    );
+    // Not at checkpoint 4's block: after the agreed block 5, where the ledger ends.
+    assert_eq!(
+        p.handle(207, Event::Tick),
+        vec![Command::OpenStream(Resume {
+            block: BlockNumber(6),
+            position: 50
+        })]
+    );
+    p.handle(207, Event::StreamOpened);
+    assert_eq!(
+        p.handle(208, Event::Ordered(n.tb(6))),
+        vec![Command::Execute {
+            block: n.tb(6),
+            previous: good[4].hash(),
+            checkpoint: true,
+            state_check: false,
+        }]
+    );
 }
