@@ -1,5 +1,10 @@
 //! Shared fixtures for chainify's benchmarks: the blocks the paper's evaluation uses, built
 //! deterministically so runs are comparable across machines and commits.
+//!
+//! Where it sits: the `chainify-bench` crate (not published), on top of the library crates. The
+//! fixtures here are pure; `benches/pure.rs` holds the Criterion micro-benchmarks of the pure
+//! crates, and the `storage-bench` and `recovery-bench` binaries run real engines. Nothing
+//! depends on it. Figures: `bench/README.md`.
 
 use chainify_core::tx::Transaction;
 use chainify_sql::{Analyzer, Schema};

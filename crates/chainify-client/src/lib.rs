@@ -4,6 +4,11 @@
 //! uses it). It signs every proposal and query with the client's Ed25519 key; transactions are
 //! lists of parameterized statements with typed values, never SQL spliced with data.
 //!
+//! Where it sits: network I/O (tonic on tokio) over `chainify-core` and `chainify-proto` only,
+//! nothing server-side, so an application linking it pulls in no database or Kafka code. The
+//! binary (client commands, `devnet`, `bench --devnet`) and `chainify-net` (its channel setup)
+//! use it.
+//!
 //! ```no_run
 //! use chainify_client::{Client, Identity, Tx};
 //!

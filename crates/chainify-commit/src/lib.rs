@@ -1,4 +1,4 @@
-//! chainify-commit: the CommitServer's voting engine (DESIGN §2.4–2.5), sans I/O.
+//! chainify-commit: the CommitServer's voting engine (docs/design/overview.md §2.4–2.5), sans I/O.
 //!
 //! [`CommitEngine::handle`] takes one [`Event`] (a block executed locally, a vote or certificate
 //! from a peer, a recovery finished, a clock tick) and returns the [`Command`]s the runtime must
@@ -20,6 +20,9 @@
 //!   recovers the block; the network waits (nothing is appended) until an operator intervenes.
 //! - Forged, misdirected, duplicate and equivocating votes are rejected with their reason (the
 //!   runtime logs them) and never counted.
+//!
+//! Where it sits: pure, above `chainify-core` only. `chainify-node`'s pipeline wraps the engine
+//! and carries out its commands; `chainify-net` reports its [`State`] in the AdminService.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -11,8 +11,9 @@
 //! - [`state`]: the incremental, order-independent digest of the shared tables' whole content;
 //! - [`validate`]: deterministic validation of an ordered block's transactions.
 //!
-//! Invariant: no network, database or async runtime here; the only I/O is reading key and config
-//! files when asked to.
+//! Where it sits: at the bottom of the workspace. Every other crate depends on it and it depends
+//! on none of them. Invariant: no network, database or async runtime here; the only I/O is
+//! reading key and config files when asked to.
 
 pub mod canonical;
 pub mod config;

@@ -1,7 +1,7 @@
-//! Deterministic validation of an ordered block (DESIGN §2.3 step 1). The orderer is untrusted:
-//! every organization re-checks every transaction against the network configuration only, so
-//! honest organizations flag exactly the same transactions. Invalid transactions keep their slot
-//! in the block (a 0 in the success bitmap) and are never executed.
+//! Deterministic validation of an ordered block (docs/design/overview.md §2.3 step 1). The orderer
+//! is untrusted: every organization re-checks every transaction against the network configuration
+//! only, so honest organizations flag exactly the same transactions. Invalid transactions keep
+//! their slot in the block (a 0 in the success bitmap) and are never executed.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 

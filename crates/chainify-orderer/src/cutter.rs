@@ -1,7 +1,7 @@
-//! The block-cutting rule (DESIGN §2.2), pure so that every consumer of an ordered log cuts the
-//! same blocks: a block ends after `max_block_txs` transactions, or at the first time-to-cut
-//! marker for its number when it holds at least one transaction. Markers for blocks already cut
-//! (or not yet started) are ignored, so any number of marker producers may race.
+//! The block-cutting rule (docs/design/overview.md §2.2), pure so that every consumer of an ordered
+//! log cuts the same blocks: a block ends after `max_block_txs` transactions, or at the first
+//! time-to-cut marker for its number when it holds at least one transaction. Markers for blocks
+//! already cut (or not yet started) are ignored, so any number of marker producers may race.
 
 use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use chainify_core::{BlockNumber, NetworkId};

@@ -1,8 +1,8 @@
-//! The Kafka orderer (DESIGN §2.2): one single-partition topic per network is the ordered log.
-//! Producers are idempotent with `acks=all`. Every consumer cuts blocks itself with
+//! The Kafka orderer (docs/design/overview.md §2.2): one single-partition topic per network is the
+//! ordered log. Producers are idempotent with `acks=all`. Every consumer cuts blocks itself with
 //! [`BlockCutter`], so all consumers cut identical blocks without a leader. Time-to-cut markers are
-//! produced by every `KafkaOrderer` instance whose oldest pending transaction (as it saw it
-//! arrive) has waited the batch timeout; the cutting rule ignores the redundant ones.
+//! produced by every `KafkaOrderer` instance whose oldest pending transaction (as it saw it arrive)
+//! has waited the batch timeout; the cutting rule ignores the redundant ones.
 //!
 //! Log entry encoding: one tag byte, then `1` + the protobuf `chainify.v1.ChainedTransaction`, or
 //! `2` + the block number as 8 bytes big-endian. An entry that does not decode is skipped by every

@@ -1,12 +1,18 @@
-//! chainify-orderer: ordering is untrusted (DESIGN §2.2). Every implementation hands out the same
-//! [`TransactionBlock`]s to every consumer because blocks are cut by one deterministic rule
-//! ([`BlockCutter`]) from one ordered log; nothing downstream trusts them anyway.
+//! chainify-orderer: ordering is untrusted (docs/design/overview.md §2.2). Every implementation
+//! hands out the same [`TransactionBlock`]s to every consumer because blocks are cut by one
+//! deterministic rule ([`BlockCutter`]) from one ordered log; nothing downstream trusts them
+//! anyway.
 //!
 //! - [`Orderer`]: broadcast a transaction, deliver blocks from a number on;
 //! - [`LocalOrderer`]: in-process, the embedded default (tests, the demo);
 //! - [`KafkaOrderer`]: a single-partition Kafka topic per network (production);
 //! - [`FaultyOrderer`]: reorders, drops, duplicates, forges or equivocates, for fault tests;
 //! - [`conformance`]: the suite every orderer passes.
+//!
+//! Where it sits: above `chainify-core` and `chainify-proto` (the encoding of Kafka log entries).
+//! [`BlockCutter`] is pure; the orderers do I/O (tokio, rdkafka). Used by `chainify-node` (the
+//! block stream), `chainify-net` (the solo orderer serves a [`LocalOrderer`] over gRPC), the
+//! binary and the benchmarks.
 
 mod cutter;
 mod faulty;

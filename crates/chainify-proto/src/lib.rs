@@ -7,6 +7,10 @@
 //! (`proposal.transaction.statements[2].params[0].decimal`), which servers map to
 //! `Status::invalid_argument`. Sending uses the infallible `From<&Y> for pb::X`. Core crates never
 //! import this crate.
+//!
+//! Where it sits: directly above `chainify-core`, with no I/O of its own (it generates the tonic
+//! stubs but opens no connection). Used by the SDK (`chainify-client`), `chainify-orderer` (the
+//! Kafka log's entries), `chainify-node` (ledger entries), `chainify-net` and the binary.
 
 pub mod convert;
 pub mod ledger;

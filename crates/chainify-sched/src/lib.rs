@@ -43,6 +43,8 @@
 //! # Invariant
 //!
 //! No I/O and no async runtime: the library is plain data structures and runtime-agnostic futures.
+//! It depends on `chainify-core` only; `chainify-storage`'s block executor drives it, the binary's
+//! `analyze` prints its conflict pairs, and the benchmarks time it.
 //!
 //! [`ReadWriteSet::conflicts_with`]: chainify_core::rwset::ReadWriteSet::conflicts_with
 //! [`KeyRange::is_point`]: chainify_core::rwset::KeyRange::is_point

@@ -1,6 +1,6 @@
-//! The determinism rules of DESIGN §3: every honest organization must compute the same result
-//! from the same statement, so anything that reads the clock, randomness, the session or a
-//! sequence is rejected, with a message that names the construct.
+//! The determinism rules (docs/design/overview.md §3): every honest organization must compute the
+//! same result from the same statement, so anything that reads the clock, randomness, the session
+//! or a sequence is rejected, with a message that names the construct.
 //!
 //! Functions are checked against an *allow*-list: an unknown function is rejected rather than
 //! assumed deterministic.

@@ -2,7 +2,8 @@
 //!
 //! For every statement of a transaction it
 //! 1. parses the text (sqlparser) and enforces chainify's *portable subset* and the *determinism
-//!    rules* (DESIGN §3), naming the offending construct in every rejection;
+//!    rules* (docs/design/overview.md §3, docs/design/portable-sql.md), naming the offending
+//!    construct in every rejection;
 //! 2. derives a [`StatementPlan`]: which primary-key ranges of which shared tables (and which
 //!    UNIQUE-key values) the statement reads and writes, with parameters left symbolic, including
 //!    the implicit accesses of foreign-key checks and cascades;
@@ -14,6 +15,10 @@
 //! **Invariant: the analysis never under-approximates.** Whatever it cannot bound precisely it
 //! widens, up to the whole table; a missed conflict would be a silent divergence between
 //! organizations, an extra one only costs parallelism.
+//!
+//! Where it sits: pure, above `chainify-core` only. `chainify-storage` runs the SQL it renders
+//! per engine, `chainify-node` uses it for admission and the ExecutionServer, `chainify-net` for
+//! queries, and the binary for `chainify analyze`.
 
 mod analyze;
 mod determinism;

@@ -1,12 +1,14 @@
-//! Checkpoints (DESIGN §2.5): SQL-level snapshots of the shared tables at an applied block,
-//! restore, replay and pruning.
+//! Checkpoints (docs/design/overview.md §2.5, docs/design/digest.md): SQL-level snapshots of the
+//! shared tables at an applied block, restore, replay and pruning.
 //!
 //! A checkpoint copies only the tables changed since their last snapshot (`INSERT … SELECT` into
 //! `chainify_cp_<t>`, tagged with the block); `chainify_checkpoint_tables` records which
-//! snapshot holds each table for each checkpoint. Restoring compares every shared table with
-//! its snapshot and deletes, updates and inserts only the rows that differ (one scan plus the
-//! differences), in one database transaction, then clears the changes the triggers recorded for
-//! it, so the restore itself never reaches a digest.
+//! snapshot holds each table for each checkpoint. [`Store::restore`] compares with the snapshot
+//! only the keys recorded as changed since the checkpoint (the dirty-key tables) and deletes,
+//! updates and inserts only the rows that differ; [`Store::restore_full`] compares every row,
+//! after checking that the snapshots hold the agreed state digest. Either runs in one database
+//! transaction and then clears the changes the triggers recorded for it, so the restore itself
+//! never reaches a digest.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

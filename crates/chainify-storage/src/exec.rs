@@ -1,5 +1,5 @@
-//! The block executor (DESIGN §2.3 steps 4–5): runs a validated, analysed block on the engine,
-//! as the dependency graph releases transactions, then digests the block's effects.
+//! The block executor (docs/design/overview.md §2.3 steps 4–5): runs a validated, analysed block on
+//! the engine, as the dependency graph releases transactions, then digests the block's effects.
 //!
 //! Engines with concurrent writers (PostgreSQL, MySQL) run each transaction in its own
 //! database transaction on one of k pooled connections, at READ COMMITTED: the graph already

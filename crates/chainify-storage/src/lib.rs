@@ -11,6 +11,10 @@
 //!
 //! The digest is documented in `docs/design/digest.md`; values are normalized as described in
 //! the `value` module so honest engines produce identical bytes.
+//!
+//! Where it sits: the only crate that talks SQL to an engine (sqlx on tokio). It builds on
+//! `chainify-core`, `chainify-sql` (schema and rendered statements) and `chainify-sched` (the
+//! executor's scheduling); `chainify-node`, `chainify-net`, the binary and the benchmarks use it.
 
 mod any;
 mod backend;

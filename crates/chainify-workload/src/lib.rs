@@ -2,13 +2,17 @@
 //! so benchmarks and tests are reproducible and every organization of a test network can generate
 //! the same stream.
 //!
-//! [`Smallbank`] follows the chainifyDB evaluation (DESIGN §7): tables `accounts`, `savings`,
-//! `checking`; the TransactSavings, DepositChecking, SendPayment and WriteCheck mix chosen
-//! uniformly, optionally with Amalgamate and Balance; accounts drawn from a Zipf distribution
-//! (s = 1.1 in the paper, with an optional shift v) or uniformly.
+//! [`Smallbank`] follows the chainifyDB evaluation (docs/design/overview.md §7): tables `accounts`,
+//! `savings`, `checking`; the TransactSavings, DepositChecking, SendPayment and WriteCheck mix
+//! chosen uniformly, optionally with Amalgamate and Balance; accounts drawn from a Zipf
+//! distribution (s = 1.1 in the paper, with an optional shift v) or uniformly.
 //!
 //! [`Ycsb`] is the YCSB core workload on one table, `usertable`, with workloads A (50 % reads,
 //! 50 % updates), B (95 % / 5 %) and C (reads only) and a configurable record size.
+//!
+//! Where it sits: pure (generators and SQL text, no I/O), above `chainify-core` only. Used by the
+//! binary's `demo`, `bench` and `devnet`, the benchmarks, tests, and `chainify-storage`'s
+//! conformance suite (its seeded [`Rng`]).
 
 use chainify_core::Value;
 use chainify_core::tx::{Statement, Transaction};

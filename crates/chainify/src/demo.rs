@@ -163,8 +163,8 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
     if tamper && !spec.network.agreement.is_satisfied_by(&others) {
         bail!(
             "--policy {}: the organizations other than the tampered {TAMPERED} cannot agree without \
-             it, so the network would stop and wait for an operator (DESIGN §2.5); choose a policy \
-             they meet alone (any-2) or add --no-tamper",
+             it, so the network would stop and wait for an operator (docs/design/overview.md \
+             §2.5); choose a policy they meet alone (any-2) or add --no-tamper",
             args.policy
         );
     }

@@ -1,7 +1,11 @@
-//! The `chainify` command: `demo` (the whole system in one process), `init` (keys and configs),
-//! `node` and `orderer` (the services), `devnet` (a network of processes on loopback), the client
-//! commands on the SDK (`submit`, `query`, `tx-status`, `status`), `verify-ledger` (offline) and
-//! `analyze` (read/write sets and conflicts of a block, as JSON).
+//! The `chainify` command: `demo` (the whole system in one process), `bench` (measured runs of a
+//! network), `init` (keys and configs), `node` and `orderer` (the services), `devnet` (a network
+//! of processes on loopback), the client commands on the SDK (`submit`, `query`, `tx-status`,
+//! `status`), `verify-ledger` (offline) and `analyze` (read/write sets and conflicts of a block,
+//! as JSON).
+//!
+//! Where it sits: the top of the workspace. It depends on every library crate and nothing
+//! depends on it; it only parses options and wires the libraries together.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

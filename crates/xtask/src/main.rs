@@ -1,5 +1,6 @@
 //! `cargo xtask <task>`: project automation that needs nothing but cargo, so it works on a fresh
-//! machine.
+//! machine. It depends on no crate at all (not even the workspace's) and runs processes and
+//! servers on the local machine; nothing depends on it.
 //!
 //! - `test`: format check, clippy with warnings denied, then the PostgreSQL, MariaDB and Kafka
 //!   test servers (started if not running), then every test of the workspace, then every

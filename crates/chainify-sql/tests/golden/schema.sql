@@ -1,5 +1,5 @@
--- Smallbank (DESIGN §7) plus tables that exercise composite keys, unique constraints,
--- foreign keys with actions, decimal and text keys.
+-- Smallbank (docs/design/overview.md §7) plus tables that exercise composite keys, unique
+-- constraints, foreign keys with actions, decimal and text keys.
 CREATE TABLE accounts (custid BIGINT PRIMARY KEY, name VARCHAR(64) NOT NULL UNIQUE);
 CREATE TABLE savings (custid BIGINT PRIMARY KEY REFERENCES accounts (custid), bal BIGINT NOT NULL);
 CREATE TABLE checking (custid BIGINT PRIMARY KEY REFERENCES accounts (custid) ON DELETE CASCADE, bal BIGINT NOT NULL);
