@@ -36,7 +36,7 @@ use futures_util::Stream;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use crate::NetError;
 use crate::query::{Queries, QueryAccess};
@@ -440,6 +440,24 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         let proposal = Proposal::try_from(wire)
             .map_err(|e| Refusal::Malformed(e.within("proposal").to_string()))?;
         let id = proposal.tx_id();
+        // Everything logged about this transaction at the origin carries its id.
+        let span = tracing::info_span!("tx", org = %self.me, tx = %id);
+        let outcome = self
+            .admit_and_order(proposal, id, wait)
+            .instrument(span)
+            .await;
+        if let Err(refusal) = &outcome {
+            debug!(org = %self.me, tx = %id, %refusal, "refused");
+        }
+        outcome
+    }
+
+    async fn admit_and_order(
+        &self,
+        proposal: Proposal,
+        id: TxId,
+        wait: bool,
+    ) -> Result<(TxId, Option<oneshot::Receiver<TxOutcome>>), Refusal> {
         let admitting = Instant::now();
         let in_ledger = async { Ok(!self.known(&[id]).await?.is_empty()) };
         let responses = self

@@ -38,7 +38,7 @@ use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
 use chainify_storage::{Backend, ExecMode, StorageError, Store};
 use futures_util::StreamExt;
 use tokio::sync::{OwnedRwLockWriteGuard, broadcast, mpsc, watch};
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::feed::CommitFeed;
@@ -509,7 +509,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
     /// Runs until `shutdown` completes, then finishes the block in flight and returns. An error
     /// means the organization cannot go on without an operator (the database refuses the
     /// ledger).
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
+        // Everything the node logs carries its organization.
+        let span = info_span!("node", org = %self.me);
+        self.run_loop(shutdown).instrument(span).await
+    }
+
+    async fn run_loop(mut self, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
         tokio::pin!(shutdown);
         let mut ticker = tokio::time::interval(self.settings.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -737,12 +743,16 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 state_check,
             } => {
                 let port = self.port.clone();
-                self.in_flight = Some(InFlight(tokio::spawn(async move {
-                    let result = port
-                        .execute(block.clone(), previous, checkpoint, state_check)
-                        .await;
-                    Flight { block, result }
-                })));
+                let span = info_span!("block", org = %self.me, block = %block.number);
+                self.in_flight = Some(InFlight(tokio::spawn(
+                    async move {
+                        let result = port
+                            .execute(block.clone(), previous, checkpoint, state_check)
+                            .await;
+                        Flight { block, result }
+                    }
+                    .instrument(span),
+                )));
                 None
             }
             Command::Prune { agreed_before } => {
@@ -772,7 +782,11 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             } => {
                 self.hold_gate().await;
                 let replaying = Instant::now();
-                let replayed = self.replay(from, through, previous, agreed_before).await;
+                let span = info_span!("replay", from = %from.block, %through);
+                let replayed = self
+                    .replay(from, through, previous, agreed_before)
+                    .instrument(span)
+                    .await;
                 if let Some(clock) = self.recovery.as_mut() {
                     clock.replay += replaying.elapsed();
                 }
@@ -793,10 +807,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     Err(e) => Event::ReplayFailed(e),
                 })
             }
-            Command::TransferState => Some(match self.transfer().await {
-                Ok(block) => Event::Transferred(block),
-                Err(e) => Event::TransferFailed(RecoveryError::Transfer(e)),
-            }),
+            Command::TransferState => Some(
+                match self.transfer().instrument(info_span!("transfer")).await {
+                    Ok(block) => Event::Transferred(block),
+                    Err(e) => Event::TransferFailed(RecoveryError::Transfer(e)),
+                },
+            ),
             Command::Notice(notice) => {
                 self.notice(notice);
                 None
