@@ -12,7 +12,10 @@ use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
 use chainify_node::metrics::{Metrics, family, render_status};
-use chainify_node::{ExecutionServer, LocalExecution, Node, NodeSettings, resume_point};
+use chainify_node::{
+    CommitFeed, ExecutionServer, Inbox, LocalExecution, Node, NodeSettings, NodeStatus, ReadGate,
+    StateServer, resume_point,
+};
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
 use chainify_proto::FILE_DESCRIPTOR_SET;
 use chainify_proto::pb::admin_service_server::AdminServiceServer;
@@ -298,13 +301,18 @@ async fn open_store(
 
 /// Runs `component` of organization `config` until `shutdown` completes: then the servers stop
 /// accepting and finish the calls under way, and the node finishes the block in flight.
+///
+/// The steps, in order: bind every listener the component needs (a taken port fails before
+/// anything starts); open the store; serve the ExecutionService (execution component); connect
+/// the orderer and start the node (commit component); serve the ChainifyService and
+/// EndorsementService, the CommitService, AdminService and QueryService, and the metrics; run
+/// the node; then wait for the shutdown or for any server or the node to stop.
 pub async fn run_org(
     config: OrgConfig,
     runtime: OrgRuntime,
     component: Component,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), NetError> {
-    use Component::{All, Chainify, Commit, Execution};
     let me = config.org_id;
     let network = Arc::new(config.network.clone());
     if network.signatures == chainify_core::crypto::Signatures::Off {
@@ -316,38 +324,7 @@ pub async fn run_org(
             .map_err(|e| NetError::Config(format!("signing key: {e}")))?,
     );
     let tls = org_tls(&config)?;
-    // Bind first: a taken port fails before anything else starts.
-    let chainify_listener = match component {
-        All | Chainify => Some(bind("listen.chainify", &config.listen.chainify).await?),
-        _ => None,
-    };
-    let (commit_listener, admin_listener) = match component {
-        All | Commit => (
-            Some(bind("listen.commit", &config.listen.commit).await?),
-            Some(bind("listen.admin", &config.listen.admin).await?),
-        ),
-        _ => (None, None),
-    };
-    let execution_listener = match component {
-        Execution => Some(bind("listen.execution", &execution_addr(&config)?).await?),
-        _ => None,
-    };
-    let metrics_listener = match (component, &config.listen) {
-        (All | Commit, l) => Some(bind("listen.metrics", &l.metrics).await?),
-        (Execution, l) => match &l.metrics_execution {
-            Some(addr) => Some(bind("listen.metrics_execution", addr).await?),
-            None => None,
-        },
-        (Chainify, l) => match &l.metrics_chainify {
-            Some(addr) => Some(bind("listen.metrics_chainify", addr).await?),
-            None => None,
-        },
-    };
-    if metrics_listener.is_none() {
-        warn!(org = %me, ?component, "no metrics address for this component: not serving metrics");
-    }
-    let mut metrics = Arc::new(Metrics::default());
-
+    let listeners = Listeners::bind(&config, component).await?;
     let parallelism = config.execution.parallelism;
     let options = StoreOptions {
         max_connections: u32::try_from(parallelism + 2).unwrap_or(u32::MAX),
@@ -362,138 +339,300 @@ pub async fn run_org(
     } else {
         ExecMode::Parallel(parallelism)
     };
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
+    let org = Org {
+        me,
+        component,
+        network,
+        key,
+        tls,
+        store,
+        stop: watch::channel(false),
     };
-    let max = 64 * 1024 * 1024;
     let mut servers: Vec<Serving> = Vec::new();
-
-    if let Some(listener) = execution_listener {
-        // The node passes the hash to chain to with every block.
-        let exec = ExecutionServer::new(store.clone(), network.clone(), mode)?;
-        let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
-        servers.push(serve(
-            me,
-            "ExecutionService",
-            router(tls.as_ref(), &["chainify.v1.ExecutionService"])
-                .await?
-                .add_service(
-                    ExecutionServiceServer::new(ExecutionGrpc::new(port))
-                        .max_decoding_message_size(max)
-                        .max_encoding_message_size(max),
-                ),
-            listener,
-            stopped(stop_rx.clone()),
-        ));
+    let mut metrics = Arc::new(Metrics::default());
+    if let Some(listener) = listeners.execution {
+        servers.push(org.serve_execution(listener, mode, metrics.clone()).await?);
     }
-
-    let (resume, _) = resume_point(&store).await?;
     let orderer = match component {
-        Execution => None,
-        _ => Some(Arc::new(
-            connect_orderer(&network, resume, tls.as_ref()).await?,
-        )),
+        Component::Execution => None,
+        _ => {
+            let (resume, _) = resume_point(&org.store).await?;
+            Some(Arc::new(
+                connect_orderer(&org.network, resume, org.tls.as_ref()).await?,
+            ))
+        }
     };
     let node = match (component, &orderer) {
-        (All | Commit, Some(orderer)) => {
-            let transport = Arc::new(GrpcTransport::new(&network, me, tls.as_ref())?);
-            let settings = runtime.node.clone().unwrap_or_else(|| NodeSettings {
-                mode,
-                checkpoint_interval: config.checkpoint.interval_blocks,
-                checkpoints_kept: config.checkpoint.kept,
-                state_check_interval: config.checkpoint.state_check_interval,
-                ..NodeSettings::default()
-            });
-            let node = if component == Commit {
-                let channel = channel(&execution_addr(&config)?, tls.as_ref())?;
-                Node::start_with(
-                    store.clone(),
-                    network.clone(),
-                    me,
-                    key.clone(),
-                    orderer.clone(),
-                    transport.clone(),
-                    Arc::new(RemoteExecution::new(channel)),
-                    metrics.clone(),
-                    settings,
-                )
-                .await
-            } else {
-                Node::start(
-                    store.clone(),
-                    network.clone(),
-                    me,
-                    key.clone(),
-                    orderer.clone(),
-                    transport.clone(),
-                    settings,
-                )
-                .await
-            }?;
-            transport.attach(node.inbox());
-            let mut node = node;
-            node.set_state_peers(Arc::new(GrpcStatePeers::new(
-                &network,
-                me,
-                key.clone(),
-                tls.as_ref(),
-            )?));
+        (Component::All | Component::Commit, Some(orderer)) => {
+            let node = org.start_node(&config, &runtime, mode, orderer).await?;
             metrics = node.metrics();
             Some(node)
         }
         _ => None,
     };
-
     // What the servers need of the node, taken before any await (the node is not Sync).
-    let handles = node
-        .as_ref()
-        .map(|n| (n.inbox(), n.status(), n.commit_feed(), n.read_gate()));
-    let state_server = node.as_ref().map(|n| n.state_server());
+    let handles = node.as_ref().map(NodeHandles::of);
     let mut chainify_server = None;
-    if let (Some(listener), Some(orderer)) = (chainify_listener, orderer) {
-        let (status, commits, queries) = match &handles {
-            Some((_, status, commits, gate)) => (
-                status.clone(),
-                commits.clone(),
-                QueryAccess::Gate(gate.clone()),
+    if let (Some(listener), Some(orderer)) = (listeners.chainify, orderer) {
+        let (server, serving) = org
+            .serve_chainify(
+                listener,
+                orderer,
+                handles.as_ref(),
+                &config,
+                &runtime,
+                metrics.clone(),
+            )
+            .await?;
+        chainify_server = Some(server);
+        servers.push(serving);
+    }
+    if let (Some(handles), Some(commit), Some(admin)) =
+        (&handles, listeners.commit, listeners.admin)
+    {
+        servers.extend(
+            org.serve_commit_and_admin(handles, commit, admin, &runtime)
+                .await?,
+        );
+    }
+    if let Some(listener) = listeners.metrics {
+        servers.push(org.serve_metrics(listener, node.as_ref(), chainify_server, metrics));
+    }
+    if let Some(node) = node {
+        servers.push(org.run_node(node));
+    }
+    org.until_stopped(shutdown, servers).await
+}
+
+/// The listeners a component binds, all before anything starts.
+struct Listeners {
+    chainify: Option<TcpListener>,
+    commit: Option<TcpListener>,
+    admin: Option<TcpListener>,
+    execution: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+}
+
+impl Listeners {
+    async fn bind(config: &OrgConfig, component: Component) -> Result<Listeners, NetError> {
+        use Component::{All, Chainify, Commit, Execution};
+        let chainify = match component {
+            All | Chainify => Some(bind("listen.chainify", &config.listen.chainify).await?),
+            _ => None,
+        };
+        let (commit, admin) = match component {
+            All | Commit => (
+                Some(bind("listen.commit", &config.listen.commit).await?),
+                Some(bind("listen.admin", &config.listen.admin).await?),
+            ),
+            _ => (None, None),
+        };
+        let execution = match component {
+            Execution => Some(bind("listen.execution", &execution_addr(config)?).await?),
+            _ => None,
+        };
+        let metrics = match (component, &config.listen) {
+            (All | Commit, l) => Some(bind("listen.metrics", &l.metrics).await?),
+            (Execution, l) => match &l.metrics_execution {
+                Some(addr) => Some(bind("listen.metrics_execution", addr).await?),
+                None => None,
+            },
+            (Chainify, l) => match &l.metrics_chainify {
+                Some(addr) => Some(bind("listen.metrics_chainify", addr).await?),
+                None => None,
+            },
+        };
+        if metrics.is_none() {
+            warn!(org = %config.org_id, ?component, "no metrics address for this component: not serving metrics");
+        }
+        Ok(Listeners {
+            chainify,
+            commit,
+            admin,
+            execution,
+            metrics,
+        })
+    }
+}
+
+/// What the servers need of a running node, taken before it runs.
+struct NodeHandles {
+    inbox: Inbox,
+    status: watch::Receiver<NodeStatus>,
+    feed: CommitFeed<AnyBackend>,
+    gate: ReadGate,
+    state_server: Arc<StateServer<AnyBackend>>,
+}
+
+impl NodeHandles {
+    fn of(node: &OrgNode) -> NodeHandles {
+        NodeHandles {
+            inbox: node.inbox(),
+            status: node.status(),
+            feed: node.commit_feed(),
+            gate: node.read_gate(),
+            state_server: node.state_server(),
+        }
+    }
+}
+
+type OrgNode = Node<AnyBackend, AnyOrderer>;
+
+/// Largest gRPC message a server takes or sends.
+const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// One organization's component while it starts: what every step shares.
+struct Org {
+    me: OrgId,
+    component: Component,
+    network: Arc<NetworkConfig>,
+    key: Arc<SigningKey>,
+    tls: Option<Tls>,
+    store: Arc<Store<AnyBackend>>,
+    /// Set when the component stops (a shutdown, or a server or the node that ended).
+    stop: (watch::Sender<bool>, watch::Receiver<bool>),
+}
+
+impl Org {
+    /// Completes once the component stops.
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stop.1.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
+    async fn serve_execution(
+        &self,
+        listener: TcpListener,
+        mode: ExecMode,
+        metrics: Arc<Metrics>,
+    ) -> Result<Serving, NetError> {
+        // The node passes the hash to chain to with every block.
+        let exec = ExecutionServer::new(self.store.clone(), self.network.clone(), mode)?;
+        let port = Arc::new(LocalExecution::new(self.store.clone(), exec, metrics));
+        Ok(serve(
+            self.me,
+            "ExecutionService",
+            router(self.tls.as_ref(), &["chainify.v1.ExecutionService"])
+                .await?
+                .add_service(
+                    ExecutionServiceServer::new(ExecutionGrpc::new(port))
+                        .max_decoding_message_size(MAX_MESSAGE)
+                        .max_encoding_message_size(MAX_MESSAGE),
+                ),
+            listener,
+            self.stopped(),
+        ))
+    }
+
+    /// Starts the node (the commit component), executing here or through the execution
+    /// process, with votes over gRPC and state transfers from the other organizations.
+    async fn start_node(
+        &self,
+        config: &OrgConfig,
+        runtime: &OrgRuntime,
+        mode: ExecMode,
+        orderer: &Arc<AnyOrderer>,
+    ) -> Result<OrgNode, NetError> {
+        let (me, tls) = (self.me, self.tls.as_ref());
+        let transport = Arc::new(GrpcTransport::new(&self.network, me, tls)?);
+        let settings = runtime.node.clone().unwrap_or_else(|| NodeSettings {
+            mode,
+            checkpoint_interval: config.checkpoint.interval_blocks,
+            checkpoints_kept: config.checkpoint.kept,
+            state_check_interval: config.checkpoint.state_check_interval,
+            ..NodeSettings::default()
+        });
+        let (store, network, key) = (self.store.clone(), self.network.clone(), self.key.clone());
+        let mut node = if self.component == Component::Commit {
+            let channel = channel(&execution_addr(config)?, tls)?;
+            Node::start_with(
+                store,
+                network,
+                me,
+                key,
+                orderer.clone(),
+                transport.clone(),
+                Arc::new(RemoteExecution::new(channel)),
+                Arc::new(Metrics::default()),
+                settings,
+            )
+            .await
+        } else {
+            Node::start(
+                store,
+                network,
+                me,
+                key,
+                orderer.clone(),
+                transport.clone(),
+                settings,
+            )
+            .await
+        }?;
+        transport.attach(node.inbox());
+        node.set_state_peers(Arc::new(GrpcStatePeers::new(
+            &self.network,
+            me,
+            self.key.clone(),
+            tls,
+        )?));
+        Ok(node)
+    }
+
+    /// The ChainifyService and EndorsementService: over the node's status, commit feed and
+    /// read gate, or (the chainify component alone) over the ledger followed in the database,
+    /// with queries forwarded to the commit component.
+    async fn serve_chainify(
+        &self,
+        listener: TcpListener,
+        orderer: Arc<AnyOrderer>,
+        node: Option<&NodeHandles>,
+        config: &OrgConfig,
+        runtime: &OrgRuntime,
+        metrics: Arc<Metrics>,
+    ) -> Result<(ChainifyServer<AnyBackend, AnyOrderer>, Serving), NetError> {
+        let tls = self.tls.as_ref();
+        let (status, commits, queries) = match node {
+            Some(n) => (
+                n.status.clone(),
+                n.feed.clone(),
+                QueryAccess::Gate(n.gate.clone()),
             ),
             None => {
                 let (status, commits, _follower) = follow_ledger(
-                    store.clone(),
-                    me,
+                    self.store.clone(),
+                    self.me,
                     runtime.chainify.commit_stream_buffer,
-                    stop_rx.clone(),
+                    self.stop.1.clone(),
                 )
                 .await
                 .map_err(NetError::Storage)?;
-                let queries = QueryAccess::Forward(channel(&config.listen.admin, tls.as_ref())?);
+                let queries = QueryAccess::Forward(channel(&config.listen.admin, tls)?);
                 (status, commits, queries)
             }
         };
         let server = ChainifyServer::new(
             ChainifyParts {
-                me,
-                key,
-                network: network.clone(),
-                store: store.clone(),
+                me: self.me,
+                key: self.key.clone(),
+                network: self.network.clone(),
+                store: self.store.clone(),
                 orderer,
                 status,
                 commits,
                 queries,
-                metrics: metrics.clone(),
+                metrics,
             },
-            tls.as_ref(),
+            tls,
             runtime.chainify.clone(),
         )?;
-        chainify_server = Some(server.clone());
-        let chainify = server;
-        servers.push(serve(
-            me,
+        let serving = serve(
+            self.me,
             "ChainifyService and EndorsementService",
             router(
-                tls.as_ref(),
+                tls,
                 &[
                     "chainify.v1.ChainifyService",
                     "chainify.v1.EndorsementService",
@@ -501,71 +640,95 @@ pub async fn run_org(
             )
             .await?
             .add_service(
-                ChainifyServiceServer::new(chainify.clone())
-                    .max_decoding_message_size(max)
-                    .max_encoding_message_size(max),
+                ChainifyServiceServer::new(server.clone())
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE),
             )
             .add_service(
-                EndorsementServiceServer::new(chainify)
-                    .max_decoding_message_size(max)
-                    .max_encoding_message_size(max),
+                EndorsementServiceServer::new(server.clone())
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE),
             ),
             listener,
-            stopped(stop_rx.clone()),
-        ));
+            self.stopped(),
+        );
+        Ok((server, serving))
     }
 
-    if let (Some((inbox, status, _, gate)), Some(commit_listener), Some(admin_listener)) =
-        (handles, commit_listener, admin_listener)
-    {
-        let mut commit = CommitServer::new(inbox, store.clone(), status.clone());
-        if let Some(server) = state_server {
-            commit = commit.with_state(server, &network, me);
-        }
-        servers.push(serve(
-            me,
+    /// The CommitService (votes, certificates, ledger, state transfer) and the AdminService
+    /// and QueryService.
+    async fn serve_commit_and_admin(
+        &self,
+        node: &NodeHandles,
+        commit_listener: TcpListener,
+        admin_listener: TcpListener,
+        runtime: &OrgRuntime,
+    ) -> Result<[Serving; 2], NetError> {
+        let tls = self.tls.as_ref();
+        let commit = CommitServer::new(node.inbox.clone(), self.store.clone(), node.status.clone())
+            .with_state(node.state_server.clone(), &self.network, self.me);
+        let commit = serve(
+            self.me,
             "CommitService",
-            router(tls.as_ref(), &["chainify.v1.CommitService"])
+            router(tls, &["chainify.v1.CommitService"])
                 .await?
                 .add_service(
                     CommitServiceServer::new(commit)
-                        .max_decoding_message_size(max)
-                        .max_encoding_message_size(max),
+                        .max_decoding_message_size(MAX_MESSAGE)
+                        .max_encoding_message_size(MAX_MESSAGE),
                 ),
             commit_listener,
-            stopped(stop_rx.clone()),
-        ));
-        let admin = AdminServer::new(network.clone(), store.clone(), status, gate.clone());
+            self.stopped(),
+        );
+        let admin = AdminServer::new(
+            self.network.clone(),
+            self.store.clone(),
+            node.status.clone(),
+            node.gate.clone(),
+        );
         let queries = QueryServer::new(
-            network.clone(),
-            store.clone(),
-            gate,
+            self.network.clone(),
+            self.store.clone(),
+            node.gate.clone(),
             runtime.chainify.query_wait,
         )?;
-        servers.push(serve(
-            me,
+        let admin = serve(
+            self.me,
             "AdminService and QueryService",
             router(
-                tls.as_ref(),
+                tls,
                 &["chainify.v1.AdminService", "chainify.v1.QueryService"],
             )
             .await?
             .add_service(AdminServiceServer::new(admin))
             .add_service(
                 QueryServiceServer::new(queries)
-                    .max_decoding_message_size(max)
-                    .max_encoding_message_size(max),
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE),
             ),
             admin_listener,
-            stopped(stop_rx.clone()),
-        ));
+            self.stopped(),
+        );
+        Ok([commit, admin])
     }
 
-    if let Some(listener) = metrics_listener {
-        let status = node.as_ref().map(Node::status);
-        let inbox = node.as_ref().map(Node::inbox);
-        let store = store.clone();
-        let label = format!("org=\"{}\",component=\"{}\"", me.0, component.name());
+    /// Prometheus metrics: the phases recorded here, the node's status, queue depths and the
+    /// database pool.
+    fn serve_metrics(
+        &self,
+        listener: TcpListener,
+        node: Option<&OrgNode>,
+        chainify_server: Option<ChainifyServer<AnyBackend, AnyOrderer>>,
+        metrics: Arc<Metrics>,
+    ) -> Serving {
+        let status = node.map(Node::status);
+        let inbox = node.map(Node::inbox);
+        let store = self.store.clone();
+        let label = format!(
+            "org=\"{}\",component=\"{}\"",
+            self.me.0,
+            self.component.name()
+        );
         let render: Render = Arc::new(move || {
             let mut out = String::new();
             family(
@@ -610,40 +773,53 @@ pub async fn run_org(
             );
             out
         });
-        info!(org = %me, addr = ?local(&listener), "metrics listening at /metrics");
-        let until = stopped(stop_rx.clone());
-        servers.push(Box::pin(async move {
+        info!(org = %self.me, addr = ?local(&listener), "metrics listening at /metrics");
+        let until = self.stopped();
+        Box::pin(async move {
             serve_metrics(listener, render, until).await;
             Ok(())
-        }));
+        })
     }
 
-    if let Some(node) = node {
+    /// Runs the node until the component stops; a node that stops on its own stops the
+    /// component.
+    fn run_node(&self, node: OrgNode) -> Serving {
         // Boxed: the node's future is deep, and the compiler's layout queries of the server
         // set would overflow their depth limit in release builds.
-        let node_run = Box::pin(node.run(stopped(stop_rx.clone())));
-        let stop = stop_tx.clone();
-        servers.push(Box::pin(async move {
+        let node_run = Box::pin(node.run(self.stopped()));
+        let stop = self.stop.0.clone();
+        Box::pin(async move {
             let result = node_run.await;
-            // A node that stops on its own takes the servers with it.
             let _ = stop.send(true);
             result.map_err(NetError::from)
-        }));
+        })
     }
-    let signal = async move {
-        tokio::select! {
-            () = shutdown => {
-                info!(org = %me, ?component, "shutting down: no new calls, finishing the block in flight");
+
+    /// Waits for `shutdown` or for anything to stop the component, then for every server and
+    /// the node to finish; the first error wins.
+    async fn until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+        servers: Vec<Serving>,
+    ) -> Result<(), NetError> {
+        let (me, component) = (self.me, self.component);
+        let stopped = self.stopped();
+        let stop = self.stop.0.clone();
+        let signal = async move {
+            tokio::select! {
+                () = shutdown => {
+                    info!(org = %me, ?component, "shutting down: no new calls, finishing the block in flight");
+                }
+                () = stopped => {}
             }
-            () = stopped(stop_rx) => {}
+            let _ = stop.send(true);
+        };
+        let (_, results) = tokio::join!(signal, futures_util::future::join_all(servers));
+        for result in results {
+            result?;
         }
-        let _ = stop_tx.send(true);
-    };
-    let (_, results) = tokio::join!(signal, futures_util::future::join_all(servers));
-    for result in results {
-        result?;
+        self.store.close().await;
+        info!(org = %me, ?component, "stopped");
+        Ok(())
     }
-    store.close().await;
-    info!(org = %me, ?component, "stopped");
-    Ok(())
 }
