@@ -25,6 +25,7 @@ use sqlparser::ast::{
 
 use crate::ident::object_name;
 use crate::plan::{Access, Atom, Conj, KeyPlan, Mode, Term};
+use crate::reject::Rejection;
 use crate::schema::{ColumnType, KeySpace, RefAction, Schema, Table};
 
 /// Most conjunctions a predicate's normal form may have before it is treated as TRUE.
@@ -46,9 +47,6 @@ pub struct StatementPlan {
     /// The statement in the portable subset, from which every engine's SQL is rendered.
     pub portable: crate::portable::Portable,
 }
-
-/// Why a statement is rejected (without the statement number; the caller adds it).
-pub(crate) type Reject = String;
 
 struct Scope<'a> {
     /// (alias or table name, table) for each table in FROM, then those of enclosing queries.
@@ -435,16 +433,15 @@ impl<'s> Analysis<'s> {
         }
     }
 
-    fn table(&self, name: &ObjectName) -> Result<&'s Table, Reject> {
+    fn table(&self, name: &ObjectName) -> Result<&'s Table, Rejection> {
         let n = object_name(name);
-        let t = self
-            .schema
-            .table(&n)
-            .ok_or_else(|| format!("table {n} is not a registered shared table"))?;
+        let t = self.schema.table(&n).ok_or_else(|| {
+            Rejection::unknown_name(format!("table {n} is not a registered shared table"))
+        })?;
         if t.primary_key.is_empty() {
-            return Err(format!(
+            return Err(Rejection::unknown_name(format!(
                 "table {n} has no primary key; only tables with one can be shared"
-            ));
+            )));
         }
         Ok(t)
     }
@@ -485,7 +482,7 @@ impl<'s> Analysis<'s> {
         }
     }
 
-    pub(crate) fn statement(mut self, st: &SqlStatement) -> Result<Analyzed, Reject> {
+    pub(crate) fn statement(mut self, st: &SqlStatement) -> Result<Analyzed, Rejection> {
         let kind = match st {
             SqlStatement::Query(q) => {
                 self.query(q, None)?;
@@ -525,7 +522,7 @@ impl<'s> Analysis<'s> {
         })
     }
 
-    fn subqueries_of<V: Visit>(&mut self, node: &V) -> Result<(), Reject> {
+    fn subqueries_of<V: Visit>(&mut self, node: &V) -> Result<(), Rejection> {
         for q in subqueries(node) {
             self.query(&q, None)?;
         }
@@ -537,7 +534,7 @@ impl<'s> Analysis<'s> {
         &mut self,
         node: &V,
         outer: &Outer<'s>,
-    ) -> Result<Vec<Query>, Reject> {
+    ) -> Result<Vec<Query>, Rejection> {
         let found = subqueries(node);
         for q in &found {
             self.query(q, Some(outer))?;
@@ -545,22 +542,30 @@ impl<'s> Analysis<'s> {
         Ok(found)
     }
 
-    fn query(&mut self, q: &Query, outer: Option<&Outer<'s>>) -> Result<(), Reject> {
+    fn query(&mut self, q: &Query, outer: Option<&Outer<'s>>) -> Result<(), Rejection> {
         if q.with.is_some() {
-            return Err("WITH (common table expressions) is not supported".into());
+            return Err(Rejection::unsupported(
+                "WITH (common table expressions) is not supported",
+            ));
         }
         if q.fetch.is_some() {
-            return Err("FETCH is not portable; use LIMIT with a total ORDER BY".into());
+            return Err(Rejection::unsupported(
+                "FETCH is not portable; use LIMIT with a total ORDER BY",
+            ));
         }
         if !q.locks.is_empty() {
-            return Err("FOR UPDATE/FOR SHARE is not needed: chainify already orders conflicting transactions".into());
+            return Err(Rejection::unsupported(
+                "FOR UPDATE/FOR SHARE is not needed: chainify already orders conflicting transactions",
+            ));
         }
         if q.for_clause.is_some()
             || q.settings.is_some()
             || q.format_clause.is_some()
             || !q.pipe_operators.is_empty()
         {
-            return Err("query clause is not in the portable subset".into());
+            return Err(Rejection::unsupported(
+                "query clause is not in the portable subset",
+            ));
         }
         // Subqueries in ORDER BY and LIMIT expressions.
         if let Some(ob) = &q.order_by {
@@ -569,7 +574,7 @@ impl<'s> Analysis<'s> {
         self.set_expr(&q.body, outer)
     }
 
-    fn set_expr(&mut self, body: &SetExpr, outer: Option<&Outer<'s>>) -> Result<(), Reject> {
+    fn set_expr(&mut self, body: &SetExpr, outer: Option<&Outer<'s>>) -> Result<(), Rejection> {
         match body {
             SetExpr::Select(s) => self.select(s, outer),
             SetExpr::Query(q) => self.query(q, outer),
@@ -578,12 +583,14 @@ impl<'s> Analysis<'s> {
                 self.set_expr(right, outer)
             }
             SetExpr::Values(v) => self.subqueries_of(v),
-            _ => Err("only SELECT, VALUES and set operations are allowed in queries".into()),
+            _ => Err(Rejection::unsupported(
+                "only SELECT, VALUES and set operations are allowed in queries",
+            )),
         }
     }
 
     /// The tables of a SELECT's FROM clause (with their aliases).
-    fn scope(&self, select: &Select) -> Result<Scope<'s>, Reject> {
+    fn scope(&self, select: &Select) -> Result<Scope<'s>, Rejection> {
         let mut tables = Vec::new();
         for twj in &select.from {
             self.collect_tables(twj, &mut tables)?;
@@ -596,7 +603,7 @@ impl<'s> Analysis<'s> {
         &self,
         twj: &TableWithJoins,
         out: &mut Vec<(String, &'s Table)>,
-    ) -> Result<(), Reject> {
+    ) -> Result<(), Rejection> {
         for factor in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
             match factor {
                 TableFactor::Table {
@@ -621,13 +628,17 @@ impl<'s> Analysis<'s> {
                     table_with_joins,
                     alias: None,
                 } => self.collect_tables(table_with_joins, out)?,
-                other => return Err(format!("FROM item `{other}` is not in the portable subset")),
+                other => {
+                    return Err(Rejection::unsupported(format!(
+                        "FROM item `{other}` is not in the portable subset"
+                    )));
+                }
             }
         }
         Ok(())
     }
 
-    fn select(&mut self, s: &Select, outer: Option<&Outer<'s>>) -> Result<(), Reject> {
+    fn select(&mut self, s: &Select, outer: Option<&Outer<'s>>) -> Result<(), Rejection> {
         let unsupported = s.top.is_some()
             || s.into.is_some()
             || !s.lateral_views.is_empty()
@@ -641,7 +652,9 @@ impl<'s> Analysis<'s> {
             || s.value_table_mode.is_some()
             || matches!(s.distinct, Some(sqlparser::ast::Distinct::On(_)));
         if unsupported {
-            return Err("SELECT clause is not in the portable subset".into());
+            return Err(Rejection::unsupported(
+                "SELECT clause is not in the portable subset",
+            ));
         }
         let mut scope = self.scope(s)?;
         let own = scope.tables.len();
@@ -698,40 +711,53 @@ impl<'s> Analysis<'s> {
         &self,
         twj: &TableWithJoins,
         what: &str,
-    ) -> Result<(&'s Table, String), Reject> {
+    ) -> Result<(&'s Table, String), Rejection> {
         if !twj.joins.is_empty() {
-            return Err(format!("{what} of joined tables is not portable"));
+            return Err(Rejection::unsupported(format!(
+                "{what} of joined tables is not portable"
+            )));
         }
         let mut tables = Vec::new();
         self.collect_tables(twj, &mut tables)?;
         match tables.pop() {
             Some((alias, t)) if tables.is_empty() => Ok((t, alias)),
-            _ => Err(format!("{what} must name one table")),
+            _ => Err(Rejection::unsupported(format!(
+                "{what} must name one table"
+            ))),
         }
     }
 
-    fn update(&mut self, u: &Update) -> Result<(), Reject> {
+    fn update(&mut self, u: &Update) -> Result<(), Rejection> {
         if u.from.is_some() {
-            return Err("UPDATE … FROM is not portable".into());
+            return Err(Rejection::unsupported("UPDATE … FROM is not portable"));
         }
         if u.returning.is_some() || u.output.is_some() {
-            return Err("RETURNING is not portable".into());
+            return Err(Rejection::unsupported("RETURNING is not portable"));
         }
         if u.or.is_some() || !u.order_by.is_empty() || u.limit.is_some() {
-            return Err("UPDATE with OR/ORDER BY/LIMIT is not portable".into());
+            return Err(Rejection::unsupported(
+                "UPDATE with OR/ORDER BY/LIMIT is not portable",
+            ));
         }
         let (t, alias) = self.single_table(&u.table, "UPDATE")?;
         let mut assigned: Vec<(usize, Term)> = Vec::new();
         for a in &u.assignments {
             let AssignmentTarget::ColumnName(name) = &a.target else {
-                return Err("tuple assignments are not portable; assign columns one by one".into());
+                return Err(Rejection::unsupported(
+                    "tuple assignments are not portable; assign columns one by one",
+                ));
             };
             let col_name = crate::ident::column_name(name);
             let col = t.column(&col_name).ok_or_else(|| {
-                format!("UPDATE sets unknown column {col_name} of table {}", t.name)
+                Rejection::unknown_name(format!(
+                    "UPDATE sets unknown column {col_name} of table {}",
+                    t.name
+                ))
             })?;
             if assigned.iter().any(|(c, _)| *c == col) {
-                return Err(format!("UPDATE sets column {col_name} twice"));
+                return Err(Rejection::unknown_name(format!(
+                    "UPDATE sets column {col_name} twice"
+                )));
             }
             assigned.push((col, term(&a.value)));
         }
@@ -797,11 +823,13 @@ impl<'s> Analysis<'s> {
         &mut self,
         fk: &crate::schema::ForeignKey,
         row: Option<Vec<Term>>,
-    ) -> Result<(), Reject> {
-        let parent = self
-            .schema
-            .table(&fk.parent)
-            .ok_or_else(|| format!("foreign key references unknown table {}", fk.parent))?;
+    ) -> Result<(), Rejection> {
+        let parent = self.schema.table(&fk.parent).ok_or_else(|| {
+            Rejection::unknown_name(format!(
+                "foreign key references unknown table {}",
+                fk.parent
+            ))
+        })?;
         let keys = row.map_or(KeyPlan::All, |r| KeyPlan::Rows(vec![r]));
         match self.schema.referenced_space(fk) {
             Some(KeySpace::Primary) => self.access(table_resource(parent), false, keys),
@@ -824,7 +852,7 @@ impl<'s> Analysis<'s> {
         changed_cols: &[usize],
         parent_keys: KeyPlan,
         action: fn(&crate::schema::ForeignKey) -> RefAction,
-    ) -> Result<(), Reject> {
+    ) -> Result<(), Rejection> {
         let mut stack: Vec<(String, Vec<usize>, KeyPlan)> =
             vec![(parent.name.clone(), changed_cols.to_vec(), parent_keys)];
         let mut visited: Vec<String> = Vec::new();
@@ -870,21 +898,23 @@ impl<'s> Analysis<'s> {
         Ok(())
     }
 
-    fn delete(&mut self, d: &Delete) -> Result<(), Reject> {
+    fn delete(&mut self, d: &Delete) -> Result<(), Rejection> {
         if !d.tables.is_empty() || d.using.is_some() {
-            return Err("multi-table DELETE is not portable".into());
+            return Err(Rejection::unsupported("multi-table DELETE is not portable"));
         }
         if d.returning.is_some() || d.output.is_some() {
-            return Err("RETURNING is not portable".into());
+            return Err(Rejection::unsupported("RETURNING is not portable"));
         }
         if !d.order_by.is_empty() || d.limit.is_some() {
-            return Err("DELETE with ORDER BY/LIMIT is not portable".into());
+            return Err(Rejection::unsupported(
+                "DELETE with ORDER BY/LIMIT is not portable",
+            ));
         }
         let from = match &d.from {
             FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
         };
         let [twj] = from.as_slice() else {
-            return Err("DELETE must name one table".into());
+            return Err(Rejection::unsupported("DELETE must name one table"));
         };
         let (t, alias) = self.single_table(twj, "DELETE")?;
         let (scope, where_dnf) = target_predicate(alias, t, d.selection.as_ref());
@@ -905,18 +935,24 @@ impl<'s> Analysis<'s> {
         Ok(())
     }
 
-    fn insert(&mut self, ins: &Insert) -> Result<(), Reject> {
+    fn insert(&mut self, ins: &Insert) -> Result<(), Rejection> {
         if ins.or.is_some() || ins.ignore || ins.replace_into || ins.overwrite {
-            return Err("INSERT OR/IGNORE/REPLACE is not portable".into());
+            return Err(Rejection::unsupported(
+                "INSERT OR/IGNORE/REPLACE is not portable",
+            ));
         }
         if ins.on.is_some() {
-            return Err("INSERT … ON CONFLICT / ON DUPLICATE KEY UPDATE is not portable".into());
+            return Err(Rejection::unsupported(
+                "INSERT … ON CONFLICT / ON DUPLICATE KEY UPDATE is not portable",
+            ));
         }
         if ins.returning.is_some() || ins.output.is_some() {
-            return Err("RETURNING is not portable".into());
+            return Err(Rejection::unsupported("RETURNING is not portable"));
         }
         if !ins.assignments.is_empty() {
-            return Err("INSERT … SET is not portable; use a column list and VALUES".into());
+            return Err(Rejection::unsupported(
+                "INSERT … SET is not portable; use a column list and VALUES",
+            ));
         }
         if ins.partitioned.is_some()
             || !ins.after_columns.is_empty()
@@ -928,37 +964,46 @@ impl<'s> Analysis<'s> {
             || !ins.multi_table_into_clauses.is_empty()
             || ins.table_alias.is_some()
         {
-            return Err("INSERT clause is not in the portable subset".into());
+            return Err(Rejection::unsupported(
+                "INSERT clause is not in the portable subset",
+            ));
         }
         let TableObject::TableName(name) = &ins.table else {
-            return Err("INSERT into a table function is not portable".into());
+            return Err(Rejection::unsupported(
+                "INSERT into a table function is not portable",
+            ));
         };
         let t = self.table(name)?;
         if ins.columns.is_empty() {
-            return Err(format!("INSERT into {} must list its columns", t.name));
+            return Err(Rejection::unsupported(format!(
+                "INSERT into {} must list its columns",
+                t.name
+            )));
         }
         let mut cols = Vec::new();
         for c in &ins.columns {
             let n = crate::ident::column_name(c);
-            let i = t
-                .column(&n)
-                .ok_or_else(|| format!("INSERT into {} names unknown column {n}", t.name))?;
+            let i = t.column(&n).ok_or_else(|| {
+                Rejection::unknown_name(format!("INSERT into {} names unknown column {n}", t.name))
+            })?;
             if cols.contains(&i) {
-                return Err(format!("INSERT into {} names column {n} twice", t.name));
+                return Err(Rejection::unknown_name(format!(
+                    "INSERT into {} names column {n} twice",
+                    t.name
+                )));
             }
             cols.push(i);
         }
         if let Some(missing) = t.primary_key.iter().find(|k| !cols.contains(k)) {
-            return Err(format!(
+            return Err(Rejection::nondeterministic(format!(
                 "INSERT into {} must give primary key column {} (generated keys are not deterministic)",
                 t.name, t.columns[*missing].name
-            ));
+            )));
         }
         self.handle(t, StatementKind::Insert);
-        let source = ins
-            .source
-            .as_ref()
-            .ok_or_else(|| format!("INSERT into {} has no VALUES or SELECT", t.name))?;
+        let source = ins.source.as_ref().ok_or_else(|| {
+            Rejection::unsupported(format!("INSERT into {} has no VALUES or SELECT", t.name))
+        })?;
         let rows = match source.body.as_ref() {
             SetExpr::Values(v)
                 if source.order_by.is_none()
@@ -968,12 +1013,12 @@ impl<'s> Analysis<'s> {
                 let mut rows = Vec::new();
                 for (r, row) in v.rows.iter().enumerate() {
                     if row.content.len() != cols.len() {
-                        return Err(format!(
+                        return Err(Rejection::wrong_type(format!(
                             "VALUES row {} has {} values for {} columns",
                             r + 1,
                             row.content.len(),
                             cols.len()
-                        ));
+                        )));
                     }
                     rows.push(row.content.iter().map(term).collect::<Vec<Term>>());
                 }

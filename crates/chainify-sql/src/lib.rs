@@ -3,7 +3,7 @@
 //! For every statement of a transaction it
 //! 1. parses the text (sqlparser) and enforces chainify's *portable subset* and the *determinism
 //!    rules* (docs/design/overview.md §3, docs/design/portable-sql.md), naming the offending
-//!    construct in every rejection;
+//!    construct in every rejection and classifying it ([`RejectKind`], a stable code);
 //! 2. derives a [`StatementPlan`]: which primary-key ranges of which shared tables (and which
 //!    UNIQUE-key values) the statement reads and writes, with parameters left symbolic, including
 //!    the implicit accesses of foreign-key checks and cascades;
@@ -27,6 +27,7 @@ pub mod json;
 mod plan;
 pub mod portable;
 mod query;
+mod reject;
 pub mod render;
 pub mod schema;
 
@@ -38,21 +39,32 @@ use chainify_core::rwset::ReadWriteSet;
 use chainify_core::tx::Transaction;
 use rustc_hash::FxBuildHasher;
 use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
+use sqlparser::parser::{Parser, ParserError};
 
 pub use analyze::StatementPlan;
 pub use portable::{MAX_DEPTH, MAX_TERMS, Typed};
 pub use query::{MAX_QUERY_ROWS, OutputColumn, QueryPlan};
+pub use reject::{RejectKind, Rejection};
 pub use schema::{ColumnType, Schema, SchemaError};
 
-/// Why a transaction was rejected by analysis: which statement and what construct.
+/// Why a transaction was rejected by analysis: which statement, what kind of rejection (with a
+/// stable code) and what construct.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("statement {statement}: {reason}")]
 pub struct AnalysisError {
-    /// 1-based statement number within the transaction.
+    /// 1-based statement number within the transaction (0: the transaction as a whole).
     pub statement: usize,
+    /// The class of the rejection.
+    pub kind: RejectKind,
     /// What is wrong, naming the construct, table, column or parameter.
     pub reason: String,
+}
+
+impl AnalysisError {
+    /// The stable code of the rejection's kind (`SQL001`…, see [`RejectKind`]).
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
 }
 
 /// The analysis of a whole transaction.
@@ -118,7 +130,7 @@ pub const MAX_SQL_LEN: usize = 64 * 1024;
 /// accepted is shallow enough for any thread.
 const ANALYSIS_STACK: usize = 64 * 1024 * 1024;
 
-type PlanResult = Result<Arc<StatementPlan>, String>;
+type PlanResult = Result<Arc<StatementPlan>, Rejection>;
 
 /// Analyses transactions against a schema, caching plans by SQL text. Cheap to share between
 /// threads (`&self` methods; the cache takes a read lock on hits).
@@ -143,7 +155,7 @@ impl Analyzer {
     }
 
     /// The (cached) plan of one statement text, or why it is rejected.
-    pub fn plan(&self, sql: &str) -> Result<Arc<StatementPlan>, String> {
+    pub fn plan(&self, sql: &str) -> Result<Arc<StatementPlan>, Rejection> {
         if let Some(hit) = self
             .cache
             .read()
@@ -161,46 +173,52 @@ impl Analyzer {
         result
     }
 
-    fn plan_uncached(&self, sql: &str) -> Result<StatementPlan, String> {
+    fn plan_uncached(&self, sql: &str) -> Result<StatementPlan, Rejection> {
         if sql.len() > MAX_SQL_LEN {
-            return Err(format!(
+            return Err(Rejection::limit(format!(
                 "SQL text has {} bytes; at most {MAX_SQL_LEN} are accepted",
                 sql.len()
-            ));
+            )));
         }
         if let Some((at, c)) = sql
             .char_indices()
             .find(|(_, c)| portable::is_refused_control(*c))
         {
-            return Err(format!(
+            return Err(Rejection::syntax(format!(
                 "SQL text contains the control character U+{:04X} at byte {at}",
                 u32::from(c)
-            ));
+            )));
         }
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("chainify-analyse".into())
                 .stack_size(ANALYSIS_STACK)
                 .spawn_scoped(scope, || self.plan_on_this_stack(sql))
-                .map_err(|e| format!("cannot start the analysis: {e}"))?
+                .map_err(|e| Rejection::internal(format!("cannot start the analysis: {e}")))?
                 .join()
-                .unwrap_or_else(|_| Err("the analysis failed unexpectedly".into()))
+                .unwrap_or_else(|_| Err(Rejection::internal("the analysis failed unexpectedly")))
         })
     }
 
-    fn plan_on_this_stack(&self, sql: &str) -> Result<StatementPlan, String> {
+    fn plan_on_this_stack(&self, sql: &str) -> Result<StatementPlan, Rejection> {
         let mut statements = Parser::new(&GenericDialect {})
             .with_recursion_limit(MAX_DEPTH)
             .try_with_sql(sql)
             .and_then(|mut p| p.parse_statements())
-            .map_err(|e| format!("does not parse: {e}"))?;
+            .map_err(|e| {
+                let reason = format!("does not parse: {e}");
+                match e {
+                    ParserError::RecursionLimitExceeded => Rejection::limit(reason),
+                    _ => Rejection::syntax(reason),
+                }
+            })?;
         let statement = match statements.len() {
             1 => statements.remove(0),
-            0 => return Err("is empty".into()),
+            0 => return Err(Rejection::syntax("is empty")),
             n => {
-                return Err(format!(
+                return Err(Rejection::syntax(format!(
                     "contains {n} SQL statements; give one per statement entry"
-                ));
+                )));
             }
         };
         // (Every walk here runs on the analysis stack; the portable form bounds depth and size
@@ -222,19 +240,13 @@ impl Analyzer {
     /// read/write sets.
     pub fn analyze(&self, tx: &Transaction) -> Result<TxAnalysis, AnalysisError> {
         if tx.statements.is_empty() {
-            return Err(AnalysisError {
-                statement: 0,
-                reason: "the transaction has no statements".into(),
-            });
+            return Err(Rejection::syntax("the transaction has no statements").at(0));
         }
         let mut rwset = ReadWriteSet::default();
         let mut plans = Vec::with_capacity(tx.statements.len());
         let mut typed = Vec::with_capacity(tx.statements.len());
         for (i, st) in tx.statements.iter().enumerate() {
-            let err = |reason: String| AnalysisError {
-                statement: i + 1,
-                reason,
-            };
+            let err = |r: Rejection| r.at(i + 1);
             let plan = self.plan(&st.sql).map_err(err)?;
             check_params(&plan, &st.params).map_err(err)?;
             // A SELECT in a transaction is capped like a query: an engine reads at most one row
@@ -255,16 +267,16 @@ impl Analyzer {
     }
 }
 
-fn check_params(plan: &StatementPlan, params: &[Value]) -> Result<(), String> {
+fn check_params(plan: &StatementPlan, params: &[Value]) -> Result<(), Rejection> {
     if params.len() != plan.param_count {
-        return Err(format!(
+        return Err(Rejection::parameter(format!(
             "uses {} parameter{} ($1..${}) but {} {} given",
             plan.param_count,
             if plan.param_count == 1 { "" } else { "s" },
             plan.param_count,
             params.len(),
             if params.len() == 1 { "was" } else { "were" }
-        ));
+        )));
     }
     Ok(())
 }

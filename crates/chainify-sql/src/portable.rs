@@ -29,8 +29,9 @@ use sqlparser::ast::{
     UnaryOperator, Update, Value as SqlValue,
 };
 
-use crate::analyze::{Reject, literal, placeholder_index};
+use crate::analyze::{literal, placeholder_index};
 use crate::ident::object_name;
+use crate::reject::Rejection;
 use crate::render::{Dialect, Rendered};
 use crate::schema::{ColumnType, Limit, Schema, Table};
 
@@ -165,7 +166,7 @@ pub const MAX_STORED_TEXT: u64 = 1 << 20;
 pub const MAX_REPLACEMENT: u64 = 4 << 10;
 
 /// A cached typing: parameter types, row cap, result.
-type TypedEntry = (Vec<Ty>, Option<u64>, Result<Arc<Typed>, Reject>);
+type TypedEntry = (Vec<Ty>, Option<u64>, Result<Arc<Typed>, Rejection>);
 
 /// One statement in the portable subset, with names resolved.
 #[derive(Debug)]
@@ -204,7 +205,7 @@ fn dialect_index(d: Dialect) -> usize {
 
 impl Portable {
     /// Types the statement for these parameters' types and renders it (cached by signature).
-    pub fn typed(&self, params: &[Value]) -> Result<Arc<Typed>, Reject> {
+    pub fn typed(&self, params: &[Value]) -> Result<Arc<Typed>, Rejection> {
         self.typed_capped(params, None)
     }
 
@@ -214,7 +215,7 @@ impl Portable {
         &self,
         params: &[Value],
         row_cap: Option<u64>,
-    ) -> Result<Arc<Typed>, Reject> {
+    ) -> Result<Arc<Typed>, Rejection> {
         let mut cache = self.typed.lock().unwrap_or_else(|e| e.into_inner());
         // The hot path (a cached shape) compares without allocating.
         if let Some((_, _, r)) = cache.iter().find(|(s, c, _)| {
@@ -234,7 +235,7 @@ impl Portable {
         r
     }
 
-    fn type_and_render(&self, sig: &[Ty], row_cap: Option<u64>) -> Result<Typed, Reject> {
+    fn type_and_render(&self, sig: &[Ty], row_cap: Option<u64>) -> Result<Typed, Rejection> {
         let mut used = std::collections::BTreeSet::new();
         walk_statement(&self.stmt, &mut |e| {
             if let E::Param(i) = e
@@ -262,10 +263,10 @@ impl Portable {
             };
             w.stmt(&self.stmt)?;
             if w.sql.len() > MAX_RENDERED_LEN {
-                return Err(format!(
+                return Err(Rejection::limit(format!(
                     "the statement renders to {} bytes on {dialect:?}; at most {MAX_RENDERED_LEN} (nest less arithmetic)",
                     w.sql.len()
-                ));
+                )));
             }
             let bind_order = if dialect == Dialect::MySql {
                 w.bind_order
@@ -285,7 +286,7 @@ impl Portable {
             });
         }
         let [Some(pg), Some(my), Some(lite)] = out else {
-            return Err("internal: a dialect was not rendered".into());
+            return Err(Rejection::internal("internal: a dialect was not rendered"));
         };
         Ok(Typed {
             rendered: [pg, my, lite],
@@ -300,7 +301,7 @@ impl Portable {
     /// constants stored into a column they do not fit, are refused here. (PostgreSQL folds
     /// constants — parameters included — when it plans, and fails even where no row is
     /// touched; the others fail only on a row.) Errors name the parameter, value or column.
-    pub fn check_values(&self, typed: &Typed, params: &[Value]) -> Result<(), Reject> {
+    pub fn check_values(&self, typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
         check_parameters(typed, params)?;
         if self.has_constants {
             self.check_constants(params)?;
@@ -308,7 +309,7 @@ impl Portable {
         Ok(())
     }
 
-    fn check_constants(&self, params: &[Value]) -> Result<(), Reject> {
+    fn check_constants(&self, params: &[Value]) -> Result<(), Rejection> {
         let mut first_error = None;
         walk_statement(&self.stmt, &mut |e| {
             if first_error.is_none()
@@ -357,9 +358,9 @@ impl Portable {
                         shown.truncate(cut);
                         shown.push('…');
                     }
-                    format!(
+                    Rejection::wrong_type(format!(
                         "the value {shown} does not fit column {column} of table {table} ({what})"
-                    )
+                    ))
                 })?;
             }
         }
@@ -369,19 +370,20 @@ impl Portable {
 
 /// Checks parameter values against a typed statement's conditions and refuses control
 /// characters in text. Errors name the parameter.
-fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
+fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
     for (i, p) in params.iter().enumerate() {
         if let Value::Decimal(d) = p {
-            sqlite_exact(d).map_err(|why| format!("parameter ${} ({d}) {why}", i + 1))?;
+            sqlite_exact(d)
+                .map_err(|why| Rejection::parameter(format!("parameter ${} ({d}) {why}", i + 1)))?;
         }
         if let Value::Text(s) = p
             && let Some(c) = s.chars().find(|c| is_refused_control(*c))
         {
-            return Err(format!(
+            return Err(Rejection::parameter(format!(
                 "parameter ${} contains the control character U+{:04X}; engines store or refuse it differently",
                 i + 1,
                 u32::from(c)
-            ));
+            )));
         }
     }
     for c in &typed.checks {
@@ -459,7 +461,10 @@ fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Reject> {
             let got = params
                 .get(i)
                 .map_or_else(|| "nothing".to_owned(), |v| v.to_string());
-            return Err(format!("parameter ${} must be {what}, not {got}", i + 1));
+            return Err(Rejection::parameter(format!(
+                "parameter ${} must be {what}, not {got}",
+                i + 1
+            )));
         }
     }
     Ok(())
@@ -703,7 +708,7 @@ enum E {
 // Building the tree from the syntax tree.
 
 /// Builds the portable form of an analysed statement.
-pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Reject> {
+pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Rejection> {
     let mut b = Builder {
         schema,
         levels: Vec::new(),
@@ -752,7 +757,7 @@ struct Builder<'s> {
     depth: usize,
 }
 
-fn plain_name(name: &str, what: &str) -> Result<String, Reject> {
+fn plain_name(name: &str, what: &str) -> Result<String, Rejection> {
     let lower = name.to_lowercase();
     let mut chars = lower.chars();
     let ok = matches!(chars.next(), Some('a'..='z' | '_'))
@@ -760,16 +765,18 @@ fn plain_name(name: &str, what: &str) -> Result<String, Reject> {
     if ok {
         Ok(lower)
     } else {
-        Err(format!(
+        Err(Rejection::unsupported(format!(
             "{what} {name:?} is not a plain name (letters, digits and '_')"
-        ))
+        )))
     }
 }
 
-fn single_name(name: &ObjectName, what: &str) -> Result<String, Reject> {
+fn single_name(name: &ObjectName, what: &str) -> Result<String, Rejection> {
     let n = object_name(name);
     if n.contains('.') {
-        return Err(format!("{what} {n}: qualified names are not portable"));
+        return Err(Rejection::unsupported(format!(
+            "{what} {n}: qualified names are not portable"
+        )));
     }
     plain_name(&n, what)
 }
@@ -779,11 +786,11 @@ fn boxed(e: E) -> Box<E> {
 }
 
 impl<'s> Builder<'s> {
-    fn table(&self, name: &ObjectName) -> Result<&'s Table, Reject> {
+    fn table(&self, name: &ObjectName) -> Result<&'s Table, Rejection> {
         let n = single_name(name, "table")?;
-        self.schema
-            .table(&n)
-            .ok_or_else(|| format!("table {n} is not a registered shared table"))
+        self.schema.table(&n).ok_or_else(|| {
+            Rejection::unknown_name(format!("table {n} is not a registered shared table"))
+        })
     }
 
     fn next_alias(&mut self) -> String {
@@ -795,11 +802,13 @@ impl<'s> Builder<'s> {
         &mut self,
         t: &'s Table,
         alias: Option<&sqlparser::ast::TableAlias>,
-    ) -> Result<(), Reject> {
+    ) -> Result<(), Rejection> {
         let name = match alias {
             Some(a) => {
                 if !a.columns.is_empty() {
-                    return Err("column aliases on a table are not portable".into());
+                    return Err(Rejection::unsupported(
+                        "column aliases on a table are not portable",
+                    ));
                 }
                 plain_name(&a.name.value, "alias")?
             }
@@ -820,23 +829,32 @@ impl<'s> Builder<'s> {
         Ok(())
     }
 
-    fn update(&mut self, u: &Update) -> Result<Stmt, Reject> {
+    fn update(&mut self, u: &Update) -> Result<Stmt, Rejection> {
         let TableFactor::Table { name, alias, .. } = &u.table.relation else {
-            return Err("UPDATE must name one table".into());
+            return Err(Rejection::unsupported("UPDATE must name one table"));
         };
         let t = self.table(name)?;
         self.target_level(t, alias.as_ref())?;
         let mut sets = Vec::new();
         for a in &u.assignments {
             let AssignmentTarget::ColumnName(col) = &a.target else {
-                return Err("tuple assignments are not portable; assign columns one by one".into());
+                return Err(Rejection::unsupported(
+                    "tuple assignments are not portable; assign columns one by one",
+                ));
             };
             let col = crate::ident::column_name(col);
-            let i = t
-                .column(&col)
-                .ok_or_else(|| format!("UPDATE sets unknown column {col} of table {}", t.name))?;
-            let ty = Ty::of_column(&t.columns[i].ty)
-                .ok_or_else(|| format!("column {col} of table {} has no portable type", t.name))?;
+            let i = t.column(&col).ok_or_else(|| {
+                Rejection::unknown_name(format!(
+                    "UPDATE sets unknown column {col} of table {}",
+                    t.name
+                ))
+            })?;
+            let ty = Ty::of_column(&t.columns[i].ty).ok_or_else(|| {
+                Rejection::wrong_type(format!(
+                    "column {col} of table {} has no portable type",
+                    t.name
+                ))
+            })?;
             let c = &t.columns[i];
             sets.push((c.name.clone(), ty, c.limit, self.expr(&a.value)?));
         }
@@ -850,10 +868,10 @@ impl<'s> Builder<'s> {
             })
         });
         if keyed && !pins_key(selection.as_ref(), 0, t.primary_key.len()) {
-            return Err(format!(
+            return Err(Rejection::nondeterministic(format!(
                 "UPDATE of a primary-key or UNIQUE column of {} must select one row by its whole primary key (several rows collide or not depending on the engine's row order)",
                 t.name
-            ));
+            )));
         }
         Ok(Stmt::Update {
             table: t.name.clone(),
@@ -862,15 +880,15 @@ impl<'s> Builder<'s> {
         })
     }
 
-    fn delete(&mut self, d: &Delete) -> Result<Stmt, Reject> {
+    fn delete(&mut self, d: &Delete) -> Result<Stmt, Rejection> {
         let from = match &d.from {
             FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
         };
         let [twj] = from.as_slice() else {
-            return Err("DELETE must name one table".into());
+            return Err(Rejection::unsupported("DELETE must name one table"));
         };
         let TableFactor::Table { name, alias, .. } = &twj.relation else {
-            return Err("DELETE must name one table".into());
+            return Err(Rejection::unsupported("DELETE must name one table"));
         };
         let t = self.table(name)?;
         self.target_level(t, alias.as_ref())?;
@@ -882,29 +900,36 @@ impl<'s> Builder<'s> {
         })
     }
 
-    fn insert(&mut self, ins: &Insert) -> Result<Stmt, Reject> {
+    fn insert(&mut self, ins: &Insert) -> Result<Stmt, Rejection> {
         let TableObject::TableName(name) = &ins.table else {
-            return Err("INSERT into a table function is not portable".into());
+            return Err(Rejection::unsupported(
+                "INSERT into a table function is not portable",
+            ));
         };
         let t = self.table(name)?;
         let mut columns = Vec::new();
         for c in &ins.columns {
             let n = crate::ident::column_name(c);
-            let i = t
-                .column(&n)
-                .ok_or_else(|| format!("INSERT into {} names unknown column {n}", t.name))?;
-            let ty = Ty::of_column(&t.columns[i].ty)
-                .ok_or_else(|| format!("column {n} of table {} has no portable type", t.name))?;
+            let i = t.column(&n).ok_or_else(|| {
+                Rejection::unknown_name(format!("INSERT into {} names unknown column {n}", t.name))
+            })?;
+            let ty = Ty::of_column(&t.columns[i].ty).ok_or_else(|| {
+                Rejection::wrong_type(format!(
+                    "column {n} of table {} has no portable type",
+                    t.name
+                ))
+            })?;
             columns.push((t.columns[i].name.clone(), ty, t.columns[i].limit));
         }
-        let source = ins
-            .source
-            .as_ref()
-            .ok_or_else(|| format!("INSERT into {} has no VALUES or SELECT", t.name))?;
+        let source = ins.source.as_ref().ok_or_else(|| {
+            Rejection::unsupported(format!("INSERT into {} has no VALUES or SELECT", t.name))
+        })?;
         let source = match source.body.as_ref() {
             SetExpr::Values(v) => {
                 if source.order_by.is_some() || source.limit_clause.is_some() {
-                    return Err("VALUES with ORDER BY or LIMIT is not portable".into());
+                    return Err(Rejection::unsupported(
+                        "VALUES with ORDER BY or LIMIT is not portable",
+                    ));
                 }
                 let mut rows = Vec::new();
                 for row in &v.rows {
@@ -920,12 +945,12 @@ impl<'s> Builder<'s> {
             _ => {
                 let q = self.query(source)?;
                 if q.items.len() != columns.len() {
-                    return Err(format!(
+                    return Err(Rejection::wrong_type(format!(
                         "INSERT into {} lists {} columns but its SELECT gives {}",
                         t.name,
                         columns.len(),
                         q.items.len()
-                    ));
+                    )));
                 }
                 Source::Query(Box::new(q))
             }
@@ -937,15 +962,16 @@ impl<'s> Builder<'s> {
         })
     }
 
-    fn query(&mut self, q: &Query) -> Result<Q, Reject> {
+    fn query(&mut self, q: &Query) -> Result<Q, Rejection> {
         if q.with.is_some() {
-            return Err("WITH (common table expressions) is not supported".into());
+            return Err(Rejection::unsupported(
+                "WITH (common table expressions) is not supported",
+            ));
         }
         let SetExpr::Select(s) = q.body.as_ref() else {
-            return Err(
-                "only a plain SELECT is portable here (no UNION, VALUES or parenthesized query)"
-                    .into(),
-            );
+            return Err(Rejection::unsupported(
+                "only a plain SELECT is portable here (no UNION, VALUES or parenthesized query)",
+            ));
         };
         self.enter()?;
         self.levels.push(Level {
@@ -958,17 +984,17 @@ impl<'s> Builder<'s> {
         built
     }
 
-    fn enter(&mut self) -> Result<(), Reject> {
+    fn enter(&mut self) -> Result<(), Rejection> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            return Err(format!(
+            return Err(Rejection::limit(format!(
                 "the statement nests deeper than {MAX_DEPTH} levels"
-            ));
+            )));
         }
         Ok(())
     }
 
-    fn select(&mut self, q: &Query, s: &Select) -> Result<Q, Reject> {
+    fn select(&mut self, q: &Query, s: &Select) -> Result<Q, Rejection> {
         if s.top.is_some()
             || s.into.is_some()
             || !s.lateral_views.is_empty()
@@ -977,7 +1003,9 @@ impl<'s> Builder<'s> {
             || s.qualify.is_some()
             || matches!(s.distinct, Some(Distinct::On(_)))
         {
-            return Err("SELECT clause is not in the portable subset".into());
+            return Err(Rejection::unsupported(
+                "SELECT clause is not in the portable subset",
+            ));
         }
         let distinct = matches!(s.distinct, Some(Distinct::Distinct));
         // FROM: every occurrence named first, then the ON conditions (which may name any table
@@ -991,25 +1019,29 @@ impl<'s> Builder<'s> {
                     JoinOperator::Join(c) | JoinOperator::Inner(c) => (JoinKind::Inner, c),
                     JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
                     JoinOperator::CrossJoin(c) => (JoinKind::Cross, c),
-                    _ => return Err("only INNER, LEFT and CROSS joins are portable".into()),
+                    _ => {
+                        return Err(Rejection::unsupported(
+                            "only INNER, LEFT and CROSS joins are portable",
+                        ));
+                    }
                 };
                 let item = self.occurrence(&j.relation, kind)?;
                 match constraint {
                     JoinConstraint::On(e) => pending_on.push((from.len(), e)),
                     JoinConstraint::None if kind == JoinKind::Cross => {}
                     _ => {
-                        return Err(
-                            "joins need ON conditions (USING and NATURAL are not portable)".into(),
-                        );
+                        return Err(Rejection::unsupported(
+                            "joins need ON conditions (USING and NATURAL are not portable)",
+                        ));
                     }
                 }
                 from.push(item);
             }
         }
         if from.len() > MAX_FROM {
-            return Err(format!(
+            return Err(Rejection::limit(format!(
                 "a FROM clause joins at most {MAX_FROM} tables (every organization would compute the whole product)"
-            ));
+            )));
         }
         for (i, e) in pending_on {
             from[i].on = Some(self.expr(e)?);
@@ -1026,7 +1058,7 @@ impl<'s> Builder<'s> {
                         || opts.opt_rename.is_some()
                         || opts.opt_ilike.is_some()
                     {
-                        return Err("SELECT * options are not portable".into());
+                        return Err(Rejection::unsupported("SELECT * options are not portable"));
                     }
                     let level = self.levels.len() - 1;
                     for occurrence in 0..self.levels[level].tables.len() {
@@ -1046,7 +1078,9 @@ impl<'s> Builder<'s> {
                         .tables
                         .iter()
                         .position(|(name, _, _)| *name == q)
-                        .ok_or_else(|| format!("{q}.*: no table {q} in FROM"))?;
+                        .ok_or_else(|| {
+                            Rejection::unknown_name(format!("{q}.*: no table {q} in FROM"))
+                        })?;
                     for c in self.level_columns(level, occurrence)? {
                         items.push(E::Col(c));
                         outputs.push(None);
@@ -1060,7 +1094,11 @@ impl<'s> Builder<'s> {
                     items.push(self.expr(expr)?);
                     outputs.push(Some(plain_name(&alias.value, "output alias")?));
                 }
-                _ => return Err(format!("SELECT item `{item}` is not portable")),
+                _ => {
+                    return Err(Rejection::unsupported(format!(
+                        "SELECT item `{item}` is not portable"
+                    )));
+                }
             }
         }
         if let Some(l) = self.levels.last_mut() {
@@ -1072,29 +1110,37 @@ impl<'s> Builder<'s> {
                 .iter()
                 .map(|e| match self.expr(e)? {
                     c @ E::Col(_) => Ok(c),
-                    _ => Err("GROUP BY takes columns only".to_owned()),
+                    _ => Err(Rejection::unsupported("GROUP BY takes columns only")),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            _ => return Err("GROUP BY ALL and grouping modifiers are not portable".into()),
+            _ => {
+                return Err(Rejection::unsupported(
+                    "GROUP BY ALL and grouping modifiers are not portable",
+                ));
+            }
         };
         let having = s.having.as_ref().map(|e| self.expr(e)).transpose()?;
         let mut order_by = Vec::new();
         if let Some(ob) = &q.order_by {
             let OrderByKind::Expressions(exprs) = &ob.kind else {
-                return Err("ORDER BY ALL is not portable".into());
+                return Err(Rejection::unsupported("ORDER BY ALL is not portable"));
             };
             if ob.interpolate.is_some() {
-                return Err("ORDER BY … INTERPOLATE is not portable".into());
+                return Err(Rejection::unsupported(
+                    "ORDER BY … INTERPOLATE is not portable",
+                ));
             }
             for o in exprs {
                 if o.with_fill.is_some() {
-                    return Err("ORDER BY … WITH FILL is not portable".into());
+                    return Err(Rejection::unsupported(
+                        "ORDER BY … WITH FILL is not portable",
+                    ));
                 }
                 let desc = match &o.options.sort {
                     None | Some(sqlparser::ast::OrderBySort::Asc) => false,
                     Some(sqlparser::ast::OrderBySort::Desc) => true,
                     Some(sqlparser::ast::OrderBySort::Using(_)) => {
-                        return Err("ORDER BY … USING is not portable".into());
+                        return Err(Rejection::unsupported("ORDER BY … USING is not portable"));
                     }
                 };
                 order_by.push(OrderItem {
@@ -1114,10 +1160,16 @@ impl<'s> Builder<'s> {
                 limit.as_ref().map(|e| self.expr(e)).transpose()?,
                 offset.as_ref().map(|o| self.expr(&o.value)).transpose()?,
             ),
-            Some(_) => return Err("LIMIT form is not portable; write LIMIT n OFFSET m".into()),
+            Some(_) => {
+                return Err(Rejection::unsupported(
+                    "LIMIT form is not portable; write LIMIT n OFFSET m",
+                ));
+            }
         };
         if q.fetch.is_some() || !q.locks.is_empty() {
-            return Err("FETCH and FOR UPDATE are not portable".into());
+            return Err(Rejection::unsupported(
+                "FETCH and FOR UPDATE are not portable",
+            ));
         }
         let built = Q {
             distinct,
@@ -1140,10 +1192,9 @@ impl<'s> Builder<'s> {
                     continue;
                 }
                 if matches!(o.key, OrderKey::Expr(_)) {
-                    return Err(
-                        "with SELECT DISTINCT, ORDER BY may only name output columns (PostgreSQL refuses the rest; the others pick a row)"
-                            .into(),
-                    );
+                    return Err(Rejection::unsupported(
+                        "with SELECT DISTINCT, ORDER BY may only name output columns (PostgreSQL refuses the rest; the others pick a row)",
+                    ));
                 }
             }
         }
@@ -1155,7 +1206,7 @@ impl<'s> Builder<'s> {
 
     /// ORDER BY: a bare name that is an output alias, or an integer, names an output column
     /// (as every engine reads it); anything else is an expression over the FROM tables.
-    fn order_key(&mut self, e: &SqlExpr, outputs: usize) -> Result<OrderKey, Reject> {
+    fn order_key(&mut self, e: &SqlExpr, outputs: usize) -> Result<OrderKey, Rejection> {
         let level = self.levels.len() - 1;
         if let SqlExpr::Identifier(id) = e {
             let name = id.value.to_lowercase();
@@ -1170,9 +1221,9 @@ impl<'s> Builder<'s> {
                 [i] => return Ok(OrderKey::Output(*i)),
                 [] => {}
                 _ => {
-                    return Err(format!(
+                    return Err(Rejection::unknown_name(format!(
                         "ORDER BY {name}: several outputs are called {name}"
-                    ));
+                    )));
                 }
             }
         }
@@ -1181,19 +1232,21 @@ impl<'s> Builder<'s> {
         {
             return match n.parse::<usize>() {
                 Ok(i) if (1..=outputs).contains(&i) => Ok(OrderKey::Output(i)),
-                _ => Err(format!("ORDER BY {n}: there is no output column {n}")),
+                _ => Err(Rejection::unknown_name(format!(
+                    "ORDER BY {n}: there is no output column {n}"
+                ))),
             };
         }
         let key = self.expr(e)?;
         if is_constant(&key) {
-            return Err(format!(
+            return Err(Rejection::unsupported(format!(
                 "ORDER BY {e}: a constant sort key is read as an ordinal by some engines and refused by others; name a column or an output"
-            ));
+            )));
         }
         Ok(OrderKey::Expr(key))
     }
 
-    fn occurrence(&mut self, f: &TableFactor, join: JoinKind) -> Result<FromItem, Reject> {
+    fn occurrence(&mut self, f: &TableFactor, join: JoinKind) -> Result<FromItem, Rejection> {
         let TableFactor::Table {
             name,
             alias,
@@ -1208,31 +1261,37 @@ impl<'s> Builder<'s> {
             ..
         } = f
         else {
-            return Err(format!("FROM item `{f}` is not in the portable subset"));
+            return Err(Rejection::unsupported(format!(
+                "FROM item `{f}` is not in the portable subset"
+            )));
         };
         if !with_hints.is_empty() || !partitions.is_empty() || !index_hints.is_empty() {
-            return Err("table hints are not portable".into());
+            return Err(Rejection::unsupported("table hints are not portable"));
         }
         let t = self.table(name)?;
         let used = match alias {
             Some(a) if a.columns.is_empty() => plain_name(&a.name.value, "alias")?,
-            Some(_) => return Err("column aliases on a table are not portable".into()),
+            Some(_) => {
+                return Err(Rejection::unsupported(
+                    "column aliases on a table are not portable",
+                ));
+            }
             None => t.name.clone(),
         };
         let level = self.levels.len() - 1;
         if self.levels[level].tables.iter().any(|(n, _, _)| *n == used) {
-            return Err(format!(
+            return Err(Rejection::unknown_name(format!(
                 "FROM names {used} twice; give each occurrence its own alias"
-            ));
+            )));
         }
         if let Some(target) = self.levels.first().and_then(|l| l.tables.first())
             && target.1.alias.is_none()
             && target.1.table == t.name
         {
-            return Err(format!(
+            return Err(Rejection::unsupported(format!(
                 "a subquery reads table {}, which the statement modifies; MySQL and MariaDB refuse that",
                 t.name
-            ));
+            )));
         }
         let occ = Occurrence {
             table: t.name.clone(),
@@ -1247,7 +1306,7 @@ impl<'s> Builder<'s> {
         })
     }
 
-    fn level_columns(&self, level: usize, occurrence: usize) -> Result<Vec<ColRef>, Reject> {
+    fn level_columns(&self, level: usize, occurrence: usize) -> Result<Vec<ColRef>, Rejection> {
         let (_, occ, t) = &self.levels[level].tables[occurrence];
         t.columns
             .iter()
@@ -1257,7 +1316,10 @@ impl<'s> Builder<'s> {
                     qualifier: occ.qualifier().to_owned(),
                     column: c.name.clone(),
                     ty: Ty::of_column(&c.ty).ok_or_else(|| {
-                        format!("column {} of table {} has no portable type", c.name, t.name)
+                        Rejection::wrong_type(format!(
+                            "column {} of table {} has no portable type",
+                            c.name, t.name
+                        ))
                     })?,
                     owner: level,
                     occurrence,
@@ -1270,7 +1332,7 @@ impl<'s> Builder<'s> {
 
     /// Resolves a column reference: the innermost level with a matching table (qualified) or
     /// column (bare); a bare name found in two tables of one level is ambiguous.
-    fn column(&self, qualifier: Option<&str>, column: &str) -> Result<ColRef, Reject> {
+    fn column(&self, qualifier: Option<&str>, column: &str) -> Result<ColRef, Rejection> {
         let column = column.to_lowercase();
         let shown = match qualifier {
             Some(q) => format!("{q}.{column}"),
@@ -1285,16 +1347,19 @@ impl<'s> Builder<'s> {
                 match t.column(&column) {
                     Some(i) => {
                         if found.is_some() {
-                            return Err(format!(
+                            return Err(Rejection::unknown_name(format!(
                                 "column {shown} is ambiguous; qualify it with its table"
-                            ));
+                            )));
                         }
                         let c = &t.columns[i];
                         found = Some(ColRef {
                             qualifier: occ.qualifier().to_owned(),
                             column: c.name.clone(),
-                            ty: Ty::of_column(&c.ty)
-                                .ok_or_else(|| format!("column {shown} has no portable type"))?,
+                            ty: Ty::of_column(&c.ty).ok_or_else(|| {
+                                Rejection::wrong_type(format!(
+                                    "column {shown} has no portable type"
+                                ))
+                            })?,
                             owner: level,
                             occurrence,
                             key_position: t.primary_key.iter().position(|k| *k == i),
@@ -1302,7 +1367,9 @@ impl<'s> Builder<'s> {
                         });
                     }
                     None if qualifier.is_some() => {
-                        return Err(format!("table {name} has no column {column}"));
+                        return Err(Rejection::unknown_name(format!(
+                            "table {name} has no column {column}"
+                        )));
                     }
                     None => {}
                 }
@@ -1311,13 +1378,15 @@ impl<'s> Builder<'s> {
                 return Ok(c);
             }
         }
-        Err(format!("unknown column {shown}"))
+        Err(Rejection::unknown_name(format!("unknown column {shown}")))
     }
 
-    fn expr(&mut self, e: &SqlExpr) -> Result<E, Reject> {
+    fn expr(&mut self, e: &SqlExpr) -> Result<E, Rejection> {
         self.terms += 1;
         if self.terms > MAX_TERMS {
-            return Err(format!("the statement has more than {MAX_TERMS} terms"));
+            return Err(Rejection::limit(format!(
+                "the statement has more than {MAX_TERMS} terms"
+            )));
         }
         self.enter()?;
         let r = self.expr_inner(e);
@@ -1325,40 +1394,48 @@ impl<'s> Builder<'s> {
         r
     }
 
-    fn exprs(&mut self, es: &[SqlExpr]) -> Result<Vec<E>, Reject> {
+    fn exprs(&mut self, es: &[SqlExpr]) -> Result<Vec<E>, Rejection> {
         es.iter().map(|e| self.expr(e)).collect()
     }
 
-    fn expr_inner(&mut self, e: &SqlExpr) -> Result<E, Reject> {
+    fn expr_inner(&mut self, e: &SqlExpr) -> Result<E, Rejection> {
         Ok(match e {
             SqlExpr::Identifier(id) => {
                 if id.value.starts_with('@') {
-                    return Err(format!("variable {} depends on the session", id.value));
+                    return Err(Rejection::nondeterministic(format!(
+                        "variable {} depends on the session",
+                        id.value
+                    )));
                 }
                 E::Col(self.column(None, &id.value)?)
             }
             SqlExpr::CompoundIdentifier(parts) => match parts.as_slice() {
                 [q, c] => E::Col(self.column(Some(&q.value.to_lowercase()), &c.value)?),
-                _ => return Err(format!("name {e} is not portable; write table.column")),
+                _ => {
+                    return Err(Rejection::unsupported(format!(
+                        "name {e} is not portable; write table.column"
+                    )));
+                }
             },
             SqlExpr::Nested(inner) => self.expr_inner(inner)?,
             SqlExpr::Value(v) => match &v.value {
                 SqlValue::Placeholder(p) => E::Param(
-                    placeholder_index(p).ok_or_else(|| format!("placeholder {p} is not $1..$n"))?
-                        - 1,
+                    placeholder_index(p).ok_or_else(|| {
+                        Rejection::parameter(format!("placeholder {p} is not $1..$n"))
+                    })? - 1,
                 ),
                 SqlValue::SingleQuotedString(s) => {
                     if let Some(c) = s.chars().find(|c| is_refused_control(*c)) {
-                        return Err(format!(
+                        return Err(Rejection::syntax(format!(
                             "a string literal contains the control character U+{:04X}",
                             u32::from(c)
-                        ));
+                        )));
                     }
                     E::Lit(Value::Text(s.clone()))
                 }
-                other => E::Lit(
-                    literal(other).ok_or_else(|| format!("literal {other} is not portable"))?,
-                ),
+                other => E::Lit(literal(other).ok_or_else(|| {
+                    Rejection::unsupported(format!("literal {other} is not portable"))
+                })?),
             },
             SqlExpr::UnaryOp { op, expr } => match op {
                 UnaryOperator::Plus => self.expr(expr)?,
@@ -1366,12 +1443,16 @@ impl<'s> Builder<'s> {
                     E::Lit(Value::Int(i)) => E::Lit(Value::Int(-i)),
                     E::Lit(Value::Decimal(d)) => E::Lit(Value::Decimal(
                         chainify_core::Decimal::new(-d.mantissa(), d.scale())
-                            .ok_or("a decimal literal is out of range")?,
+                            .ok_or_else(|| Rejection::limit("a decimal literal is out of range"))?,
                     )),
                     other => E::Neg(boxed(other)),
                 },
                 UnaryOperator::Not => E::Not(boxed(self.expr(expr)?)),
-                other => return Err(format!("operator {other} is not portable")),
+                other => {
+                    return Err(Rejection::unsupported(format!(
+                        "operator {other} is not portable"
+                    )));
+                }
             },
             SqlExpr::BinaryOp { left, op, right } => {
                 let (l, r) = (self.expr(left)?, self.expr(right)?);
@@ -1391,7 +1472,11 @@ impl<'s> Builder<'s> {
                     BinaryOperator::And => E::And(l, r),
                     BinaryOperator::Or => E::Or(l, r),
                     BinaryOperator::StringConcat => E::Concat(l, r),
-                    other => return Err(format!("operator {other} is not portable")),
+                    other => {
+                        return Err(Rejection::unsupported(format!(
+                            "operator {other} is not portable"
+                        )));
+                    }
                 }
             }
             SqlExpr::IsNull(x) => E::IsNull(boxed(self.expr(x)?), false),
@@ -1413,7 +1498,9 @@ impl<'s> Builder<'s> {
                 negated,
             } => {
                 if list.is_empty() {
-                    return Err("IN () with an empty list is not portable".into());
+                    return Err(Rejection::unsupported(
+                        "IN () with an empty list is not portable",
+                    ));
                 }
                 E::InList {
                     e: boxed(self.expr(expr)?),
@@ -1449,7 +1536,7 @@ impl<'s> Builder<'s> {
                 whens: conditions
                     .iter()
                     .map(|w| Ok((self.expr(&w.condition)?, self.expr(&w.result)?)))
-                    .collect::<Result<Vec<_>, Reject>>()?,
+                    .collect::<Result<Vec<_>, Rejection>>()?,
                 otherwise: else_result
                     .as_ref()
                     .map(|o| self.expr(o))
@@ -1468,7 +1555,9 @@ impl<'s> Builder<'s> {
                 negated: *negated,
             },
             SqlExpr::Like { .. } => {
-                return Err("LIKE … ESCAPE is not portable; \\ is the escape character".into());
+                return Err(Rejection::unsupported(
+                    "LIKE … ESCAPE is not portable; \\ is the escape character",
+                ));
             }
             SqlExpr::Substring {
                 expr,
@@ -1489,39 +1578,47 @@ impl<'s> Builder<'s> {
                 trim_characters: None,
             } => E::Func(Func::Trim, vec![self.expr(expr)?]),
             SqlExpr::Trim { .. } => {
-                return Err("TRIM removes spaces only; other forms are not portable".into());
+                return Err(Rejection::unsupported(
+                    "TRIM removes spaces only; other forms are not portable",
+                ));
             }
             SqlExpr::Function(f) => self.function(f)?,
             SqlExpr::Cast { .. } => {
-                return Err(
-                    "CAST is not portable: engines round, truncate and parse differently".into(),
-                );
+                return Err(Rejection::unsupported(
+                    "CAST is not portable: engines round, truncate and parse differently",
+                ));
             }
             other => {
                 let text = other.to_string();
                 let head: String = text.chars().take(40).collect();
-                return Err(format!("expression `{head}` is not in the portable subset"));
+                return Err(Rejection::unsupported(format!(
+                    "expression `{head}` is not in the portable subset"
+                )));
             }
         })
     }
 
-    fn function(&mut self, f: &sqlparser::ast::Function) -> Result<E, Reject> {
+    fn function(&mut self, f: &sqlparser::ast::Function) -> Result<E, Rejection> {
         let name = object_name(&f.name);
         let shown = name.to_uppercase();
         if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
-            return Err(format!(
+            return Err(Rejection::unsupported(format!(
                 "{shown}() with OVER/FILTER/WITHIN GROUP is not portable"
-            ));
+            )));
         }
         let FunctionArguments::List(list) = &f.args else {
-            return Err(format!("{shown} needs an argument list"));
+            return Err(Rejection::unsupported(format!(
+                "{shown} needs an argument list"
+            )));
         };
         if list
             .clauses
             .iter()
             .any(|c| !matches!(c, FunctionArgumentClause::OrderBy(v) if v.is_empty()))
         {
-            return Err(format!("{shown}() argument clauses are not portable"));
+            return Err(Rejection::unsupported(format!(
+                "{shown}() argument clauses are not portable"
+            )));
         }
         let distinct = match list.duplicate_treatment {
             None | Some(sqlparser::ast::DuplicateTreatment::All) => false,
@@ -1534,27 +1631,31 @@ impl<'s> Builder<'s> {
                 FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => args.push(self.expr(e)?),
                 FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => star = true,
                 _ => {
-                    return Err(format!(
+                    return Err(Rejection::unsupported(format!(
                         "{shown}(): named or qualified-wildcard arguments are not portable"
-                    ));
+                    )));
                 }
             }
         }
         if star && (name != "count" || !args.is_empty() || distinct) {
-            return Err(format!("{shown}(*) is only portable as COUNT(*)"));
+            return Err(Rejection::unsupported(format!(
+                "{shown}(*) is only portable as COUNT(*)"
+            )));
         }
         if distinct && name != "count" {
-            return Err(format!("{shown}(DISTINCT …) is not portable"));
+            return Err(Rejection::unsupported(format!(
+                "{shown}(DISTINCT …) is not portable"
+            )));
         }
-        let arity = |n: std::ops::RangeInclusive<usize>| -> Result<(), Reject> {
+        let arity = |n: std::ops::RangeInclusive<usize>| -> Result<(), Rejection> {
             if n.contains(&args.len()) {
                 Ok(())
             } else {
-                Err(format!(
+                Err(Rejection::unsupported(format!(
                     "{shown}() takes {} arguments, got {}",
                     fmt_range(&n),
                     args.len()
-                ))
+                )))
             }
         };
         let func = match name.as_str() {
@@ -1569,9 +1670,9 @@ impl<'s> Builder<'s> {
                 return Ok(E::Agg(agg, args.pop().map(boxed)));
             }
             "sum" | "avg" => {
-                return Err(format!(
+                return Err(Rejection::unsupported(format!(
                     "{shown}() is not portable: PostgreSQL and MySQL compute it in decimals, SQLite in 64-bit integers that overflow"
-                ));
+                )));
             }
             "abs" => {
                 arity(1..=1)?;
@@ -1610,14 +1711,14 @@ impl<'s> Builder<'s> {
                 Func::Replace
             }
             "lower" | "upper" | "lcase" | "ucase" => {
-                return Err(format!(
+                return Err(Rejection::unsupported(format!(
                     "{shown}() is not portable: engines map non-ASCII letters differently"
-                ));
+                )));
             }
             _ => {
-                return Err(format!(
+                return Err(Rejection::unsupported(format!(
                     "{shown}() is not in chainify's portable function subset"
-                ));
+                )));
             }
         };
         Ok(E::Func(func, args))
@@ -1633,7 +1734,7 @@ fn fmt_range(r: &std::ops::RangeInclusive<usize>) -> String {
 }
 
 /// Walks an expression of query level `owner` without entering subqueries.
-fn walk_own(e: &E, f: &mut dyn FnMut(&E) -> Result<bool, Reject>) -> Result<(), Reject> {
+fn walk_own(e: &E, f: &mut dyn FnMut(&E) -> Result<bool, Rejection>) -> Result<(), Rejection> {
     // `f` returns false to skip the children (aggregates).
     if !f(e)? {
         return Ok(());
@@ -1692,7 +1793,7 @@ fn has_aggregate(e: &E) -> bool {
 
 /// A grouped query (GROUP BY or an aggregate in its outputs) may show only grouped columns of
 /// its own tables outside aggregates: engines pick different rows for the others.
-fn check_grouping(q: &Q, level: usize) -> Result<(), Reject> {
+fn check_grouping(q: &Q, level: usize) -> Result<(), Rejection> {
     let grouped = !q.group_by.is_empty()
         || q.items.iter().any(has_aggregate)
         || q.having.as_ref().is_some_and(has_aggregate);
@@ -1702,7 +1803,9 @@ fn check_grouping(q: &Q, level: usize) -> Result<(), Reject> {
         .chain(q.from.iter().filter_map(|f| f.on.as_ref()))
     {
         if has_aggregate(e) {
-            return Err("aggregates are not allowed in WHERE or ON".into());
+            return Err(Rejection::unsupported(
+                "aggregates are not allowed in WHERE or ON",
+            ));
         }
     }
     if !grouped {
@@ -1719,10 +1822,12 @@ fn check_grouping(q: &Q, level: usize) -> Result<(), Reject> {
     let check = |e: &E| {
         walk_own(e, &mut |x| match x {
             E::Agg(..) => Ok(false),
-            E::Col(c) if c.owner == level && !keys.contains(&c) => Err(format!(
-                "column {}.{} is neither grouped nor aggregated; engines pick different rows for it",
-                c.qualifier, c.column
-            )),
+            E::Col(c) if c.owner == level && !keys.contains(&c) => {
+                Err(Rejection::nondeterministic(format!(
+                    "column {}.{} is neither grouped nor aggregated; engines pick different rows for it",
+                    c.qualifier, c.column
+                )))
+            }
             _ => Ok(true),
         })
     };
@@ -1742,7 +1847,7 @@ fn check_grouping(q: &Q, level: usize) -> Result<(), Reject> {
 
 /// LIMIT and OFFSET are deterministic only when ORDER BY covers every table's full primary key
 /// (resolved as the engines resolve it: an output alias is its expression).
-fn check_total_order(q: &Q, level: usize, l: &Level<'_>) -> Result<(), Reject> {
+fn check_total_order(q: &Q, level: usize, l: &Level<'_>) -> Result<(), Rejection> {
     let mut covered: Vec<(usize, usize)> = Vec::new();
     for o in &q.order_by {
         let e = match &o.key {
@@ -1764,7 +1869,9 @@ fn check_total_order(q: &Q, level: usize, l: &Level<'_>) -> Result<(), Reject> {
     if total {
         Ok(())
     } else {
-        Err("LIMIT/OFFSET without an ORDER BY over the full primary key of every table is non-deterministic".into())
+        Err(Rejection::nondeterministic(
+            "LIMIT/OFFSET without an ORDER BY over the full primary key of every table is non-deterministic",
+        ))
     }
 }
 
@@ -1885,8 +1992,8 @@ impl Writer<'_> {
 
     fn capture<T>(
         &mut self,
-        f: impl FnOnce(&mut Self) -> Result<T, Reject>,
-    ) -> Result<(T, Piece), Reject> {
+        f: impl FnOnce(&mut Self) -> Result<T, Rejection>,
+    ) -> Result<(T, Piece), Rejection> {
         let sql = std::mem::take(&mut self.sql);
         let binds = std::mem::take(&mut self.bind_order);
         let r = f(self);
@@ -1902,7 +2009,7 @@ impl Writer<'_> {
         self.bind_order.extend_from_slice(&p.binds);
     }
 
-    fn stmt(&mut self, s: &Stmt) -> Result<(), Reject> {
+    fn stmt(&mut self, s: &Stmt) -> Result<(), Rejection> {
         match s {
             Stmt::Select(q) => {
                 self.query(q, self.row_cap)?;
@@ -1923,12 +2030,12 @@ impl Writer<'_> {
                         self.push("VALUES ");
                         for (r, row) in rows.iter().enumerate() {
                             if row.len() != columns.len() {
-                                return Err(format!(
+                                return Err(Rejection::wrong_type(format!(
                                     "VALUES row {} has {} values for {} columns",
                                     r + 1,
                                     row.len(),
                                     columns.len()
-                                ));
+                                )));
                             }
                             self.push(if r == 0 { "(" } else { ", (" });
                             for (i, (e, (c, cty, limit))) in row.iter().zip(columns).enumerate() {
@@ -2045,17 +2152,17 @@ impl Writer<'_> {
 
     /// A text value stored into an unbounded TEXT column: at most [`MAX_STORED_TEXT`].
     /// (VARCHAR(n) bounds itself alike on every engine.)
-    fn stored_text(&mut self, e: &E, ty: Ty, limit: Limit, column: &str) -> Result<(), Reject> {
+    fn stored_text(&mut self, e: &E, ty: Ty, limit: Limit, column: &str) -> Result<(), Rejection> {
         if ty != Ty::Text || matches!(limit, Limit::Chars(_)) {
             return Ok(());
         }
         let n = self.text_bound(e, MAX_STORED_TEXT);
         if n > MAX_STORED_TEXT {
-            return Err(format!(
+            return Err(Rejection::limit(format!(
                 "the value stored into TEXT column {column} may reach {}; at most {} (declare VARCHAR(n) for text that grows)",
                 human_bytes(n),
                 human_bytes(MAX_STORED_TEXT)
-            ));
+            )));
         }
         Ok(())
     }
@@ -2066,7 +2173,7 @@ impl Writer<'_> {
     /// float's error, and (2) the accumulated error (half an ulp of the largest intermediate per
     /// leaf and operation, plus the store's nudge of 4e-16) stays below half a unit of the
     /// s-th place.
-    fn decimal_error(&mut self, e: &E, ty: Ty, limit: Limit) -> Result<(), Reject> {
+    fn decimal_error(&mut self, e: &E, ty: Ty, limit: Limit) -> Result<(), Rejection> {
         let Limit::Decimal { precision, scale } = limit else {
             return Ok(());
         };
@@ -2081,21 +2188,21 @@ impl Writer<'_> {
         let (largest, terms) = self.dec_span(e, precision, scale)?;
         let error = (f64::from(terms) * 1.12e-16 + 4e-16) * largest;
         if error * 10f64.powi(i32::from(scale)) >= 0.5 {
-            return Err(format!(
+            return Err(Rejection::nondeterministic(format!(
                 "DECIMAL arithmetic with values up to {largest:.3e} stored at {scale} decimal places may round differently on SQLite, which computes it in floating point; use smaller columns or parameters"
-            ));
+            )));
         }
         Ok(())
     }
 
     /// The largest magnitude any intermediate of stored DECIMAL arithmetic can take, and its
     /// number of leaves and operations. A decimal parameter must fit the stored column.
-    fn dec_span(&mut self, e: &E, precision: u8, scale: u8) -> Result<(f64, u32), Reject> {
+    fn dec_span(&mut self, e: &E, precision: u8, scale: u8) -> Result<(f64, u32), Rejection> {
         let places = |s: u8, what: String| {
             if s > scale {
-                Err(format!(
+                Err(Rejection::nondeterministic(format!(
                     "{what} has {s} decimal places, more than the {scale} of the column it is stored in: SQLite computes in floating point and would decide the rounding differently"
-                ))
+                )))
             } else {
                 Ok(())
             }
@@ -2178,7 +2285,10 @@ impl Writer<'_> {
     /// Something MariaDB evaluates only sometimes (a comparison's right side once the left is
     /// NULL, BETWEEN's bounds, IN's list, NULLIF's second argument): nothing in it may fail on
     /// some rows only.
-    fn lazily<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, Reject>) -> Result<T, Reject> {
+    fn lazily<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, Rejection>,
+    ) -> Result<T, Rejection> {
         let outer = self.filter;
         self.filter = true;
         let r = f(self);
@@ -2187,7 +2297,7 @@ impl Writer<'_> {
     }
 
     /// A WHERE, ON or HAVING condition.
-    fn filter(&mut self, e: &E, what: &str) -> Result<(), Reject> {
+    fn filter(&mut self, e: &E, what: &str) -> Result<(), Rejection> {
         let outer = self.filter;
         self.filter = true;
         let r = self.condition(e, what);
@@ -2196,20 +2306,20 @@ impl Writer<'_> {
     }
 
     /// A boolean condition.
-    fn condition(&mut self, e: &E, what: &str) -> Result<(), Reject> {
+    fn condition(&mut self, e: &E, what: &str) -> Result<(), Rejection> {
         let ty = self.expr(e, Use::Other)?;
         if matches!(ty, Ty::Bool | Ty::Null) {
             Ok(())
         } else {
-            Err(format!(
+            Err(Rejection::wrong_type(format!(
                 "{what} needs a boolean condition, not {} (engines read numbers as truth values differently)",
                 ty.name()
-            ))
+            )))
         }
     }
 
     /// Writes a query; returns its output types.
-    fn query(&mut self, q: &Q, row_cap: Option<u64>) -> Result<Vec<Ty>, Reject> {
+    fn query(&mut self, q: &Q, row_cap: Option<u64>) -> Result<Vec<Ty>, Rejection> {
         let outer_aggregates = self.aggregates;
         let level = self.level;
         self.level += 1;
@@ -2219,7 +2329,12 @@ impl Writer<'_> {
         r
     }
 
-    fn query_at(&mut self, q: &Q, level: usize, row_cap: Option<u64>) -> Result<Vec<Ty>, Reject> {
+    fn query_at(
+        &mut self,
+        q: &Q,
+        level: usize,
+        row_cap: Option<u64>,
+    ) -> Result<Vec<Ty>, Rejection> {
         // Expressions of this query are at `level`; its subqueries one further in.
         self.level = level + 1;
         self.push("SELECT ");
@@ -2255,7 +2370,7 @@ impl Writer<'_> {
                     types.push(self.expr(e, Use::Other)?);
                 }
             }
-            Ok::<(), Reject>(())
+            Ok::<(), Rejection>(())
         })();
         self.filter = outer;
         items?;
@@ -2313,7 +2428,9 @@ impl Writer<'_> {
         }
         if let Some(o) = &q.offset {
             if q.limit.is_none() && cap.is_none() {
-                return Err("OFFSET without LIMIT is not portable".into());
+                return Err(Rejection::unsupported(
+                    "OFFSET without LIMIT is not portable",
+                ));
             }
             self.push(" OFFSET ");
             self.count(o, "OFFSET", None)?;
@@ -2322,7 +2439,7 @@ impl Writer<'_> {
     }
 
     /// A LIMIT or OFFSET: a non-negative integer literal or parameter (at most `cap`).
-    fn count(&mut self, e: &E, what: &str, cap: Option<u64>) -> Result<(), Reject> {
+    fn count(&mut self, e: &E, what: &str, cap: Option<u64>) -> Result<(), Rejection> {
         match e {
             E::Lit(Value::Int(n)) if *n >= 0 => {
                 let n = cap.map_or(*n, |c| (*n).min(i64::try_from(c).unwrap_or(i64::MAX)));
@@ -2337,13 +2454,13 @@ impl Writer<'_> {
                 self.param(*i);
                 Ok(())
             }
-            _ => Err(format!(
+            _ => Err(Rejection::wrong_type(format!(
                 "{what} must be a non-negative integer literal or an integer parameter"
-            )),
+            ))),
         }
     }
 
-    fn order_item(&mut self, q: &Q, o: &OrderItem) -> Result<(), Reject> {
+    fn order_item(&mut self, q: &Q, o: &OrderItem) -> Result<(), Rejection> {
         let dir = if o.desc { " DESC" } else { " ASC" };
         // chainify's order: NULL is the smallest value (MySQL's and SQLite's default).
         let nulls_first = o.nulls_first.unwrap_or(!o.desc);
@@ -2358,16 +2475,16 @@ impl Writer<'_> {
         self.filter = outer;
         let (ty, piece) = captured?;
         if ty == Ty::Null {
-            return Err("ORDER BY NULL is not portable".into());
+            return Err(Rejection::unsupported("ORDER BY NULL is not portable"));
         }
         // MariaDB sorts on the first max_sort_length (1024) bytes only, and raising it runs out
         // of sort memory: text keys must be short enough, bytes are not sorted.
         let short_text = matches!(key, E::Col(c) if matches!(c.limit, Limit::Chars(n) if n <= 256));
         if ty == Ty::Bytes || (ty == Ty::Text && !short_text) {
-            return Err(format!(
+            return Err(Rejection::nondeterministic(format!(
                 "ORDER BY a {} value is not portable (MariaDB sorts on its first 1024 bytes only); sort by a VARCHAR(n) column with n ≤ 256",
                 ty.name()
-            ));
+            )));
         }
         let own = match &o.key {
             OrderKey::Output(i) => Piece {
@@ -2464,28 +2581,27 @@ impl Writer<'_> {
         Ty::of_value(v)
     }
 
-    fn expr(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
+    fn expr(&mut self, e: &E, use_: Use) -> Result<Ty, Rejection> {
         let ty = self.expr_inner(e, use_)?;
         // Some spellings repeat a piece (SQLite's overflow check, REPLACE's NULL guard): stop as
         // soon as the text outgrows the bound, before nesting multiplies it.
         if self.sql.len() > MAX_RENDERED_LEN {
-            return Err(format!(
+            return Err(Rejection::limit(format!(
                 "the statement renders to more than {MAX_RENDERED_LEN} bytes on {:?}; nest less",
                 self.dialect
-            ));
+            )));
         }
         if ty == Ty::Null && !matches!(e, E::Lit(_) | E::Param(_)) {
             // PostgreSQL types such an expression as text (COALESCE(NULL, NULL) is text), which
             // then fails where another type is expected; the others take any NULL.
-            return Err(
-                "an expression that is always NULL (COALESCE, CASE or NULLIF of NULLs) is not portable; write NULL"
-                    .into(),
-            );
+            return Err(Rejection::wrong_type(
+                "an expression that is always NULL (COALESCE, CASE or NULLIF of NULLs) is not portable; write NULL",
+            ));
         }
         Ok(ty)
     }
 
-    fn expr_inner(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
+    fn expr_inner(&mut self, e: &E, use_: Use) -> Result<Ty, Rejection> {
         match e {
             E::Col(c) => {
                 let _ = write!(self.sql, "{}.{}", quote(&c.qualifier), quote(&c.column));
@@ -2493,18 +2609,20 @@ impl Writer<'_> {
             }
             E::Param(i) => {
                 let ty = *self.sig.get(*i).ok_or_else(|| {
-                    format!(
+                    Rejection::parameter(format!(
                         "uses ${} but {} parameters were given",
                         i + 1,
                         self.sig.len()
-                    )
+                    ))
                 })?;
                 self.param(*i);
                 Ok(ty)
             }
             E::Lit(v) => {
                 if let Value::Decimal(d) = v {
-                    sqlite_exact(d).map_err(|why| format!("the literal {d} {why}"))?;
+                    sqlite_exact(d).map_err(|why| {
+                        Rejection::nondeterministic(format!("the literal {d} {why}"))
+                    })?;
                 }
                 Ok(self.literal(v))
             }
@@ -2568,10 +2686,10 @@ impl Writer<'_> {
                 self.push(")");
                 for t in [ta, tb] {
                     if !matches!(t, Ty::Text | Ty::Null) {
-                        return Err(format!(
+                        return Err(Rejection::wrong_type(format!(
                             "|| joins text, not {} (engines convert other types differently)",
                             t.name()
-                        ));
+                        )));
                     }
                 }
                 let n = self.text_bound(e, MAX_STORED_TEXT);
@@ -2620,9 +2738,9 @@ impl Writer<'_> {
             }
             E::InQuery { e, q, negated } => {
                 if q.limit.is_some() {
-                    return Err(
-                        "LIMIT inside IN (subquery) is not supported by MySQL/MariaDB".into(),
-                    );
+                    return Err(Rejection::unsupported(
+                        "LIMIT inside IN (subquery) is not supported by MySQL/MariaDB",
+                    ));
                 }
                 self.push("(");
                 let t = self.expr(e, Use::Other)?;
@@ -2636,17 +2754,16 @@ impl Writer<'_> {
                 let types = self.lazily(|w| w.query(q, None))?;
                 self.push("))");
                 let [tq] = types.as_slice() else {
-                    return Err(format!(
+                    return Err(Rejection::wrong_type(format!(
                         "IN (subquery) needs one column, not {}",
                         types.len()
-                    ));
+                    )));
                 };
                 if *tq == Ty::Null {
                     // PostgreSQL types the subquery's NULL as text and fails on the comparison.
-                    return Err(
-                        "IN (SELECT NULL …) is never true; write the condition without it (a NULL parameter counts too)"
-                            .into(),
-                    );
+                    return Err(Rejection::wrong_type(
+                        "IN (SELECT NULL …) is never true; write the condition without it (a NULL parameter counts too)",
+                    ));
                 }
                 comparable(t, *tq, "IN")?;
                 Ok(Ty::Bool)
@@ -2663,20 +2780,19 @@ impl Writer<'_> {
             }
             E::Scalar(q) => {
                 if !at_most_one_row(q, self.level) {
-                    return Err(
-                        "a scalar subquery must return at most one row: select by the whole primary key, an aggregate, or LIMIT 1 (SQLite takes the first row where the others fail)"
-                            .into(),
-                    );
+                    return Err(Rejection::nondeterministic(
+                        "a scalar subquery must return at most one row: select by the whole primary key, an aggregate, or LIMIT 1 (SQLite takes the first row where the others fail)",
+                    ));
                 }
                 self.push("(");
                 let types = self.query(q, None)?;
                 self.push(")");
                 match types.as_slice() {
                     [t] => Ok(*t),
-                    _ => Err(format!(
+                    _ => Err(Rejection::wrong_type(format!(
                         "a scalar subquery needs one column, not {}",
                         types.len()
-                    )),
+                    ))),
                 }
             }
             E::Case {
@@ -2691,19 +2807,22 @@ impl Writer<'_> {
                         let t = self.expr(o, Use::Other)?;
                         if t == Ty::Null {
                             // PostgreSQL types the NULL as text and fails on other WHEN values.
-                            return Err(
-                                "CASE NULL WHEN … always takes the ELSE branch; write that value (a NULL parameter counts too)"
-                                    .into(),
-                            );
+                            return Err(Rejection::wrong_type(
+                                "CASE NULL WHEN … always takes the ELSE branch; write that value (a NULL parameter counts too)",
+                            ));
                         }
                         Some(t)
                     }
                     None => None,
                 };
                 let mut result = Ty::Null;
-                let unify = |t: Ty, result: &mut Ty| -> Result<(), Reject> {
+                let unify = |t: Ty, result: &mut Ty| -> Result<(), Rejection> {
                     *result = result.unify(t).ok_or_else(|| {
-                        format!("CASE mixes {} and {} results", result.name(), t.name())
+                        Rejection::wrong_type(format!(
+                            "CASE mixes {} and {} results",
+                            result.name(),
+                            t.name()
+                        ))
                     })?;
                     Ok(())
                 };
@@ -2717,10 +2836,9 @@ impl Writer<'_> {
                                 // It never matches, and PostgreSQL and MariaDB fold the test
                                 // away without evaluating the operand while SQLite evaluates
                                 // it (an overflow there fails on one engine only).
-                                return Err(
-                                    "CASE … WHEN NULL never matches; test the value with IS NULL in a searched CASE (a NULL parameter counts too)"
-                                        .into(),
-                                );
+                                return Err(Rejection::nondeterministic(
+                                    "CASE … WHEN NULL never matches; test the value with IS NULL in a searched CASE (a NULL parameter counts too)",
+                                ));
                             }
                             comparable(tt, tw, "CASE … WHEN")?;
                         }
@@ -2741,10 +2859,9 @@ impl Writer<'_> {
             E::Func(f, args) => self.function(*f, args),
             E::Agg(a, arg) => {
                 if !self.aggregates {
-                    return Err(
-                        "aggregates are only allowed in a query's outputs, HAVING and ORDER BY"
-                            .into(),
-                    );
+                    return Err(Rejection::unsupported(
+                        "aggregates are only allowed in a query's outputs, HAVING and ORDER BY",
+                    ));
                 }
                 // An aggregate's argument is a row-level expression.
                 self.aggregates = false;
@@ -2763,9 +2880,9 @@ impl Writer<'_> {
                 let tp = match pattern.as_ref() {
                     E::Lit(Value::Text(p)) => {
                         if !like_pattern_ok(p) {
-                            return Err(format!(
+                            return Err(Rejection::unsupported(format!(
                                 "LIKE pattern '{p}': \\ may only escape %, _ or \\"
-                            ));
+                            )));
                         }
                         self.expr(pattern, Use::Other)?
                     }
@@ -2775,13 +2892,18 @@ impl Writer<'_> {
                     }
                     E::Lit(Value::Null) => self.expr(pattern, Use::Other)?,
                     _ => {
-                        return Err("a LIKE pattern must be a text literal or a parameter".into());
+                        return Err(Rejection::wrong_type(
+                            "a LIKE pattern must be a text literal or a parameter",
+                        ));
                     }
                 };
                 self.push(" ESCAPE '\\')");
                 for x in [t, tp] {
                     if !matches!(x, Ty::Text | Ty::Null) {
-                        return Err(format!("LIKE matches text, not {}", x.name()));
+                        return Err(Rejection::wrong_type(format!(
+                            "LIKE matches text, not {}",
+                            x.name()
+                        )));
                     }
                 }
                 Ok(Ty::Bool)
@@ -2792,17 +2914,16 @@ impl Writer<'_> {
     /// In a filter, integer arithmetic over columns must provably stay within 64 bits: an
     /// engine may evaluate it for rows (or conjuncts) another skips, and only some would fail.
     /// Constant parts are evaluated when the transaction is analysed instead.
-    fn no_overflow_in_filter(&mut self, e: &E) -> Result<(), Reject> {
+    fn no_overflow_in_filter(&mut self, e: &E) -> Result<(), Rejection> {
         if !self.filter || is_constant(e) {
             return Ok(());
         }
         let mut checks = Vec::new();
         let bound = int_bound(e, &mut checks);
         if bound > u128::from(i64::MAX.unsigned_abs()) {
-            return Err(
-                "integer arithmetic in a WHERE, ON or HAVING may overflow 64 bits, and engines evaluate filters on different rows; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)"
-                    .into(),
-            );
+            return Err(Rejection::nondeterministic(
+                "integer arithmetic in a WHERE, ON or HAVING may overflow 64 bits, and engines evaluate filters on different rows; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)",
+            ));
         }
         self.checks.extend(checks);
         Ok(())
@@ -2810,7 +2931,7 @@ impl Writer<'_> {
 
     /// Arithmetic without SQLite's overflow check (applied once, around the outermost integer
     /// operation, by [`Writer::expr`]).
-    fn arith(&mut self, e: &E, use_: Use) -> Result<Ty, Reject> {
+    fn arith(&mut self, e: &E, use_: Use) -> Result<Ty, Rejection> {
         match e {
             E::Neg(x) => {
                 // MariaDB types the negation of a parameter as unsigned and then lets
@@ -2823,7 +2944,10 @@ impl Writer<'_> {
                 let t = self.operand(x, use_)?;
                 self.push(")");
                 if !t.numeric() {
-                    return Err(format!("unary - takes a number, not {}", t.name()));
+                    return Err(Rejection::wrong_type(format!(
+                        "unary - takes a number, not {}",
+                        t.name()
+                    )));
                 }
                 Ok(t)
             }
@@ -2894,7 +3018,7 @@ impl Writer<'_> {
         ta: Ty,
         tb: Ty,
         use_: Use,
-    ) -> Result<Ty, Reject> {
+    ) -> Result<Ty, Rejection> {
         {
             {
                 let sym = match op {
@@ -2906,32 +3030,35 @@ impl Writer<'_> {
                 };
                 for t in [ta, tb] {
                     if !matches!(t, Ty::Int | Ty::Dec | Ty::Null) {
-                        return Err(format!("operator {sym} takes numbers, not {}", t.name()));
+                        return Err(Rejection::wrong_type(format!(
+                            "operator {sym} takes numbers, not {}",
+                            t.name()
+                        )));
                     }
                 }
                 if ta == Ty::Null || tb == Ty::Null {
                     // MySQL types NULL arithmetic as floating point, and COALESCE or CASE
                     // around it then rounds 64-bit integers.
-                    return Err(format!(
+                    return Err(Rejection::wrong_type(format!(
                         "operator {sym} with a NULL operand is always NULL; write NULL (a NULL parameter counts too)"
-                    ));
+                    )));
                 }
                 if ta == Ty::Dec || tb == Ty::Dec {
                     let why = "SQLite computes DECIMAL arithmetic in floating point";
                     if matches!(op, Arith::Div | Arith::Mod) {
-                        return Err(format!(
+                        return Err(Rejection::nondeterministic(format!(
                             "operator {sym} on DECIMAL values is not portable ({why})"
-                        ));
+                        )));
                     }
                     if op == Arith::Mul && ta == Ty::Dec && tb == Ty::Dec {
-                        return Err(format!(
+                        return Err(Rejection::nondeterministic(format!(
                             "DECIMAL * DECIMAL is not portable ({why}); multiply by an integer"
-                        ));
+                        )));
                     }
                     if use_ != Use::Stored {
-                        return Err(format!(
+                        return Err(Rejection::nondeterministic(format!(
                             "DECIMAL arithmetic ({sym}) is only portable in a value stored into a column, which rounds it to the column's scale ({why})"
-                        ));
+                        )));
                     }
                     // Exact in floating point only within 15 digits: bound every operand.
                     for (operand, t) in [(a, ta), (b, tb)] {
@@ -2939,9 +3066,9 @@ impl Writer<'_> {
                             Ty::Int => {
                                 let mut checks = Vec::new();
                                 if int_bound(operand, &mut checks) > 1_000_000_000_000_000 {
-                                    return Err(format!(
+                                    return Err(Rejection::nondeterministic(format!(
                                         "an integer operand of DECIMAL arithmetic ({sym}) may exceed 15 digits ({why}); use INTEGER columns or parameters within ±2^31"
-                                    ));
+                                    )));
                                 }
                                 self.checks.extend(checks);
                             }
@@ -2949,10 +3076,10 @@ impl Writer<'_> {
                                 if let E::Col(c) = operand
                                     && matches!(c.limit, Limit::Decimal { precision, .. } if precision > 15)
                                 {
-                                    return Err(format!(
+                                    return Err(Rejection::nondeterministic(format!(
                                         "DECIMAL arithmetic ({sym}) on column {} of more than 15 digits is not portable ({why})",
                                         c.column
-                                    ));
+                                    )));
                                 }
                             }
                         }
@@ -2964,9 +3091,9 @@ impl Writer<'_> {
                         E::Lit(Value::Int(n)) if *n > 0 => {}
                         E::Param(i) => self.checks.push(ValueCheck::Positive(*i)),
                         _ => {
-                            return Err(format!(
+                            return Err(Rejection::wrong_type(format!(
                                 "the divisor of {sym} must be a positive integer literal or parameter (division by zero fails differently on each engine)"
-                            ));
+                            )));
                         }
                     }
                 }
@@ -2978,7 +3105,7 @@ impl Writer<'_> {
     /// An arithmetic operand: nested arithmetic stays unchecked; PostgreSQL computes integer
     /// columns and literals in 64 bits like the other engines (an INTEGER column is 32-bit
     /// there, and `2147483647 + 1` would fail).
-    fn operand(&mut self, x: &E, use_: Use) -> Result<Ty, Reject> {
+    fn operand(&mut self, x: &E, use_: Use) -> Result<Ty, Rejection> {
         match x {
             // On SQLite every integer operation is checked, not only the outermost: a NULL
             // operand above it (or ABS, a comparison) would hide an overflowed float.
@@ -3002,14 +3129,17 @@ impl Writer<'_> {
         }
     }
 
-    fn function(&mut self, f: Func, args: &[E]) -> Result<Ty, Reject> {
+    fn function(&mut self, f: Func, args: &[E]) -> Result<Ty, Rejection> {
         match f {
             Func::Abs => {
                 self.push("abs(");
                 let t = self.operand(&args[0], Use::Other)?;
                 self.push(")");
                 if !t.numeric() {
-                    return Err(format!("ABS takes a number, not {}", t.name()));
+                    return Err(Rejection::wrong_type(format!(
+                        "ABS takes a number, not {}",
+                        t.name()
+                    )));
                 }
                 if t == Ty::Int {
                     self.no_overflow_in_filter(&args[0])?;
@@ -3037,7 +3167,7 @@ impl Writer<'_> {
                     };
                     first.get_or_insert(t);
                     result = result.unify(t).ok_or_else(|| {
-                        format!(
+                        Rejection::wrong_type(format!(
                             "{} mixes {} and {} arguments",
                             if f == Func::Coalesce {
                                 "COALESCE"
@@ -3046,7 +3176,7 @@ impl Writer<'_> {
                             },
                             result.name(),
                             t.name()
-                        )
+                        ))
                     })?;
                 }
                 self.push(")");
@@ -3062,7 +3192,10 @@ impl Writer<'_> {
                     (Ty::Bytes, Dialect::Postgres) => "octet_length",
                     (Ty::Text | Ty::Bytes, _) => "length",
                     _ => {
-                        return Err(format!("LENGTH takes text or bytes, not {}", t.name()));
+                        return Err(Rejection::wrong_type(format!(
+                            "LENGTH takes text or bytes, not {}",
+                            t.name()
+                        )));
                     }
                 };
                 self.push(name);
@@ -3075,7 +3208,10 @@ impl Writer<'_> {
                 self.push("substr(");
                 let t = self.expr(&args[0], Use::Other)?;
                 if !matches!(t, Ty::Text | Ty::Null) {
-                    return Err(format!("SUBSTR takes text, not {}", t.name()));
+                    return Err(Rejection::wrong_type(format!(
+                        "SUBSTR takes text, not {}",
+                        t.name()
+                    )));
                 }
                 for (arg, lo, what) in [
                     (
@@ -3108,9 +3244,9 @@ impl Writer<'_> {
                             }
                         }
                         _ => {
-                            return Err(format!(
+                            return Err(Rejection::wrong_type(format!(
                                 "SUBSTR's {what} to 2147483647 (engines disagree on 0, negative and larger values)"
-                            ));
+                            )));
                         }
                     }
                 }
@@ -3127,7 +3263,10 @@ impl Writer<'_> {
                     // others only when the replacement is not NULL.
                     let (t, p) = self.lazily(|s| s.capture(|w| w.expr(a, Use::Other)))?;
                     if !matches!(t, Ty::Text | Ty::Null) {
-                        return Err(format!("REPLACE takes text, not {}", t.name()));
+                        return Err(Rejection::wrong_type(format!(
+                            "REPLACE takes text, not {}",
+                            t.name()
+                        )));
                     }
                     pieces.push(p);
                 }
@@ -3163,7 +3302,9 @@ impl Writer<'_> {
                         self.expr(a, Use::Other)?
                     };
                     if !matches!(t, Ty::Text | Ty::Null) {
-                        return Err(format!("{f:?} takes text, not {}", t.name()).to_uppercase());
+                        return Err(Rejection::wrong_type(
+                            format!("{f:?} takes text, not {}", t.name()).to_uppercase(),
+                        ));
                     }
                 }
                 self.push(")");
@@ -3176,7 +3317,7 @@ impl Writer<'_> {
         }
     }
 
-    fn aggregate(&mut self, a: Agg, arg: Option<&E>) -> Result<Ty, Reject> {
+    fn aggregate(&mut self, a: Agg, arg: Option<&E>) -> Result<Ty, Rejection> {
         match (a, arg) {
             (Agg::CountStar, _) => {
                 self.push("count(*)");
@@ -3197,43 +3338,43 @@ impl Writer<'_> {
                 let t = self.expr(x, Use::Other)?;
                 self.push(")");
                 if matches!(t, Ty::Bool | Ty::Null | Ty::Bytes) {
-                    return Err(format!(
+                    return Err(Rejection::wrong_type(format!(
                         "MIN/MAX of {} is not portable (PostgreSQL has none)",
                         t.name()
-                    ));
+                    )));
                 }
                 Ok(t)
             }
-            _ => Err("an aggregate is missing its argument".into()),
+            _ => Err(Rejection::internal("an aggregate is missing its argument")),
         }
     }
 }
 
-fn bool_operand(t: Ty, op: &str) -> Result<(), Reject> {
+fn bool_operand(t: Ty, op: &str) -> Result<(), Rejection> {
     if matches!(t, Ty::Bool | Ty::Null) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Rejection::wrong_type(format!(
             "{op} takes booleans, not {} (engines read numbers as truth values differently)",
             t.name()
-        ))
+        )))
     }
 }
 
-fn comparable(a: Ty, b: Ty, op: &str) -> Result<(), Reject> {
+fn comparable(a: Ty, b: Ty, op: &str) -> Result<(), Rejection> {
     if a.comparable(b) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Rejection::wrong_type(format!(
             "{op} compares {} with {}; engines convert between them differently",
             a.name(),
             b.name()
-        ))
+        )))
     }
 }
 
 /// Whether a value of type `ty` may be stored into `column` of type `cty` alike everywhere.
-fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Reject> {
+fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Rejection> {
     let ok = ty == Ty::Null || cty == ty || (cty == Ty::Dec && ty == Ty::Int);
     if ok {
         Ok(())
@@ -3243,11 +3384,11 @@ fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Reject> 
         } else {
             " (engines convert between them differently)"
         };
-        Err(format!(
+        Err(Rejection::wrong_type(format!(
             "column {column} of table {table} is {}; a {} value cannot be stored portably{why}",
             cty.name(),
             ty.name()
-        ))
+        )))
     }
 }
 
@@ -3381,7 +3522,7 @@ fn walk_deep(e: &E, f: &mut dyn FnMut(&E)) {
 
 /// MySQL evaluates an UPDATE's assignments left to right, each seeing the ones before; the
 /// others see the old row. Refuse what would tell them apart.
-fn check_update_order(sets: &[(String, Ty, Limit, E)]) -> Result<(), Reject> {
+fn check_update_order(sets: &[(String, Ty, Limit, E)]) -> Result<(), Rejection> {
     for (i, (_, _, _, e)) in sets.iter().enumerate() {
         let mut clash = None;
         walk_deep(e, &mut |x| {
@@ -3393,17 +3534,22 @@ fn check_update_order(sets: &[(String, Ty, Limit, E)]) -> Result<(), Reject> {
             }
         });
         if let Some(c) = clash {
-            return Err(format!(
+            return Err(Rejection::nondeterministic(format!(
                 "UPDATE reads column {c} after assigning it; MySQL sees the new value there, the others the old one"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
 /// Evaluates a constant expression; `Ok(None)` when it is not one this evaluator knows.
-fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Reject> {
-    let overflow = || format!("the constant expression overflows ({})", describe(e));
+fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
+    let overflow = || {
+        Rejection::nondeterministic(format!(
+            "the constant expression overflows ({})",
+            describe(e)
+        ))
+    };
     Ok(Some(match e {
         E::Lit(v) => v.clone(),
         E::Param(i) => match params.get(*i) {
@@ -3756,13 +3902,13 @@ fn like(text: &[char], pat: &[char]) -> bool {
 const MAX_CONST_TEXT: usize = 1 << 20;
 
 /// `||` and REPLACE grow text: refused when the result may exceed [`MAX_TEXT_EXPR`] bytes.
-fn text_growth(n: u64, what: &str) -> Result<(), Reject> {
+fn text_growth(n: u64, what: &str) -> Result<(), Rejection> {
     if n > MAX_TEXT_EXPR {
-        return Err(format!(
+        return Err(Rejection::limit(format!(
             "{what} may build {} of text; at most {} (MariaDB cannot compute more, PostgreSQL would hold it in memory)",
             human_bytes(n),
             human_bytes(MAX_TEXT_EXPR)
-        ));
+        )));
     }
     Ok(())
 }
@@ -3777,11 +3923,11 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-fn const_text_fits(len: usize) -> Result<(), Reject> {
+fn const_text_fits(len: usize) -> Result<(), Rejection> {
     if len > MAX_CONST_TEXT {
-        return Err(format!(
+        return Err(Rejection::limit(format!(
             "a constant text expression builds more than {MAX_CONST_TEXT} bytes"
-        ));
+        )));
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use sqlparser::ast::{
 };
 
 use crate::ident::object_name;
+use crate::reject::Rejection;
 use crate::schema::{ColumnType, Table};
 use crate::{AnalysisError, Analyzer, MissingGrant, StatementPlan, check_params};
 use chainify_core::config::{ClientInfo, StatementKind};
@@ -67,16 +68,13 @@ impl Analyzer {
     /// Checks a read-only query with its parameters and types its result columns. Errors name
     /// the construct (as statement 1).
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<QueryPlan, AnalysisError> {
-        let err = |reason: String| AnalysisError {
-            statement: 1,
-            reason,
-        };
+        let err = |r: Rejection| r.at(1);
         let plan = self.plan(sql).map_err(err)?;
         if plan.kind != StatementKind::Select {
-            return Err(err(format!(
+            return Err(err(Rejection::statement(format!(
                 "a query must be a single SELECT, not {}",
                 plan.kind.to_string().to_uppercase()
-            )));
+            ))));
         }
         check_params(&plan, params).map_err(err)?;
         let columns = output_columns(self, &plan.statement).map_err(err)?;
@@ -94,15 +92,17 @@ impl Analyzer {
     }
 }
 
-fn output_columns(analyzer: &Analyzer, statement: &Statement) -> Result<Vec<OutputColumn>, String> {
+fn output_columns(
+    analyzer: &Analyzer,
+    statement: &Statement,
+) -> Result<Vec<OutputColumn>, Rejection> {
     let Statement::Query(query) = statement else {
-        return Err("a query must be a single SELECT".into());
+        return Err(Rejection::statement("a query must be a single SELECT"));
     };
     let SetExpr::Select(select) = query.body.as_ref() else {
-        return Err(
-            "a query's result must come from one SELECT (no UNION, VALUES or nested query at the top)"
-                .into(),
-        );
+        return Err(Rejection::unsupported(
+            "a query's result must come from one SELECT (no UNION, VALUES or nested query at the top)",
+        ));
     };
     let tables = from_tables(analyzer, select)?;
     let mut out = Vec::new();
@@ -121,14 +121,20 @@ fn output_columns(analyzer: &Analyzer, statement: &Statement) -> Result<Vec<Outp
                 let q = match kind {
                     SelectItemQualifiedWildcardKind::ObjectName(name) => object_name(name),
                     SelectItemQualifiedWildcardKind::Expr(_) => {
-                        return Err(format!("query output {n} ({item}): not a table's columns"));
+                        return Err(Rejection::unsupported(format!(
+                            "query output {n} ({item}): not a table's columns"
+                        )));
                     }
                 };
                 let t = tables
                     .iter()
                     .find(|(alias, _)| *alias == q)
                     .map(|(_, t)| *t)
-                    .ok_or_else(|| format!("query output {n} ({item}): no table {q} in FROM"))?;
+                    .ok_or_else(|| {
+                        Rejection::unknown_name(format!(
+                            "query output {n} ({item}): no table {q} in FROM"
+                        ))
+                    })?;
                 out.extend(t.columns.iter().map(|c| OutputColumn {
                     name: c.name.clone(),
                     ty: c.ty.clone(),
@@ -146,20 +152,20 @@ fn output_columns(analyzer: &Analyzer, statement: &Statement) -> Result<Vec<Outp
                 });
             }
             SelectItem::ExprWithAliases { .. } => {
-                return Err(format!(
+                return Err(Rejection::unsupported(format!(
                     "query output {n} ({item}): only columns, COUNT, MIN and MAX are supported in query results"
-                ));
+                )));
             }
         }
     }
     for (i, c) in out.iter().enumerate() {
         if matches!(c.ty, ColumnType::Float | ColumnType::Other(_)) {
-            return Err(format!(
+            return Err(Rejection::wrong_type(format!(
                 "query output {} ({}): a {:?} column is not returned identically by every engine",
                 i + 1,
                 c.name,
                 c.ty
-            ));
+            )));
         }
     }
     Ok(out)
@@ -169,7 +175,7 @@ fn output_columns(analyzer: &Analyzer, statement: &Statement) -> Result<Vec<Outp
 fn from_tables<'a>(
     analyzer: &'a Analyzer,
     select: &Select,
-) -> Result<Vec<(String, &'a Table)>, String> {
+) -> Result<Vec<(String, &'a Table)>, Rejection> {
     let mut out = Vec::new();
     for twj in &select.from {
         for factor in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
@@ -179,16 +185,16 @@ fn from_tables<'a>(
                     let t = analyzer
                         .schema()
                         .table(&n)
-                        .ok_or_else(|| format!("no shared table {n}"))?;
+                        .ok_or_else(|| Rejection::unknown_name(format!("no shared table {n}")))?;
                     let a = alias
                         .as_ref()
                         .map_or_else(|| t.name.clone(), |a| a.name.value.to_lowercase());
                     out.push((a, t));
                 }
                 other => {
-                    return Err(format!(
+                    return Err(Rejection::unsupported(format!(
                         "query FROM item `{other}`: only shared tables (with joins) are supported in queries"
-                    ));
+                    )));
                 }
             }
         }
@@ -223,11 +229,11 @@ fn typed(
     tables: &[(String, &Table)],
     expr: &Expr,
     n: usize,
-) -> Result<(String, ColumnType), String> {
+) -> Result<(String, ColumnType), Rejection> {
     let unsupported = || {
-        format!(
+        Rejection::unsupported(format!(
             "query output {n} ({expr}): only columns, COUNT, MIN and MAX are supported in query results"
-        )
+        ))
     };
     if let Some(c) = column(tables, expr) {
         return Ok(c);
@@ -257,11 +263,11 @@ fn typed(
             Some((_, ty)) => Ok((label, ty)),
             None => Err(unsupported()),
         },
-        ("sum" | "avg", _) => Err(format!(
+        ("sum" | "avg", _) => Err(Rejection::unsupported(format!(
             "query output {n} ({expr}): {} is typed differently by each engine (PostgreSQL: \
              NUMERIC, MySQL: DECIMAL, SQLite: INTEGER or REAL); compute it from the rows",
             fname.to_uppercase()
-        )),
+        ))),
         _ => Err(unsupported()),
     }
 }

@@ -1,5 +1,6 @@
 //! Golden files for SQL analysis: every case in `golden/cases.txt` is analysed against
-//! `golden/schema.sql`, and the read/write sets (or the rejection) must equal `golden/cases.expected`.
+//! `golden/schema.sql`, and the read/write sets (or the rejection, with its code) must equal
+//! `golden/cases.expected`.
 //! Regenerate with `CHAINIFY_BLESS=1 cargo test -p chainify-sql --test golden` and review the diff:
 //! the expected file is the reviewed statement of what each SQL shape reads and writes.
 #![allow(clippy::unwrap_used)]
@@ -40,7 +41,7 @@ fn run_cases(dir: &Path) -> String {
                 let (reads, writes) = rwset_json(&a.rwset);
                 serde_json::json!({ "reads": reads, "writes": writes })
             }
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
+            Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.code() }),
         };
         out.push_str(&format!("== {sql}\n"));
         if !params.is_empty() {

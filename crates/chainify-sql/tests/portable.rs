@@ -7,7 +7,7 @@
 use chainify_core::Value;
 use chainify_core::tx::{Statement, Transaction};
 use chainify_sql::render::Dialect;
-use chainify_sql::{Analyzer, MAX_DEPTH, MAX_TERMS, Schema};
+use chainify_sql::{Analyzer, MAX_DEPTH, MAX_TERMS, RejectKind, Schema};
 
 const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite];
 
@@ -121,6 +121,7 @@ fn control_characters_are_refused_by_name() {
         ))
         .unwrap_err();
     assert!(e.reason.contains("U+0000"), "{e}");
+    assert_eq!(e.kind, RejectKind::Syntax);
     let e = a
         .analyze(&tx(
             "UPDATE accounts SET name = $2 WHERE custid = $1",
@@ -131,6 +132,7 @@ fn control_characters_are_refused_by_name() {
         e.to_string(),
         "statement 1: parameter $2 contains the control character U+001B; engines store or refuse it differently"
     );
+    assert_eq!(e.kind, RejectKind::Parameter);
     let e = a
         .analyze(&tx(
             "UPDATE accounts SET name = 'a\u{7f}' WHERE custid = 1",
@@ -138,6 +140,7 @@ fn control_characters_are_refused_by_name() {
         ))
         .unwrap_err();
     assert!(e.reason.contains("U+007F"), "{e}");
+    assert_eq!(e.kind, RejectKind::Syntax);
     // Tabs and newlines are ordinary text.
     a.analyze(&tx(
         "UPDATE accounts SET name = $2\tWHERE custid = $1",
@@ -171,7 +174,11 @@ fn bounds_are_refusals_and_the_largest_accepted_statement_is_safe() {
         "only {deepest} levels accepted"
     );
     let e = a.plan(&nested(deepest + 1)).unwrap_err();
-    assert!(e.contains("deeper than") || e.contains("recursion"), "{e}");
+    assert_eq!(e.kind(), RejectKind::Limit, "{e}");
+    assert!(
+        e.reason().contains("deeper than") || e.reason().contains("recursion"),
+        "{e}"
+    );
     std::thread::Builder::new()
         .stack_size(2 << 20)
         .spawn(move || {
@@ -191,7 +198,11 @@ fn bounds_are_refusals_and_the_largest_accepted_statement_is_safe() {
     let sql = format!("UPDATE checking SET bal = 0 WHERE {}", chain.join(" OR "));
     assert!(sql.len() > 40_000);
     let e = a.plan(&sql).unwrap_err();
-    assert!(e.contains("deeper than") || e.contains("terms"), "{e}");
+    assert_eq!(e.kind(), RejectKind::Limit, "{e}");
+    assert!(
+        e.reason().contains("deeper than") || e.reason().contains("terms"),
+        "{e}"
+    );
 
     // A flat IN list is bounded by the number of terms.
     let list = |n: usize| {
@@ -212,7 +223,8 @@ fn bounds_are_refusals_and_the_largest_accepted_statement_is_safe() {
         .join()
         .unwrap();
     let e = a.plan(&list(MAX_TERMS + 10)).unwrap_err();
-    assert!(e.contains("terms"), "{e}");
+    assert_eq!(e.kind(), RejectKind::Limit, "{e}");
+    assert!(e.reason().contains("terms"), "{e}");
 }
 
 /// Output aliases, bare names in subqueries and ordinals resolve as the engines resolve them;

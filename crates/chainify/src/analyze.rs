@@ -1,9 +1,11 @@
 //! `chainify analyze --schema SCHEMA.sql BLOCK.json`: a contract other tools rely on.
 //!
-//! Output: one JSON object `{"transactions": [{"reads": …, "writes": …, "error": null | "…"}, …],
-//! "conflicts": [[i, j], …]}` where `conflicts` lists every pair i < j of transactions whose sets
-//! conflict (not transitively reduced); a rejected transaction has `error` set, empty sets, and
-//! takes part in no pair. The key-set format is documented in `chainify_sql::json`.
+//! Output: one JSON object `{"transactions": [{"reads": …, "writes": …, "error": null | "…",
+//! "code": null | "SQL00n"}, …], "conflicts": [[i, j], …]}` where `conflicts` lists every pair
+//! i < j of transactions whose sets conflict (not transitively reduced); a rejected transaction
+//! has `error` set (the text, for people), `code` set (the rejection's stable code, for tools:
+//! `chainify_sql::RejectKind`, table in docs/design/portable-sql.md), empty sets, and takes part
+//! in no pair. The key-set format is documented in `chainify_sql::json`.
 //! Exit code 0 whenever both files are well-formed; non-zero with a message naming the problem
 //! otherwise.
 
@@ -97,9 +99,14 @@ pub(crate) fn analyze_block(schema: Schema, txs: &[Transaction]) -> Json {
         .map(|r| match r {
             Ok(a) => {
                 let (reads, writes) = rwset_json(&a.rwset);
-                json!({ "reads": reads, "writes": writes, "error": null })
+                json!({ "reads": reads, "writes": writes, "error": null, "code": null })
             }
-            Err(e) => json!({ "reads": {}, "writes": {}, "error": e.to_string() }),
+            Err(e) => json!({
+                "reads": {},
+                "writes": {},
+                "error": e.to_string(),
+                "code": e.code(),
+            }),
         })
         .collect();
     json!({ "transactions": transactions, "conflicts": conflicts })

@@ -126,11 +126,23 @@ fn analyze_prints_sets_and_every_conflicting_pair() {
     assert_eq!(txs.len(), 7);
     assert_eq!(txs[0]["writes"], json!({"checking": [[1], [2]]}));
     assert_eq!(txs[0]["error"], Value::Null);
+    assert_eq!(txs[0]["code"], Value::Null);
     assert_eq!(txs[4]["reads"], json!({"checking": [[3]]}));
     assert_eq!(
-        txs[3]["error"],
-        json!("statement 1: NOW() reads the clock, which differs between organizations")
+        txs[3],
+        json!({
+            "reads": {},
+            "writes": {},
+            "error": "statement 1: NOW() reads the clock, which differs between organizations",
+            "code": "SQL006"
+        })
     );
+    // Every transaction has exactly the documented fields.
+    for tx in txs {
+        let mut keys: Vec<&str> = tx.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["code", "error", "reads", "writes"], "{tx}");
+    }
     assert_eq!(txs[5]["reads"]["savings"], json!([[2]]));
     assert_eq!(
         out["conflicts"],
@@ -178,6 +190,7 @@ fn analyze_fails_only_on_malformed_files() {
             .unwrap()
             .contains("does not parse")
     );
+    assert_eq!(out["transactions"][0]["code"], json!("SQL001"));
     assert_eq!(out["conflicts"], json!([]));
 
     let dir = tempfile::tempdir().unwrap();

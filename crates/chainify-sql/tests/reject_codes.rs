@@ -1,0 +1,242 @@
+//! Rejection kinds and their stable codes: a representative rejection of every kind is classified
+//! as documented, and the codes are distinct and equal to the table in
+//! `docs/design/portable-sql.md` (a renamed or reused code fails here).
+#![allow(clippy::unwrap_used)]
+
+use chainify_core::Value;
+use chainify_core::tx::{Statement, Transaction};
+use chainify_sql::{AnalysisError, Analyzer, MAX_SQL_LEN, RejectKind, Schema};
+
+fn analyzer() -> Analyzer {
+    Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE checking (custid BIGINT PRIMARY KEY, bal BIGINT NOT NULL, note TEXT);
+             CREATE TABLE accounts (custid BIGINT PRIMARY KEY, name VARCHAR(64) NOT NULL);",
+        )
+        .unwrap(),
+    )
+}
+
+fn rejected(a: &Analyzer, sql: &str, params: Vec<Value>) -> AnalysisError {
+    a.analyze(&Transaction {
+        statements: vec![Statement::new(sql, params)],
+    })
+    .unwrap_err()
+}
+
+/// The codes, as documented; changing one is a breaking change of the contract.
+const TABLE: [(RejectKind, &str); 9] = [
+    (RejectKind::Syntax, "SQL001"),
+    (RejectKind::Unsupported, "SQL002"),
+    (RejectKind::UnknownName, "SQL003"),
+    (RejectKind::Type, "SQL004"),
+    (RejectKind::Parameter, "SQL005"),
+    (RejectKind::Nondeterministic, "SQL006"),
+    (RejectKind::Limit, "SQL007"),
+    (RejectKind::Statement, "SQL008"),
+    (RejectKind::Internal, "SQL009"),
+];
+
+#[test]
+fn codes_are_distinct_and_match_the_documented_table() {
+    assert_eq!(RejectKind::ALL.len(), TABLE.len());
+    for (kind, (expected, code)) in RejectKind::ALL.iter().zip(TABLE) {
+        assert_eq!(*kind, expected);
+        assert_eq!(kind.code(), code, "{kind:?}");
+        assert_eq!(kind.to_string(), code);
+    }
+    let mut codes: Vec<&str> = RejectKind::ALL.iter().map(RejectKind::code).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    assert_eq!(codes.len(), RejectKind::ALL.len(), "codes must be distinct");
+
+    // The table in the design note: one row `| `SQLnnn` | Kind | … |` per code, in order.
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/design/portable-sql.md"
+    ))
+    .unwrap();
+    let documented: Vec<(String, String)> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let code = cells.get(1)?.strip_prefix("`SQL")?.strip_suffix('`')?;
+            Some((
+                format!("SQL{code}"),
+                cells.get(2)?.trim_matches('`').to_owned(),
+            ))
+        })
+        .collect();
+    let expected: Vec<(String, String)> = TABLE
+        .iter()
+        .map(|(k, c)| ((*c).to_owned(), format!("{k:?}")))
+        .collect();
+    assert_eq!(documented, expected);
+}
+
+#[test]
+fn every_kind_has_a_representative_rejection() {
+    let a = analyzer();
+    let cases: &[(&str, Vec<Value>, RejectKind)] = &[
+        // Syntax
+        ("UPDATE (", vec![], RejectKind::Syntax),
+        ("SELECT 1; SELECT 2", vec![], RejectKind::Syntax),
+        ("", vec![], RejectKind::Syntax),
+        (
+            "UPDATE checking SET bal = 1 WHERE custid = 1\u{1} OR TRUE",
+            vec![],
+            RejectKind::Syntax,
+        ),
+        // Unsupported
+        (
+            "SELECT CAST(bal AS TEXT) FROM checking WHERE custid = 1",
+            vec![],
+            RejectKind::Unsupported,
+        ),
+        (
+            "UPDATE checking SET bal = 1 WHERE custid = 1 RETURNING bal",
+            vec![],
+            RejectKind::Unsupported,
+        ),
+        (
+            "SELECT custid FROM checking UNION SELECT custid FROM accounts",
+            vec![],
+            RejectKind::Unsupported,
+        ),
+        // UnknownName
+        ("SELECT 1 FROM nope", vec![], RejectKind::UnknownName),
+        (
+            "SELECT nope FROM checking WHERE custid = 1",
+            vec![],
+            RejectKind::UnknownName,
+        ),
+        (
+            "SELECT custid FROM checking c, accounts a WHERE a.custid = 1 AND c.custid = 1",
+            vec![],
+            RejectKind::UnknownName,
+        ),
+        // Type
+        (
+            "SELECT bal FROM checking WHERE custid = 'a'",
+            vec![],
+            RejectKind::Type,
+        ),
+        (
+            "UPDATE checking SET bal = 1.5 WHERE custid = 1",
+            vec![],
+            RejectKind::Type,
+        ),
+        // Parameter
+        (
+            "SELECT bal FROM checking WHERE custid = $2",
+            vec![Value::Int(1)],
+            RejectKind::Parameter,
+        ),
+        (
+            "SELECT bal FROM checking WHERE custid = ?",
+            vec![],
+            RejectKind::Parameter,
+        ),
+        (
+            "UPDATE checking SET bal = bal / $2 WHERE custid = $1",
+            vec![Value::Int(1), Value::Int(0)],
+            RejectKind::Parameter,
+        ),
+        // Nondeterministic
+        (
+            "UPDATE checking SET bal = NOW() WHERE custid = 1",
+            vec![],
+            RejectKind::Nondeterministic,
+        ),
+        (
+            "SELECT custid FROM checking LIMIT 1",
+            vec![],
+            RejectKind::Nondeterministic,
+        ),
+        (
+            "SELECT CASE bal WHEN NULL THEN 1 ELSE 2 END FROM checking WHERE custid = 1",
+            vec![],
+            RejectKind::Nondeterministic,
+        ),
+        // Limit
+        (
+            "UPDATE checking SET note = REPLACE(REPLACE(note, 'a', note), 'b', note) WHERE custid = 1",
+            vec![],
+            RejectKind::Limit,
+        ),
+        // Statement
+        (
+            "CREATE TABLE t (a INT PRIMARY KEY)",
+            vec![],
+            RejectKind::Statement,
+        ),
+        ("BEGIN", vec![], RejectKind::Statement),
+    ];
+    let mut seen = Vec::new();
+    for (sql, params, kind) in cases {
+        let e = rejected(&a, sql, params.clone());
+        assert_eq!(e.kind, *kind, "{sql}: {e}");
+        assert_eq!(e.code(), kind.code());
+        seen.push(*kind);
+    }
+
+    // Limit: the text's length, and the nesting depth (the parser's recursion limit too).
+    let long = format!(
+        "SELECT bal FROM checking WHERE custid = 1{}",
+        " ".repeat(MAX_SQL_LEN)
+    );
+    assert_eq!(rejected(&a, &long, vec![]).kind, RejectKind::Limit);
+    let deep = format!(
+        "SELECT bal FROM checking WHERE custid = {}1{}",
+        "(".repeat(300),
+        ")".repeat(300)
+    );
+    let e = a.plan(&deep).unwrap_err();
+    assert_eq!(e.kind(), RejectKind::Limit, "{e}");
+    assert_eq!(e.code(), "SQL007");
+
+    // A transaction without statements is malformed as a whole (statement 0).
+    let e = a.analyze(&Transaction { statements: vec![] }).unwrap_err();
+    assert_eq!((e.statement, e.kind), (0, RejectKind::Syntax));
+
+    // A query that is not a SELECT.
+    let e = a
+        .query("UPDATE checking SET bal = 1 WHERE custid = 1", &[])
+        .unwrap_err();
+    assert_eq!(e.kind, RejectKind::Statement, "{e}");
+
+    // Every kind but Internal (the analysis thread failing to start or panicking, which no
+    // statement can provoke) has a representative above.
+    for kind in RejectKind::ALL {
+        assert!(
+            seen.contains(&kind) || kind == RejectKind::Internal,
+            "no representative of {kind:?}"
+        );
+    }
+}
+
+/// The code travels beside the text; the text (and its Display) is unchanged.
+#[test]
+fn the_code_is_beside_an_unchanged_text() {
+    let a = analyzer();
+    let e = rejected(
+        &a,
+        "UPDATE checking SET bal = NOW() WHERE custid = 1",
+        vec![],
+    );
+    assert_eq!(
+        e.to_string(),
+        "statement 1: NOW() reads the clock, which differs between organizations"
+    );
+    assert_eq!(
+        e.reason,
+        "NOW() reads the clock, which differs between organizations"
+    );
+    assert_eq!(e.code(), "SQL006");
+    let r = a
+        .plan("UPDATE checking SET bal = NOW() WHERE custid = 1")
+        .unwrap_err();
+    assert_eq!(r.to_string(), e.reason);
+    assert_eq!(r.reason(), e.reason);
+    assert_eq!(r.kind(), e.kind);
+}
