@@ -5,9 +5,14 @@
 //! - [`ExecutionServer`]: turns an ordered [`TransactionBlock`] into the organization's
 //!   [`LedgerBlock`]: validate every transaction deterministically (signatures, endorsement,
 //!   replays), analyse and check grants, execute on the local engine, digest, chain.
-//! - [`Node`]: the runtime of an organization: blocks from the orderer through the
-//!   ExecutionServer, the CommitServer's voting engine, ledger appends, checkpoints, recovery,
-//!   restart; status and a commit stream.
+//! - [`pipeline`]: what the node does next, without I/O: the execution schedule, the chain
+//!   hash, the commit engine, recovery, repair and fast join (events in, commands out).
+//! - [`Node`]: the runtime of an organization: feeds the pipeline (blocks from the orderer,
+//!   execution results, peers' votes, the clock) and carries its commands out (executions,
+//!   ledger appends, restores, replays, state transfers); status and a commit stream.
+//! - [`feed`]: appended blocks from any height (ledger history, then live) for every consumer.
+//! - [`ledger`]: the one typed reader and writer of the organization's ledger.
+//! - [`transfer`]: state transfer from an agreeing organization.
 //! - [`transport`]: how CommitServers exchange votes and certificates; [`LocalNetwork`] within
 //!   one process.
 //! - [`cluster`]: N organizations on any engines in one process, with fault hooks (tests, the
