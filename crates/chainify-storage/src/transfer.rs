@@ -284,7 +284,9 @@ impl<B: Backend> Store<B> {
     }
 
     /// Writes the adopted state as the checkpoint of `a.block`, replacing every checkpoint at or
-    /// after it (they belong to a state being given up).
+    /// after it and every checkpoint of a block not in the local ledger yet: they belong to a
+    /// state being given up (a checkpoint taken after a divergent execution must not become a
+    /// checkpoint of the block once the transfer makes that block agreed).
     async fn import_checkpoint(&self, a: &Adoption) -> Result<(), StorageError> {
         let referenced = self.referenced_snapshots().await?;
         let dialect = self.backend().dialect();
@@ -292,6 +294,8 @@ impl<B: Backend> Store<B> {
         let block = i64::try_from(a.block.0)
             .map_err(|_| refuse(format!("block {} does not fit a BIGINT", a.block)))?;
         let b = Value::Int(block);
+        let unagreed = self.ledger_tail().await?.map_or(1, |(last, _)| last.0 + 1);
+        let forget = Value::Int(block.min(i64::try_from(unagreed).unwrap_or(i64::MAX)));
         let during = format!("writing the transferred state of block {}", a.block);
         let tables = self.tables();
         let mut conn = self.acquire(&during).await?;
@@ -304,14 +308,14 @@ impl<B: Backend> Store<B> {
                 ),
                 format!("DELETE FROM chainify_checkpoints WHERE block >= {}", p(1)),
             ] {
-                self.db(conn.execute(&sql, &[&b], false).await, &during)?;
+                self.db(conn.execute(&sql, &[&forget], false).await, &during)?;
             }
             for t in tables.values() {
                 let cp = ddl::snapshot_table(&t.name);
                 self.db(
                     conn.execute(
                         &format!("DELETE FROM {cp} WHERE chainify_cp_block >= {}", p(1)),
-                        &[&b],
+                        &[&forget],
                         false,
                     )
                     .await,

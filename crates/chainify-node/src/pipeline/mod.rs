@@ -220,6 +220,8 @@ pub struct Pipeline {
     state_checked: bool,
     /// A full scan found the tables differ from the agreed state: repair at a clean point.
     repair_pending: bool,
+    /// A failed repair is tried again from this time on.
+    repair_after: u64,
     /// A fast join is still to be tried (an empty ledger at start).
     join_pending: bool,
     /// Whether any organization may serve a state transfer.
@@ -250,6 +252,7 @@ impl Pipeline {
             executed: BTreeSet::new(),
             state_checked: false,
             repair_pending: false,
+            repair_after: 0,
             has_peers: false,
             job: None,
         }
@@ -281,9 +284,15 @@ impl Pipeline {
     }
 
     /// The database holds exactly the agreed blocks: nothing executing, executed but not
-    /// appended, failed half-way, or being recovered, repaired or joined, and the engine runs
-    /// (a halted or waiting organization's database may hold a block nobody agreed on).
+    /// appended, failed half-way, or being recovered, repaired or joined; the engine runs (a
+    /// halted or waiting organization's database may hold a block nobody agreed on); and no
+    /// full scan found the tables different without a repair since.
     pub fn is_clean(&self) -> bool {
+        self.quiet() && !self.repair_pending
+    }
+
+    /// Nothing under way that changes the database: where a repair or a fast join may start.
+    fn quiet(&self) -> bool {
         self.in_flight.is_none()
             && self.executed.is_empty()
             && self.retry.is_none()
@@ -369,7 +378,7 @@ impl Pipeline {
     }
 
     fn tick(&mut self, out: &mut Vec<Command>) {
-        if self.is_clean() && self.start_job_if_due(out) {
+        if self.quiet() && self.start_job_if_due(out) {
             // The job changes where the stream resumes: nothing else this tick.
             return;
         }

@@ -22,7 +22,7 @@
 use chainify_commit as commit;
 use chainify_core::tx::LedgerBlock;
 use chainify_core::{BlockNumber, Digest};
-use chainify_orderer::{OrdererError, Resume};
+use chainify_orderer::OrdererError;
 use chainify_storage::StorageError;
 
 use super::{Command, Pipeline, REOPEN_AFTER_MS};
@@ -31,6 +31,8 @@ use crate::ledger::LedgerError;
 
 /// How long a recovery waits before asking for a state transfer again.
 const TRANSFER_RETRY_MS: u64 = 1000;
+/// How long a failed repair waits before it is tried again.
+pub(super) const REPAIR_RETRY_MS: u64 = 5000;
 
 /// Why a step of a recovery, repair or join failed.
 #[derive(Debug, thiserror::Error)]
@@ -212,8 +214,6 @@ enum Step {
 #[derive(Debug)]
 pub(super) struct Repair {
     agreed: BlockNumber,
-    /// Where execution stood (after the agreed block) before the repair changed anything.
-    before: (Digest, Resume),
     /// Checkpoints still to try, newest first.
     candidates: Vec<BlockNumber>,
     tried: Vec<String>,
@@ -246,13 +246,15 @@ impl Pipeline {
                 return true;
             }
         }
-        if self.repair_pending && matches!(self.engine.state(), commit::State::Running) {
+        if self.repair_pending
+            && self.now >= self.repair_after
+            && matches!(self.engine.state(), commit::State::Running)
+        {
             self.repair_pending = false;
             let agreed = BlockNumber(self.engine.next_block().0.saturating_sub(1));
             out.push(Command::Notice(Notice::Repairing { agreed }));
             self.job = Some(Job::Repair(Repair {
                 agreed,
-                before: (self.previous, self.resume),
                 candidates: Vec::new(),
                 tried: Vec::new(),
                 step: RepairStep::Listing,
@@ -724,16 +726,13 @@ impl Pipeline {
         }
     }
 
-    /// Nothing repaired the tables: alarm, and execution goes on after the agreed block (a
-    /// restore may have moved the database: the next block's vote shows it, and a recovery
-    /// follows).
+    /// Nothing repaired the tables: alarm, and try again later. Meanwhile no block executes and
+    /// no reader is let in: the tables are not the agreed state (and a restore may have moved
+    /// them further from it).
     fn repair_failed(&mut self, local: &str, error: &RecoveryError, out: &mut Vec<Command>) {
-        if let Some(Job::Repair(r)) = self.job.take()
-            && (self.previous, self.resume) != r.before
-        {
-            (self.previous, self.resume) = r.before;
-            self.reopen(REOPEN_AFTER_MS, out);
-        }
+        self.job = None;
+        self.repair_pending = true;
+        self.repair_after = self.now + REPAIR_RETRY_MS;
         out.push(Command::Commit(commit::Command::Alarm(format!(
             "the tables differ from the agreed state; no checkpoint repairs them ({local}) and no state transfer did ({error})"
         ))));

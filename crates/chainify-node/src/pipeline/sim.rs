@@ -1,6 +1,8 @@
 //! N organizations' pipelines in one simulated network: votes and certificates dropped,
-//! duplicated and reordered at random, executions failing at random, and one organization that
-//! computes a wrong block (once, or every time it executes it). Each database is a model: a
+//! duplicated and reordered at random, executions failing at random, full scans finding the
+//! tables changed at random (a repair follows), and one organization that computes a wrong block
+//! (once, or every time it executes it) and whose listing, restores and replays also fail at
+//! random. Each database is a model: a
 //! state hash, checkpoints, and the check that every block executes on the state right before
 //! it. The property: no two organizations ever append different blocks at the same height,
 //! every ledger chains, and the honest organizations append every block.
@@ -128,6 +130,8 @@ impl Sim {
     }
 
     fn carry_out(&mut self, i: usize, command: Command) -> Option<Event> {
+        // The faulty organization's database and orderer also fail now and then.
+        let unlucky = self.orgs[i].fault.is_some() && self.random(100) < 6;
         let n = &self.n;
         let org = &mut self.orgs[i];
         match command {
@@ -181,6 +185,20 @@ impl Sim {
                 org.in_flight = Some((block, previous, checkpoint));
             }
             Command::Prune { .. } | Command::Notice(_) => {}
+            Command::ListCheckpoints { .. } if unlucky => {
+                return Some(Event::Checkpoints(Err(RecoveryError::Transfer(
+                    "simulated: the database is unreachable".into(),
+                ))));
+            }
+            Command::Restore { checkpoint, .. } if unlucky => {
+                return Some(Event::RestoreFailed {
+                    checkpoint,
+                    error: RecoveryError::Transfer("simulated: a snapshot is unreadable".into()),
+                });
+            }
+            Command::Replay { from, .. } if unlucky => {
+                return Some(Event::ReplayFailed(RecoveryError::NotDelivered(from.block)));
+            }
             Command::ListCheckpoints { before } => {
                 let list = org
                     .checkpoints
@@ -266,6 +284,9 @@ impl Sim {
             "no transfer under a block in flight"
         );
         org.ledger.extend(entries);
+        // Checkpoints of blocks not agreed before the transfer were taken on the state given
+        // up (the store forgets them on adoption).
+        org.checkpoints.retain(|k, _| *k <= own as u64);
         org.state = state;
         org.applied = height as u64;
         org.states.insert(height as u64, state);
@@ -328,6 +349,8 @@ impl Sim {
                     self.feed(i, Event::ExecutionFailed { block });
                     return;
                 }
+                // A full scan finds the tables changed behind the triggers: repair.
+                let repair_needed = self.random(100) < 3;
                 let n = &self.n;
                 let org = &mut self.orgs[i];
                 let ledger = org.execute(n, i + 1, block.number.0, previous);
@@ -339,7 +362,7 @@ impl Sim {
                     Event::Executed {
                         ledger,
                         checkpointed: checkpoint,
-                        repair_needed: false,
+                        repair_needed,
                     },
                 );
             }

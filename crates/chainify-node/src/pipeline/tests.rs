@@ -633,7 +633,10 @@ fn a_repair_at_a_clean_point_restores_the_newest_verified_checkpoint_and_replays
         "no block is launched while a repair is pending"
     );
     p.handle(2, Event::Vote(n.vote(2, &good[4])));
-    assert!(p.is_clean());
+    assert!(
+        !p.is_clean(),
+        "block 5 is agreed, but the tables differ from it: no reader until the repair"
+    );
     assert_eq!(
         p.handle(3, Event::Tick),
         vec![
@@ -741,7 +744,11 @@ fn a_repair_no_checkpoint_or_transfer_can_do_raises_an_alarm_naming_both() {
             "the tables differ from the agreed state; no checkpoint repairs them ({local}) and no state transfer did (2: no checkpoint to offer)"
         )))]
     );
-    assert!(p.is_clean());
+    assert!(
+        !p.is_clean(),
+        "the tables still differ: no reader is let in"
+    );
+    assert!(!p.wants_block(), "no block executes on them");
 }
 
 #[test]
@@ -948,7 +955,7 @@ fn a_repair_by_transfer_replays_from_an_older_adopted_state() {
 }
 
 #[test]
-fn a_failed_repair_alarms_and_execution_goes_on_after_the_agreed_block() {
+fn a_failed_repair_alarms_and_is_tried_again_before_anything_executes() {
     let (n, good, mut p) = repairing();
     p.handle(4, Event::Checkpoints(Ok(vec![BlockNumber(4)])));
     p.handle(
@@ -979,17 +986,52 @@ fn a_failed_repair_alarms_and_execution_goes_on_after_the_agreed_block() {
         matches!(&out[..], [Command::Commit(commit::Command::Alarm(_))]),
         "{out:?}"
     );
-    // Not at checkpoint 4's block: after the agreed block 5, where the ledger ends.
+    // The database holds checkpoint 4, not the agreed block 5: nothing executes on it and no
+    // reader is let in until a repair succeeds.
+    assert!(!p.is_clean());
+    let streams_and_repairs = |out: Vec<Command>| -> Vec<Command> {
+        out.into_iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    Command::Execute { .. }
+                        | Command::ListCheckpoints { .. }
+                        | Command::Notice(Notice::Repairing { .. })
+                )
+            })
+            .collect()
+    };
+    assert_eq!(streams_and_repairs(p.handle(5_006, Event::Tick)), vec![]);
+    p.handle(5_006, Event::StreamOpened);
+    assert!(!p.wants_block());
     assert_eq!(
-        p.handle(207, Event::Tick),
-        vec![Command::OpenStream(Resume {
-            block: BlockNumber(6),
-            position: 50
-        })]
+        streams_and_repairs(p.handle(5_007, Event::Tick)),
+        vec![
+            Command::Notice(Notice::Repairing {
+                agreed: BlockNumber(5)
+            }),
+            Command::ListCheckpoints {
+                before: BlockNumber(6)
+            },
+        ]
     );
-    p.handle(207, Event::StreamOpened);
+    p.handle(5_008, Event::Checkpoints(Ok(vec![BlockNumber(4)])));
+    p.handle(
+        5_009,
+        Event::Restored {
+            checkpoint: BlockNumber(4),
+            base: good[3].clone(),
+        },
+    );
     assert_eq!(
-        p.handle(208, Event::Ordered(n.tb(6))),
+        p.handle(5_010, replayed(good[4].clone())),
+        vec![Command::Notice(Notice::Repaired(Repaired::Checkpoint(
+            BlockNumber(4)
+        )))]
+    );
+    assert!(p.is_clean());
+    assert_eq!(
+        p.handle(5_011, Event::Ordered(n.tb(6))),
         vec![Command::Execute {
             block: n.tb(6),
             previous: good[4].hash(),
