@@ -65,14 +65,16 @@ impl<B: Backend> CommitFeed<B> {
     /// Every block appended from `from` on, in order. When the node has stopped, the
     /// subscription plays the ledger from `from` and ends.
     pub fn subscribe(&self, from: BlockNumber) -> Subscription<B> {
-        let (live, poll) = match &self.source {
-            Source::Live(weak) => (Some(weak.upgrade().map(|s| s.subscribe())), None),
-            Source::Polling(interval) => (None, Some(*interval)),
+        let after_history = match &self.source {
+            Source::Live(weak) => match weak.upgrade() {
+                Some(sender) => AfterHistory::Live(sender.subscribe()),
+                None => AfterHistory::End,
+            },
+            Source::Polling(interval) => AfterHistory::Poll(*interval),
         };
         Subscription {
             store: self.store.clone(),
-            live,
-            poll,
+            after_history,
             next: BlockNumber(from.0.max(1)),
             tail: 0,
             history: true,
@@ -80,14 +82,22 @@ impl<B: Backend> CommitFeed<B> {
     }
 }
 
+/// What a subscription does once it has read the ledger's end.
+#[derive(Debug)]
+enum AfterHistory {
+    /// Follow the node's commit stream.
+    Live(broadcast::Receiver<Arc<Committed>>),
+    /// Read the ledger again after this long.
+    Poll(Duration),
+    /// End: the node had stopped when subscribing.
+    End,
+}
+
 /// A reader of a [`CommitFeed`].
 #[derive(Debug)]
 pub struct Subscription<B: Backend> {
     store: Arc<Store<B>>,
-    /// `Some(None)`: the node had stopped when subscribing.
-    live: Option<Option<broadcast::Receiver<Arc<Committed>>>>,
-    /// How often a polling feed reads the ledger.
-    poll: Option<Duration>,
+    after_history: AfterHistory,
     next: BlockNumber,
     /// The ledger's last block when last read.
     tail: u64,
@@ -124,14 +134,19 @@ impl<B: Backend> Subscription<B> {
                         reasons: Vec::new(),
                     })));
                 }
-                if let Some(interval) = self.poll {
-                    tokio::time::sleep(interval).await;
-                    continue;
+                match &self.after_history {
+                    AfterHistory::Live(_) => self.history = false,
+                    AfterHistory::Poll(interval) => {
+                        tokio::time::sleep(*interval).await;
+                        continue;
+                    }
+                    // Caught up with a node that had stopped.
+                    AfterHistory::End => return None,
                 }
-                self.history = false;
             }
-            // Caught up with a node that had stopped: the end.
-            let live = self.live.as_mut()?.as_mut()?;
+            let AfterHistory::Live(live) = &mut self.after_history else {
+                unreachable!("only a live subscription leaves the history")
+            };
             match live.recv().await {
                 // Already read from the ledger.
                 Ok(c) if c.block.number < self.next => {}

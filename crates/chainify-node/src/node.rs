@@ -486,11 +486,6 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         self.status.subscribe()
     }
 
-    /// Appended blocks as they are appended.
-    pub fn commits(&self) -> broadcast::Receiver<Arc<Committed>> {
-        self.commits.subscribe()
-    }
-
     /// Appended blocks from any height: the ledger, then the commit stream.
     pub fn commit_feed(&self) -> CommitFeed<B> {
         CommitFeed::new(self.store.clone(), self.commits.downgrade())

@@ -36,9 +36,23 @@ impl Ledger {
         }
     }
 
-    /// Appends the next block to the ledger and returns its commit event (with a reason, which
-    /// only the live stream carries).
+    /// Appends the next block to the ledger and returns its commit event.
     async fn append(&mut self) -> Arc<Committed> {
+        let committed = self.upcoming();
+        let entry = LedgerEntry {
+            block: committed.block.clone(),
+            certificate: committed.certificate.clone(),
+        };
+        ledger::append(&self.store, &entry)
+            .await
+            .expect("the ledger appends");
+        self.blocks.push(committed.block.clone());
+        committed
+    }
+
+    /// The commit event of the next block (with a reason, which only the live stream carries),
+    /// not yet in the ledger.
+    fn upcoming(&self) -> Arc<Committed> {
         let number = self.blocks.len() as u64 + 1;
         let block = LedgerBlock {
             network: NetworkId::new("net").expect("a network id"),
@@ -56,14 +70,6 @@ impl Ledger {
             ledger_block_hash: block.hash(),
             votes: Vec::new(),
         };
-        let entry = LedgerEntry {
-            block: block.clone(),
-            certificate: certificate.clone(),
-        };
-        ledger::append(&self.store, &entry)
-            .await
-            .expect("the ledger appends");
-        self.blocks.push(block.clone());
         Arc::new(Committed {
             block,
             certificate,
@@ -107,13 +113,10 @@ async fn history_then_live_without_a_gap_or_a_duplicate() {
     });
     assert_eq!(take(&mut sub, 2).await, vec![(2, false), (3, false)]);
     tx.send(three).unwrap();
-    // Caught up: the subscription waits on the live stream.
-    let waiting = tokio::spawn(async move { (take(&mut sub, 1).await, sub) });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let four = l.append().await;
-    tx.send(four).unwrap();
-    let (got, mut sub) = waiting.await.unwrap();
-    assert_eq!(got, vec![(4, true)], "live, once");
+    // Block 4 is announced before the ledger has it: it can only come from the live stream.
+    tx.send(l.upcoming()).unwrap();
+    assert_eq!(take(&mut sub, 1).await, vec![(4, true)], "live, once");
+    l.append().await;
     assert_eq!(sub.next_block(), BlockNumber(5));
     // The node stops: the feed ends; a subscription made afterwards plays the ledger and ends.
     drop(tx);
@@ -148,11 +151,8 @@ async fn a_lagging_subscriber_refills_from_the_ledger_in_order() {
             .collect::<Vec<_>>(),
         vec![5, 6, 7]
     );
-    let waiting = tokio::spawn(async move { take(&mut sub, 1).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let eight = l.append().await;
-    tx.send(eight).unwrap();
-    assert_eq!(waiting.await.unwrap(), vec![(8, true)], "live again");
+    tx.send(l.upcoming()).unwrap();
+    assert_eq!(take(&mut sub, 1).await, vec![(8, true)], "live again");
 }
 
 #[tokio::test]

@@ -302,7 +302,7 @@ impl Pipeline {
 
     /// The block in flight executes on a state a recovery discards: its result is void.
     pub fn discards_flight(&self) -> bool {
-        self.flight_is_void()
+        recovery::awaits_flight(&self.job)
     }
 
     fn can_execute(&self) -> bool {

@@ -234,6 +234,11 @@ enum RepairStep {
     },
 }
 
+/// Whether a recovery waits for the block in flight to land (its result is void).
+pub(super) fn awaits_flight(job: &Option<Job>) -> bool {
+    matches!(job, Some(Job::Recovery(r)) if r.step == Step::AwaitFlight)
+}
+
 impl Pipeline {
     /// Starts a fast join or a repair when one is due (at a clean point); returns whether one
     /// started.
@@ -304,11 +309,6 @@ impl Pipeline {
             reported: false,
             adopted,
         }));
-    }
-
-    /// Whether a recovery waits for the block in flight to land (its result is void).
-    pub(super) fn flight_is_void(&self) -> bool {
-        matches!(&self.job, Some(Job::Recovery(r)) if r.step == Step::AwaitFlight)
     }
 
     /// The block in flight landed (executed or failed): whether a recovery was waiting for it
