@@ -6,6 +6,14 @@
 //! crates, and the `storage-bench` and `recovery-bench` binaries run real engines. Nothing
 //! depends on it. Figures: `bench/README.md`.
 
+pub mod devnet;
+pub mod drive;
+pub mod faults;
+pub mod raw;
+pub mod remote;
+pub mod run;
+pub mod svg;
+
 use chainify_core::tx::Transaction;
 use chainify_sql::{Analyzer, Schema};
 use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank};

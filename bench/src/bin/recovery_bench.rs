@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use chainify_core::OrgId;
 use chainify_node::NodeSettings;
-use chainify_node::cluster::{Cluster, ClusterClient, ClusterSpec, SharedOrderer};
 use chainify_orderer::LocalOrderer;
 use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, database_on, recreate_database};
+use chainify_testkit::cluster::{Cluster, ClusterClient, ClusterSpec, SharedOrderer};
 use chainify_workload::{KeyDistribution, SMALLBANK_SCHEMA, Smallbank, smallbank_load_sql};
 use tokio::task::JoinHandle;
 

@@ -43,6 +43,8 @@
 //! assert_eq!(tx.statements()[1].expect_rows, Some(1));
 //! ```
 
+pub mod operator;
+
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -15,6 +15,10 @@ use crate::crypto::{PublicKey, Signatures};
 use crate::policy::{AgreementPolicy, PolicySpec};
 use crate::{ClientId, NetworkId, OrgId};
 
+mod builder;
+
+pub use builder::{NetworkBuilder, PortPlan, Service, all_grants};
+
 /// A configuration file could not be read, parsed or validated.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -131,10 +131,9 @@ fn check_network(named: &NetworkId, network: &NetworkConfig) -> Result<(), Inval
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
     use crate::BlockNumber;
+    use crate::config::{NetworkBuilder, PortPlan};
     use crate::crypto::SigningKey;
     use crate::tx::{
         ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Statement, Transaction,
@@ -149,20 +148,13 @@ mod tests {
     }
 
     fn network() -> NetworkConfig {
-        let mut text = String::from(
-            "network_id = \"net\"\nagreement_policy = \"any-2\"\nendorsement_policy = \"any-2\"\n",
-        );
+        let mut b = NetworkBuilder::new("net", "any-2", PortPlan { base: 7010 })
+            .endorsement_policy("any-2");
         for i in 1..=3u8 {
-            text.push_str(&format!(
-                "[[orgs]]\nid = {i}\nname = \"o{i}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:7{i}01\"\ncommit_endpoint = \"127.0.0.1:7{i}02\"\n",
-                org_key(i).public_key()
-            ));
+            b.org(&org_key(i).public_key(), "127.0.0.1");
         }
-        text.push_str(&format!(
-            "[[clients]]\nid = \"alice\"\npublic_key = \"{}\"\n",
-            client_key().public_key()
-        ));
-        NetworkConfig::from_toml(&text, Path::new("network.toml")).unwrap()
+        b.client("alice", &client_key().public_key(), Vec::new());
+        b.config("network.toml").unwrap()
     }
 
     fn chained(nonce: u64, endorsers: &[u8]) -> ChainedTransaction {

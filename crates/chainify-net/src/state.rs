@@ -17,7 +17,7 @@ use chainify_core::ranges::RangeNode;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, Digest, NetworkId, OrgId, Value};
-use chainify_node::{PeerFuture, StateOffer, StatePeer, StatePeers, StateServer};
+use chainify_node::{PeerError, PeerFuture, StateOffer, StatePeer, StatePeers, StateServer};
 use chainify_proto::pb;
 use chainify_proto::pb::commit_service_client::CommitServiceClient;
 use chainify_storage::Backend;
@@ -262,8 +262,12 @@ impl GrpcStatePeer {
         }
     }
 
-    fn failed(&self, what: &str, s: &Status) -> String {
-        format!("{what} from organization {}: {}", self.org, s.message())
+    fn failed(&self, what: &str, s: &Status) -> PeerError {
+        PeerError::Unavailable(format!(
+            "{what} from organization {}: {}",
+            self.org,
+            s.message()
+        ))
     }
 }
 
@@ -293,8 +297,8 @@ impl StatePeer for GrpcStatePeer {
             let Some(entry) = r.entry else {
                 return Ok(None);
             };
-            let entry =
-                LedgerEntry::try_from(entry).map_err(|e| format!("a malformed offer: {e}"))?;
+            let entry = LedgerEntry::try_from(entry)
+                .map_err(|e| PeerError::Untrusted(format!("a malformed offer: {e}")))?;
             Ok(Some(StateOffer {
                 entry,
                 tables: r.tables,
@@ -320,8 +324,9 @@ impl StatePeer for GrpcStatePeer {
             {
                 let entry = item.map_err(|s| self.failed("ledger entries", &s))?;
                 out.push(
-                    LedgerEntry::try_from(entry)
-                        .map_err(|e| format!("a malformed ledger entry: {e}"))?,
+                    LedgerEntry::try_from(entry).map_err(|e| {
+                        PeerError::Untrusted(format!("a malformed ledger entry: {e}"))
+                    })?,
                 );
             }
             Ok(out)
@@ -356,7 +361,7 @@ impl StatePeer for GrpcStatePeer {
                 .iter()
                 .map(|d| {
                     Digest::try_from(d.as_slice())
-                        .map_err(|_| "a range digest is not 32 bytes".to_owned())
+                        .map_err(|_| PeerError::Untrusted("a range digest is not 32 bytes".into()))
                 })
                 .collect()
         })
@@ -388,7 +393,11 @@ impl StatePeer for GrpcStatePeer {
                             .into_iter()
                             .map(Value::try_from)
                             .collect::<Result<Vec<_>, _>>()
-                            .map_err(|e| format!("table {table}: a malformed value: {e}"))?,
+                            .map_err(|e| {
+                                PeerError::Untrusted(format!(
+                                    "table {table}: a malformed value: {e}"
+                                ))
+                            })?,
                     );
                 }
             }

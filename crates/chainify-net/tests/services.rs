@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chainify_client::{Client, Code, Identity, Tx, TxState, Value};
-use chainify_core::config::{NetworkConfig, OrgConfig};
+use chainify_core::config::{
+    GrantEntry, NetworkBuilder, NetworkConfig, OrdererFile, OrdererKind, OrgConfig, PortPlan,
+    StatementKind, all_grants,
+};
 use chainify_core::crypto::SigningKey;
 use chainify_net::tls::issue_network_certs;
 use chainify_net::{
@@ -59,12 +62,15 @@ async fn start(base: u16, chainify: ChainifySettings) -> Net {
     let dir = tmp.path().to_owned();
     let certs = issue_network_certs("svc", &[vec![], vec![], vec![], vec![]]).unwrap();
     write(&dir.join("ca.pem"), &certs.ca.cert_pem);
-    let mut text = format!(
-        "network_id = \"svc\"\nagreement_policy = \"any-2\"\ntables = [\"accounts\", \"savings\", \"checking\"]\n\
-         [block]\nmax_block_txs = 32\nbatch_timeout_ms = 20\n\
-         [orderer]\nkind = \"solo\"\nsolo_endpoint = \"127.0.0.1:{}\"\n[tls]\nca = \"ca.pem\"\n",
-        base + 99
-    );
+    let mut builder = NetworkBuilder::new("svc", "any-2", PortPlan { base })
+        .tables(&["accounts".into(), "savings".into(), "checking".into()])
+        .block(32, 20)
+        .orderer(OrdererFile {
+            kind: OrdererKind::Solo,
+            solo_endpoint: Some(format!("127.0.0.1:{}", base + 99)),
+            ..OrdererFile::default()
+        })
+        .tls(Path::new("ca.pem"));
     let mut keys = Vec::new();
     for n in 1..=3u16 {
         let (key, der) = SigningKey::generate().unwrap();
@@ -79,24 +85,22 @@ async fn start(base: u16, chainify: ChainifySettings) -> Net {
             &org_dir.join("tls.key"),
             &certs.orgs[n as usize - 1].key_pem,
         );
-        let port = base + 10 * (n - 1);
-        text.push_str(&format!(
-            "[[orgs]]\nid = {n}\nname = \"org{n}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:{port}\"\ncommit_endpoint = \"127.0.0.1:{}\"\n",
-            key.public_key(),
-            port + 1
-        ));
+        builder.org(&key.public_key(), "127.0.0.1");
         keys.push(key);
     }
     let (client, client_der) = SigningKey::generate().unwrap();
     let (reader, reader_der) = SigningKey::generate().unwrap();
     write(&dir.join("reader.pk8"), &reader_der);
-    text.push_str(&format!(
-        "[[clients]]\nid = \"client1\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"*\"\nkinds = [\"select\", \"insert\", \"update\", \"delete\"]\n\
-         [[clients]]\nid = \"reader\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"checking\"\nkinds = [\"select\", \"update\"]\n",
-        client.public_key(),
-        reader.public_key()
-    ));
-    write(&dir.join("network.toml"), &text);
+    builder.client("client1", &client.public_key(), all_grants());
+    let checking = GrantEntry {
+        table: "checking".into(),
+        kinds: vec![StatementKind::Select, StatementKind::Update],
+    };
+    builder.client("reader", &reader.public_key(), vec![checking]);
+    write(
+        &dir.join("network.toml"),
+        toml::to_string(&builder.build()).unwrap(),
+    );
     let network = NetworkConfig::load(&dir.join("network.toml")).unwrap();
 
     // The solo orderer.

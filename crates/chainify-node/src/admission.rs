@@ -649,6 +649,20 @@ pub trait LocalEndorsing: Send + Sync {
     ) -> Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>>;
 }
 
+impl<T: LocalEndorsing + ?Sized> LocalEndorsing for Arc<T> {
+    fn admission(&self, org: OrgId) -> Option<Arc<Admission>> {
+        (**self).admission(org)
+    }
+
+    fn in_ledger<'a>(
+        &'a self,
+        org: OrgId,
+        id: TxId,
+    ) -> Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>> {
+        (**self).in_ledger(org, id)
+    }
+}
+
 /// An [`Endorser`] within one process: the other organization's [`Admission::verdict`] is
 /// called directly, for the origin `origin`.
 pub struct LocalEndorser<L> {
@@ -710,9 +724,8 @@ mod tests {
             .map_err(|e| e.to_string())
     }
 
-    use std::path::Path;
-
     use chainify_core::NetworkId;
+    use chainify_core::config::{GrantEntry, NetworkBuilder, PortPlan, StatementKind};
     use chainify_core::tx::{ProposalBody, Statement, Transaction};
     use chainify_sql::Schema;
 
@@ -726,20 +739,17 @@ mod tests {
 
     /// Three organizations, endorsement `policy`; client alice may update `kv` only.
     fn network(policy: &str) -> Arc<NetworkConfig> {
-        let mut text = format!(
-            "network_id = \"net\"\nagreement_policy = \"any-2\"\nendorsement_policy = \"{policy}\"\n"
-        );
+        let mut b =
+            NetworkBuilder::new("net", "any-2", PortPlan { base: 7010 }).endorsement_policy(policy);
         for i in 1..=3u32 {
-            text.push_str(&format!(
-                "[[orgs]]\nid = {i}\nname = \"o{i}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:7{i}01\"\ncommit_endpoint = \"127.0.0.1:7{i}02\"\n",
-                org_key(i).public_key()
-            ));
+            b.org(&org_key(i).public_key(), "127.0.0.1");
         }
-        text.push_str(&format!(
-            "[[clients]]\nid = \"alice\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"kv\"\nkinds = [\"update\"]\n",
-            client_key().public_key()
-        ));
-        Arc::new(NetworkConfig::from_toml(&text, Path::new("network.toml")).expect("network"))
+        let update_kv = GrantEntry {
+            table: "kv".into(),
+            kinds: vec![StatementKind::Update],
+        };
+        b.client("alice", &client_key().public_key(), vec![update_kv]);
+        Arc::new(b.config("network.toml").expect("network"))
     }
 
     fn admission(org: u32, network: &Arc<NetworkConfig>) -> Admission {

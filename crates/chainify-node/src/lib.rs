@@ -15,17 +15,15 @@
 //! - [`transfer`]: state transfer from an agreeing organization.
 //! - [`transport`]: how CommitServers exchange votes and certificates; [`LocalNetwork`] within
 //!   one process.
-//! - [`cluster`]: N organizations on any engines in one process, with fault hooks (tests, the
-//!   demo, benchmarks).
 //!
 //! Where it sits: the I/O runtime of an organization (tokio, its database through
 //! `chainify-storage`) above `chainify-sql`, `chainify-commit` and `chainify-orderer`, with no
 //! network transport of its own: peers are reached through [`Transport`], [`Endorser`] and
 //! [`StatePeers`], orderers through `chainify_orderer::Orderer`. `chainify-net` serves it over
-//! gRPC; the binary's `demo` and `bench` and the benchmarks run it in process.
+//! gRPC; `chainify-testkit`'s cluster runs N of them in one process (tests, the demo,
+//! benchmarks).
 
 pub mod admission;
-pub mod cluster;
 mod execution;
 pub mod feed;
 mod gate;
@@ -50,7 +48,8 @@ pub use node::{
 };
 pub use port::{Checkpoint, ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transfer::{
-    LocalPeer, NoPeers, PeerFuture, StateOffer, StatePeer, StatePeers, StateServer,
+    LocalPeer, NoPeers, PeerError, PeerFuture, ServeError, StateOffer, StatePeer, StatePeers,
+    StateServer, TransferError,
 };
 pub use transport::{Inbox, LocalNetwork, PeerMessage, Transport};
 

@@ -47,7 +47,9 @@ use crate::ledger::{self, LedgerError};
 use crate::metrics::{Metrics, Phase};
 use crate::pipeline::{Command, Event, Notice, Pipeline, RecoveryError, Repaired, Schedule};
 use crate::port::{Checkpoint, ExecutionPort, LocalExecution, PortExecuted};
-use crate::transfer::{NoPeers, OFFER_TIMEOUT, StatePeers, StateServer, check_offer, fetch};
+use crate::transfer::{
+    NoPeers, OFFER_TIMEOUT, PeerError, StatePeers, StateServer, TransferError, check_offer, fetch,
+};
 use crate::transport::{Inbox, PeerMessage, Transport};
 
 /// A peer whose state transfer failed is tried after the others for this long.
@@ -1037,7 +1039,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
 
     /// Adopts the agreed state of another organization's newest verified checkpoint (see
     /// [`crate::transfer`]), trying every peer, newest offer first; returns the adopted block.
-    async fn transfer(&mut self) -> Result<LedgerBlock, String> {
+    async fn transfer(&mut self) -> Result<LedgerBlock, TransferError> {
         self.hold_gate().await;
         let started = Instant::now();
         let mut problems = Vec::new();
@@ -1047,7 +1049,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             futures_util::future::join_all(self.peers.peers().into_iter().map(|peer| async {
                 let answer = tokio::time::timeout(OFFER_TIMEOUT, peer.offer())
                     .await
-                    .unwrap_or_else(|_| Err(format!("no offer within {OFFER_TIMEOUT:?}")));
+                    .unwrap_or(Err(PeerError::OfferTimeout(OFFER_TIMEOUT)));
                 (peer, answer)
             }))
             .await;
@@ -1055,10 +1057,10 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             match answer {
                 Ok(Some(offer)) => match check_offer(&offer, &self.store, &self.ctx) {
                     Ok(()) => offers.push((peer, offer)),
-                    Err(e) => problems.push(format!("{}: {e}", peer.org())),
+                    Err(e) => problems.push((peer.org(), e)),
                 },
-                Ok(None) => problems.push(format!("{}: no checkpoint to offer", peer.org())),
-                Err(e) => problems.push(format!("{}: {e}", peer.org())),
+                Ok(None) => problems.push((peer.org(), PeerError::NoOffer)),
+                Err(e) => problems.push((peer.org(), e)),
             }
         }
         // Newest first, but a peer whose transfer failed lately goes last: any organization can
@@ -1075,26 +1077,16 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             let result = async {
                 // Nothing else may change the database from here to the adoption.
                 let port = self.port.clone();
-                patiently(self.settings.replay_timeout, || port.settle())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                patiently(self.settings.replay_timeout, || port.settle()).await?;
                 // A peer that stalls must not hold the recovery: the next one is tried.
                 let fetched = tokio::time::timeout(
                     self.settings.peer_transfer_timeout,
                     fetch(&self.store, &self.ctx, peer.as_ref(), &offer),
                 )
                 .await
-                .map_err(|_| {
-                    format!(
-                        "it did not complete the transfer within {:?}",
-                        self.settings.peer_transfer_timeout
-                    )
-                })??;
-                self.store
-                    .adopt(&fetched.adoption)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(fetched)
+                .map_err(|_| PeerError::TransferTimeout(self.settings.peer_transfer_timeout))??;
+                self.store.adopt(&fetched.adoption).await?;
+                Ok::<_, PeerError>(fetched)
             }
             .await;
             match result {
@@ -1115,14 +1107,14 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 Err(e) => {
                     warn!(org = %self.me, peer = %peer.org(), error = %e, "state transfer failed");
                     self.failed_peers.insert(peer.org(), Instant::now());
-                    problems.push(format!("{}: {e}", peer.org()));
+                    problems.push((peer.org(), e));
                 }
             }
         }
         Err(if problems.is_empty() {
-            "no other organization is reachable".to_owned()
+            TransferError::NoPeers
         } else {
-            problems.join("; ")
+            TransferError::Failed(problems)
         })
     }
 

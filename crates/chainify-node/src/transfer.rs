@@ -31,14 +31,85 @@ use chainify_core::tx::LedgerBlock;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::votes::{VoteContext, verify_certificate, verify_ledger_from};
 use chainify_core::{BlockNumber, Digest, OrgId, Value};
-use chainify_storage::{AdoptedBlock, Adoption, Backend, RangePatch, Store};
+use chainify_storage::{AdoptedBlock, Adoption, Backend, RangePatch, StorageError, Store};
 use tokio::sync::{Semaphore, watch};
 
-use crate::ledger;
+use crate::ExecutionError;
+use crate::ledger::{self, LedgerError};
 use crate::node::NodeStatus;
 
 /// A boxed future of a peer call (peers are used as `Arc<dyn StatePeer>`).
-pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, PeerError>> + Send + 'a>>;
+
+/// Why this organization cannot serve a peer's request for its state.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The request asks for what is not on offer or more than one call may carry.
+    #[error("{0}")]
+    Refused(String),
+    /// This organization's database.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// This organization's ledger.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The node is stopping (its scan slots closed, or the offer's task did not finish).
+    #[error("{0}")]
+    Stopping(String),
+}
+
+/// Why the transfer from one peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The peer did not answer, or refused the call (its explanation, as it came).
+    #[error("{0}")]
+    Unavailable(String),
+    /// It had nothing to offer.
+    #[error("no checkpoint to offer")]
+    NoOffer,
+    /// It did not offer within [`OFFER_TIMEOUT`].
+    #[error("no offer within {0:?}")]
+    OfferTimeout(Duration),
+    /// It did not complete the transfer in time.
+    #[error("it did not complete the transfer within {0:?}")]
+    TransferTimeout(Duration),
+    /// What it sent is not what the network agreed (wrong network or tables, a certificate or
+    /// ledger that does not verify, rows that do not make the agreed state, malformed data).
+    #[error("{0}")]
+    Untrusted(String),
+    /// Served in this process: the peer's own failure.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// This organization's database failed while fetching or adopting.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// This organization's ledger.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// This organization's execution component did not settle before the adoption.
+    #[error(transparent)]
+    Execution(#[from] ExecutionError),
+}
+
+/// Why no organization transferred its state: each asked organization's failure, in the order
+/// they were tried.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// No other organization is configured or reachable.
+    #[error("no other organization is reachable")]
+    NoPeers,
+    /// Every organization asked failed.
+    #[error("{}", list(.0))]
+    Failed(Vec<(OrgId, PeerError)>),
+}
+
+fn list(failures: &[(OrgId, PeerError)]) -> String {
+    failures
+        .iter()
+        .map(|(org, e)| format!("{org}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 /// How long a checkpoint stays exempt from pruning after a transfer last used it.
 pub const PIN_FOR: Duration = Duration::from_secs(120);
@@ -172,16 +243,16 @@ impl<B: Backend> StateServer<B> {
     /// The newest checkpoint of an agreed block whose snapshots hold the block's state digest.
     /// The check scans the checkpoint once; it finishes and is remembered even when the asking
     /// peer stops waiting (a large checkpoint takes longer than one request may).
-    pub async fn offer(self: &Arc<Self>) -> Result<Option<StateOffer>, String> {
+    pub async fn offer(self: &Arc<Self>) -> Result<Option<StateOffer>, ServeError> {
         let server = self.clone();
         tokio::spawn(async move { server.offer_now().await })
             .await
-            .map_err(|e| format!("making an offer: {e}"))?
+            .map_err(|e| ServeError::Stopping(format!("making an offer: {e}")))?
     }
 
-    async fn offer_now(&self) -> Result<Option<StateOffer>, String> {
+    async fn offer_now(&self) -> Result<Option<StateOffer>, ServeError> {
         let agreed = self.agreed();
-        let checkpoints = self.store.checkpoints().await.map_err(|e| e.to_string())?;
+        let checkpoints = self.store.checkpoints().await?;
         for c in checkpoints
             .into_iter()
             .rev()
@@ -192,15 +263,9 @@ impl<B: Backend> StateServer<B> {
                 self.pin(c);
                 return Ok(Some(offer));
             }
-            let entry = ledger::entry(&self.store, c)
-                .await
-                .map_err(|e| e.to_string())?;
-            let _scan = self.scans.acquire().await.map_err(|e| e.to_string())?;
-            let held = self
-                .store
-                .checkpoint_state_digest(c)
-                .await
-                .map_err(|e| e.to_string())?;
+            let entry = ledger::entry(&self.store, c).await?;
+            let _scan = self.scan().await?;
+            let held = self.store.checkpoint_state_digest(c).await?;
             if held != entry.block.state_digest {
                 tracing::warn!(checkpoint = %c, %held, agreed = %entry.block.state_digest,
                     "a checkpoint does not hold its agreed state; not offered");
@@ -222,34 +287,38 @@ impl<B: Backend> StateServer<B> {
         &self,
         from: BlockNumber,
         to: BlockNumber,
-    ) -> Result<Vec<LedgerEntry>, String> {
+    ) -> Result<Vec<LedgerEntry>, ServeError> {
         let to = to.min(self.agreed());
         if to.0 >= from.0 && to.0 - from.0 >= LEDGER_CHUNK {
-            return Err(format!(
+            return Err(ServeError::Refused(format!(
                 "blocks {from}..={to}: at most {LEDGER_CHUNK} ledger entries per call"
-            ));
+            )));
         }
         let mut out = Vec::new();
         for b in from.0.max(1)..=to.0 {
-            out.push(
-                ledger::entry(&self.store, BlockNumber(b))
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
+            out.push(ledger::entry(&self.store, BlockNumber(b)).await?);
         }
         Ok(out)
     }
 
     /// Checks that `block` is the checkpoint on offer.
-    fn offered(&self, block: BlockNumber) -> Result<(), String> {
+    fn offered(&self, block: BlockNumber) -> Result<(), ServeError> {
         let offered = self.served().offer.as_ref().map(|o| o.entry.block.number);
         if offered != Some(block) {
-            return Err(format!(
+            return Err(ServeError::Refused(format!(
                 "the checkpoint at block {block} is not on offer (ask for an offer first)"
-            ));
+            )));
         }
         self.pin(block);
         Ok(())
+    }
+
+    /// One of the scan slots (a checkpoint scan reads a whole table).
+    async fn scan(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ServeError> {
+        self.scans
+            .acquire()
+            .await
+            .map_err(|e| ServeError::Stopping(e.to_string()))
     }
 
     /// The digests of `nodes` of `table`'s tree in the checkpoint on offer.
@@ -258,30 +327,26 @@ impl<B: Backend> StateServer<B> {
         block: BlockNumber,
         table: &str,
         nodes: &[RangeNode],
-    ) -> Result<Vec<Digest>, String> {
+    ) -> Result<Vec<Digest>, ServeError> {
         self.offered(block)?;
         if nodes.len() > MAX_NODES_PER_CALL {
-            return Err(format!(
+            return Err(ServeError::Refused(format!(
                 "{} nodes asked for; at most {MAX_NODES_PER_CALL} per call",
                 nodes.len()
-            ));
+            )));
         }
         if let Some(bad) = nodes.iter().find(|n| !n.is_valid()) {
-            return Err(format!("there is no range node {bad:?}"));
+            return Err(ServeError::Refused(format!(
+                "there is no range node {bad:?}"
+            )));
         }
         let key = (block, table.to_owned());
         let cached = self.served().trees.get(&key).cloned();
         let tree = match cached {
             Some(t) => t,
             None => {
-                let _scan = self.scans.acquire().await.map_err(|e| e.to_string())?;
-                let tree = Arc::new(
-                    self.store
-                        .range_tree(table, Some(block))
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .digests(),
-                );
+                let _scan = self.scan().await?;
+                let tree = Arc::new(self.store.range_tree(table, Some(block)).await?.digests());
                 let mut served = self.served();
                 // Trees of older checkpoints are not asked for again.
                 served.trees.retain(|(b, _), _| *b == block);
@@ -298,17 +363,14 @@ impl<B: Backend> StateServer<B> {
         block: BlockNumber,
         table: &str,
         ranges: &[u32],
-    ) -> Result<Vec<Vec<Value>>, String> {
+    ) -> Result<Vec<Vec<Value>>, ServeError> {
         self.offered(block)?;
         if let Some(bad) = ranges.iter().find(|r| **r >= LEAVES) {
-            return Err(format!("there is no key range {bad}"));
+            return Err(ServeError::Refused(format!("there is no key range {bad}")));
         }
         let ranges: BTreeSet<u32> = ranges.iter().copied().collect();
-        let _scan = self.scans.acquire().await.map_err(|e| e.to_string())?;
-        self.store
-            .checkpoint_rows(block, table, &ranges)
-            .await
-            .map_err(|e| e.to_string())
+        let _scan = self.scan().await?;
+        Ok(self.store.checkpoint_rows(block, table, &ranges).await?)
     }
 }
 
@@ -331,10 +393,10 @@ impl<B: Backend> StatePeer for LocalPeer<B> {
         self.org
     }
     fn offer(&self) -> PeerFuture<'_, Option<StateOffer>> {
-        Box::pin(self.server.offer())
+        Box::pin(async { Ok(self.server.offer().await?) })
     }
     fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
-        Box::pin(self.server.ledger(from, to))
+        Box::pin(async move { Ok(self.server.ledger(from, to).await?) })
     }
     fn digests(
         &self,
@@ -342,7 +404,7 @@ impl<B: Backend> StatePeer for LocalPeer<B> {
         table: String,
         nodes: Vec<RangeNode>,
     ) -> PeerFuture<'_, Vec<Digest>> {
-        Box::pin(async move { self.server.digests(block, &table, &nodes).await })
+        Box::pin(async move { Ok(self.server.digests(block, &table, &nodes).await?) })
     }
     fn rows(
         &self,
@@ -350,7 +412,7 @@ impl<B: Backend> StatePeer for LocalPeer<B> {
         table: String,
         ranges: Vec<u32>,
     ) -> PeerFuture<'_, Vec<Vec<Value>>> {
-        Box::pin(async move { self.server.rows(block, &table, &ranges).await })
+        Box::pin(async move { Ok(self.server.rows(block, &table, &ranges).await?) })
     }
 }
 
@@ -373,24 +435,28 @@ pub(crate) fn check_offer<B: Backend>(
     offer: &StateOffer,
     store: &Store<B>,
     ctx: &VoteContext,
-) -> Result<(), String> {
+) -> Result<(), PeerError> {
+    let untrusted = PeerError::Untrusted;
     let LedgerEntry { block, certificate } = &offer.entry;
     if block.network != ctx.network {
-        return Err(format!("it offers a block of network {}", block.network));
+        return Err(untrusted(format!(
+            "it offers a block of network {}",
+            block.network
+        )));
     }
     if certificate.block != block.number || certificate.ledger_block_hash != block.hash() {
-        return Err(format!(
+        return Err(untrusted(format!(
             "the certificate it offers is not for block {}",
             block.number
-        ));
+        )));
     }
-    verify_certificate(certificate, ctx).map_err(|e| e.to_string())?;
+    verify_certificate(certificate, ctx).map_err(|e| untrusted(e.to_string()))?;
     let ours: Vec<String> = store.tables().keys().cloned().collect();
     if offer.tables != ours {
-        return Err(format!(
+        return Err(untrusted(format!(
             "it shares tables {:?}, this organization {ours:?}",
             offer.tables
-        ));
+        )));
     }
     Ok(())
 }
@@ -401,20 +467,21 @@ pub(crate) async fn fetch<B: Backend>(
     ctx: &VoteContext,
     peer: &dyn StatePeer,
     offer: &StateOffer,
-) -> Result<Fetched, String> {
+) -> Result<Fetched, PeerError> {
+    let untrusted = PeerError::Untrusted;
     let block = offer.entry.block.clone();
     let c = block.number;
-    let tail = store.ledger_tail().await.map_err(|e| e.to_string())?;
+    let tail = store.ledger_tail().await?;
     let mut entries = Vec::new();
     match tail {
         Some((t, hash)) if t >= c => {
-            let ours = ledger::entry(store, c).await.map_err(|e| e.to_string())?;
+            let ours = ledger::entry(store, c).await?;
             if ours.block.hash() != block.hash() {
-                return Err(format!(
+                return Err(untrusted(format!(
                     "its block {c} has hash {}, this ledger's {} (two certified blocks: a safety violation)",
                     block.hash(),
                     hash
-                ));
+                )));
             }
         }
         _ => {
@@ -424,9 +491,9 @@ pub(crate) async fn fetch<B: Backend>(
                 let to = BlockNumber((from.0 + LEDGER_CHUNK - 1).min(c.0));
                 let chunk = peer.ledger(from, to).await?;
                 if chunk.is_empty() {
-                    return Err(format!(
+                    return Err(untrusted(format!(
                         "it sent no ledger entries for blocks {from}..={to}"
-                    ));
+                    )));
                 }
                 from = BlockNumber(from.0 + chunk.len() as u64);
                 entries.extend(chunk);
@@ -437,9 +504,11 @@ pub(crate) async fn fetch<B: Backend>(
                 entries.iter().map(|e| (&e.block, &e.certificate)),
                 ctx,
             )
-            .map_err(|e| format!("its ledger entries: {e}"))?;
+            .map_err(|e| untrusted(format!("its ledger entries: {e}")))?;
             if entries.last().map(|e| e.block.hash()) != Some(block.hash()) {
-                return Err(format!("its ledger entries do not end at block {c}"));
+                return Err(untrusted(format!(
+                    "its ledger entries do not end at block {c}"
+                )));
             }
         }
     }
@@ -451,10 +520,10 @@ pub(crate) async fn fetch<B: Backend>(
         patches = fetch_ranges(store, peer, c, true).await?;
         let found = sum(&patches);
         if found != block.state_digest {
-            return Err(format!(
+            return Err(untrusted(format!(
                 "its rows make state {found}, not the agreed {} of block {c}",
                 block.state_digest
-            ));
+            )));
         }
     }
     let ranges = patches.values().map(|p| p.patch.ranges.len()).sum();
@@ -518,17 +587,14 @@ async fn fetch_ranges<B: Backend>(
     peer: &dyn StatePeer,
     c: BlockNumber,
     every_range: bool,
-) -> Result<BTreeMap<String, TablePart>, String> {
+) -> Result<BTreeMap<String, TablePart>, PeerError> {
     let mut out = BTreeMap::new();
     for (name, t) in store.tables().iter() {
         // Fetching every range keeps no local row: no need to read them.
         let (differing, mut state): (Vec<u32>, StateHash) = if every_range {
             ((0..LEAVES).collect(), StateHash::empty())
         } else {
-            let local = store
-                .range_tree(name, None)
-                .await
-                .map_err(|e| e.to_string())?;
+            let local = store.range_tree(name, None).await?;
             let digests = local.digests();
             let mut walk = Descent::new(&digests);
             while !walk.is_done() {
@@ -536,7 +602,7 @@ async fn fetch_ranges<B: Backend>(
                     .digests(c, name.clone(), walk.asking().to_vec())
                     .await?;
                 walk.answer(&answer)
-                    .map_err(|e| format!("table {name}: {e}"))?;
+                    .map_err(|e| PeerError::Untrusted(format!("table {name}: {e}")))?;
             }
             let mut kept = local.total();
             for r in walk.differing() {
@@ -550,10 +616,10 @@ async fn fetch_ranges<B: Backend>(
             let width = t.columns.len();
             for (i, row) in rows.iter().enumerate() {
                 if row.len() != width {
-                    return Err(format!(
+                    return Err(PeerError::Untrusted(format!(
                         "table {name} row {i}: {} values for {width} columns",
                         row.len()
-                    ));
+                    )));
                 }
                 state.add(&RowHash::of(name, row));
             }

@@ -1,21 +1,20 @@
 //! The Whatever-Voting pipeline end to end: organizations on PostgreSQL, MariaDB and SQLite,
 //! each with its own node, behind the in-process orderer.
 
-mod common;
-
 use std::time::Duration;
 
 use chainify_core::OrgId;
-use chainify_node::cluster::Cluster;
 use chainify_orderer::LocalOrderer;
-use common::*;
+use chainify_testkit::cluster::Cluster;
+use chainify_testkit::engines::*;
+use chainify_testkit::smallbank::*;
 
 const ACCOUNTS: u64 = 200;
 const WAIT: Duration = Duration::from_secs(120);
 
 fn local(
-    spec: &chainify_node::cluster::ClusterSpec,
-) -> chainify_node::cluster::SharedOrderer<LocalOrderer> {
+    spec: &chainify_testkit::cluster::ClusterSpec,
+) -> chainify_testkit::cluster::SharedOrderer<LocalOrderer> {
     shared(LocalOrderer::start(
         spec.network.network_id.clone(),
         spec.network.max_block_txs,

@@ -2,15 +2,14 @@
 //! organization has its own Kafka client, producing time-to-cut markers from where its ledger
 //! ends; PostgreSQL, MariaDB and SQLite organizations agree under Any-2 and All-3.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chainify_core::{NetworkId, OrgId};
-use chainify_node::cluster::{Cluster, OrdererFactory};
 use chainify_orderer::{KafkaOrderer, KafkaSettings, OrdererError, Resume};
-use common::*;
+use chainify_testkit::cluster::{Cluster, OrdererFactory};
+use chainify_testkit::engines::*;
+use chainify_testkit::smallbank::*;
 
 const ACCOUNTS: u64 = 200;
 

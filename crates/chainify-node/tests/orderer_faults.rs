@@ -2,8 +2,6 @@
 //! flags the same transactions, appends only agreed blocks, and goes on correctly (an
 //! organization the orderer deceived takes the agreed state from another one).
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -11,10 +9,12 @@ use std::time::Duration;
 use chainify_core::ranges::RangeNode;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::{BlockNumber, Digest, OrgId, Value};
-use chainify_node::cluster::{Cluster, ClusterSpec, OrdererFactory};
 use chainify_node::{PeerFuture, StateOffer, StatePeer};
-use chainify_orderer::{Fault, FaultyOrderer, LocalOrderer, OrdererError, Resume};
-use common::*;
+use chainify_orderer::{LocalOrderer, OrdererError, Resume};
+use chainify_testkit::cluster::{Cluster, ClusterSpec, OrdererFactory};
+use chainify_testkit::engines::*;
+use chainify_testkit::faulty::{Fault, FaultyOrderer};
+use chainify_testkit::smallbank::*;
 
 const ACCOUNTS: u64 = 100;
 const BLOCK: usize = 20;

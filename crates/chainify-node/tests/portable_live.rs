@@ -5,17 +5,16 @@
 //! colluding organization could): every organization marks them invalid alike. At the end the
 //! ledgers and tables are identical, nobody recovered or raised an alarm, and every node runs.
 
-mod common;
-
 use std::time::Duration;
 
 use chainify_core::tx::{Statement, Transaction};
 use chainify_core::{OrgId, Value};
-use chainify_node::cluster::Cluster;
 use chainify_orderer::LocalOrderer;
 use chainify_sql::Analyzer;
 use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions};
-use common::*;
+use chainify_testkit::cluster::Cluster;
+use chainify_testkit::engines::*;
+use chainify_testkit::smallbank::*;
 
 const ITEMS: &str = "CREATE TABLE items (k BIGINT NOT NULL PRIMARY KEY, n INTEGER, price DECIMAL(10,2), label VARCHAR(16), note TEXT, flag BOOLEAN)";
 const ROWS: [&str; 4] = [
@@ -52,7 +51,7 @@ async fn every_construct_class_is_refused_or_agreed_on_three_engines() {
         drop(conn);
         backend.close().await;
     }
-    let mut spec = chainify_node::cluster::ClusterSpec::generate(
+    let mut spec = chainify_testkit::cluster::ClusterSpec::generate(
         "portable_live",
         "any-2",
         8,

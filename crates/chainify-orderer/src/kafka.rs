@@ -284,7 +284,27 @@ impl Orderer for KafkaOrderer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::transaction;
+    use chainify_core::crypto::Signature;
+    use chainify_core::tx::{Proposal, ProposalBody, Statement, Transaction};
+    use chainify_core::{ClientId, NetworkId};
+
+    fn transaction(nonce: u64) -> ChainedTransaction {
+        let body = ProposalBody {
+            client: ClientId::new("client1").expect("a valid name"),
+            nonce,
+            network: NetworkId::new("kafka").expect("a valid name"),
+            transaction: Transaction {
+                statements: vec![Statement::new("UPDATE kv SET v = 1", vec![])],
+            },
+        };
+        ChainedTransaction {
+            proposal: Proposal {
+                body,
+                signature: Signature([7; 64]),
+            },
+            responses: vec![],
+        }
+    }
 
     #[test]
     fn entries_round_trip_and_garbage_is_skipped() {

@@ -5,9 +5,10 @@
 //!
 //! - [`Orderer`]: broadcast a transaction, deliver blocks from a number on;
 //! - [`LocalOrderer`]: in-process, the embedded default (tests, the demo);
-//! - [`KafkaOrderer`]: a single-partition Kafka topic per network (production);
-//! - [`FaultyOrderer`]: reorders, drops, duplicates, forges or equivocates, for fault tests;
-//! - [`conformance`]: the suite every orderer passes.
+//! - [`KafkaOrderer`]: a single-partition Kafka topic per network (production).
+//!
+//! The suite every orderer passes and a misbehaving orderer for fault tests are in
+//! `chainify-testkit`.
 //!
 //! Where it sits: above `chainify-core` and `chainify-proto` (the encoding of Kafka log entries).
 //! [`BlockCutter`] is pure; the orderers do I/O (tokio, rdkafka). Used by `chainify-node` (the
@@ -15,11 +16,8 @@
 //! binary and the benchmarks.
 
 mod cutter;
-mod faulty;
 mod kafka;
 mod local;
-
-pub mod conformance;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,7 +27,6 @@ use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use futures_util::Stream;
 
 pub use cutter::{BlockCutter, LogEntry};
-pub use faulty::{Fault, FaultyOrderer, apply as apply_fault};
 pub use kafka::{KafkaOrderer, KafkaSettings, decode_entry, encode_entry};
 pub use local::LocalOrderer;
 

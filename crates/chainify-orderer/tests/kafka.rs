@@ -4,8 +4,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chainify_core::BlockNumber;
-use chainify_orderer::conformance::{self, network, transaction};
 use chainify_orderer::{KafkaOrderer, KafkaSettings, Orderer, Resume};
+use chainify_testkit::conformance::orderer::{self as conformance, network, transaction};
 use futures_util::StreamExt;
 
 fn settings(test: &str, max: usize, timeout: Duration) -> KafkaSettings {

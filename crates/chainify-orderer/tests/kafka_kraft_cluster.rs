@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use chainify_orderer::conformance::{network, transaction};
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, Resume};
+use chainify_testkit::conformance::orderer::{network, transaction};
 use futures_util::StreamExt;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};

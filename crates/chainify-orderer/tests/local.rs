@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chainify_orderer::LocalOrderer;
-use chainify_orderer::conformance::{self, network};
+use chainify_testkit::conformance::orderer::{self as conformance, network};
 
 async fn local(max: usize, timeout: Duration) -> LocalOrderer {
     LocalOrderer::start(network(), max, timeout)

@@ -1,5 +1,6 @@
 //! The backend trait: the few engine-specific operations everything else is written against.
-//! A fourth engine implements [`Backend`] and [`Conn`] and runs [`crate::conformance`].
+//! A fourth engine implements [`Backend`] and [`Conn`] and runs the conformance suite
+//! (`chainify_testkit::conformance::storage`).
 
 use std::future::Future;
 

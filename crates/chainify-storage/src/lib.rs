@@ -6,8 +6,9 @@
 //!   one of them from the URL at run time;
 //! - [`Store`]: everything else, written once against the trait: shared-table registration with
 //!   generated digest tables and triggers ([`ddl`]), the block executor ([`Store::execute_block`])
-//!   and its digest, checkpoints and restore, the hash-chained ledger;
-//! - [`conformance`]: the suite every backend passes.
+//!   and its digest, checkpoints and restore, the hash-chained ledger.
+//!
+//! The suite every backend passes is `chainify_testkit::conformance::storage`.
 //!
 //! The digest is documented in `docs/design/digest.md`; values are normalized as described in
 //! the `value` module so honest engines produce identical bytes.
@@ -20,7 +21,6 @@ mod any;
 mod backend;
 pub mod catalog;
 mod checkpoint;
-pub mod conformance;
 pub mod ddl;
 mod error;
 mod exec;

@@ -2,18 +2,18 @@
 //! identical tables: awkward values, then high-conflict Smallbank blocks run in parallel on the
 //! servers and serially on SQLite (the oracle: parallel equals serial, across engines).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use chainify_core::ranges::Descent;
 use chainify_core::{BlockNumber, Digest, Value};
-use chainify_storage::conformance::{ACCOUNTS, Fixture, awkward_digests, block, dump_all, setup};
 use chainify_storage::{
     AdoptedBlock, Adoption, Backend, ExecMode, RangePatch, Store, StoreOptions,
 };
+use chainify_testkit::conformance::storage::{
+    ACCOUNTS, Fixture, awkward_digests, block, dump_all, setup,
+};
+use chainify_testkit::engines::{MySqlFixture, PgFixture, SqliteFixture};
 use chainify_workload::{KeyDistribution, Smallbank};
-use common::{MySqlFixture, PgFixture, SqliteFixture};
 
 async fn digests_on<F: Fixture>(
     f: &F,
@@ -80,7 +80,7 @@ async fn identical_digests_and_tables_on_every_engine() {
 /// the state digest stays equal to a full scan.
 async fn decimal_keys_on<F: Fixture>(f: &F) -> Vec<(Digest, Digest)> {
     use chainify_core::tx::{Statement, Transaction};
-    use chainify_storage::conformance::outside;
+    use chainify_testkit::conformance::storage::outside;
     let store = setup(f, "decimal_keys", StoreOptions::default()).await;
     outside(
         store.backend(),
@@ -205,7 +205,7 @@ async fn transfer_to<S: Backend, F: Fixture>(
     next: &[Option<chainify_core::tx::Transaction>],
     f: &F,
 ) {
-    use chainify_storage::conformance::outside;
+    use chainify_testkit::conformance::storage::outside;
     let target = setup(f, "transfer_target", StoreOptions::default()).await;
     outside(
         target.backend(),

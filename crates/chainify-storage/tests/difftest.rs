@@ -13,17 +13,15 @@
 //! why; `DIFFTEST_SQL` runs the statements it holds instead of generated ones (see
 //! [`given_statements`]).
 
-mod common;
-
 use chainify_core::tx::{Statement, Transaction};
 use chainify_core::{Decimal, Value};
 use chainify_sql::Analyzer;
 use chainify_sql::render::Dialect;
-use chainify_storage::conformance::{Fixture, fixture_ddl, outside};
 use chainify_storage::ddl::{ReadType, select_all};
 use chainify_storage::{Backend, Conn, DbErrorKind, Store, StoreOptions};
+use chainify_testkit::conformance::storage::{Fixture, fixture_ddl, outside};
+use chainify_testkit::engines::{MySqlFixture, PgFixture, SqliteFixture};
 use chainify_workload::Rng;
-use common::{MySqlFixture, PgFixture, SqliteFixture};
 use std::fmt::Write as _;
 
 /// The tables: `d` with a column of every portable type at awkward widths, `e` for subqueries

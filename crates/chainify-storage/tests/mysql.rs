@@ -1,13 +1,11 @@
 //! The conformance suite on a real mysql server, plus mysql-specific faults.
 
-mod common;
+use chainify_testkit::engines::MySqlFixture;
 
-use common::MySqlFixture;
+chainify_testkit::storage_conformance_tests!(MySqlFixture);
 
-chainify_storage::conformance_tests!(MySqlFixture);
-
-use chainify_storage::conformance::database_lost_mid_block;
 use chainify_storage::{MySql, StoreOptions};
+use chainify_testkit::conformance::storage::database_lost_mid_block;
 use sqlx::{AssertSqlSafe, Executor};
 
 #[tokio::test]

@@ -1,13 +1,11 @@
 //! The conformance suite on a real postgres server, plus postgres-specific faults.
 
-mod common;
+use chainify_testkit::engines::PgFixture;
 
-use common::PgFixture;
+chainify_testkit::storage_conformance_tests!(PgFixture);
 
-chainify_storage::conformance_tests!(PgFixture);
-
-use chainify_storage::conformance::database_lost_mid_block;
 use chainify_storage::{Postgres, StoreOptions};
+use chainify_testkit::conformance::storage::database_lost_mid_block;
 use sqlx::{AssertSqlSafe, Executor};
 
 #[tokio::test]

@@ -1,10 +1,8 @@
 //! The conformance suite on a real sqlite server, plus sqlite-specific faults.
 
-mod common;
+use chainify_testkit::engines::SqliteFixture;
 
-use common::SqliteFixture;
-
-chainify_storage::conformance_tests!(SqliteFixture);
+chainify_testkit::storage_conformance_tests!(SqliteFixture);
 
 use chainify_storage::{Sqlite, StoreOptions};
 

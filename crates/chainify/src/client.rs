@@ -17,8 +17,9 @@ use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{OrgId, Value};
 use chainify_proto::pb;
 use chainify_sql::json::{value_from_json, value_to_json};
-use futures_util::StreamExt;
 use serde_json::{Value as Json, json};
+
+use chainify_client::operator::{network_ca, read_ledger};
 
 use crate::analyze::parse_block;
 use crate::serve::runtime;
@@ -122,14 +123,6 @@ pub(crate) struct VerifyArgs {
     expect_hash: Option<String>,
 }
 
-pub(crate) fn ca_of(network: &NetworkConfig) -> anyhow::Result<Option<Vec<u8>>> {
-    network
-        .tls_ca
-        .as_ref()
-        .map(|p| std::fs::read(p).with_context(|| format!("CA certificate {}", p.display())))
-        .transpose()
-}
-
 async fn client(t: &Target) -> anyhow::Result<(Client, NetworkConfig)> {
     let network = NetworkConfig::load(&t.network)?;
     let endpoint = match &t.endpoint {
@@ -148,7 +141,7 @@ async fn client(t: &Target) -> anyhow::Result<(Client, NetworkConfig)> {
     });
     let identity = Identity::load(&t.client, &key)?;
     let mut connect = Client::connect(&endpoint, network.network_id.as_str(), identity);
-    if let Some(ca) = ca_of(&network)? {
+    if let Some(ca) = network_ca(&network)? {
         connect = connect.tls_ca_pem(ca);
     }
     Ok((connect.connect().await?, network))
@@ -246,10 +239,10 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<()> {
     let mut targets: Vec<(String, Option<Vec<u8>>)> = Vec::new();
     for path in &args.configs {
         let cfg = chainify_core::config::OrgConfig::load(path)?;
-        targets.push((cfg.listen.admin.clone(), ca_of(&cfg.network)?));
+        targets.push((cfg.listen.admin.clone(), network_ca(&cfg.network)?));
     }
     let ca = match &args.network {
-        Some(n) => ca_of(&NetworkConfig::load(n)?)?,
+        Some(n) => network_ca(&NetworkConfig::load(n)?)?,
         None => None,
     };
     for a in &args.admins {
@@ -309,37 +302,6 @@ pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<()> {
     })
 }
 
-/// `org`'s whole ledger, over its CommitService.
-pub(crate) async fn read_ledger(
-    network: &NetworkConfig,
-    org: OrgId,
-) -> anyhow::Result<Vec<LedgerEntry>> {
-    let info = network
-        .orgs
-        .get(&org)
-        .with_context(|| format!("--org {}: no such organization in the network", org.0))?;
-    let channel = chainify_client::channel(&info.commit_endpoint, ca_of(network)?.as_deref())?;
-    let mut commit = pb::commit_service_client::CommitServiceClient::new(channel)
-        .max_decoding_message_size(256 * 1024 * 1024);
-    let mut stream = commit
-        .get_ledger(pb::GetLedgerRequest {
-            from_block: 1,
-            to_block: 0,
-        })
-        .await
-        .with_context(|| format!("reading the ledger of {org}"))?
-        .into_inner();
-    let mut entries = Vec::new();
-    while let Some(e) = stream.next().await {
-        let e = e.with_context(|| format!("reading the ledger of {org}"))?;
-        let n = entries.len() + 1;
-        entries.push(
-            LedgerEntry::try_from(e).with_context(|| format!("ledger entry {n} is malformed"))?,
-        );
-    }
-    Ok(entries)
-}
-
 /// The exit code of `verify-ledger`: 0 every check passed, 1 one failed (the report says
 /// which), 2 the ledger could not be read (an error naming the source).
 pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -354,7 +316,12 @@ pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode
         .transpose()?;
     let (entries, data) = runtime()?.block_on(async {
         match (&args.org, &args.database) {
-            (Some(org), None) => Ok((read_ledger(&network, OrgId(*org)).await?, None)),
+            (Some(org), None) => Ok((
+                read_ledger(&network, OrgId(*org))
+                    .await
+                    .with_context(|| format!("reading the ledger of organization {org}"))?,
+                None,
+            )),
             (None, Some(url)) => read_database(url, args.data).await,
             _ => bail!("give --org N (over gRPC) or --database URL"),
         }

@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chainify_core::OrgId;
-use chainify_node::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_node::{NodeSettings, RecoveryReport};
 use chainify_orderer::LocalOrderer;
+use chainify_testkit::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_workload::{KeyDistribution, YcsbRecord};
 use serde::Serialize;
 
-use crate::drive::{Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, heights, percentile};
+use chainify_bench::drive::{
+    Load, PLAIN_PROGRESS_EVERY, SETTLE, Screen, Workload, heights, percentile,
+};
 
 /// The organization whose commits the clients observe (latency is submit → appended there).
 const OBSERVER: OrgId = OrgId(1);
@@ -96,7 +98,7 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<std::process::ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (dir, temporary) = crate::drive::scratch_dir(&args.dir, "demo")?;
+    let (dir, temporary) = chainify_bench::drive::scratch_dir(&args.dir, "demo")?;
     let result = runtime.block_on(demo(args, &dir));
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);

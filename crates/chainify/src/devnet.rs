@@ -18,9 +18,11 @@ use chainify_core::config::OrgConfig;
 use chainify_workload::YcsbRecord;
 use serde_json::json;
 
-use crate::drive::{Workload, engine_url, server_url};
 use crate::init::InitArgs;
 use crate::serve::runtime;
+use chainify_bench::devnet::{ACCOUNTS_FILE, pid_file, processes, read_pid};
+use chainify_bench::drive::{Workload, engine_url, server_url};
+use chainify_client::operator;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum DevnetCommand {
@@ -136,18 +138,6 @@ pub(crate) fn run(command: &DevnetCommand) -> anyhow::Result<()> {
     }
 }
 
-/// The processes of one organization, in start order: `node` (all components in one) or,
-/// for a network started with --split, `execution`, `commit`, `chainify`.
-/// The number of Smallbank accounts loaded, in the network's directory.
-pub(crate) const ACCOUNTS_FILE: &str = "accounts";
-
-pub(crate) fn processes(dir: &Path) -> Vec<&'static str> {
-    match std::fs::read_to_string(dir.join("layout")) {
-        Ok(layout) if layout.trim() == "split" => vec!["execution", "commit", "chainify"],
-        _ => vec!["node"],
-    }
-}
-
 /// The processes `component` names (all of the organization's when `None`).
 fn selected(dir: &Path, component: Option<&str>) -> anyhow::Result<Vec<&'static str>> {
     let all = processes(dir);
@@ -161,10 +151,6 @@ fn selected(dir: &Path, component: Option<&str>) -> anyhow::Result<Vec<&'static 
             ),
         },
     }
-}
-
-pub(crate) fn pid_file(dir: &Path, org: u32, process: &str) -> PathBuf {
-    dir.join(format!("org{org}/{process}.pid"))
 }
 
 fn log_file(dir: &Path, org: u32, process: &str) -> PathBuf {
@@ -363,10 +349,6 @@ fn start_process(dir: &Path, org: u32, process: &str) -> anyhow::Result<u32> {
     Ok(pid)
 }
 
-pub(crate) fn read_pid(path: &Path) -> Option<u32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
 fn alive(pid: u32) -> bool {
     // A zombie (exited, not yet reaped) counts as gone.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -440,7 +422,9 @@ fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
                         );
                     }
                 }
-                if admin_status(cfg).await.is_ok()
+                if operator::status(&mut operator::admin_client(cfg)?)
+                    .await
+                    .is_ok()
                     && tokio::net::TcpStream::connect(&cfg.listen.chainify)
                         .await
                         .is_ok()
@@ -455,34 +439,6 @@ fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
         }
         Ok(())
     })
-}
-
-pub(crate) type AdminClient =
-    chainify_proto::pb::admin_service_client::AdminServiceClient<tonic::transport::Channel>;
-
-/// A client of the organization's AdminService (connecting on first use).
-pub(crate) fn admin_client(cfg: &OrgConfig) -> anyhow::Result<AdminClient> {
-    let ca = match &cfg.network.tls_ca {
-        Some(p) => Some(std::fs::read(p)?),
-        None => None,
-    };
-    let channel = chainify_client::channel(&cfg.listen.admin, ca.as_deref())?;
-    Ok(AdminClient::new(channel))
-}
-
-/// The organization's status, within 2 s.
-pub(crate) async fn status_of(
-    admin: &mut AdminClient,
-) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
-    let mut request = tonic::Request::new(chainify_proto::pb::StatusRequest {});
-    request.set_timeout(Duration::from_secs(2));
-    Ok(admin.status(request).await?.into_inner())
-}
-
-pub(crate) async fn admin_status(
-    cfg: &OrgConfig,
-) -> anyhow::Result<chainify_proto::pb::StatusResponse> {
-    status_of(&mut admin_client(cfg)?).await
 }
 
 fn status(dir: &Path) -> anyhow::Result<()> {
@@ -506,7 +462,7 @@ fn status(dir: &Path) -> anyhow::Result<()> {
                 .collect();
             let running = pids.values().all(|p| p["running"] == json!(true));
             let status = if running {
-                match admin_status(cfg).await {
+                match operator::status(&mut operator::admin_client(cfg)?).await {
                     Ok(s) => json!({
                         "agreed_height": s.agreed_height,
                         "components": s.components.iter().map(|c| json!({

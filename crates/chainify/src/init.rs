@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use chainify_core::config::{
-    BlockFile, CheckpointFile, ClientEntry, ExecutionFile, GrantEntry, ListenFile, NetworkConfig,
-    NetworkTlsFile, OrdererFile, OrdererKind, OrgConfig, OrgEntry, OrgFile, OrgTlsFile,
-    StatementKind,
+    CheckpointFile, ExecutionFile, GrantEntry, NetworkBuilder, NetworkConfig, OrdererFile,
+    OrdererKind, OrgConfig, OrgFile, OrgTlsFile, PortPlan, StatementKind, all_grants,
 };
 use chainify_core::crypto::{Signatures, SigningKey};
 use chainify_core::policy::PolicySpec;
@@ -111,8 +110,10 @@ pub(crate) fn run(args: &InitArgs) -> anyhow::Result<()> {
     let ids = (1..=args.orgs).map(chainify_core::OrgId).collect();
     chainify_core::policy::AgreementPolicy::new(&spec, &ids)
         .map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
-    let last_port = u32::from(args.base_port) + 10 * args.orgs + 1;
-    if last_port > u32::from(u16::MAX) {
+    let ports = PortPlan {
+        base: args.base_port,
+    };
+    if let Err(last_port) = ports.check(args.orgs) {
         bail!(
             "--base-port {}: {} organizations need ports up to {last_port}",
             args.base_port,
@@ -262,7 +263,17 @@ fn write_network(
     std::fs::create_dir_all(out.join("clients"))
         .with_context(|| format!("cannot create {}", out.display()))?;
 
-    let port = |org: u32, offset: u32| u32::from(args.base_port) + 10 * (org - 1) + offset;
+    let ports = PortPlan {
+        base: args.base_port,
+    };
+    let mut network = NetworkBuilder::new(&args.network_id, &args.policy, ports)
+        .block(args.block_txs, args.batch_timeout_ms)
+        .tables(&args.tables)
+        .signatures(if args.unsigned {
+            Signatures::Off
+        } else {
+            Signatures::Ed25519
+        });
     let host = |org: u32| {
         args.hosts
             .get(org as usize - 1)
@@ -292,20 +303,13 @@ fn write_network(
         }
         Some(certs)
     };
-    let mut orgs = Vec::new();
     for i in 1..=args.orgs {
         let dir = out.join(format!("org{i}"));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let (key, der) = SigningKey::generate()?;
         write_new(&dir.join("signing.pk8"), &der)?;
-        orgs.push(OrgEntry {
-            id: i,
-            name: format!("org{i}"),
-            public_key: key.public_key().to_string(),
-            chainify_endpoint: format!("{}:{}", host(i), port(i, 0)),
-            commit_endpoint: format!("{}:{}", host(i), port(i, 1)),
-        });
+        network.org(&key.public_key(), host(i));
         let org = OrgFile {
             org_id: i,
             network_config: PathBuf::from("../network.toml"),
@@ -317,15 +321,7 @@ fn write_network(
                     final_out.join(format!("org{i}/state.db")).display()
                 ),
             },
-            listen: ListenFile {
-                chainify: format!("{public}:{}", port(i, 0)),
-                commit: format!("{public}:{}", port(i, 1)),
-                admin: format!("127.0.0.1:{}", port(i, 2)),
-                metrics: format!("127.0.0.1:{}", port(i, 3)),
-                execution: Some(format!("127.0.0.1:{}", port(i, 4))),
-                metrics_execution: Some(format!("127.0.0.1:{}", port(i, 5))),
-                metrics_chainify: Some(format!("127.0.0.1:{}", port(i, 6))),
-            },
+            listen: ports.listen(i, public),
             execution: ExecutionFile::default(),
             checkpoint: CheckpointFile {
                 interval_blocks: args.checkpoint_interval,
@@ -346,57 +342,30 @@ fn write_network(
         };
         write_new(&dir.join("org.toml"), toml::to_string(&org)?.as_bytes())?;
     }
-    let mut clients = Vec::new();
     for c in 1..=args.clients {
         let (key, der) = SigningKey::generate()?;
         write_new(&out.join(format!("clients/client{c}.pk8")), &der)?;
-        clients.push(ClientEntry {
-            id: format!("client{c}"),
-            public_key: key.public_key().to_string(),
-            grants: restricted
+        network.client(
+            &format!("client{c}"),
+            &key.public_key(),
+            restricted
                 .get(&format!("client{c}"))
                 .cloned()
-                .unwrap_or_else(|| {
-                    vec![GrantEntry {
-                        table: "*".into(),
-                        kinds: vec![
-                            StatementKind::Select,
-                            StatementKind::Insert,
-                            StatementKind::Update,
-                            StatementKind::Delete,
-                        ],
-                    }]
-                }),
-        });
+                .unwrap_or_else(all_grants),
+        );
     }
-    let network = chainify_core::config::NetworkFile {
-        network_id: args.network_id.clone(),
-        agreement_policy: args.policy.clone(),
-        endorsement_policy: None,
-        block: BlockFile {
-            max_block_txs: args.block_txs,
-            batch_timeout_ms: args.batch_timeout_ms,
-        },
-        orderer: OrdererFile {
-            kind: orderer_kind,
-            solo_endpoint: (orderer_kind == OrdererKind::Solo)
-                .then(|| format!("127.0.0.1:{}", port(args.orgs + 1, 0))),
-            kafka_brokers: args.kafka_brokers.clone(),
-            kafka_topic: args.kafka_topic.clone(),
-            kafka_replication: args.kafka_replication,
-        },
-        orgs,
-        clients,
-        tables: args.tables.clone(),
-        tls: certs.map(|_| NetworkTlsFile {
-            ca: PathBuf::from("tls/ca.pem"),
-        }),
-        signatures: if args.unsigned {
-            Signatures::Off
-        } else {
-            Signatures::Ed25519
-        },
-    };
+    let solo_endpoint = (orderer_kind == OrdererKind::Solo).then(|| network.solo_endpoint());
+    let mut network = network.orderer(OrdererFile {
+        kind: orderer_kind,
+        solo_endpoint,
+        kafka_brokers: args.kafka_brokers.clone(),
+        kafka_topic: args.kafka_topic.clone(),
+        kafka_replication: args.kafka_replication,
+    });
+    if certs.is_some() {
+        network = network.tls(Path::new("tls/ca.pem"));
+    }
+    let network = network.build();
     let network_path = out.join("network.toml");
     write_new(&network_path, toml::to_string(&network)?.as_bytes())?;
     // What init writes must load: validate everything before reporting success.

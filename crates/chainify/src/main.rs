@@ -13,17 +13,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
-mod bench;
 mod client;
 mod demo;
 mod devnet;
-mod drive;
-mod faults;
 mod init;
-mod raw;
-mod remote;
 mod serve;
-mod svg;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -45,7 +39,7 @@ enum Command {
     /// A measured run of an in-process network (SQLite, PostgreSQL or MariaDB organizations)
     /// under closed-loop clients: result.json and result.svg. Exit code 0 when every
     /// organization agrees at the end.
-    Bench(bench::BenchArgs),
+    Bench(chainify_bench::run::BenchArgs),
     /// Write keys and configuration files for a local network of N organizations.
     Init(init::InitArgs),
     /// Run one organization's components (ChainifyServer, ExecutionServer, CommitServer) with
@@ -93,7 +87,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Bench(args) => {
-            return match bench::run(&args) {
+            return match chainify_bench::run::run(&args) {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("chainify bench: {e:#}");

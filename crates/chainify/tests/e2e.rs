@@ -136,7 +136,7 @@ async fn tables(dir: &Path, org: u32) -> Vec<Vec<Vec<Value>>> {
     .unwrap();
     let mut all = Vec::new();
     for t in ["accounts", "savings", "checking"] {
-        all.push(chainify_storage::conformance::dump(&store, t).await);
+        all.push(chainify_testkit::conformance::storage::dump(&store, t).await);
     }
     store.close().await;
     all

@@ -28,6 +28,7 @@ use chainify_storage::StorageError;
 use super::{Command, Pipeline, REOPEN_AFTER_MS};
 use crate::execution::ExecutionError;
 use crate::ledger::LedgerError;
+use crate::transfer::TransferError;
 
 /// How long a recovery waits before asking for a state transfer again.
 const TRANSFER_RETRY_MS: u64 = 1000;
@@ -86,8 +87,8 @@ pub enum RecoveryError {
     #[error("nothing to replay")]
     NothingToReplay,
     /// No organization transferred its state.
-    #[error("{0}")]
-    Transfer(String),
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
 }
 
 /// A recovery that ended in an append or an adopted state.

@@ -16,6 +16,8 @@ use proptest::prelude::*;
 
 use super::tests::{Net, net_with};
 use super::*;
+use crate::transfer::TransferError;
+use chainify_storage::StorageError;
 
 /// Blocks the orderer delivers.
 const BLOCKS: u64 = 12;
@@ -186,14 +188,16 @@ impl Sim {
             }
             Command::Prune { .. } | Command::Notice(_) => {}
             Command::ListCheckpoints { .. } if unlucky => {
-                return Some(Event::Checkpoints(Err(RecoveryError::Transfer(
-                    "simulated: the database is unreachable".into(),
+                return Some(Event::Checkpoints(Err(RecoveryError::Storage(
+                    StorageError::Query("simulated: the database is unreachable".into()),
                 ))));
             }
             Command::Restore { checkpoint, .. } if unlucky => {
                 return Some(Event::RestoreFailed {
                     checkpoint,
-                    error: RecoveryError::Transfer("simulated: a snapshot is unreadable".into()),
+                    error: RecoveryError::Storage(StorageError::Checkpoint(
+                        "simulated: a snapshot is unreadable".into(),
+                    )),
                 });
             }
             Command::Replay { from, .. } if unlucky => {
@@ -271,7 +275,7 @@ impl Sim {
             })
             .max_by_key(|p| self.orgs[*p].ledger.len());
         let Some(p) = best else {
-            return Event::TransferFailed(RecoveryError::Transfer("no offer".into()));
+            return Event::TransferFailed(RecoveryError::Transfer(TransferError::NoPeers));
         };
         let height = self.orgs[p].ledger.len();
         let entries = self.orgs[p].ledger[own..height].to_vec();

@@ -13,6 +13,8 @@ use chainify_core::{BlockNumber, Digest, NetworkId, OrgId, TxId};
 use chainify_orderer::Resume;
 
 use super::*;
+use crate::transfer::{PeerError, TransferError};
+use chainify_storage::StorageError;
 
 pub(super) struct Net {
     pub(super) keys: Vec<SigningKey>,
@@ -117,6 +119,16 @@ impl Net {
             votes: orgs.iter().map(|o| self.vote(*o, block)).collect(),
         }
     }
+}
+
+/// A transfer in which organization `org` failed with `error`.
+fn peer_failed(org: u32, error: PeerError) -> RecoveryError {
+    RecoveryError::Transfer(TransferError::Failed(vec![(OrgId(org), error)]))
+}
+
+/// A restore that failed reading a checkpoint.
+fn snapshot_failed(why: &str) -> RecoveryError {
+    RecoveryError::Storage(StorageError::Checkpoint(why.into()))
 }
 
 fn vote_cmd(v: Vote) -> Command {
@@ -540,10 +552,11 @@ fn a_failing_state_transfer_is_retried_every_second_until_the_deadline_then_the_
         p.handle(1_000, Event::Checkpoints(Ok(vec![]))),
         vec![Command::TransferState]
     );
-    let failed = || Event::TransferFailed(RecoveryError::Transfer("2: unreachable".into()));
+    let failed =
+        || Event::TransferFailed(peer_failed(2, PeerError::Unavailable("unreachable".into())));
     let retry = Command::Notice(Notice::TransferRetry {
         block: BlockNumber(5),
-        reason: "2: unreachable".into(),
+        reason: "org2: unreachable".into(),
     });
     assert_eq!(p.handle(1_100, failed()), vec![retry.clone()]);
     assert_eq!(p.handle(2_099, Event::Tick), vec![]);
@@ -551,7 +564,7 @@ fn a_failing_state_transfer_is_retried_every_second_until_the_deadline_then_the_
     assert_eq!(p.handle(5_999, failed()), vec![retry]);
     assert_eq!(p.handle(6_999, Event::Tick), vec![Command::TransferState]);
     // Past the deadline (5 s after the first try).
-    let reason = "no checkpoint before block #5 is left to try (0 tried); no state transfer recovers it: 2: unreachable";
+    let reason = "no checkpoint before block #5 is left to try (0 tried); no state transfer recovers it: org2: unreachable";
     assert_eq!(
         p.handle(7_000, failed()),
         vec![Command::Commit(commit::Command::Alarm(format!(
@@ -577,9 +590,7 @@ fn without_peers_a_recovery_with_no_checkpoint_halts_at_once() {
     );
     let out = p.handle(
         5,
-        Event::TransferFailed(RecoveryError::Transfer(
-            "no other organization is reachable".into(),
-        )),
+        Event::TransferFailed(RecoveryError::Transfer(TransferError::NoPeers)),
     );
     assert!(
         matches!(&out[..], [Command::Commit(commit::Command::Alarm(a))] if a.contains("no other organization is reachable")),
@@ -665,7 +676,7 @@ fn a_repair_at_a_clean_point_restores_the_newest_verified_checkpoint_and_replays
             5,
             Event::RestoreFailed {
                 checkpoint: BlockNumber(4),
-                error: RecoveryError::Transfer("tampered snapshot".into()),
+                error: snapshot_failed("tampered snapshot"),
             }
         ),
         vec![full(2)]
@@ -736,12 +747,9 @@ fn a_repair_no_checkpoint_or_transfer_can_do_raises_an_alarm_naming_both() {
         ]
     );
     assert_eq!(
-        p.handle(
-            5,
-            Event::TransferFailed(RecoveryError::Transfer("2: no checkpoint to offer".into()))
-        ),
+        p.handle(5, Event::TransferFailed(peer_failed(2, PeerError::NoOffer))),
         vec![Command::Commit(commit::Command::Alarm(format!(
-            "the tables differ from the agreed state; no checkpoint repairs them ({local}) and no state transfer did (2: no checkpoint to offer)"
+            "the tables differ from the agreed state; no checkpoint repairs them ({local}) and no state transfer did (org2: no checkpoint to offer)"
         )))]
     );
     assert!(
@@ -790,12 +798,9 @@ fn without_a_state_to_join_from_the_node_replays_from_block_one() {
     p.set_peers(true);
     assert_eq!(p.handle(0, Event::Tick), vec![Command::TransferState]);
     assert_eq!(
-        p.handle(
-            1,
-            Event::TransferFailed(RecoveryError::Transfer("1: no checkpoint to offer".into()))
-        ),
+        p.handle(1, Event::TransferFailed(peer_failed(1, PeerError::NoOffer))),
         vec![Command::Notice(Notice::NoJoin(
-            "1: no checkpoint to offer".into()
+            "org1: no checkpoint to offer".into()
         ))]
     );
     assert_eq!(
@@ -814,7 +819,7 @@ fn a_halted_organization_is_never_clean_so_readers_stay_out() {
     p.handle(4, Event::Checkpoints(Ok(vec![])));
     p.handle(
         5,
-        Event::TransferFailed(RecoveryError::Transfer("nobody".into())),
+        Event::TransferFailed(RecoveryError::Transfer(TransferError::NoPeers)),
     );
     assert!(matches!(p.engine().state(), commit::State::Halted { .. }));
     assert!(
@@ -828,7 +833,7 @@ fn a_restore_that_fails_during_a_recovery_falls_back_to_a_state_transfer() {
     let (n, good, mut p, _) = diverged("bad 5");
     outvoted(&n, &good, &mut p);
     p.handle(4, Event::Checkpoints(Ok(vec![BlockNumber(4)])));
-    let error = RecoveryError::Transfer("snapshot unreadable".into());
+    let error = snapshot_failed("snapshot unreadable");
     assert_eq!(
         p.handle(
             5,
@@ -840,7 +845,7 @@ fn a_restore_that_fails_during_a_recovery_falls_back_to_a_state_transfer() {
         vec![
             Command::Notice(Notice::CheckpointsFailed {
                 block: BlockNumber(5),
-                reason: "snapshot unreadable".into()
+                reason: "checkpoint: snapshot unreadable".into()
             }),
             Command::TransferState
         ]
@@ -980,7 +985,7 @@ fn a_failed_repair_alarms_and_is_tried_again_before_anything_executes() {
     );
     let out = p.handle(
         7,
-        Event::TransferFailed(RecoveryError::Transfer("nobody".into())),
+        Event::TransferFailed(RecoveryError::Transfer(TransferError::NoPeers)),
     );
     assert!(
         matches!(&out[..], [Command::Commit(commit::Command::Alarm(_))]),

@@ -20,16 +20,17 @@ use tokio::task::JoinHandle;
 use crate::drive::{Counters, Generator};
 
 /// A running devnet, as its files describe it.
-pub(crate) struct Devnet {
-    pub(crate) dir: PathBuf,
-    pub(crate) network: NetworkConfig,
+#[allow(missing_debug_implementations)] // holds tasks and connections
+pub struct Devnet {
+    pub dir: PathBuf,
+    pub network: NetworkConfig,
     configs: BTreeMap<OrgId, OrgConfig>,
     /// One AdminService connection per organization, kept across samples.
-    admins: BTreeMap<OrgId, crate::devnet::AdminClient>,
+    admins: BTreeMap<OrgId, chainify_client::operator::AdminClient>,
 }
 
 impl Devnet {
-    pub(crate) fn open(dir: &Path) -> anyhow::Result<Devnet> {
+    pub fn open(dir: &Path) -> anyhow::Result<Devnet> {
         let network = NetworkConfig::load(&dir.join("network.toml"))
             .with_context(|| format!("--devnet {}: not a network directory", dir.display()))?;
         let configs = network
@@ -42,7 +43,7 @@ impl Devnet {
             .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
         let admins = configs
             .iter()
-            .map(|(org, cfg)| Ok((*org, crate::devnet::admin_client(cfg)?)))
+            .map(|(org, cfg)| Ok((*org, chainify_client::operator::admin_client(cfg)?)))
             .collect::<anyhow::Result<_>>()?;
         Ok(Devnet {
             dir: dir.to_owned(),
@@ -53,7 +54,7 @@ impl Devnet {
     }
 
     /// The Smallbank accounts `devnet up` loaded.
-    pub(crate) fn accounts(&self) -> anyhow::Result<u64> {
+    pub fn accounts(&self) -> anyhow::Result<u64> {
         let path = self.dir.join(crate::devnet::ACCOUNTS_FILE);
         let text = std::fs::read_to_string(&path).with_context(|| {
             format!(
@@ -67,7 +68,7 @@ impl Devnet {
     }
 
     /// The agreement policy as the network file writes it.
-    pub(crate) fn policy(&self) -> String {
+    pub fn policy(&self) -> String {
         std::fs::read_to_string(self.dir.join("network.toml"))
             .ok()
             .and_then(|t| toml::from_str::<chainify_core::config::NetworkFile>(&t).ok())
@@ -75,7 +76,7 @@ impl Devnet {
     }
 
     /// Each organization's engine, from its database URL.
-    pub(crate) fn engines(&self) -> Vec<String> {
+    pub fn engines(&self) -> Vec<String> {
         self.configs
             .values()
             .map(|c| {
@@ -90,10 +91,10 @@ impl Devnet {
     }
 
     /// Every organization's newest agreed block, from its AdminService.
-    pub(crate) async fn heights(&self) -> anyhow::Result<BTreeMap<OrgId, u64>> {
+    pub async fn heights(&self) -> anyhow::Result<BTreeMap<OrgId, u64>> {
         let mut out = BTreeMap::new();
         for (org, admin) in &self.admins {
-            let status = crate::devnet::status_of(&mut admin.clone())
+            let status = chainify_client::operator::status(&mut admin.clone())
                 .await
                 .with_context(|| format!("{org}'s AdminService"))?;
             out.insert(*org, status.agreed_height);
@@ -103,7 +104,7 @@ impl Devnet {
 
     /// Sums and counts of every phase per organization, added over its processes' metrics
     /// endpoints, with the sum of its process ids (a restarted process counts afresh).
-    pub(crate) async fn phases(&self) -> BTreeMap<OrgId, (u64, Vec<(f64, u64)>)> {
+    pub async fn phases(&self) -> BTreeMap<OrgId, (u64, Vec<(f64, u64)>)> {
         let mut out = BTreeMap::new();
         for (org, cfg) in &self.configs {
             let mut sums = vec![(0.0, 0); Phase::ALL.len()];
@@ -135,10 +136,13 @@ impl Devnet {
 
     /// Whether every organization holds the same ledger (block hashes) up to the lowest
     /// height: the number of blocks compared, or what differs.
-    pub(crate) async fn ledgers_agree(&self) -> anyhow::Result<Result<usize, String>> {
+    pub async fn ledgers_agree(&self) -> anyhow::Result<Result<usize, String>> {
         let mut ledgers = Vec::new();
         for org in self.configs.keys() {
-            ledgers.push((*org, crate::client::read_ledger(&self.network, *org).await?));
+            ledgers.push((
+                *org,
+                chainify_client::operator::read_ledger(&self.network, *org).await?,
+            ));
         }
         let Some(shortest) = ledgers.iter().map(|(_, l)| l.len()).min() else {
             return Ok(Ok(0));
@@ -211,23 +215,21 @@ fn phase_sums(text: &str) -> Vec<(f64, u64)> {
 }
 
 /// Closed-loop SDK clients spread over the organizations' ChainifyServices.
-pub(crate) struct RemoteLoad {
-    pub(crate) counters: Arc<Counters>,
+#[allow(missing_debug_implementations)] // holds tasks and connections
+pub struct RemoteLoad {
+    pub counters: Arc<Counters>,
     /// Submissions that failed (overload, a peer's refusal, a deadline); the client goes on
     /// with its next transaction.
-    pub(crate) refused: Arc<AtomicU64>,
+    pub refused: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     clients: Vec<JoinHandle<anyhow::Result<()>>>,
 }
 
 impl RemoteLoad {
     /// Connects one client per generator (client `i` to organization `i mod n`) as `client1`.
-    pub(crate) async fn start(
-        devnet: &Devnet,
-        generators: Vec<Generator>,
-    ) -> anyhow::Result<RemoteLoad> {
+    pub async fn start(devnet: &Devnet, generators: Vec<Generator>) -> anyhow::Result<RemoteLoad> {
         let key = devnet.dir.join("clients/client1.pk8");
-        let ca = crate::client::ca_of(&devnet.network)?;
+        let ca = chainify_client::operator::network_ca(&devnet.network)?;
         let orgs: Vec<&str> = devnet
             .network
             .orgs
@@ -269,7 +271,7 @@ impl RemoteLoad {
     }
 
     /// Stops the clients after their transaction under way is agreed.
-    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(self) -> anyhow::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
         for c in self.clients {
             c.await??;
@@ -289,7 +291,7 @@ async fn remote_client(
     let mut refusals_in_a_row = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let submitted = Instant::now();
-        match client.submit_and_wait(workload.next()).await {
+        match client.submit_and_wait(workload.next_tx()).await {
             Ok(outcome) => {
                 refusals_in_a_row = 0;
                 counters.committed.fetch_add(1, Ordering::Relaxed);

@@ -12,7 +12,7 @@ use chainify_core::tx::{
 use chainify_core::{ClientId, NetworkId, Value};
 use futures_util::StreamExt;
 
-use crate::{BlockStream, Orderer, Resume};
+use chainify_orderer::{BlockStream, Orderer, Resume};
 
 /// The network the suite's transactions belong to.
 pub fn network() -> NetworkId {

@@ -14,10 +14,10 @@ use chainify_core::OrgId;
 use chainify_core::crypto::Signatures;
 use chainify_core::policy::{AgreementPolicy, PolicySpec};
 use chainify_node::NodeSettings;
-use chainify_node::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_orderer::LocalOrderer;
 use chainify_storage::ExecMode;
+use chainify_testkit::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_workload::{KeyDistribution, YcsbRecord};
 use serde_json::json;
 
@@ -35,7 +35,7 @@ const OBSERVER: OrgId = OrgId(1);
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 #[derive(Clone, Debug, clap::Args)]
-pub(crate) struct BenchArgs {
+pub struct BenchArgs {
     /// Drive the network of processes in this directory (`chainify devnet up`) with SDK clients
     /// over gRPC, instead of an in-process network; its engines, policy, block size and
     /// execution are the network's own, and its Smallbank accounts are the keys.
@@ -280,7 +280,7 @@ impl BenchArgs {
     }
 }
 
-pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+pub fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

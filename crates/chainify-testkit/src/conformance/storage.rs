@@ -1,7 +1,7 @@
 //! The conformance suite every backend runs against a real server: install, digest, execute,
 //! abort, retry, outside changes, checkpoint, restore, replay. A new engine implements
-//! [`crate::Backend`], a [`Fixture`] that creates empty databases, and expands
-//! [`conformance_tests!`](crate::conformance_tests) in an integration test.
+//! [`chainify_storage::Backend`], a [`Fixture`] that creates empty databases, and expands
+//! [`storage_conformance_tests!`](crate::storage_conformance_tests) in an integration test.
 //!
 //! The cases panic with a message on failure (they are tests); each case uses its own database.
 
@@ -15,12 +15,9 @@ use chainify_sql::Analyzer;
 use chainify_sql::render::Dialect;
 use chainify_workload::Rng;
 
-use crate::StoreOptions;
-use crate::backend::{Backend, Conn};
-use crate::ddl;
-use crate::error::StorageError;
-use crate::exec::{BlockOutcome, ExecBlock, ExecMode};
-use crate::store::Store;
+use chainify_storage::{
+    Backend, BlockOutcome, Conn, ExecBlock, ExecMode, StorageError, Store, StoreOptions, ddl,
+};
 
 /// Creates empty databases of one engine for the suite.
 pub trait Fixture: Send + Sync {
@@ -46,9 +43,9 @@ pub trait Fixture: Send + Sync {
 
 /// Expands to one `#[tokio::test]` per conformance case for the fixture expression.
 #[macro_export]
-macro_rules! conformance_tests {
+macro_rules! storage_conformance_tests {
     ($fixture:expr) => {
-        $crate::conformance_tests!(@cases $fixture;
+        $crate::storage_conformance_tests!(@cases $fixture;
             install_is_idempotent_and_rejects_bad_tables,
             registration_refuses_what_engines_treat_differently,
             digest_of_awkward_values,
@@ -69,7 +66,7 @@ macro_rules! conformance_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                $crate::conformance::$case(&$fixture).await;
+                $crate::conformance::storage::$case(&$fixture).await;
             }
         )*
     };
@@ -861,8 +858,8 @@ pub async fn outside_changes_reach_the_next_digest<F: Fixture>(f: &F) {
 /// (and a MySQL TRUNCATE); PostgreSQL's triggers fire even for a replica-role session and refuse
 /// TRUNCATE.
 pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
-    use crate::{TriggerFault, TriggerProblem};
     use chainify_sql::render::Dialect;
+    use chainify_storage::{TriggerFault, TriggerProblem};
     let txs = || {
         vec![tx(vec![
             st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![]).expect_rows(1),
@@ -1057,7 +1054,7 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
 }
 
 /// The trigger problems of `store`, by trigger name.
-async fn sorted_problems<B: Backend>(store: &Store<B>) -> Vec<crate::TriggerProblem> {
+async fn sorted_problems<B: Backend>(store: &Store<B>) -> Vec<chainify_storage::TriggerProblem> {
     let mut found = store.check_triggers().await.expect("catalog");
     found.sort_by(|a, b| a.trigger.cmp(&b.trigger));
     found
@@ -1119,7 +1116,7 @@ pub async fn a_bypass_is_repaired_by_a_verified_full_restore<F: Fixture>(f: &F) 
     // The checkpoint's recorded accumulator is wrong too (kv's replaced by accounts'): the
     // verified restore replaces it with the one its snapshots give.
     {
-        let p = |n| crate::ddl::placeholder(store.backend().dialect(), n);
+        let p = |n| ddl::placeholder(store.backend().dialect(), n);
         let mut conn = store.backend().acquire().await.expect("conn");
         let rows = conn
             .query(
@@ -1128,7 +1125,7 @@ pub async fn a_bypass_is_repaired_by_a_verified_full_restore<F: Fixture>(f: &F) 
                     p(1)
                 ),
                 &[&Value::Text("accounts".into())],
-                &[crate::ddl::ReadType::Bytes],
+                &[ddl::ReadType::Bytes],
             )
             .await
             .expect("accumulator");

@@ -11,9 +11,9 @@ use anyhow::{Context, bail};
 use chainify_core::tx::Transaction;
 use chainify_core::{OrgId, TxId};
 use chainify_node::NodeStatus;
-use chainify_node::cluster::{Cluster, ClusterClient, SharedOrderer};
 use chainify_orderer::LocalOrderer;
 use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, recreate_database};
+use chainify_testkit::cluster::{Cluster, ClusterClient, SharedOrderer};
 use chainify_workload::{
     KeyDistribution, SMALLBANK_SCHEMA, Smallbank, SmallbankKind, Ycsb, YcsbRecord, YcsbWorkload,
     smallbank_load_sql, ycsb_load_sql, ycsb_schema,
@@ -23,13 +23,13 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// How long a client waits for its transaction before it gives up on the run.
-pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+pub const SETTLE: Duration = Duration::from_secs(60);
 /// Lines of progress when stderr is not a terminal (no bar): one per this interval.
-pub(crate) const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+pub const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// The server URL of `flag`, else of the environment variable `var` (`cargo xtask services
 /// env` sets it).
-pub(crate) fn server_url(given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
+pub fn server_url(given: &Option<String>, var: &str, flag: &str) -> anyhow::Result<String> {
     given
         .clone()
         .or_else(|| std::env::var(var).ok())
@@ -40,7 +40,7 @@ pub(crate) fn server_url(given: &Option<String>, var: &str, flag: &str) -> anyho
 
 /// Where an organization's database lives on `engine`: the SQLite file `sqlite`, or database
 /// `name` on the PostgreSQL or MariaDB server.
-pub(crate) fn engine_url(
+pub fn engine_url(
     engine: &str,
     sqlite: &std::path::Path,
     name: &str,
@@ -62,7 +62,7 @@ pub(crate) fn engine_url(
 }
 
 /// A working directory: `given` (kept), or a fresh temporary one the caller removes (`true`).
-pub(crate) fn scratch_dir(
+pub fn scratch_dir(
     given: &Option<std::path::PathBuf>,
     what: &str,
 ) -> anyhow::Result<(std::path::PathBuf, bool)> {
@@ -79,7 +79,7 @@ pub(crate) fn scratch_dir(
 
 /// Which transactions the clients send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Workload {
+pub enum Workload {
     /// Smallbank, the evaluation's four kinds.
     Smallbank,
     /// Smallbank with Amalgamate and Balance.
@@ -107,7 +107,7 @@ impl std::str::FromStr for Workload {
 
 impl Workload {
     /// The shared tables it uses.
-    pub(crate) fn tables(self) -> &'static [&'static str] {
+    pub fn tables(self) -> &'static [&'static str] {
         match self {
             Workload::Smallbank | Workload::SmallbankFull => &["accounts", "savings", "checking"],
             Workload::Ycsb(_) => &["usertable"],
@@ -117,7 +117,7 @@ impl Workload {
     /// A change behind chainify's back that makes an organization's digest differ from the
     /// others' on its next block. It must outlive that block: the digest covers the rows'
     /// state, so a change the next block overwrites (YCSB's hot key rewritten) heals unseen.
-    pub(crate) fn tamper_sql(self) -> &'static str {
+    pub fn tamper_sql(self) -> &'static str {
         match self {
             Workload::Smallbank | Workload::SmallbankFull => {
                 "UPDATE checking SET bal = bal + 1000 WHERE custid = 1"
@@ -127,7 +127,7 @@ impl Workload {
     }
 
     /// A generator for one client.
-    pub(crate) fn generator(
+    pub fn generator(
         self,
         keys: u64,
         dist: &KeyDistribution,
@@ -144,7 +144,7 @@ impl Workload {
     }
 
     /// The workload's tables as portable `CREATE TABLE` statements.
-    pub(crate) fn schema_sql(self, record: YcsbRecord) -> String {
+    pub fn schema_sql(self, record: YcsbRecord) -> String {
         match self {
             Workload::Smallbank | Workload::SmallbankFull => SMALLBANK_SCHEMA.to_owned(),
             Workload::Ycsb(_) => ycsb_schema(record),
@@ -153,12 +153,7 @@ impl Workload {
 
     /// Creates the database at `url` afresh with the workload's tables and `keys` rows (accounts
     /// or records).
-    pub(crate) async fn prepare(
-        self,
-        url: &str,
-        keys: u64,
-        record: YcsbRecord,
-    ) -> anyhow::Result<()> {
+    pub async fn prepare(self, url: &str, keys: u64, record: YcsbRecord) -> anyhow::Result<()> {
         let schema = self.schema_sql(record);
         let load = match self {
             Workload::Smallbank | Workload::SmallbankFull => smallbank_load_sql(keys, 500),
@@ -181,14 +176,14 @@ impl Workload {
 
 /// One client's transaction stream.
 #[derive(Clone, Debug)]
-pub(crate) enum Generator {
+pub enum Generator {
     Smallbank(Smallbank),
     Ycsb(Ycsb),
 }
 
 impl Generator {
     /// The next transaction.
-    pub(crate) fn next(&mut self) -> Transaction {
+    pub fn next_tx(&mut self) -> Transaction {
         match self {
             Generator::Smallbank(g) => g.next_tx().1,
             Generator::Ycsb(g) => g.next_tx().1,
@@ -198,8 +193,9 @@ impl Generator {
 
 /// Closed-loop clients submitting to an in-process network, timed at the observing
 /// organization.
-pub(crate) struct Load {
-    pub(crate) counters: Arc<Counters>,
+#[allow(missing_debug_implementations)] // holds tasks and connections
+pub struct Load {
+    pub counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     clients: Vec<JoinHandle<anyhow::Result<()>>>,
     listener: JoinHandle<()>,
@@ -207,7 +203,7 @@ pub(crate) struct Load {
 
 impl Load {
     /// Starts one client per generator.
-    pub(crate) fn start(
+    pub fn start(
         cluster: &Cluster<SharedOrderer<LocalOrderer>>,
         observer: OrgId,
         generators: Vec<Generator>,
@@ -236,7 +232,7 @@ impl Load {
     }
 
     /// Stops the clients after their transaction under way is appended.
-    pub(crate) async fn stop(self) -> anyhow::Result<Arc<Counters>> {
+    pub async fn stop(self) -> anyhow::Result<Arc<Counters>> {
         self.stop.store(true, Ordering::Relaxed);
         for c in self.clients {
             c.await??;
@@ -247,12 +243,13 @@ impl Load {
 }
 
 /// Where progress lines and events go: above the bar on a terminal, plain lines otherwise.
-pub(crate) struct Screen {
+#[allow(missing_debug_implementations)] // holds tasks and connections
+pub struct Screen {
     bar: Option<ProgressBar>,
 }
 
 impl Screen {
-    pub(crate) fn new(total: Duration) -> Screen {
+    pub fn new(total: Duration) -> Screen {
         if !std::io::stderr().is_terminal() {
             return Screen { bar: None };
         }
@@ -264,14 +261,14 @@ impl Screen {
         Screen { bar: Some(bar) }
     }
 
-    pub(crate) fn say(&self, line: &str) {
+    pub fn say(&self, line: &str) {
         match &self.bar {
             Some(bar) => bar.println(line),
             None => eprintln!("{line}"),
         }
     }
 
-    pub(crate) fn progress(&self, elapsed: Duration, line: &str, plain_due: &mut Instant) {
+    pub fn progress(&self, elapsed: Duration, line: &str, plain_due: &mut Instant) {
         match &self.bar {
             Some(bar) => {
                 bar.set_position(elapsed.as_millis() as u64);
@@ -285,7 +282,7 @@ impl Screen {
         }
     }
 
-    pub(crate) fn finish(&self) {
+    pub fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
@@ -297,14 +294,14 @@ type Pending = Arc<Mutex<HashMap<TxId, (Instant, oneshot::Sender<bool>)>>>;
 
 /// What the clients saw: transactions appended at the observer, of those committed, and each
 /// one's latency from submission to append.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) committed: AtomicU64,
-    pub(crate) succeeded: AtomicU64,
-    pub(crate) latencies_us: Mutex<Vec<u64>>,
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub committed: AtomicU64,
+    pub succeeded: AtomicU64,
+    pub latencies_us: Mutex<Vec<u64>>,
 }
 
-pub(crate) fn heights(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
+pub fn heights(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
     statuses
         .iter()
         .map(|(org, s)| format!("{org} {}", s.next_block.0.saturating_sub(1)))
@@ -312,7 +309,7 @@ pub(crate) fn heights(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
         .join(" ")
 }
 
-pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<f64> {
+pub fn percentile(sorted: &[u64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
@@ -364,7 +361,7 @@ async fn client(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
-        let tx = cluster.endorse(workload.next()).await?;
+        let tx = cluster.endorse(workload.next_tx()).await?;
         let id = tx.proposal.tx_id();
         let (tell, mut told) = oneshot::channel();
         pending

@@ -15,12 +15,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use chainify_core::config::{ConfigError, NetworkConfig};
+use chainify_core::config::{ConfigError, NetworkBuilder, NetworkConfig, PortPlan, all_grants};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::{
@@ -36,12 +35,15 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::admission::{Admission, AdmissionSettings, LocalEndorser, LocalEndorsing, Refusal};
-use crate::feed::CommitFeed;
-use crate::ledger;
-use crate::node::{Node, NodeError, NodeSettings, NodeStatus, resume_point};
-use crate::transport::LocalNetwork;
-use crate::{ExecutionError, ExecutionServer};
+use chainify_node::admission::{
+    Admission, AdmissionSettings, LocalEndorser, LocalEndorsing, Refusal,
+};
+use chainify_node::feed::CommitFeed;
+use chainify_node::ledger;
+use chainify_node::transport::LocalNetwork;
+use chainify_node::{
+    ExecutionError, ExecutionServer, Node, NodeError, NodeSettings, NodeStatus, resume_point,
+};
 
 /// Why a cluster operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -144,24 +146,16 @@ impl ClusterSpec {
             .map_err(|e| ClusterError::Keys(e.to_string()))?;
         let (client_key, _) =
             SigningKey::generate().map_err(|e| ClusterError::Keys(e.to_string()))?;
-        let mut text = format!(
-            "network_id = \"{network_id}\"\nagreement_policy = \"{policy}\"\n[block]\nmax_block_txs = {max_block_txs}\nbatch_timeout_ms = {}\n",
-            batch_timeout.as_millis()
+        // The endpoints are never listened on: the organizations talk in process.
+        let mut builder = NetworkBuilder::new(network_id, policy, PortPlan { base: 7010 }).block(
+            max_block_txs,
+            u64::try_from(batch_timeout.as_millis()).unwrap_or(u64::MAX),
         );
-        for (i, key) in keys.iter().enumerate() {
-            let n = i + 1;
-            text.push_str(&format!(
-                "[[orgs]]\nid = {n}\nname = \"org{n}\"\npublic_key = \"{}\"\nchainify_endpoint = \"127.0.0.1:{}\"\ncommit_endpoint = \"127.0.0.1:{}\"\n",
-                key.public_key(),
-                7000 + 10 * n,
-                7001 + 10 * n,
-            ));
+        for key in &keys {
+            builder.org(&key.public_key(), "127.0.0.1");
         }
-        text.push_str(&format!(
-            "[[clients]]\nid = \"client\"\npublic_key = \"{}\"\n[[clients.grants]]\ntable = \"*\"\nkinds = [\"select\", \"insert\", \"update\", \"delete\"]\n",
-            client_key.public_key()
-        ));
-        let network = NetworkConfig::from_toml(&text, Path::new("cluster network"))?;
+        builder.client("client", &client_key.public_key(), all_grants());
+        let network = builder.config("cluster network")?;
         Ok(ClusterSpec {
             network: Arc::new(network),
             orgs: keys
@@ -216,7 +210,7 @@ struct Running {
     task: JoinHandle<Result<(), NodeError>>,
     collector: JoinHandle<()>,
     feed: CommitFeed<AnyBackend>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<chainify_node::metrics::Metrics>,
 }
 
 struct OrgRun {
@@ -245,7 +239,7 @@ struct Admissions {
     stores: Mutex<BTreeMap<OrgId, Arc<Store<AnyBackend>>>>,
 }
 
-impl LocalEndorsing for Arc<Admissions> {
+impl LocalEndorsing for Admissions {
     fn admission(&self, org: OrgId) -> Option<Arc<Admission>> {
         self.orgs.get(&org).cloned()
     }
@@ -497,7 +491,10 @@ impl<F: OrdererFactory> Cluster<F> {
         node.set_state_peers(self.net.state_peers(id));
         self.net.serve_state(
             id,
-            Arc::new(crate::transfer::LocalPeer::new(id, node.state_server())),
+            Arc::new(chainify_node::transfer::LocalPeer::new(
+                id,
+                node.state_server(),
+            )),
         );
         self.net.join(id, node.inbox());
         let status = node.status();
@@ -595,7 +592,7 @@ impl<F: OrdererFactory> Cluster<F> {
     }
 
     /// The metrics `org`'s running node records (`None` while it is stopped).
-    pub fn metrics(&self, org: OrgId) -> Option<Arc<crate::metrics::Metrics>> {
+    pub fn metrics(&self, org: OrgId) -> Option<Arc<chainify_node::metrics::Metrics>> {
         Some(self.orgs.get(&org)?.running.as_ref()?.metrics.clone())
     }
 
@@ -703,13 +700,13 @@ impl<F: OrdererFactory> Cluster<F> {
     }
 
     /// What the organization serves to the others' state transfers.
-    pub fn state_peer(&self, org: OrgId) -> Option<Arc<dyn crate::transfer::StatePeer>> {
+    pub fn state_peer(&self, org: OrgId) -> Option<Arc<dyn chainify_node::transfer::StatePeer>> {
         self.net.state_of(org)
     }
 
     /// Replaces what the organization serves to the others' state transfers (a Byzantine
     /// organization), until it restarts.
-    pub fn serve_state(&self, org: OrgId, state: Arc<dyn crate::transfer::StatePeer>) {
+    pub fn serve_state(&self, org: OrgId, state: Arc<dyn chainify_node::transfer::StatePeer>) {
         self.net.serve_state(org, state);
     }
 

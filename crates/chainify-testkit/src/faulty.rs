@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chainify_core::BlockNumber;
 use chainify_core::tx::{ChainedTransaction, TransactionBlock};
+use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
 use futures_util::StreamExt;
-
-use crate::{BlockStream, Orderer, OrdererError, Resume};
 
 /// How the orderer misbehaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,8 +134,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::LocalOrderer;
-    use crate::conformance::{network, transaction};
+    use crate::conformance::orderer::{network, transaction};
+    use chainify_orderer::LocalOrderer;
 
     fn nonces(b: &TransactionBlock) -> Vec<u64> {
         b.transactions

@@ -5,7 +5,7 @@ use chainify_core::OrgId;
 
 /// One fault and when it happens, in seconds since the start of the run.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Fault {
+pub enum Fault {
     /// `org`'s database is changed at `at`: it disagrees on its next block and recovers.
     Tamper { org: OrgId, at: f64 },
     /// `org`'s node is killed where it stands at `at` and started again `down` seconds later.
@@ -17,7 +17,7 @@ const DEFAULT_DOWN: f64 = 5.0;
 
 impl Fault {
     /// Parses `--tamper ORG@SECONDS` or `--fail ORG@SECONDS[+DOWN]` for a network of `orgs`.
-    pub(crate) fn parse(flag: &str, text: &str, orgs: usize) -> Result<Fault, String> {
+    pub fn parse(flag: &str, text: &str, orgs: usize) -> Result<Fault, String> {
         let bad = |why: &str| format!("{flag} {text:?}: {why}");
         let (org, rest) = text
             .split_once('@')
@@ -56,14 +56,14 @@ impl Fault {
     }
 
     /// The organization it hits.
-    pub(crate) fn org(&self) -> OrgId {
+    pub fn org(&self) -> OrgId {
         match self {
             Fault::Tamper { org, .. } | Fault::Crash { org, .. } => *org,
         }
     }
 
     /// Whether two crashes keep their organizations down at the same time.
-    pub(crate) fn overlaps(&self, other: &Fault) -> bool {
+    pub fn overlaps(&self, other: &Fault) -> bool {
         match (self, other) {
             (
                 Fault::Crash { at, down, .. },
@@ -78,7 +78,7 @@ impl Fault {
     }
 
     /// When it starts.
-    pub(crate) fn at(&self) -> f64 {
+    pub fn at(&self) -> f64 {
         match self {
             Fault::Tamper { at, .. } | Fault::Crash { at, .. } => *at,
         }

@@ -13,7 +13,7 @@ const MARGIN: f64 = 56.0;
 
 /// One panel of the picture.
 #[derive(Debug, Clone)]
-pub(crate) enum Panel {
+pub enum Panel {
     /// Lines of (x, y) points.
     Lines {
         title: String,
@@ -215,7 +215,7 @@ fn wrap(text: &str, max: usize) -> Vec<String> {
     lines
 }
 
-pub(crate) fn render(heading: &str, detail: &str, panels: &[Panel]) -> String {
+pub fn render(heading: &str, detail: &str, panels: &[Panel]) -> String {
     let rows = panels.len().div_ceil(2).max(1);
     let detail = wrap(detail, DETAIL_CHARS);
     let top = 40.0 + 16.0 * detail.len() as f64;

@@ -18,20 +18,20 @@ use crate::drive::Generator;
 
 /// What the raw clients did in the measured window.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RawResult {
+pub struct RawResult {
     /// Transactions that committed.
-    pub(crate) succeeded: u64,
+    pub succeeded: u64,
     /// Transactions rolled back by a failed statement or guard.
-    pub(crate) aborted: u64,
+    pub aborted: u64,
     /// Retries after transient errors.
-    pub(crate) retries: u64,
+    pub retries: u64,
     /// Seconds measured.
-    pub(crate) seconds: f64,
+    pub seconds: f64,
 }
 
 impl RawResult {
     /// Committed transactions per second.
-    pub(crate) fn tps(&self) -> f64 {
+    pub fn tps(&self) -> f64 {
         self.succeeded as f64 / self.seconds
     }
 }
@@ -111,7 +111,7 @@ async fn client(
     let dialect = backend.dialect();
     let mut tally = Tally::default();
     while !stop.load(Ordering::Relaxed) {
-        let tx = generator.next();
+        let tx = generator.next_tx();
         let mut delay = Duration::from_millis(1);
         loop {
             match run_tx(&mut conn, &tx, &analyzer, dialect).await? {
@@ -138,7 +138,7 @@ async fn client(
 
 /// Runs `generators` (one client each) on the prepared database at `url` for `warmup`, then
 /// measures for `duration`.
-pub(crate) async fn run(
+pub async fn run(
     url: &str,
     schema: &str,
     generators: Vec<Generator>,

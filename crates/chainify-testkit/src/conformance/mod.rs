@@ -1,0 +1,5 @@
+//! The suites every implementation of a port passes against real parts: [`storage`] for a
+//! database engine's `Backend`, [`orderer`] for an `Orderer`.
+
+pub mod orderer;
+pub mod storage;

@@ -1,0 +1,19 @@
+//! chainify-testkit: what tests, the demo and the benchmarks stand chainify up with.
+//!
+//! - [`cluster`]: N organizations on any engines in one process, each with its own database,
+//!   node and admission, over the in-process vote transport, with fault hooks (tamper, crash,
+//!   stop, restart, partition).
+//! - [`faulty`]: a misbehaving orderer (reorder, drop, duplicate, forge, equivocate).
+//! - [`conformance`]: the suites every storage backend and every orderer passes.
+//! - [`engines`]: one fresh database per test on the test servers or in an SQLite file.
+//! - [`smallbank`]: Smallbank networks for tests: specs, the workload, submitting.
+//!
+//! Where it sits: above `chainify-node`, `chainify-storage` and `chainify-orderer`, which carry
+//! no test harness of their own; their integration tests, `chainify demo`, `chainify bench`
+//! and `bench/` use it. No runtime component depends on it.
+
+pub mod cluster;
+pub mod conformance;
+pub mod engines;
+pub mod faulty;
+pub mod smallbank;
