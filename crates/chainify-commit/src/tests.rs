@@ -2,63 +2,32 @@
 
 use std::collections::BTreeMap;
 
-use chainify_core::policy::{AgreementPolicy, PolicySpec};
+use chainify_core::TxId;
+use chainify_core::testing::{SeededNet, seeded_key};
 use chainify_core::tx::LedgerBlock;
-use chainify_core::{NetworkId, TxId};
 
 use super::*;
 
-struct Net {
-    keys: Vec<SigningKey>,
-    ctx: VoteContext,
-}
+type Net = SeededNet;
 
 fn net(policy: &str) -> Net {
-    let keys: Vec<SigningKey> = (1..=3u8).map(|i| SigningKey::from_seed(&[i; 32])).collect();
-    let public: BTreeMap<OrgId, _> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (OrgId(i as u32 + 1), k.public_key()))
-        .collect();
-    let orgs = public.keys().copied().collect();
-    Net {
-        keys,
-        ctx: VoteContext {
-            network: NetworkId::new("net").unwrap(),
-            policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs).unwrap(),
-            keys: public,
-            signatures: chainify_core::crypto::Signatures::Ed25519,
-        },
-    }
+    SeededNet::new(3, policy, chainify_core::crypto::Signatures::Ed25519)
 }
 
-impl Net {
+/// Organization `org`'s engine.
+trait Engines {
+    fn engine(&self, org: u32) -> CommitEngine;
+}
+
+impl Engines for SeededNet {
     fn engine(&self, org: u32) -> CommitEngine {
         CommitEngine::new(
             OrgId(org),
-            Arc::new(SigningKey::from_seed(&[org as u8; 32])),
+            Arc::new(seeded_key(org)),
             self.ctx.clone(),
             Timing::default(),
             BlockNumber(0),
         )
-    }
-
-    fn vote(&self, org: u32, block: &LedgerBlock) -> Vote {
-        Vote::new_signed(
-            self.ctx.network.clone(),
-            block.number,
-            block.hash(),
-            OrgId(org),
-            &self.keys[org as usize - 1],
-        )
-    }
-
-    fn certificate(&self, orgs: &[u32], block: &LedgerBlock) -> Certificate {
-        Certificate {
-            block: block.number,
-            ledger_block_hash: block.hash(),
-            votes: orgs.iter().map(|o| self.vote(*o, block)).collect(),
-        }
     }
 }
 

@@ -25,6 +25,8 @@ pub mod policy;
 pub mod ranges;
 pub mod rwset;
 pub mod state;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tx;
 pub mod validate;
 mod value;

@@ -356,47 +356,23 @@ pub fn verify_ledger_from<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::SigningKey;
-    use crate::policy::PolicySpec;
+    use crate::testing::SeededNet;
 
-    struct Net {
-        id: NetworkId,
-        keys: Vec<SigningKey>,
-        ctx: VoteContext,
-    }
+    type Net = SeededNet;
 
     fn net(policy: &str) -> Net {
-        let keys: Vec<SigningKey> = (1..=3u8).map(|i| SigningKey::from_seed(&[i; 32])).collect();
-        let public = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (OrgId(i as u32 + 1), k.public_key()))
-            .collect();
-        let orgs = (1..=3).map(OrgId).collect();
-        let id = NetworkId::new("net").unwrap();
-        Net {
-            id: id.clone(),
-            keys,
-            ctx: VoteContext {
-                network: id,
-                policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &orgs)
-                    .unwrap(),
-                keys: public,
-                signatures: Signatures::Ed25519,
-            },
-        }
+        SeededNet::new(3, policy, Signatures::Ed25519)
     }
 
-    impl Net {
-        fn vote(&self, org: u32, block: u64, hash: &[u8]) -> Vote {
-            Vote::new_signed(
-                self.id.clone(),
-                BlockNumber(block),
-                Digest::of(hash),
-                OrgId(org),
-                &self.keys[org as usize - 1],
-            )
-        }
+    /// Organization `org`'s vote for any hash at `block`.
+    fn vote(n: &Net, org: u32, block: u64, hash: &[u8]) -> Vote {
+        Vote::new_signed(
+            n.ctx.network.clone(),
+            BlockNumber(block),
+            Digest::of(hash),
+            OrgId(org),
+            &n.keys[org as usize - 1],
+        )
     }
 
     /// A valid ledger of `n` blocks certified by organizations 1 and 2.
@@ -404,7 +380,7 @@ mod tests {
         let mut out: Vec<(LedgerBlock, Certificate)> = Vec::new();
         for b in 1..=blocks {
             let block = LedgerBlock {
-                network: n.id.clone(),
+                network: n.ctx.network.clone(),
                 number: BlockNumber(b),
                 tx_ids: vec![],
                 success: vec![],
@@ -414,32 +390,10 @@ mod tests {
                 hash_previous: out.last().map_or(Digest::ZERO, |(p, _)| p.hash()),
                 orderer_position: b,
             };
-            let cert = n.certificate(&block, &[1, 2]);
+            let cert = n.certificate(&[1, 2], &block);
             out.push((block, cert));
         }
         out
-    }
-
-    impl Net {
-        fn certificate(&self, block: &LedgerBlock, orgs: &[u32]) -> Certificate {
-            let hash = block.hash();
-            Certificate {
-                block: block.number,
-                ledger_block_hash: hash,
-                votes: orgs
-                    .iter()
-                    .map(|o| {
-                        Vote::new_signed(
-                            self.id.clone(),
-                            block.number,
-                            hash,
-                            OrgId(*o),
-                            &self.keys[*o as usize - 1],
-                        )
-                    })
-                    .collect(),
-            }
-        }
     }
 
     fn verify(n: &Net, l: &[(LedgerBlock, Certificate)]) -> Result<u64, LedgerFault> {
@@ -464,13 +418,13 @@ mod tests {
 
         let mut rechained = good.clone();
         rechained[1].0.hash_digest = Digest::of(b"rewritten");
-        rechained[1].1 = n.certificate(&rechained[1].0, &[1, 2]);
+        rechained[1].1 = n.certificate(&[1, 2], &rechained[1].0);
         let fault = verify(&n, &rechained).unwrap_err();
         assert_eq!(fault.block, BlockNumber(3), "block 3 no longer chains");
         assert!(fault.problem.contains("previous hash"), "{fault}");
 
         let mut lonely = good.clone();
-        lonely[2].1 = n.certificate(&lonely[2].0, &[3]);
+        lonely[2].1 = n.certificate(&[3], &lonely[2].0);
         let fault = verify(&n, &lonely).unwrap_err();
         assert_eq!(fault.block, BlockNumber(3));
         assert!(fault.problem.contains("do not satisfy"), "{fault}");
@@ -487,11 +441,11 @@ mod tests {
     fn agreement_yields_a_verifiable_certificate() {
         let n = net("any-2");
         let mut t = VoteTally::new(BlockNumber(5));
-        t.add(&n.ctx, n.vote(1, 5, b"h")).unwrap();
+        t.add(&n.ctx, vote(&n, 1, 5, b"h")).unwrap();
         assert_eq!(t.outcome(&n.ctx), Agreement::Pending);
         assert_eq!(t.certificate(&n.ctx), None);
-        t.add(&n.ctx, n.vote(2, 5, b"x")).unwrap();
-        t.add(&n.ctx, n.vote(3, 5, b"h")).unwrap();
+        t.add(&n.ctx, vote(&n, 2, 5, b"x")).unwrap();
+        t.add(&n.ctx, vote(&n, 3, 5, b"h")).unwrap();
         let cert = t.certificate(&n.ctx).unwrap();
         assert_eq!(cert.ledger_block_hash, Digest::of(b"h"));
         assert_eq!(
@@ -505,25 +459,25 @@ mod tests {
     fn forged_misdirected_and_duplicate_votes_are_not_counted() {
         let n = net("all");
         let mut t = VoteTally::new(BlockNumber(5));
-        let mut forged = n.vote(2, 5, b"h");
+        let mut forged = vote(&n, 2, 5, b"h");
         forged.org = OrgId(3);
         assert_eq!(
             t.add(&n.ctx, forged),
             Err(VoteRejection::BadSignature(OrgId(3)))
         );
         assert!(matches!(
-            t.add(&n.ctx, n.vote(1, 6, b"h")),
+            t.add(&n.ctx, vote(&n, 1, 6, b"h")),
             Err(VoteRejection::WrongBlock { .. })
         ));
-        let mut unknown = n.vote(1, 5, b"h");
+        let mut unknown = vote(&n, 1, 5, b"h");
         unknown.org = OrgId(9);
         assert_eq!(
             t.add(&n.ctx, unknown),
             Err(VoteRejection::UnknownOrg(OrgId(9)))
         );
-        t.add(&n.ctx, n.vote(1, 5, b"h")).unwrap();
+        t.add(&n.ctx, vote(&n, 1, 5, b"h")).unwrap();
         assert_eq!(
-            t.add(&n.ctx, n.vote(1, 5, b"h")),
+            t.add(&n.ctx, vote(&n, 1, 5, b"h")),
             Err(VoteRejection::Duplicate(OrgId(1)))
         );
         assert_eq!(t.outcome(&n.ctx), Agreement::Pending);
@@ -534,7 +488,7 @@ mod tests {
         let mut n = net("all");
         let unsigned = |org: u32| {
             Vote::new_as(
-                n.id.clone(),
+                n.ctx.network.clone(),
                 BlockNumber(5),
                 Digest::of(b"h"),
                 OrgId(org),
@@ -570,15 +524,15 @@ mod tests {
     fn an_equivocator_agrees_with_nobody() {
         let n = net("any-2");
         let mut t = VoteTally::new(BlockNumber(1));
-        t.add(&n.ctx, n.vote(1, 1, b"h")).unwrap();
+        t.add(&n.ctx, vote(&n, 1, 1, b"h")).unwrap();
         assert!(matches!(
-            t.add(&n.ctx, n.vote(1, 1, b"x")),
+            t.add(&n.ctx, vote(&n, 1, 1, b"x")),
             Err(VoteRejection::Equivocation { .. })
         ));
-        t.add(&n.ctx, n.vote(2, 1, b"h")).unwrap();
+        t.add(&n.ctx, vote(&n, 2, 1, b"h")).unwrap();
         // Org 1's earlier vote for h no longer counts: only org 2 voted h so far.
         assert_eq!(t.outcome(&n.ctx), Agreement::Pending);
-        t.add(&n.ctx, n.vote(3, 1, b"y")).unwrap();
+        t.add(&n.ctx, vote(&n, 3, 1, b"y")).unwrap();
         assert_eq!(t.outcome(&n.ctx), Agreement::Impossible);
     }
 
@@ -588,7 +542,7 @@ mod tests {
         let cert = Certificate {
             block: BlockNumber(2),
             ledger_block_hash: Digest::of(b"h"),
-            votes: vec![n.vote(1, 2, b"h"), n.vote(2, 2, b"h")],
+            votes: vec![vote(&n, 1, 2, b"h"), vote(&n, 2, 2, b"h")],
         };
         verify_certificate(&cert, &n.ctx).unwrap();
         let mut short = cert.clone();

@@ -284,26 +284,10 @@ impl Orderer for KafkaOrderer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chainify_core::crypto::Signature;
-    use chainify_core::tx::{Proposal, ProposalBody, Statement, Transaction};
-    use chainify_core::{ClientId, NetworkId};
+    use chainify_core::testing::signed_transaction;
 
     fn transaction(nonce: u64) -> ChainedTransaction {
-        let body = ProposalBody {
-            client: ClientId::new("client1").expect("a valid name"),
-            nonce,
-            network: NetworkId::new("kafka").expect("a valid name"),
-            transaction: Transaction {
-                statements: vec![Statement::new("UPDATE kv SET v = 1", vec![])],
-            },
-        };
-        ChainedTransaction {
-            proposal: Proposal {
-                body,
-                signature: Signature([7; 64]),
-            },
-            responses: vec![],
-        }
+        signed_transaction(&NetworkId::new("kafka").expect("a valid name"), nonce)
     }
 
     #[test]

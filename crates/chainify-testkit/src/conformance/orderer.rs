@@ -5,11 +5,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use chainify_core::crypto::SigningKey;
-use chainify_core::tx::{
-    ChainedTransaction, Proposal, ProposalBody, Statement, Transaction, TransactionBlock,
-};
-use chainify_core::{ClientId, NetworkId, Value};
+use chainify_core::NetworkId;
+use chainify_core::testing::signed_transaction;
+use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use futures_util::StreamExt;
 
 use chainify_orderer::{BlockStream, Orderer, Resume};
@@ -21,22 +19,7 @@ pub fn network() -> NetworkId {
 
 /// A signed transaction told apart by its nonce.
 pub fn transaction(nonce: u64) -> ChainedTransaction {
-    let body = ProposalBody {
-        client: ClientId::new("client1").expect("a valid name"),
-        nonce,
-        network: network(),
-        transaction: Transaction {
-            statements: vec![Statement::new(
-                "UPDATE kv SET v = v + 1 WHERE k = $1",
-                vec![Value::Int(i64::try_from(nonce).unwrap_or(i64::MAX))],
-            )],
-        },
-    };
-    let signature = SigningKey::from_seed(&[9; 32]).sign(&body.encode_canonical());
-    ChainedTransaction {
-        proposal: Proposal { body, signature },
-        responses: vec![],
-    }
+    signed_transaction(&network(), nonce)
 }
 
 fn nonces(block: &TransactionBlock) -> Vec<u64> {
