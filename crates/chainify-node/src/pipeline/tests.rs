@@ -1,50 +1,28 @@
 //! Exact command sequences for the pipeline's schedule and every recovery path, without a
 //! database, an orderer or a clock.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chainify_commit::{CommitEngine, Timing};
-use chainify_core::crypto::{Signatures, SigningKey};
-use chainify_core::policy::{AgreementPolicy, PolicySpec};
+use chainify_core::crypto::Signatures;
+use chainify_core::testing::{SeededNet, seeded_key};
 use chainify_core::tx::{Certificate, LedgerBlock, TransactionBlock, Vote};
-use chainify_core::votes::VoteContext;
-use chainify_core::{BlockNumber, Digest, NetworkId, OrgId, TxId};
+use chainify_core::{BlockNumber, Digest, OrgId, TxId};
 use chainify_orderer::Resume;
 
 use super::*;
 use crate::transfer::{PeerError, TransferError};
 use chainify_storage::StorageError;
 
-pub(super) struct Net {
-    pub(super) keys: Vec<SigningKey>,
-    pub(super) ctx: VoteContext,
-}
+pub(super) type Net = SeededNet;
 
 /// `orgs` organizations under `policy`, organization i signing with seed [i; 32].
 pub(super) fn net(orgs: u32, policy: &str) -> Net {
-    net_with(orgs, policy, Signatures::Ed25519)
+    SeededNet::new(orgs, policy, Signatures::Ed25519)
 }
 
 pub(super) fn net_with(orgs: u32, policy: &str, signatures: Signatures) -> Net {
-    let keys: Vec<SigningKey> = (1..=orgs)
-        .map(|i| SigningKey::from_seed(&[i as u8; 32]))
-        .collect();
-    let public: BTreeMap<OrgId, _> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (OrgId(i as u32 + 1), k.public_key()))
-        .collect();
-    let ids = public.keys().copied().collect();
-    Net {
-        keys,
-        ctx: VoteContext {
-            network: NetworkId::new("net").unwrap(),
-            policy: AgreementPolicy::new(&policy.parse::<PolicySpec>().unwrap(), &ids).unwrap(),
-            keys: public,
-            signatures,
-        },
-    }
+    SeededNet::new(orgs, policy, signatures)
 }
 
 pub(super) const SCHEDULE: Schedule = Schedule {
@@ -55,9 +33,22 @@ pub(super) const SCHEDULE: Schedule = Schedule {
     transfer_timeout_ms: 5_000,
 };
 
-impl Net {
+/// Pipelines and blocks of a test network.
+pub(super) trait Blocks {
     /// Organization `org`'s pipeline over a ledger that ends with `last` (none: empty).
-    pub(super) fn pipeline(&self, org: u32, last: Option<&LedgerBlock>) -> Pipeline {
+    fn pipeline(&self, org: u32, last: Option<&LedgerBlock>) -> Pipeline {
+        self.pipeline_with(org, last, SCHEDULE)
+    }
+    /// The same on another schedule.
+    fn pipeline_with(&self, org: u32, last: Option<&LedgerBlock>, schedule: Schedule) -> Pipeline;
+    /// Ordered block `number` (no transactions).
+    fn tb(&self, number: u64) -> TransactionBlock;
+    /// Block `number` chained to `previous`, its effect named by `effect`.
+    fn lb(&self, number: u64, previous: Digest, effect: &str) -> LedgerBlock;
+}
+
+impl Blocks for SeededNet {
+    fn pipeline_with(&self, org: u32, last: Option<&LedgerBlock>, schedule: Schedule) -> Pipeline {
         let (resume, previous) = match last {
             None => (Resume::START, Digest::ZERO),
             Some(b) => (
@@ -70,15 +61,15 @@ impl Net {
         };
         let engine = CommitEngine::new(
             OrgId(org),
-            Arc::new(SigningKey::from_seed(&[org as u8; 32])),
+            Arc::new(seeded_key(org)),
             self.ctx.clone(),
             Timing::default(),
             resume.block,
         );
-        Pipeline::new(engine, SCHEDULE, resume, previous)
+        Pipeline::new(engine, schedule, resume, previous)
     }
 
-    pub(super) fn tb(&self, number: u64) -> TransactionBlock {
+    fn tb(&self, number: u64) -> TransactionBlock {
         TransactionBlock {
             network: self.ctx.network.clone(),
             number: BlockNumber(number),
@@ -87,8 +78,7 @@ impl Net {
         }
     }
 
-    /// Block `number` chained to `previous`, its effect named by `effect`.
-    pub(super) fn lb(&self, number: u64, previous: Digest, effect: &str) -> LedgerBlock {
+    fn lb(&self, number: u64, previous: Digest, effect: &str) -> LedgerBlock {
         LedgerBlock {
             network: self.ctx.network.clone(),
             number: BlockNumber(number),
@@ -99,24 +89,6 @@ impl Net {
             state_digest: Digest::of(format!("state {effect}").as_bytes()),
             hash_previous: previous,
             orderer_position: number * 10,
-        }
-    }
-
-    pub(super) fn vote(&self, org: u32, block: &LedgerBlock) -> Vote {
-        Vote::new_signed(
-            self.ctx.network.clone(),
-            block.number,
-            block.hash(),
-            OrgId(org),
-            &self.keys[org as usize - 1],
-        )
-    }
-
-    pub(super) fn certificate(&self, orgs: &[u32], block: &LedgerBlock) -> Certificate {
-        Certificate {
-            block: block.number,
-            ledger_block_hash: block.hash(),
-            votes: orgs.iter().map(|o| self.vote(*o, block)).collect(),
         }
     }
 }
