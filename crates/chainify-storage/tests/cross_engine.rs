@@ -269,7 +269,32 @@ async fn transfer_to<S: Backend, F: Fixture>(
     );
     assert_eq!(target.ledger_tail().await.expect("tail"), None);
 
+    // The organization executed a block of its own that nobody agreed on (an equivocating
+    // orderer's victim) and checkpointed it. Adopting the agreed state must forget that
+    // checkpoint: once block 1 is agreed through the transfer, a later restore must not take the
+    // divergent state for block 1's.
+    let divergent = chainify_core::tx::Transaction {
+        statements: vec![chainify_core::tx::Statement::new(
+            "UPDATE checking SET bal = bal + 7 WHERE custid = 1",
+            vec![],
+        )],
+    };
+    target
+        .execute_block(&block(&target, 1, vec![Some(divergent)]), ExecMode::Serial)
+        .await
+        .expect("a divergent block");
+    target
+        .checkpoint(BlockNumber(1))
+        .await
+        .expect("checkpoint of the divergent block");
+    let (honest, _) = patches(source, c, &target).await;
+
     target.adopt(&adoption(honest)).await.expect("adopt");
+    assert_eq!(
+        target.checkpoints().await.expect("checkpoints"),
+        vec![c],
+        "the divergent block's checkpoint survived the adoption"
+    );
     assert_eq!(tables(&target).await, tables(source).await);
     let check = target.check_state().await.expect("scan");
     assert!(check.agrees(), "{check:?}");
