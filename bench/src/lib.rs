@@ -1,10 +1,18 @@
-//! Shared fixtures for chainify's benchmarks: the blocks the paper's evaluation uses, built
-//! deterministically so runs are comparable across machines and commits.
+//! chainify's benchmarks.
 //!
-//! Where it sits: the `chainify-bench` crate (not published), on top of the library crates. The
-//! fixtures here are pure; `benches/pure.rs` holds the Criterion micro-benchmarks of the pure
-//! crates, and the `storage-bench` and `recovery-bench` binaries run real engines. Nothing
-//! depends on it. Figures: `bench/README.md`.
+//! - The `chainify bench` harness: [`run`] (arguments, the measured run, the report), [`drive`]
+//!   (workloads, closed-loop clients and the listener, shared with `chainify demo`), [`raw`]
+//!   (the same streams straight on each engine), [`faults`] (tampering and crashes during a
+//!   run), [`remote`] (a devnet of processes driven over gRPC, its layout in [`devnet`]) and
+//!   [`svg`] (the report's picture).
+//! - Fixtures for the Criterion micro-benchmarks of the pure crates (`benches/pure.rs`): the
+//!   blocks the paper's evaluation uses, built deterministically so runs are comparable across
+//!   machines and commits.
+//! - The `storage-bench` and `recovery-bench` binaries, on real engines.
+//!
+//! Where it sits: the `chainify-bench` crate (not published), on top of the library crates and
+//! `chainify-testkit`; the binary's `bench` command is a thin layer over [`run`]. Figures:
+//! `bench/README.md`.
 
 pub mod devnet;
 pub mod drive;

@@ -141,7 +141,9 @@ impl Devnet {
         for org in self.configs.keys() {
             ledgers.push((
                 *org,
-                chainify_client::operator::read_ledger(&self.network, *org).await?,
+                chainify_client::operator::read_ledger(&self.network, *org)
+                    .await
+                    .with_context(|| format!("reading the ledger of {org}"))?,
             ));
         }
         let Some(shortest) = ledgers.iter().map(|(_, l)| l.len()).min() else {

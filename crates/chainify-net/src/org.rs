@@ -13,8 +13,8 @@ use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
 use chainify_node::metrics::{Metrics, family, render_status};
 use chainify_node::{
-    CommitFeed, ExecutionServer, Inbox, LocalExecution, Node, NodeSettings, NodeStatus, ReadGate,
-    StateServer, resume_point,
+    CommitFeed, ExecutionServer, Inbox, LocalExecution, Node, NodeParts, NodeSettings, NodeStatus,
+    ReadGate, StateServer, resume_point,
 };
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
 use chainify_proto::FILE_DESCRIPTOR_SET;
@@ -544,32 +544,21 @@ impl Org {
             state_check_interval: config.checkpoint.state_check_interval,
             ..NodeSettings::default()
         });
-        let (store, network, key) = (self.store.clone(), self.network.clone(), self.key.clone());
+        let parts = NodeParts {
+            store: self.store.clone(),
+            network: self.network.clone(),
+            me,
+            key: self.key.clone(),
+            orderer: orderer.clone(),
+            transport: transport.clone(),
+            settings,
+        };
         let mut node = if self.component == Component::Commit {
             let channel = channel(&execution_addr(config)?, tls)?;
-            Node::start_with(
-                store,
-                network,
-                me,
-                key,
-                orderer.clone(),
-                transport.clone(),
-                Arc::new(RemoteExecution::new(channel)),
-                Arc::new(Metrics::default()),
-                settings,
-            )
-            .await
+            let remote = Arc::new(RemoteExecution::new(channel));
+            Node::start_with(parts, remote, Arc::new(Metrics::default())).await
         } else {
-            Node::start(
-                store,
-                network,
-                me,
-                key,
-                orderer.clone(),
-                transport.clone(),
-                settings,
-            )
-            .await
+            Node::start(parts).await
         }?;
         transport.attach(node.inbox());
         node.set_state_peers(Arc::new(GrpcStatePeers::new(

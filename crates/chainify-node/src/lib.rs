@@ -43,8 +43,8 @@ pub use execution::{Executed, ExecutionError, ExecutionServer};
 pub use feed::{CommitFeed, Subscription};
 pub use gate::{ReadGate, ReadGuard};
 pub use node::{
-    Committed, Node, NodeError, NodeSettings, NodeStatus, RecoveryReport, TransferReport,
-    resume_point,
+    Committed, Node, NodeError, NodeParts, NodeSettings, NodeStatus, RecoveryReport,
+    TransferReport, resume_point,
 };
 pub use port::{Checkpoint, ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transfer::{

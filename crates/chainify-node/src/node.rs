@@ -22,6 +22,7 @@
 //! crash during recovery) is replayed and checked against the ledger first.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -358,42 +359,68 @@ pub struct Node<B: Backend, O: Orderer> {
 
 type GateWait = Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>;
 
+/// What an organization's node is made of.
+pub struct NodeParts<B: Backend, O> {
+    /// The organization's opened store, shared tables registered.
+    pub store: Arc<Store<B>>,
+    /// The network it belongs to.
+    pub network: Arc<NetworkConfig>,
+    /// Its id.
+    pub me: OrgId,
+    /// Its signing key (votes, endorsements, state-transfer requests).
+    pub key: Arc<SigningKey>,
+    /// Where its blocks come from.
+    pub orderer: Arc<O>,
+    /// How its votes and certificates reach the other organizations.
+    pub transport: Arc<dyn Transport>,
+    /// How it runs.
+    pub settings: NodeSettings,
+}
+
+impl<B: Backend, O> fmt::Debug for NodeParts<B, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeParts")
+            .field("me", &self.me)
+            .field("network", &self.network.network_id)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend, O: Orderer + 'static> Node<B, O> {
-    /// Prepares organization `me` over its opened store (shared tables registered), executing
-    /// in this process: reads where its ledger ends and brings its database back to the ledger
-    /// if a recovery was cut short.
-    pub async fn start(
-        store: Arc<Store<B>>,
-        network: Arc<NetworkConfig>,
-        me: OrgId,
-        key: Arc<SigningKey>,
-        orderer: Arc<O>,
-        transport: Arc<dyn Transport>,
-        settings: NodeSettings,
-    ) -> Result<Self, NodeError> {
-        let exec = ExecutionServer::new(store.clone(), network.clone(), settings.mode)?;
+    /// Prepares the organization over its parts, executing in this process: reads where its
+    /// ledger ends and brings its database back to the ledger if a recovery was cut short.
+    pub async fn start(parts: NodeParts<B, O>) -> Result<Self, NodeError> {
+        let exec = ExecutionServer::new(
+            parts.store.clone(),
+            parts.network.clone(),
+            parts.settings.mode,
+        )?;
         let metrics = Arc::new(Metrics::default());
-        let port = Arc::new(LocalExecution::new(store.clone(), exec, metrics.clone()));
-        Self::start_with(
-            store, network, me, key, orderer, transport, port, metrics, settings,
-        )
-        .await
+        let port = Arc::new(LocalExecution::new(
+            parts.store.clone(),
+            exec,
+            metrics.clone(),
+        ));
+        Self::start_with(parts, port, metrics).await
     }
 
     /// [`Node::start`] with blocks executed through `port` (the organization's execution
-    /// process). `store` is the same database: the node reads and appends the ledger there.
-    #[allow(clippy::too_many_arguments)]
+    /// process). The store is the same database: the node reads and appends the ledger there.
     pub async fn start_with(
-        store: Arc<Store<B>>,
-        network: Arc<NetworkConfig>,
-        me: OrgId,
-        key: Arc<SigningKey>,
-        orderer: Arc<O>,
-        transport: Arc<dyn Transport>,
+        parts: NodeParts<B, O>,
         port: Arc<dyn ExecutionPort>,
         metrics: Arc<Metrics>,
-        settings: NodeSettings,
     ) -> Result<Self, NodeError> {
+        let NodeParts {
+            store,
+            network,
+            me,
+            key,
+            orderer,
+            transport,
+            settings,
+        } = parts;
         if settings.checkpoint_interval == 0 || settings.checkpoints_kept == 0 {
             return Err(NodeError::Settings(format!(
                 "checkpoint_interval ({}) and checkpoints_kept ({}) must be at least 1",
@@ -1106,7 +1133,9 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 }
                 Err(e) => {
                     warn!(org = %self.me, peer = %peer.org(), error = %e, "state transfer failed");
-                    self.failed_peers.insert(peer.org(), Instant::now());
+                    if e.is_peers_fault() {
+                        self.failed_peers.insert(peer.org(), Instant::now());
+                    }
                     problems.push((peer.org(), e));
                 }
             }

@@ -91,6 +91,17 @@ pub enum PeerError {
     Execution(#[from] ExecutionError),
 }
 
+impl PeerError {
+    /// Whether the peer is to blame (it goes last for a while), rather than this
+    /// organization's own database, ledger or execution component.
+    pub fn is_peers_fault(&self) -> bool {
+        !matches!(
+            self,
+            PeerError::Storage(_) | PeerError::Ledger(_) | PeerError::Execution(_)
+        )
+    }
+}
+
 /// Why no organization transferred its state: each asked organization's failure, in the order
 /// they were tried.
 #[derive(Debug, thiserror::Error)]
@@ -636,4 +647,28 @@ async fn fetch_ranges<B: Backend>(
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_peers_own_failures_count_against_it_and_every_failure_is_named_by_org() {
+        assert!(PeerError::Untrusted("its rows make state x".into()).is_peers_fault());
+        assert!(PeerError::NoOffer.is_peers_fault());
+        assert!(PeerError::TransferTimeout(Duration::from_secs(1)).is_peers_fault());
+        assert!(PeerError::Serve(ServeError::Refused("no".into())).is_peers_fault());
+        let ours = PeerError::Storage(StorageError::Checkpoint("disk full".into()));
+        assert!(!ours.is_peers_fault());
+        let failed = TransferError::Failed(vec![(OrgId(2), PeerError::NoOffer), (OrgId(3), ours)]);
+        assert_eq!(
+            failed.to_string(),
+            "org2: no checkpoint to offer; org3: checkpoint: disk full"
+        );
+        assert_eq!(
+            TransferError::NoPeers.to_string(),
+            "no other organization is reachable"
+        );
+    }
 }

@@ -42,7 +42,8 @@ use chainify_node::feed::CommitFeed;
 use chainify_node::ledger;
 use chainify_node::transport::LocalNetwork;
 use chainify_node::{
-    ExecutionError, ExecutionServer, Node, NodeError, NodeSettings, NodeStatus, resume_point,
+    ExecutionError, ExecutionServer, Node, NodeError, NodeParts, NodeSettings, NodeStatus,
+    resume_point,
 };
 
 /// Why a cluster operation failed.
@@ -476,15 +477,15 @@ impl<F: OrdererFactory> Cluster<F> {
             .await
             .map_err(|source| ClusterError::Node { org: id, source })?;
         let orderer = self.factory.orderer(Some(id), from).await?;
-        let node = Node::start(
-            run.store.clone(),
-            self.spec.network.clone(),
-            id,
-            run.spec.key.clone(),
+        let node = Node::start(NodeParts {
+            store: run.store.clone(),
+            network: self.spec.network.clone(),
+            me: id,
+            key: run.spec.key.clone(),
             orderer,
-            self.net.transport(id),
-            self.spec.settings.clone(),
-        )
+            transport: self.net.transport(id),
+            settings: self.spec.settings.clone(),
+        })
         .await
         .map_err(|source| ClusterError::Node { org: id, source })?;
         let mut node = node;

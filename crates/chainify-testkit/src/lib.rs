@@ -10,7 +10,7 @@
 //!
 //! Where it sits: above `chainify-node`, `chainify-storage` and `chainify-orderer`, which carry
 //! no test harness of their own; their integration tests, `chainify demo`, `chainify bench`
-//! and `bench/` use it. No runtime component depends on it.
+//! and `bench/` use it. Of the runtime, only the binary links it (for `demo` and `bench`).
 
 pub mod cluster;
 pub mod conformance;

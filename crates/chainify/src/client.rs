@@ -316,12 +316,16 @@ pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode
         .transpose()?;
     let (entries, data) = runtime()?.block_on(async {
         match (&args.org, &args.database) {
-            (Some(org), None) => Ok((
-                read_ledger(&network, OrgId(*org))
+            (Some(org), None) => {
+                let org = OrgId(*org);
+                if !network.orgs.contains_key(&org) {
+                    bail!("--org {}: no such organization in the network", org.0);
+                }
+                let entries = read_ledger(&network, org)
                     .await
-                    .with_context(|| format!("reading the ledger of organization {org}"))?,
-                None,
-            )),
+                    .with_context(|| format!("reading the ledger of {org}"))?;
+                Ok((entries, None))
+            }
             (None, Some(url)) => read_database(url, args.data).await,
             _ => bail!("give --org N (over gRPC) or --database URL"),
         }

@@ -422,9 +422,7 @@ fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
                         );
                     }
                 }
-                if operator::status(&mut operator::admin_client(cfg)?)
-                    .await
-                    .is_ok()
+                if admin_status(cfg).await.is_ok()
                     && tokio::net::TcpStream::connect(&cfg.listen.chainify)
                         .await
                         .is_ok()
@@ -439,6 +437,14 @@ fn wait_ready(dir: &Path, orgs: u32) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// The organization's status over its AdminService; any failure (no CA, no channel, no
+/// answer) is the answer's error, so callers retry or report it per organization.
+async fn admin_status(
+    cfg: &OrgConfig,
+) -> Result<chainify_proto::pb::StatusResponse, chainify_client::ClientError> {
+    operator::status(&mut operator::admin_client(cfg)?).await
 }
 
 fn status(dir: &Path) -> anyhow::Result<()> {
@@ -462,7 +468,7 @@ fn status(dir: &Path) -> anyhow::Result<()> {
                 .collect();
             let running = pids.values().all(|p| p["running"] == json!(true));
             let status = if running {
-                match operator::status(&mut operator::admin_client(cfg)?).await {
+                match admin_status(cfg).await {
                     Ok(s) => json!({
                         "agreed_height": s.agreed_height,
                         "components": s.components.iter().map(|c| json!({

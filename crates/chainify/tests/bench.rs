@@ -3,16 +3,14 @@
 //! picture; bad options are refused by name.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use serde_json::Value;
 
 fn bench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_chainify"))
-        .arg("bench")
-        .args(args)
-        .output()
-        .unwrap()
+    common::subcommand("bench", args)
 }
 
 fn run(args: &[&str]) -> (Value, String) {

@@ -3,22 +3,14 @@
 //! only on malformed input files.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use chainify_core::config::OrgConfig;
+use common::{chainify, stderr};
 use serde_json::{Value, json};
-
-fn chainify(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_chainify"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 #[test]
 fn init_writes_a_network_that_loads() {

@@ -3,16 +3,14 @@
 //! bad options are refused by name before anything starts.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use serde_json::Value;
 
 fn demo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_chainify"))
-        .arg("demo")
-        .args(args)
-        .output()
-        .unwrap()
+    common::subcommand("demo", args)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -4,9 +4,10 @@
 //! servers of `cargo xtask test`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,25 +19,8 @@ use chainify_core::tx::LedgerEntry;
 use chainify_proto::pb;
 use chainify_storage::{AnyBackend, Store, StoreOptions};
 use chainify_workload::{KeyDistribution, Smallbank};
+use common::{chainify, ok};
 use futures_util::StreamExt;
-
-fn chainify(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_chainify"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 /// Stops the network however the test ends.
 struct Devnet {
