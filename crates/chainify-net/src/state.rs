@@ -149,7 +149,7 @@ impl<B: Backend> StateService<B> {
         r: pb::StateOfferRequest,
     ) -> Result<Response<pb::StateOfferResponse>, Status> {
         self.check(r.auth.as_ref(), "StateOffer", 0, "")?;
-        let offer = self.server.offer().await.map_err(status::failed)?;
+        let offer = self.server.offer().await.map_err(status::serve_failed)?;
         Ok(Response::new(match offer {
             Some(o) => pb::StateOfferResponse {
                 entry: Some(pb::LedgerEntry::from(&o.entry)),
@@ -176,7 +176,7 @@ impl<B: Backend> StateService<B> {
             .server
             .digests(BlockNumber(r.block), &r.table, &nodes)
             .await
-            .map_err(status::precondition)?;
+            .map_err(status::serve_failed)?;
         Ok(Response::new(pb::StateDigestsResponse {
             digests: digests.iter().map(|d| d.as_bytes().to_vec()).collect(),
         }))
@@ -195,7 +195,7 @@ impl<B: Backend> StateService<B> {
             .server
             .rows(BlockNumber(r.block), &r.table, &r.ranges)
             .await
-            .map_err(status::precondition)?;
+            .map_err(status::serve_failed)?;
         let mut chunks = Vec::new();
         let mut chunk = Vec::new();
         let mut size = 0;

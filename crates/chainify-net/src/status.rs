@@ -16,7 +16,7 @@
 
 use std::fmt::Display;
 
-use chainify_node::Refusal;
+use chainify_node::{Refusal, ServeError};
 use chainify_proto::ProtocolError;
 use chainify_storage::StorageError;
 use tonic::Status;
@@ -98,6 +98,17 @@ pub(crate) fn query_failed(e: StorageError) -> Status {
     }
 }
 
+/// A state-transfer request this organization cannot serve: one for what is not on offer is
+/// the asker's to fix; a failure of its own database, ledger or shutdown may pass.
+pub(crate) fn serve_failed(e: ServeError) -> Status {
+    match e {
+        ServeError::Refused(_) => Status::failed_precondition(e.to_string()),
+        ServeError::Storage(_) | ServeError::Ledger(_) | ServeError::Stopping(_) => {
+            Status::unavailable(e.to_string())
+        }
+    }
+}
+
 /// The server is going away.
 pub(crate) fn shutting_down() -> Status {
     Status::unavailable("the organization is shutting down")
@@ -124,6 +135,20 @@ mod tests {
     use chainify_core::{Digest, OrgId, TxId};
     use chainify_node::{Replay, Unauthenticated};
     use tonic::Code;
+
+    #[test]
+    fn a_state_request_not_on_offer_is_a_precondition_and_a_local_failure_may_pass() {
+        let refused = serve_failed(ServeError::Refused("not on offer".into()));
+        assert_eq!(
+            (refused.code(), refused.message()),
+            (Code::FailedPrecondition, "not on offer")
+        );
+        let storage = serve_failed(ServeError::Storage(StorageError::Checkpoint("gone".into())));
+        assert_eq!(
+            (storage.code(), storage.message()),
+            (Code::Unavailable, "checkpoint: gone")
+        );
+    }
 
     #[test]
     fn each_refusal_has_its_code_and_keeps_its_text() {
