@@ -172,40 +172,25 @@ impl<B: Backend> Store<B> {
         holders: &[(String, Value)],
         during: &str,
     ) -> Result<(), StorageError> {
-        let p = |n| ddl::placeholder(self.backend.dialect(), n);
         for (table, holder) in holders {
-            self.db(
-                conn.execute(
-                    &format!(
-                        "INSERT INTO chainify_checkpoint_tables (block, table_name, snapshot_block) VALUES ({}, {}, {})",
-                        p(1),
-                        p(2),
-                        p(3)
-                    ),
-                    &[b, &Value::Text(table.clone()), holder],
-                    false,
-                )
-                .await,
+            self.insert_row(
+                conn,
+                "chainify_checkpoint_tables (block, table_name, snapshot_block)",
+                &[b, &Value::Text(table.clone()), holder],
                 during,
-            )?;
+            )
+            .await?;
         }
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        self.db(
-            conn.execute(
-                &format!(
-                    "INSERT INTO chainify_checkpoints (block, created_unix_ms) VALUES ({}, {})",
-                    p(1),
-                    p(2)
-                ),
-                &[b, &Value::Int(now_ms)],
-                false,
-            )
-            .await,
+        self.insert_row(
+            conn,
+            "chainify_checkpoints (block, created_unix_ms)",
+            &[b, &Value::Int(now_ms)],
             during,
-        )?;
-        Ok(())
+        )
+        .await
     }
 
     /// The blocks that have checkpoints, oldest first.

@@ -50,6 +50,14 @@ pub fn placeholder(dialect: Dialect, n: usize) -> String {
     }
 }
 
+/// Placeholders for parameters `1..=count`, comma-separated.
+pub fn placeholders(dialect: Dialect, count: usize) -> String {
+    (1..=count)
+        .map(|n| placeholder(dialect, n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// How a column is read back so every engine yields the same typed value.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ReadType {

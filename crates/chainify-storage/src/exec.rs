@@ -360,10 +360,8 @@ impl<B: Backend> Store<B> {
             failures: Mutex::new(Vec::new()),
             retries: AtomicU64::new(0),
             marker: format!(
-                "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({}, {}, {})",
-                p(1),
-                p(2),
-                p(3)
+                "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({})",
+                ddl::placeholders(self.backend.dialect(), 3)
             ),
             idle: Mutex::new(Vec::new()),
         };
@@ -569,28 +567,18 @@ impl<B: Backend> Store<B> {
         success: &[bool],
         during: &str,
     ) -> Result<(), StorageError> {
-        let p = |n| ddl::placeholder(self.backend.dialect(), n);
-        self.db(
-            conn.execute(
-                &format!(
-                    "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({}, {}, {}, {})",
-                    p(1),
-                    p(2),
-                    p(3),
-                    p(4)
-                ),
-                &[
-                    &block_param(block)?,
-                    &Value::Bytes(digest.as_bytes().to_vec()),
-                    &Value::Bytes(pack_bits(success)),
-                    &index_param(success.len()),
-                ],
-                false,
-            )
-            .await,
+        self.insert_row(
+            conn,
+            "chainify_applied_blocks (block, digest, success, tx_count)",
+            &[
+                &block_param(block)?,
+                &Value::Bytes(digest.as_bytes().to_vec()),
+                &Value::Bytes(pack_bits(success)),
+                &index_param(success.len()),
+            ],
             during,
-        )?;
-        Ok(())
+        )
+        .await
     }
 
     /// Records the ids of `block`'s transactions that passed validation, against replays

@@ -5,7 +5,7 @@
 
 use chainify_core::{BlockNumber, Digest, Value};
 
-use crate::backend::{Backend, Conn};
+use crate::backend::Backend;
 use crate::ddl::{self, ReadType};
 use crate::error::StorageError;
 use crate::store::Store;
@@ -83,28 +83,18 @@ impl<B: Backend> Store<B> {
         entry: &[u8],
         during: &str,
     ) -> Result<(), StorageError> {
-        let p = |n| ddl::placeholder(self.backend.dialect(), n);
-        self.db(
-            conn.execute(
-                &format!(
-                    "INSERT INTO chainify_ledger (block, hash, previous_hash, entry) VALUES ({}, {}, {}, {})",
-                    p(1),
-                    p(2),
-                    p(3),
-                    p(4)
-                ),
-                &[
-                    &Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX)),
-                    &Value::Bytes(hash.as_bytes().to_vec()),
-                    &Value::Bytes(previous.as_bytes().to_vec()),
-                    &Value::Bytes(entry.to_vec()),
-                ],
-                false,
-            )
-            .await,
+        self.insert_row(
+            conn,
+            "chainify_ledger (block, hash, previous_hash, entry)",
+            &[
+                &Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX)),
+                &Value::Bytes(hash.as_bytes().to_vec()),
+                &Value::Bytes(previous.as_bytes().to_vec()),
+                &Value::Bytes(entry.to_vec()),
+            ],
             during,
-        )?;
-        Ok(())
+        )
+        .await
     }
 
     /// The stored entry of a ledger block.

@@ -170,27 +170,17 @@ impl<B: Backend> Store<B> {
         state: &StateHash,
         during: &str,
     ) -> Result<(), StorageError> {
-        let dialect = self.backend().dialect();
-        let p = |n| ddl::placeholder(dialect, n);
-        self.db(
-            conn.execute(
-                &format!(
-                    "INSERT INTO chainify_state (block, table_name, lanes) VALUES ({}, {}, {})",
-                    p(1),
-                    p(2),
-                    p(3)
-                ),
-                &[
-                    &Value::Int(block),
-                    &Value::Text(table.to_owned()),
-                    &Value::Bytes(state.to_bytes()),
-                ],
-                false,
-            )
-            .await,
+        self.insert_row(
+            conn,
+            "chainify_state (block, table_name, lanes)",
+            &[
+                &Value::Int(block),
+                &Value::Text(table.to_owned()),
+                &Value::Bytes(state.to_bytes()),
+            ],
             during,
-        )?;
-        Ok(())
+        )
+        .await
     }
 
     /// The accumulator of `t`'s rows as they are, and how many there are.

@@ -187,20 +187,18 @@ impl<B: Backend> Store<B> {
                 self.db(conn.batch(&sql).await, &during)?;
             }
             if !current.contains_key(&t.name) {
-                let p = |n| ddl::placeholder(dialect, n);
-                self.db(
-                    conn.execute(
-                        &format!(
-                            "INSERT INTO chainify_shared_tables (table_name, fingerprint, last_changed_block, last_snapshot_block) VALUES ({}, {}, -1, -1)",
-                            p(1),
-                            p(2)
-                        ),
-                        &[&Value::Text(t.name.clone()), &Value::Text(t.fingerprint())],
-                        false,
-                    )
-                    .await,
+                self.insert_row(
+                    conn,
+                    "chainify_shared_tables (table_name, fingerprint, last_changed_block, last_snapshot_block)",
+                    &[
+                        &Value::Text(t.name.clone()),
+                        &Value::Text(t.fingerprint()),
+                        &Value::Int(-1),
+                        &Value::Int(-1),
+                    ],
                     &during,
-                )?;
+                )
+                .await?;
                 self.record_registered_state(conn, t).await?;
             }
         }
@@ -216,6 +214,23 @@ impl<B: Backend> Store<B> {
     }
 
     /// Wraps a database error of chainify's own statements with the URL and the activity.
+    /// Inserts one row into one of chainify's own tables: `into` names the table and its
+    /// columns (`chainify_ledger (block, hash, …)`), one value per column.
+    pub(crate) async fn insert_row(
+        &self,
+        conn: &mut B::Conn,
+        into: &str,
+        values: &[&Value],
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let sql = format!(
+            "INSERT INTO {into} VALUES ({})",
+            ddl::placeholders(self.backend.dialect(), values.len())
+        );
+        self.db(conn.execute(&sql, values, false).await, during)?;
+        Ok(())
+    }
+
     pub(crate) fn db<T>(&self, r: Result<T, DbError>, during: &str) -> Result<T, StorageError> {
         r.map_err(|e| match e.kind {
             DbErrorKind::Connection => self.lost(during, e),
