@@ -93,12 +93,15 @@ pub enum PeerError {
 
 impl PeerError {
     /// Whether the peer is to blame (it goes last for a while), rather than this
-    /// organization's own database, ledger or execution component.
+    /// organization's own database, ledger or execution component. An adoption the store
+    /// refuses (`StorageError::Transfer`: rows outside the ranges asked for, a row twice, a
+    /// state that is not the agreed one) is the peer's data.
     pub fn is_peers_fault(&self) -> bool {
-        !matches!(
-            self,
-            PeerError::Storage(_) | PeerError::Ledger(_) | PeerError::Execution(_)
-        )
+        match self {
+            PeerError::Storage(StorageError::Transfer(_)) => true,
+            PeerError::Storage(_) | PeerError::Ledger(_) | PeerError::Execution(_) => false,
+            _ => true,
+        }
     }
 }
 
@@ -661,6 +664,11 @@ mod tests {
         assert!(PeerError::Serve(ServeError::Refused("no".into())).is_peers_fault());
         let ours = PeerError::Storage(StorageError::Checkpoint("disk full".into()));
         assert!(!ours.is_peers_fault());
+        let refused = PeerError::Storage(StorageError::Transfer("row 3 appears twice".into()));
+        assert!(
+            refused.is_peers_fault(),
+            "a refused adoption is the peer's data"
+        );
         let failed = TransferError::Failed(vec![(OrgId(2), PeerError::NoOffer), (OrgId(3), ours)]);
         assert_eq!(
             failed.to_string(),
