@@ -316,6 +316,17 @@ impl<B: Backend> StateServer<B> {
     }
 
     /// Checks that `block` is the checkpoint on offer.
+    /// Checks that `table` is one of this organization's shared tables.
+    fn shared(&self, table: &str) -> Result<(), ServeError> {
+        if self.store.tables().contains_key(table) {
+            Ok(())
+        } else {
+            Err(ServeError::Refused(format!(
+                "{table:?} is not a shared table here"
+            )))
+        }
+    }
+
     fn offered(&self, block: BlockNumber) -> Result<(), ServeError> {
         let offered = self.served().offer.as_ref().map(|o| o.entry.block.number);
         if offered != Some(block) {
@@ -343,6 +354,7 @@ impl<B: Backend> StateServer<B> {
         nodes: &[RangeNode],
     ) -> Result<Vec<Digest>, ServeError> {
         self.offered(block)?;
+        self.shared(table)?;
         if nodes.len() > MAX_NODES_PER_CALL {
             return Err(ServeError::Refused(format!(
                 "{} nodes asked for; at most {MAX_NODES_PER_CALL} per call",
@@ -379,6 +391,7 @@ impl<B: Backend> StateServer<B> {
         ranges: &[u32],
     ) -> Result<Vec<Vec<Value>>, ServeError> {
         self.offered(block)?;
+        self.shared(table)?;
         if let Some(bad) = ranges.iter().find(|r| **r >= LEAVES) {
             return Err(ServeError::Refused(format!("there is no key range {bad}")));
         }
@@ -561,19 +574,25 @@ pub(crate) async fn fetch<B: Backend>(
                 .collect(),
         })
         .collect();
+    let adoption = Adoption {
+        block: c,
+        state: block.state_digest,
+        hash_digest: block.hash_digest,
+        success: block.success.clone(),
+        patches: patches
+            .into_iter()
+            .filter(|(_, p)| !p.patch.ranges.is_empty())
+            .map(|(t, p)| (t, p.patch))
+            .collect(),
+        ledger: adopted,
+    };
+    // What the store would refuse (a row outside the ranges asked for, a key twice, a bad
+    // shape) is the peer's doing, found before anything is written.
+    store
+        .check_adoption(&adoption)
+        .map_err(|e| untrusted(e.to_string()))?;
     Ok(Fetched {
-        adoption: Adoption {
-            block: c,
-            state: block.state_digest,
-            hash_digest: block.hash_digest,
-            success: block.success.clone(),
-            patches: patches
-                .into_iter()
-                .filter(|(_, p)| !p.patch.ranges.is_empty())
-                .map(|(t, p)| (t, p.patch))
-                .collect(),
-            ledger: adopted,
-        },
+        adoption,
         block,
         entries,
         ranges,

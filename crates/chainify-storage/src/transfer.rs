@@ -168,7 +168,8 @@ impl<B: Backend> Store<B> {
 
     /// Checks a transferred state before anything is written: known tables, rows of the right
     /// shape, each in a patched range, no key twice, and a ledger that chains to `block`.
-    fn check_adoption(&self, a: &Adoption) -> Result<(), StorageError> {
+    /// Pure: the receiver runs it on what a peer sent before adopting it.
+    pub fn check_adoption(&self, a: &Adoption) -> Result<(), StorageError> {
         for (name, patch) in &a.patches {
             let t = self.shared(name)?;
             let types: Vec<ReadType> = t.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
