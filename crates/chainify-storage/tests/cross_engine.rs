@@ -287,6 +287,14 @@ async fn transfer_to<S: Backend, F: Fixture>(
         .checkpoint(BlockNumber(1))
         .await
         .expect("checkpoint of the divergent block");
+    assert!(
+        c.0 > 1,
+        "the adopted block {c} lies beyond the divergent one"
+    );
+    assert_eq!(
+        target.checkpoints().await.expect("checkpoints"),
+        vec![BlockNumber(1)]
+    );
     let (honest, _) = patches(source, c, &target).await;
 
     target.adopt(&adoption(honest)).await.expect("adopt");

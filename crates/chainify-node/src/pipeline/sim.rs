@@ -102,6 +102,8 @@ struct Sim {
     rng: u64,
     /// Whether streams break and fail to open.
     stream_faults: bool,
+    stream_breaks: u32,
+    failed_opens: u32,
 }
 
 impl Sim {
@@ -138,6 +140,11 @@ impl Sim {
     fn carry_out(&mut self, i: usize, command: Command) -> Option<Event> {
         // The faulty organization's database and orderer also fail now and then.
         let unlucky = self.orgs[i].fault.is_some() && self.random(100) < 6;
+        // Any organization's orderer may be unreachable when it opens its stream.
+        if self.stream_faults && matches!(command, Command::OpenStream(_)) && self.random(100) < 5 {
+            self.failed_opens += 1;
+            return Some(Event::StreamFailed);
+        }
         let n = &self.n;
         let org = &mut self.orgs[i];
         match command {
@@ -177,9 +184,6 @@ impl Sim {
                 | commit::Command::RejectCertificate(_) => {}
             },
             Command::OpenStream(resume) => {
-                if unlucky && self.stream_faults {
-                    return Some(Event::StreamFailed);
-                }
                 org.stream_at = Some(resume.block.0);
                 return Some(Event::StreamOpened);
             }
@@ -310,9 +314,10 @@ impl Sim {
     fn step(&mut self, drop_percent: u64, dup_percent: u64) {
         let orgs = self.orgs.len() as u64;
         // Now and then an organization's stream from the orderer breaks.
-        if self.stream_faults && self.random(1000) < 3 {
+        if self.stream_faults && self.random(100) == 0 {
             let i = self.random(orgs) as usize;
             if self.orgs[i].stream_at.take().is_some() {
+                self.stream_breaks += 1;
                 self.feed(i, Event::StreamBroken);
             }
             return;
@@ -459,6 +464,8 @@ fn run(setup: Setup) -> Sim {
         appended: Vec::new(),
         rng: seed,
         stream_faults,
+        stream_breaks: 0,
+        failed_opens: 0,
     };
     let honest_done = |sim: &Sim| {
         sim.orgs
@@ -578,4 +585,21 @@ fn the_cases_proptest_found_still_hold() {
         });
         assert_eq!(sim.appended.len() as u64, BLOCKS);
     }
+}
+
+#[test]
+fn streams_break_and_fail_to_open_and_blocks_run_three_ahead_without_a_fork() {
+    let sim = run(Setup {
+        orgs: 4,
+        faulty: 3,
+        fault: Fault::Once(7),
+        seed: 5,
+        drop_percent: 10,
+        dup_percent: 10,
+        depth: 3,
+        stream_faults: true,
+    });
+    assert_eq!(sim.appended.len() as u64, BLOCKS);
+    assert!(sim.stream_breaks > 0, "no stream broke");
+    assert!(sim.failed_opens > 0, "no stream failed to open");
 }
