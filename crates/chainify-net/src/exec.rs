@@ -8,7 +8,7 @@ use std::time::Duration;
 use chainify_core::tx::{LedgerBlock, TransactionBlock};
 use chainify_core::{BlockNumber, Digest};
 use chainify_node::{
-    Checkpoint, Executed, ExecutionError, ExecutionPort, PortExecuted, PortFuture,
+    BlockJob, Checkpoint, Executed, ExecutionError, ExecutionPort, PortExecuted, PortFuture,
 };
 use chainify_proto::pb;
 use chainify_proto::pb::execution_service_client::ExecutionServiceClient;
@@ -62,7 +62,12 @@ impl pb::execution_service_server::ExecutionService for ExecutionGrpc {
             .map_err(|_| status::wrong_length("previous", 32, request.previous.len()))?;
         let done = self
             .port
-            .execute(block, previous, request.checkpoint, request.state_check)
+            .execute(BlockJob {
+                block,
+                previous,
+                checkpoint: request.checkpoint,
+                state_check: request.state_check,
+            })
             .await
             .map_err(failed)?;
         let executed = &done.executed;
@@ -189,26 +194,21 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
 }
 
 impl ExecutionPort for RemoteExecution {
-    fn execute(
-        &self,
-        block: TransactionBlock,
-        previous: Digest,
-        checkpoint: bool,
-        state_check: bool,
-    ) -> PortFuture<'_, PortExecuted> {
+    fn execute(&self, job: BlockJob) -> PortFuture<'_, PortExecuted> {
         let mut client = self.client.clone();
         Box::pin(async move {
+            let block = job.block.number;
             let mut request = Request::new(pb::ExecuteRequest {
-                block: Some(pb::TransactionBlock::from(&block)),
-                previous: previous.as_bytes().to_vec(),
-                checkpoint,
-                state_check,
+                block: Some(pb::TransactionBlock::from(&job.block)),
+                previous: job.previous.as_bytes().to_vec(),
+                checkpoint: job.checkpoint,
+                state_check: job.state_check,
             });
             request.set_timeout(EXECUTE_TIMEOUT);
             let response = client
                 .execute(request)
                 .await
-                .map_err(|s| remote(&format!("executing block {}", block.number), &s))?;
+                .map_err(|s| remote(&format!("executing block {block}"), &s))?;
             decode(response.into_inner())
         })
     }
@@ -262,13 +262,7 @@ mod tests {
     struct Unreachable;
 
     impl ExecutionPort for Unreachable {
-        fn execute(
-            &self,
-            _: TransactionBlock,
-            _: Digest,
-            _: bool,
-            _: bool,
-        ) -> PortFuture<'_, PortExecuted> {
+        fn execute(&self, _: BlockJob) -> PortFuture<'_, PortExecuted> {
             Box::pin(async { panic!("executed a malformed request") })
         }
         fn restore(&self, _: BlockNumber, _: Option<Digest>) -> PortFuture<'_, ()> {

@@ -46,7 +46,7 @@ pub use node::{
     Committed, Node, NodeError, NodeParts, NodeSettings, NodeStatus, RecoveryReport,
     TransferReport, resume_point,
 };
-pub use port::{Checkpoint, ExecutionPort, LocalExecution, PortExecuted, PortFuture};
+pub use port::{BlockJob, Checkpoint, ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transfer::{
     LocalPeer, NoPeers, PeerError, PeerFuture, ServeError, StateOffer, StatePeer, StatePeers,
     StateServer, TransferError,

@@ -47,7 +47,7 @@ use crate::gate::{Gate, ReadGate};
 use crate::ledger::{self, LedgerError};
 use crate::metrics::{Metrics, Phase};
 use crate::pipeline::{Command, Event, Notice, Pipeline, RecoveryError, Repaired, Schedule};
-use crate::port::{Checkpoint, ExecutionPort, LocalExecution, PortExecuted};
+use crate::port::{BlockJob, Checkpoint, ExecutionPort, LocalExecution, PortExecuted};
 use crate::transfer::{
     NoPeers, OFFER_TIMEOUT, PeerError, StatePeers, StateServer, TransferError, check_offer, fetch,
 };
@@ -770,9 +770,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 let span = info_span!("block", org = %self.me, block = %block.number);
                 self.in_flight = Some(InFlight(tokio::spawn(
                     async move {
-                        let result = port
-                            .execute(block.clone(), previous, checkpoint, state_check)
-                            .await;
+                        let job = BlockJob {
+                            block: block.clone(),
+                            previous,
+                            checkpoint,
+                            state_check,
+                        };
+                        let result = port.execute(job).await;
                         Flight { block, result }
                     }
                     .instrument(span),
@@ -1200,7 +1204,12 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             }
             let port = self.port.clone();
             let done = patiently(self.settings.replay_timeout, || {
-                port.execute(block.clone(), previous, false, false)
+                port.execute(BlockJob {
+                    block: block.clone(),
+                    previous,
+                    checkpoint: false,
+                    state_check: false,
+                })
             })
             .await?;
             for finding in done.integrity {

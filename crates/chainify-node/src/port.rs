@@ -57,20 +57,25 @@ pub struct PortExecuted {
     pub repair_needed: bool,
 }
 
+/// A block to execute, and what to do with the state after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockJob {
+    /// The ordered block.
+    pub block: TransactionBlock,
+    /// The hash of the LedgerBlock before it: its LedgerBlock chains to this.
+    pub previous: Digest,
+    /// Take a checkpoint of the resulting state.
+    pub checkpoint: bool,
+    /// Start a full scan against the state digest in the background (its finding comes with a
+    /// later block).
+    pub state_check: bool,
+}
+
 /// Executes blocks and manages checkpoints on the organization's database.
 pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
-    /// Executes `block` with its LedgerBlock chained to `previous`; takes a checkpoint of the
-    /// resulting state when `checkpoint`; starts a full scan against the state digest in the
-    /// background when `state_check` (its finding comes with a later block). Before every block
-    /// the digest triggers are checked in the catalog and reinstalled when broken. Running a
-    /// block again returns its stored outcome.
-    fn execute(
-        &self,
-        block: TransactionBlock,
-        previous: Digest,
-        checkpoint: bool,
-        state_check: bool,
-    ) -> PortFuture<'_, PortExecuted>;
+    /// Executes a [`BlockJob`]. Before every block the digest triggers are checked in the
+    /// catalog and reinstalled when broken. Running a block again returns its stored outcome.
+    fn execute(&self, job: BlockJob) -> PortFuture<'_, PortExecuted>;
 
     /// Restores the database to checkpoint `block`: the keys recorded as changed since, or,
     /// with `full` (the agreed state digest of `block`), every row after checking that the
@@ -210,13 +215,13 @@ impl<B: Backend> LocalExecution<B> {
 }
 
 impl<B: Backend> ExecutionPort for LocalExecution<B> {
-    fn execute(
-        &self,
-        block: TransactionBlock,
-        previous: Digest,
-        checkpoint: bool,
-        state_check: bool,
-    ) -> PortFuture<'_, PortExecuted> {
+    fn execute(&self, job: BlockJob) -> PortFuture<'_, PortExecuted> {
+        let BlockJob {
+            block,
+            previous,
+            checkpoint,
+            state_check,
+        } = job;
         Box::pin(async move {
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
