@@ -418,6 +418,23 @@ struct Setup {
     stream_faults: bool,
 }
 
+impl Setup {
+    /// Organization `faulty` of `orgs` has `fault`; 10 % of messages dropped and 10 %
+    /// duplicated; one block executed ahead of agreement; streams that never fail.
+    fn new(orgs: u32, faulty: u32, fault: Fault, seed: u64) -> Setup {
+        Setup {
+            orgs,
+            faulty,
+            fault,
+            seed,
+            drop_percent: 10,
+            dup_percent: 10,
+            depth: 1,
+            stream_faults: false,
+        }
+    }
+}
+
 fn run(setup: Setup) -> Sim {
     let Setup {
         orgs,
@@ -533,29 +550,15 @@ proptest! {
 fn the_simulation_exercises_recovery_and_transfer() {
     // A fixed run whose faulty organization must recover (once wrong) and one whose faulty
     // organization cannot compute a block (always wrong) and takes a peer's state.
-    let once = run(Setup {
-        orgs: 3,
-        faulty: 2,
-        fault: Fault::Once(3),
-        seed: 7,
-        drop_percent: 10,
-        dup_percent: 10,
-        depth: 1,
-        stream_faults: false,
-    });
+    let once = run(Setup::new(3, 2, Fault::Once(3), 7));
     assert!(
         once.orgs[1].restores > 0,
         "the faulty organization restored a checkpoint"
     );
     let always = run(Setup {
-        orgs: 4,
-        faulty: 1,
-        fault: Fault::Always(5),
-        seed: 11,
         drop_percent: 20,
         dup_percent: 5,
-        depth: 1,
-        stream_faults: false,
+        ..Setup::new(4, 1, Fault::Always(5), 11)
     });
     let faulty = &always.orgs[0];
     assert!(
@@ -574,14 +577,9 @@ fn the_cases_proptest_found_still_hold() {
         (3, 2, 1, 14_376_327_198_572_666_388, 1, 18),
     ] {
         let sim = run(Setup {
-            orgs,
-            faulty,
-            fault: Fault::Once(block),
-            seed,
             drop_percent,
             dup_percent,
-            depth: 1,
-            stream_faults: false,
+            ..Setup::new(orgs, faulty, Fault::Once(block), seed)
         });
         assert_eq!(sim.appended.len() as u64, BLOCKS);
     }
@@ -590,14 +588,9 @@ fn the_cases_proptest_found_still_hold() {
 #[test]
 fn streams_break_and_fail_to_open_and_blocks_run_three_ahead_without_a_fork() {
     let sim = run(Setup {
-        orgs: 4,
-        faulty: 3,
-        fault: Fault::Once(7),
-        seed: 5,
-        drop_percent: 10,
-        dup_percent: 10,
         depth: 3,
         stream_faults: true,
+        ..Setup::new(4, 3, Fault::Once(7), 5)
     });
     assert_eq!(sim.appended.len() as u64, BLOCKS);
     assert!(sim.stream_breaks > 0, "no stream broke");
