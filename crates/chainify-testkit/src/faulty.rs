@@ -134,8 +134,17 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::conformance::orderer::{network, transaction};
+    use chainify_core::NetworkId;
+    use chainify_core::testing::signed_transaction;
     use chainify_orderer::LocalOrderer;
+
+    fn network() -> NetworkId {
+        NetworkId::new("faulty").expect("a valid name")
+    }
+
+    fn transaction(nonce: u64) -> ChainedTransaction {
+        signed_transaction(&network(), nonce)
+    }
 
     fn nonces(b: &TransactionBlock) -> Vec<u64> {
         b.transactions

@@ -4,7 +4,9 @@
 //!   node and admission, over the in-process vote transport, with fault hooks (tamper, crash,
 //!   stop, restart, partition).
 //! - [`faulty`]: a misbehaving orderer (reorder, drop, duplicate, forge, equivocate).
-//! - [`conformance`]: the suites every storage backend and every orderer passes.
+//! - [`conformance`]: the suites every storage backend and every orderer passes (the orderer
+//!   suite with the feature `testing`: its transactions are signed with seeded keys, which the
+//!   binary, linking only the cluster, does not carry).
 //! - [`engines`]: one fresh database per test on the test servers or in an SQLite file.
 //! - [`smallbank`]: Smallbank networks for tests: specs, the workload, submitting.
 //!
