@@ -20,8 +20,8 @@ use chainify_net::{
 use chainify_orderer::LocalOrderer;
 use chainify_proto::pb;
 use chainify_proto::pb::orderer_service_server::OrdererServiceServer;
-use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions};
-use chainify_workload::{SMALLBANK_SCHEMA, smallbank_load_sql};
+use chainify_storage::{AnyBackend, StoreOptions};
+use chainify_testkit::engines::load_smallbank;
 use futures_util::StreamExt;
 use tokio::sync::oneshot;
 
@@ -37,21 +37,6 @@ struct Net {
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) {
     std::fs::write(path, bytes).unwrap();
-}
-
-async fn smallbank(url: &str) {
-    let backend = AnyBackend::connect(url, &StoreOptions::default())
-        .await
-        .unwrap();
-    let mut conn = backend.acquire().await.unwrap();
-    for ddl in SMALLBANK_SCHEMA.split(';').filter(|s| !s.trim().is_empty()) {
-        conn.batch(ddl).await.unwrap();
-    }
-    for insert in smallbank_load_sql(100, 100) {
-        conn.batch(&insert).await.unwrap();
-    }
-    drop(conn);
-    backend.close().await;
 }
 
 /// Writes a network of three organizations on ports from `base` and starts it. Bases stay
@@ -133,7 +118,7 @@ async fn start(base: u16, chainify: ChainifySettings) -> Net {
     for n in 1..=3u16 {
         let org_dir = dir.join(format!("org{n}"));
         let url = format!("sqlite://{}", org_dir.join("state.db").display());
-        smallbank(&url).await;
+        load_smallbank(&url, 100).await;
         let port = base + 10 * (n - 1);
         write(
             &org_dir.join("org.toml"),
@@ -662,7 +647,7 @@ async fn a_wiped_organization_fast_joins_from_a_peer_under_load() {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
-    smallbank(&format!("sqlite://{}", db.display())).await;
+    load_smallbank(&format!("sqlite://{}", db.display()), 100).await;
     let wiped_at = net.admin(1).await.agreed_height;
     net.start_org(3, ChainifySettings::default());
     wait_height(&net, 3, wiped_at + 5, "the wiped organization under load").await;

@@ -121,11 +121,6 @@ impl NetworkBuilder {
         }
     }
 
-    /// The port plan.
-    pub fn ports(&self) -> PortPlan {
-        self.ports
-    }
-
     /// A block ends after `max_block_txs` transactions or when its oldest waited
     /// `batch_timeout_ms`.
     pub fn block(mut self, max_block_txs: usize, batch_timeout_ms: u64) -> Self {
