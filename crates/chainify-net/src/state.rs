@@ -17,7 +17,9 @@ use chainify_core::ranges::RangeNode;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, Digest, NetworkId, OrgId, Value};
-use chainify_node::{PeerError, PeerFuture, StateOffer, StatePeer, StatePeers, StateServer};
+use chainify_node::{
+    OfferedTable, PeerError, PeerFuture, StateOffer, StatePeer, StatePeers, StateServer,
+};
 use chainify_proto::pb;
 use chainify_proto::pb::commit_service_client::CommitServiceClient;
 use chainify_storage::Backend;
@@ -333,19 +335,14 @@ impl StatePeer for GrpcStatePeer {
         })
     }
 
-    fn digests(
-        &self,
-        block: BlockNumber,
-        table: String,
-        nodes: Vec<RangeNode>,
-    ) -> PeerFuture<'_, Vec<Digest>> {
+    fn digests(&self, of: OfferedTable, nodes: Vec<RangeNode>) -> PeerFuture<'_, Vec<Digest>> {
         let mut client = self.client.clone();
         Box::pin(async move {
             let r = client
                 .state_digests(timed(pb::StateDigestsRequest {
-                    auth: Some(self.auth("StateDigests", block.0, &table)),
-                    block: block.0,
-                    table,
+                    auth: Some(self.auth("StateDigests", of.block.0, &of.table)),
+                    block: of.block.0,
+                    table: of.table,
                     nodes: nodes
                         .iter()
                         .map(|n| pb::RangeNode {
@@ -367,18 +364,14 @@ impl StatePeer for GrpcStatePeer {
         })
     }
 
-    fn rows(
-        &self,
-        block: BlockNumber,
-        table: String,
-        ranges: Vec<u32>,
-    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
+    fn rows(&self, of: OfferedTable, ranges: Vec<u32>) -> PeerFuture<'_, Vec<Vec<Value>>> {
         let mut client = self.client.clone();
         Box::pin(async move {
+            let table = of.table;
             let mut stream = client
                 .state_rows(timed(pb::StateRowsRequest {
-                    auth: Some(self.auth("StateRows", block.0, &table)),
-                    block: block.0,
+                    auth: Some(self.auth("StateRows", of.block.0, &table)),
+                    block: of.block.0,
                     table: table.clone(),
                     ranges,
                 }))

@@ -103,9 +103,7 @@ pub(crate) fn query_failed(e: StorageError) -> Status {
 pub(crate) fn serve_failed(e: ServeError) -> Status {
     match e {
         ServeError::Refused(_) => Status::failed_precondition(e.to_string()),
-        ServeError::Storage(_) | ServeError::Ledger(_) | ServeError::Stopping(_) => {
-            Status::unavailable(e.to_string())
-        }
+        ServeError::Local(_) | ServeError::Stopping(_) => Status::unavailable(e.to_string()),
     }
 }
 
@@ -143,7 +141,7 @@ mod tests {
             (refused.code(), refused.message()),
             (Code::FailedPrecondition, "not on offer")
         );
-        let storage = serve_failed(ServeError::Storage(StorageError::Checkpoint("gone".into())));
+        let storage = serve_failed(ServeError::from(StorageError::Checkpoint("gone".into())));
         assert_eq!(
             (storage.code(), storage.message()),
             (Code::Unavailable, "checkpoint: gone")

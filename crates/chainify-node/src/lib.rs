@@ -25,6 +25,7 @@
 
 pub mod admission;
 mod execution;
+mod fault;
 pub mod feed;
 mod gate;
 pub mod ledger;
@@ -40,6 +41,7 @@ pub use admission::{
     check_proposal,
 };
 pub use execution::{Executed, ExecutionError, ExecutionServer};
+pub use fault::LocalFault;
 pub use feed::{CommitFeed, Subscription};
 pub use gate::{ReadGate, ReadGuard};
 pub use node::{
@@ -48,8 +50,8 @@ pub use node::{
 };
 pub use port::{BlockJob, Checkpoint, ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transfer::{
-    LocalPeer, NoPeers, PeerError, PeerFuture, ServeError, StateOffer, StatePeer, StatePeers,
-    StateServer, TransferError,
+    LocalPeer, NoPeers, OfferedTable, PeerError, PeerFuture, ServeError, StateOffer, StatePeer,
+    StatePeers, StateServer, TransferError,
 };
 pub use transport::{Inbox, LocalNetwork, PeerMessage, Transport};
 

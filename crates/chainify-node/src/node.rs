@@ -36,15 +36,16 @@ use chainify_core::tx::{Certificate, LedgerBlock, TransactionBlock};
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, Digest, OrgId};
 use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
-use chainify_storage::{Backend, ExecMode, StorageError, Store};
+use chainify_storage::{Backend, ExecMode, Store};
 use futures_util::StreamExt;
 use tokio::sync::{OwnedRwLockWriteGuard, broadcast, mpsc, watch};
 use tracing::{Instrument, error, info, info_span, warn};
 
+use crate::LocalFault;
 use crate::execution::{Executed, ExecutionError, ExecutionServer};
 use crate::feed::CommitFeed;
 use crate::gate::{Gate, ReadGate};
-use crate::ledger::{self, LedgerError};
+use crate::ledger;
 use crate::metrics::{Metrics, Phase};
 use crate::pipeline::{Command, Event, Notice, Pipeline, RecoveryError, Repaired, Schedule};
 use crate::port::{BlockJob, Checkpoint, ExecutionPort, LocalExecution, PortExecuted};
@@ -115,15 +116,10 @@ impl Default for NodeSettings {
 /// Why a node could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    /// The organization's database failed in a way retrying does not fix.
+    /// The organization's database failed in a way retrying does not fix, its ledger cannot be
+    /// read, or its ExecutionServer could not be built.
     #[error(transparent)]
-    Storage(#[from] StorageError),
-    /// The ExecutionServer could not be built.
-    #[error(transparent)]
-    Execution(#[from] ExecutionError),
-    /// The ledger in the database cannot be read.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
+    Local(#[from] LocalFault),
     /// The database is behind its own ledger (a crash during a recovery) and replaying the
     /// agreed blocks it misses failed.
     #[error("ledger block {through}: {source}")]
@@ -140,6 +136,8 @@ pub enum NodeError {
     #[error("internal error: executing a block: {0}")]
     Panicked(#[from] tokio::task::JoinError),
 }
+
+crate::fault::from_local_faults!(NodeError);
 
 /// An appended block, for the commit stream.
 #[derive(Clone, Debug)]

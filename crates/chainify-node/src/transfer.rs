@@ -34,8 +34,8 @@ use chainify_core::{BlockNumber, Digest, OrgId, Value};
 use chainify_storage::{AdoptedBlock, Adoption, Backend, RangePatch, StorageError, Store};
 use tokio::sync::{Semaphore, watch};
 
-use crate::ExecutionError;
-use crate::ledger::{self, LedgerError};
+use crate::LocalFault;
+use crate::ledger;
 use crate::node::NodeStatus;
 
 /// A boxed future of a peer call (peers are used as `Arc<dyn StatePeer>`).
@@ -47,12 +47,9 @@ pub enum ServeError {
     /// The request asks for what is not on offer or more than one call may carry.
     #[error("{0}")]
     Refused(String),
-    /// This organization's database.
+    /// This organization's database or ledger.
     #[error(transparent)]
-    Storage(#[from] StorageError),
-    /// This organization's ledger.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
+    Local(#[from] LocalFault),
     /// The node is stopping (its scan slots closed, or the offer's task did not finish).
     #[error("{0}")]
     Stopping(String),
@@ -80,16 +77,14 @@ pub enum PeerError {
     /// Served in this process: the peer's own failure.
     #[error(transparent)]
     Serve(#[from] ServeError),
-    /// This organization's database failed while fetching or adopting.
+    /// This organization's database failed while fetching or adopting, its ledger, or its
+    /// execution component did not settle before the adoption.
     #[error(transparent)]
-    Storage(#[from] StorageError),
-    /// This organization's ledger.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-    /// This organization's execution component did not settle before the adoption.
-    #[error(transparent)]
-    Execution(#[from] ExecutionError),
+    Local(#[from] LocalFault),
 }
+
+crate::fault::from_local_faults!(ServeError);
+crate::fault::from_local_faults!(PeerError);
 
 impl PeerError {
     /// Whether the peer is to blame (it goes last for a while), rather than this
@@ -98,8 +93,8 @@ impl PeerError {
     /// state that is not the agreed one) is the peer's data.
     pub fn is_peers_fault(&self) -> bool {
         match self {
-            PeerError::Storage(StorageError::Transfer(_)) => true,
-            PeerError::Storage(_) | PeerError::Ledger(_) | PeerError::Execution(_) => false,
+            PeerError::Local(LocalFault::Storage(StorageError::Transfer(_))) => true,
+            PeerError::Local(_) => false,
             _ => true,
         }
     }
@@ -150,6 +145,15 @@ pub struct StateOffer {
     pub tables: Vec<String>,
 }
 
+/// A shared table in the checkpoint a peer offered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OfferedTable {
+    /// The checkpoint's block.
+    pub block: BlockNumber,
+    /// The table.
+    pub table: String,
+}
+
 /// Another organization's state, as a transfer reads it.
 pub trait StatePeer: Send + Sync + fmt::Debug + 'static {
     /// Which organization.
@@ -158,20 +162,10 @@ pub trait StatePeer: Send + Sync + fmt::Debug + 'static {
     fn offer(&self) -> PeerFuture<'_, Option<StateOffer>>;
     /// Its ledger entries `from..=to`.
     fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>>;
-    /// The digests of `nodes` of `table`'s range tree in the checkpoint at `block`.
-    fn digests(
-        &self,
-        block: BlockNumber,
-        table: String,
-        nodes: Vec<RangeNode>,
-    ) -> PeerFuture<'_, Vec<Digest>>;
-    /// The rows of `table` in `ranges` in the checkpoint at `block`.
-    fn rows(
-        &self,
-        block: BlockNumber,
-        table: String,
-        ranges: Vec<u32>,
-    ) -> PeerFuture<'_, Vec<Vec<Value>>>;
+    /// The digests of `nodes` of the table's range tree.
+    fn digests(&self, of: OfferedTable, nodes: Vec<RangeNode>) -> PeerFuture<'_, Vec<Digest>>;
+    /// The table's rows in `ranges`.
+    fn rows(&self, of: OfferedTable, ranges: Vec<u32>) -> PeerFuture<'_, Vec<Vec<Value>>>;
 }
 
 /// The other organizations a node may transfer state from.
@@ -425,21 +419,11 @@ impl<B: Backend> StatePeer for LocalPeer<B> {
     fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
         Box::pin(async move { Ok(self.server.ledger(from, to).await?) })
     }
-    fn digests(
-        &self,
-        block: BlockNumber,
-        table: String,
-        nodes: Vec<RangeNode>,
-    ) -> PeerFuture<'_, Vec<Digest>> {
-        Box::pin(async move { Ok(self.server.digests(block, &table, &nodes).await?) })
+    fn digests(&self, of: OfferedTable, nodes: Vec<RangeNode>) -> PeerFuture<'_, Vec<Digest>> {
+        Box::pin(async move { Ok(self.server.digests(of.block, &of.table, &nodes).await?) })
     }
-    fn rows(
-        &self,
-        block: BlockNumber,
-        table: String,
-        ranges: Vec<u32>,
-    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
-        Box::pin(async move { Ok(self.server.rows(block, &table, &ranges).await?) })
+    fn rows(&self, of: OfferedTable, ranges: Vec<u32>) -> PeerFuture<'_, Vec<Vec<Value>>> {
+        Box::pin(async move { Ok(self.server.rows(of.block, &of.table, &ranges).await?) })
     }
 }
 
@@ -624,6 +608,10 @@ async fn fetch_ranges<B: Backend>(
     let mut out = BTreeMap::new();
     for (name, t) in store.tables().iter() {
         // Fetching every range keeps no local row: no need to read them.
+        let offered = || OfferedTable {
+            block: c,
+            table: name.clone(),
+        };
         let (differing, mut state): (Vec<u32>, StateHash) = if every_range {
             ((0..LEAVES).collect(), StateHash::empty())
         } else {
@@ -631,9 +619,7 @@ async fn fetch_ranges<B: Backend>(
             let digests = local.digests();
             let mut walk = Descent::new(&digests);
             while !walk.is_done() {
-                let answer = peer
-                    .digests(c, name.clone(), walk.asking().to_vec())
-                    .await?;
+                let answer = peer.digests(offered(), walk.asking().to_vec()).await?;
                 walk.answer(&answer)
                     .map_err(|e| PeerError::Untrusted(format!("table {name}: {e}")))?;
             }
@@ -645,7 +631,7 @@ async fn fetch_ranges<B: Backend>(
         };
         let mut rows = Vec::new();
         if !differing.is_empty() {
-            rows = peer.rows(c, name.clone(), differing.clone()).await?;
+            rows = peer.rows(offered(), differing.clone()).await?;
             let width = t.columns.len();
             for (i, row) in rows.iter().enumerate() {
                 if row.len() != width {
@@ -681,9 +667,9 @@ mod tests {
         assert!(PeerError::NoOffer.is_peers_fault());
         assert!(PeerError::TransferTimeout(Duration::from_secs(1)).is_peers_fault());
         assert!(PeerError::Serve(ServeError::Refused("no".into())).is_peers_fault());
-        let ours = PeerError::Storage(StorageError::Checkpoint("disk full".into()));
+        let ours = PeerError::from(StorageError::Checkpoint("disk full".into()));
         assert!(!ours.is_peers_fault());
-        let refused = PeerError::Storage(StorageError::Transfer("row 3 appears twice".into()));
+        let refused = PeerError::from(StorageError::Transfer("row 3 appears twice".into()));
         assert!(
             refused.is_peers_fault(),
             "a refused adoption is the peer's data"

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chainify_core::ranges::RangeNode;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::{BlockNumber, Digest, OrgId, Value};
-use chainify_node::{PeerFuture, StateOffer, StatePeer};
+use chainify_node::{OfferedTable, PeerFuture, StateOffer, StatePeer};
 use chainify_orderer::{LocalOrderer, OrdererError, Resume};
 use chainify_testkit::cluster::{Cluster, ClusterSpec, OrdererFactory};
 use chainify_testkit::engines::*;
@@ -229,22 +229,12 @@ impl StatePeer for Staged {
     fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
         self.inner.ledger(from, to)
     }
-    fn digests(
-        &self,
-        block: BlockNumber,
-        table: String,
-        nodes: Vec<RangeNode>,
-    ) -> PeerFuture<'_, Vec<Digest>> {
-        self.inner.digests(block, table, nodes)
+    fn digests(&self, of: OfferedTable, nodes: Vec<RangeNode>) -> PeerFuture<'_, Vec<Digest>> {
+        self.inner.digests(of, nodes)
     }
-    fn rows(
-        &self,
-        block: BlockNumber,
-        table: String,
-        ranges: Vec<u32>,
-    ) -> PeerFuture<'_, Vec<Vec<Value>>> {
+    fn rows(&self, of: OfferedTable, ranges: Vec<u32>) -> PeerFuture<'_, Vec<Vec<Value>>> {
         Box::pin(async move {
-            let mut rows = self.inner.rows(block, table, ranges).await?;
+            let mut rows = self.inner.rows(of, ranges).await?;
             if self.liar
                 && let Some(v) = rows
                     .iter_mut()

@@ -23,11 +23,9 @@ use chainify_commit as commit;
 use chainify_core::tx::LedgerBlock;
 use chainify_core::{BlockNumber, Digest};
 use chainify_orderer::OrdererError;
-use chainify_storage::StorageError;
 
 use super::{Command, Pipeline, REOPEN_AFTER_MS};
-use crate::execution::ExecutionError;
-use crate::ledger::LedgerError;
+use crate::LocalFault;
 use crate::transfer::TransferError;
 
 /// How long a recovery waits before asking for a state transfer again.
@@ -46,15 +44,10 @@ pub enum RecoveryError {
         /// Attempts made.
         tried: u32,
     },
-    /// The database failed (listing checkpoints).
+    /// This organization's database (listing checkpoints), ledger, or execution component
+    /// (restoring, executing).
     #[error(transparent)]
-    Storage(#[from] StorageError),
-    /// The ledger cannot be read.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-    /// Restoring or executing failed.
-    #[error(transparent)]
-    Execution(#[from] ExecutionError),
+    Local(#[from] LocalFault),
     /// The orderer cannot deliver the blocks.
     #[error(transparent)]
     Orderer(#[from] OrdererError),
@@ -90,6 +83,8 @@ pub enum RecoveryError {
     #[error(transparent)]
     Transfer(#[from] TransferError),
 }
+
+crate::fault::from_local_faults!(RecoveryError);
 
 /// A recovery that ended in an append or an adopted state.
 #[derive(Clone, Debug, PartialEq, Eq)]

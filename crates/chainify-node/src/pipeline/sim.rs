@@ -199,14 +199,14 @@ impl Sim {
             }
             Command::Prune { .. } | Command::Notice(_) => {}
             Command::ListCheckpoints { .. } if unlucky => {
-                return Some(Event::Checkpoints(Err(RecoveryError::Storage(
+                return Some(Event::Checkpoints(Err(RecoveryError::from(
                     StorageError::Query("simulated: the database is unreachable".into()),
                 ))));
             }
             Command::Restore { checkpoint, .. } if unlucky => {
                 return Some(Event::RestoreFailed {
                     checkpoint,
-                    error: RecoveryError::Storage(StorageError::Checkpoint(
+                    error: RecoveryError::from(StorageError::Checkpoint(
                         "simulated: a snapshot is unreadable".into(),
                     )),
                 });

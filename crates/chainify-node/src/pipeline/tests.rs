@@ -100,7 +100,7 @@ fn peer_failed(org: u32, error: PeerError) -> RecoveryError {
 
 /// A restore that failed reading a checkpoint.
 fn snapshot_failed(why: &str) -> RecoveryError {
-    RecoveryError::Storage(StorageError::Checkpoint(why.into()))
+    RecoveryError::from(StorageError::Checkpoint(why.into()))
 }
 
 fn vote_cmd(v: Vote) -> Command {
