@@ -1,11 +1,12 @@
-//! Ed25519 keys and signatures (ring), stored as PKCS#8 DER files.
+//! Ed25519 keys and signatures (made by ring, checked as [`crate::verify`] says), stored as
+//! PKCS#8 DER files.
 
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
 use ring::rand::SystemRandom;
-use ring::signature::{ED25519, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey};
+use ring::signature::{Ed25519KeyPair, KeyPair as _};
 
 /// A key or signature could not be created, loaded or checked.
 #[derive(Debug, thiserror::Error)]
@@ -106,11 +107,10 @@ impl SigningKey {
 pub struct PublicKey(pub [u8; 32]);
 
 impl PublicKey {
-    /// Verifies `signature` over `message`.
+    /// Verifies `signature` over `message`, by the rule every check applies (ZIP 215, see
+    /// [`crate::verify`]).
     pub fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), CryptoError> {
-        UnparsedPublicKey::new(&ED25519, &self.0)
-            .verify(message, &signature.0)
-            .map_err(|_| CryptoError::BadSignature)
+        crate::verify::verify_one(self, message, signature)
     }
 }
 

@@ -10,10 +10,13 @@
 //! - [`effect`]: a block's effect on the shared tables and its order-independent digest;
 //! - [`state`]: the incremental, order-independent digest of the shared tables' whole content;
 //! - [`validate`]: deterministic validation of an ordered block's transactions.
+//! - [`verify`]: one signature rule everywhere (ZIP 215), batched over the cores, and an
+//!   organization's memory of the signatures it verified or made.
 //!
 //! Where it sits: at the bottom of the workspace. Every other crate depends on it and it depends
 //! on none of them. Invariant: no network, database or async runtime here; the only I/O is
-//! reading key and config files when asked to.
+//! reading key and config files when asked to (and [`verify`] spreading a block's signature checks
+//! over the cores).
 
 pub mod canonical;
 pub mod config;
@@ -30,6 +33,7 @@ pub mod testing;
 pub mod tx;
 pub mod validate;
 mod value;
+pub mod verify;
 pub mod votes;
 
 pub use digest::{Digest, DigestLengthError, Hasher};

@@ -3,6 +3,7 @@
 
 use crate::canonical::Encoder;
 use crate::crypto::{CryptoError, PublicKey, Signature, Signatures, SigningKey};
+use crate::verify::SignedBytes;
 use crate::{BlockNumber, ClientId, Digest, NetworkId, OrgId, TxId, Value};
 
 /// One SQL statement with its typed parameters.
@@ -118,6 +119,15 @@ impl Proposal {
     pub fn verify(&self, client_key: &PublicKey) -> Result<(), CryptoError> {
         client_key.verify(&self.body.encode_canonical(), &self.signature)
     }
+
+    /// The client's signature, to be checked with others ([`crate::verify::Verifier`]).
+    pub fn signed_by(&self, client_key: PublicKey) -> SignedBytes {
+        SignedBytes {
+            key: client_key,
+            message: self.body.encode_canonical(),
+            signature: self.signature,
+        }
+    }
 }
 
 /// A client's read-only query, as signed (reads are subject to grants too).
@@ -206,7 +216,18 @@ impl EarlyAbortResponse {
         key: &SigningKey,
         signatures: Signatures,
     ) -> Self {
-        let signature = signatures.sign(key, &Self::signing_bytes(&tx_id, org, &verdict));
+        Self::new_with(tx_id, org, verdict, |bytes| signatures.sign(key, &bytes))
+    }
+
+    /// Creates a response signed by `sign` (given the bytes to sign): an organization signs
+    /// through its [`crate::verify::Verifier`], which remembers its own signatures.
+    pub fn new_with(
+        tx_id: TxId,
+        org: OrgId,
+        verdict: Verdict,
+        sign: impl FnOnce(Vec<u8>) -> Signature,
+    ) -> Self {
+        let signature = sign(Self::signing_bytes(&tx_id, org, &verdict));
         EarlyAbortResponse {
             tx_id,
             org,
@@ -217,10 +238,16 @@ impl EarlyAbortResponse {
 
     /// Checks the organization's signature.
     pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
-        org_key.verify(
-            &Self::signing_bytes(&self.tx_id, self.org, &self.verdict),
-            &self.signature,
-        )
+        self.signed_by(*org_key).verify()
+    }
+
+    /// The organization's signature, to be checked with others.
+    pub fn signed_by(&self, org_key: PublicKey) -> SignedBytes {
+        SignedBytes {
+            key: org_key,
+            message: Self::signing_bytes(&self.tx_id, self.org, &self.verdict),
+            signature: self.signature,
+        }
     }
 }
 

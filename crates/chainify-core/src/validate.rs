@@ -2,11 +2,15 @@
 //! is untrusted: every organization re-checks every transaction against the network configuration
 //! only, so honest organizations flag exactly the same transactions. Invalid transactions keep
 //! their slot in the block (a 0 in the success bitmap) and are never executed.
+//!
+//! The block's signatures are checked first, all at once ([`BlockSignatures`]: batched, on all
+//! cores, off the async reactor, none twice), then the checks run in order on their verdicts.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::config::NetworkConfig;
-use crate::tx::{TransactionBlock, Verdict};
+use crate::tx::{ChainedTransaction, TransactionBlock, Verdict};
+use crate::verify::{SignedBytes, Verifier};
 use crate::{ClientId, NetworkId, OrgId, TxId};
 
 /// Why a transaction of a block is invalid.
@@ -47,12 +51,103 @@ pub enum Invalid {
     DuplicateInBlock(usize),
 }
 
-/// Validates every transaction of `block`. `in_ledger` answers whether a transaction id is in
-/// the ledger already (it must answer from agreed blocks only, so every organization agrees).
-/// Returns, per transaction, its id or why it is invalid.
+/// The signatures [`validate_block`] looks at, per transaction in the order it looks at them:
+/// the client's, then each early-abort response's up to the first that is for another
+/// transaction, from an unknown organization, or a second one from an organization (which make
+/// the transaction invalid without further checks).
+#[derive(Debug)]
+pub struct BlockSignatures {
+    items: Vec<SignedBytes>,
+    /// Where each transaction's signatures end in `items`.
+    ends: Vec<usize>,
+}
+
+impl BlockSignatures {
+    /// Gathers them (cheap: encodings, no curve arithmetic).
+    pub fn of(block: &TransactionBlock, network: &NetworkConfig) -> BlockSignatures {
+        let mut items = Vec::new();
+        let mut ends = Vec::with_capacity(block.transactions.len());
+        for chained in &block.transactions {
+            if block.network == network.network_id {
+                gather(chained, network, &mut items);
+            }
+            ends.push(items.len());
+        }
+        BlockSignatures { items, ends }
+    }
+
+    /// How many signatures were gathered.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Checks them all at once (CPU-bound: call it off the async reactor).
+    pub fn check(self, verifier: &Verifier) -> SignatureVerdicts {
+        SignatureVerdicts {
+            verdicts: verifier.check_all(&self.items),
+            ends: self.ends,
+        }
+    }
+}
+
+fn gather(chained: &ChainedTransaction, network: &NetworkConfig, items: &mut Vec<SignedBytes>) {
+    let proposal = &chained.proposal;
+    if proposal.body.network != network.network_id {
+        return;
+    }
+    let Some(client) = network.clients.get(&proposal.body.client) else {
+        return;
+    };
+    items.push(proposal.signed_by(client.public_key));
+    let id = proposal.tx_id();
+    let mut responders = BTreeSet::new();
+    for response in &chained.responses {
+        let Some(org) = network.orgs.get(&response.org) else {
+            return;
+        };
+        if response.tx_id != id {
+            return;
+        }
+        items.push(response.signed_by(org.public_key));
+        if !responders.insert(response.org) {
+            return;
+        }
+    }
+}
+
+/// Whether each signature of a [`BlockSignatures`] verifies.
+#[derive(Debug)]
+pub struct SignatureVerdicts {
+    verdicts: Vec<bool>,
+    ends: Vec<usize>,
+}
+
+impl SignatureVerdicts {
+    /// Transaction `index`'s verdicts, in the order they were gathered (none for a transaction
+    /// out of range: a signature without a verdict never counts as verified).
+    fn of(&self, index: usize) -> impl Iterator<Item = bool> + '_ {
+        let end = self.ends.get(index).copied().unwrap_or(0);
+        let start = match index {
+            0 => 0,
+            i => self.ends.get(i - 1).copied().unwrap_or(end),
+        };
+        self.verdicts.get(start..end).unwrap_or(&[]).iter().copied()
+    }
+}
+
+/// Validates every transaction of `block`, given the verdicts on its [`BlockSignatures`].
+/// `in_ledger` answers whether a transaction id is in the ledger already (it must answer from
+/// agreed blocks only, so every organization agrees). Returns, per transaction, its id or why
+/// it is invalid.
 pub fn validate_block(
     block: &TransactionBlock,
     network: &NetworkConfig,
+    signatures: &SignatureVerdicts,
     in_ledger: impl Fn(&TxId) -> bool,
 ) -> Vec<Result<TxId, Invalid>> {
     let mut seen_ids: BTreeMap<TxId, usize> = BTreeMap::new();
@@ -65,16 +160,16 @@ pub fn validate_block(
         .map(|(index, chained)| {
             let proposal = &chained.proposal;
             let body = &proposal.body;
+            let mut verified = signatures.of(index);
+            let mut verified = move || verified.next().unwrap_or(false);
             check_network(&block.network, network)?;
             check_network(&body.network, network)?;
-            let client = network
-                .clients
-                .get(&body.client)
-                .ok_or_else(|| Invalid::UnknownClient(body.client.clone()))?;
-            network
-                .signatures
-                .check(|| proposal.verify(&client.public_key))
-                .map_err(|_| Invalid::BadClientSignature(body.client.clone()))?;
+            if !network.clients.contains_key(&body.client) {
+                return Err(Invalid::UnknownClient(body.client.clone()));
+            }
+            if !verified() {
+                return Err(Invalid::BadClientSignature(body.client.clone()));
+            }
             let id = proposal.tx_id();
             let mut responders = BTreeSet::new();
             let mut accepted = BTreeSet::new();
@@ -82,14 +177,12 @@ pub fn validate_block(
                 if response.tx_id != id {
                     return Err(Invalid::ResponseForOtherTransaction(response.org));
                 }
-                let org = network
-                    .orgs
-                    .get(&response.org)
-                    .ok_or(Invalid::UnknownOrg(response.org))?;
-                network
-                    .signatures
-                    .check(|| response.verify(&org.public_key))
-                    .map_err(|_| Invalid::BadResponseSignature(response.org))?;
+                if !network.orgs.contains_key(&response.org) {
+                    return Err(Invalid::UnknownOrg(response.org));
+                }
+                if !verified() {
+                    return Err(Invalid::BadResponseSignature(response.org));
+                }
                 if !responders.insert(response.org) {
                     return Err(Invalid::DuplicateResponse(response.org));
                 }
@@ -138,6 +231,16 @@ mod tests {
     use crate::tx::{
         ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Statement, Transaction,
     };
+
+    /// Validation as an organization runs it, with a verifier of its own.
+    fn validate(
+        b: &TransactionBlock,
+        n: &NetworkConfig,
+        in_ledger: impl Fn(&TxId) -> bool,
+    ) -> Vec<Result<TxId, Invalid>> {
+        let verdicts = BlockSignatures::of(b, n).check(&Verifier::new(n.signatures));
+        validate_block(b, n, &verdicts, in_ledger)
+    }
 
     fn org_key(i: u8) -> SigningKey {
         SigningKey::from_seed(&[i; 32])
@@ -230,7 +333,7 @@ mod tests {
             old,
             good,
         ]);
-        let out = validate_block(&b, &n, |id| *id == old_id);
+        let out = validate(&b, &n, |id| *id == old_id);
         assert_eq!(out[0], Ok(good_id));
         assert_eq!(
             out[1],
@@ -260,7 +363,7 @@ mod tests {
         let short = chained(3, &[1]);
         let mut stranger = chained(4, &[1, 2]);
         stranger.proposal.body.client = ClientId::new("mallory").unwrap();
-        let out = validate_block(
+        let out = validate(
             &block(vec![forged_client, forged_response, short, stranger]),
             &n,
             |_| false,
@@ -279,8 +382,87 @@ mod tests {
         let mut b = block(vec![chained(1, &[1, 2])]);
         b.network = NetworkId::new("other").unwrap();
         assert_eq!(
-            validate_block(&b, &n, |_| false),
+            validate(&b, &n, |_| false),
             vec![Err(Invalid::WrongNetwork("other".into()))]
         );
+    }
+
+    #[test]
+    fn verdicts_of_another_block_never_validate_a_transaction() {
+        let n = network();
+        let b = block(vec![chained(1, &[1, 2]), chained(2, &[2, 3])]);
+        let other = BlockSignatures::of(&block(vec![]), &n).check(&Verifier::new(n.signatures));
+        let out = validate_block(&b, &n, &other, |_| false);
+        let alice = ClientId::new("alice").unwrap();
+        assert_eq!(
+            out,
+            vec![
+                Err(Invalid::BadClientSignature(alice.clone())),
+                Err(Invalid::BadClientSignature(alice))
+            ]
+        );
+    }
+
+    /// A transaction with one of the ways it can be forged (0: none).
+    fn forged(nonce: u64, how: u8) -> ChainedTransaction {
+        let mut t = chained(nonce, &[1, 2, 3]);
+        match how {
+            1 => t.proposal.signature.0[5] ^= 1,
+            2 => t.responses[1].signature.0[9] ^= 1,
+            3 => t.responses[2].org = OrgId(1),
+            4 => t.responses[0].tx_id = TxId(crate::Digest::of(b"other")),
+            5 => t.responses[1].org = OrgId(9),
+            6 => t.responses[2].verdict = Verdict::Reject("changed".into()),
+            7 => t.proposal.body.client = ClientId::new("mallory").unwrap(),
+            8 => t.responses.truncate(1),
+            _ => {}
+        }
+        t
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Batched checks, checks an organization remembers (in part, or because it made the
+        /// signature) and single checks give the same verdicts on any mix of forgeries.
+        #[test]
+        fn batching_and_memory_never_change_a_verdict(
+            kinds in proptest::collection::vec(0u8..9, 1..48),
+            warm in proptest::collection::vec(proptest::bool::ANY, 48),
+        ) {
+            let n = network();
+            let b = block(
+                kinds.iter().enumerate().map(|(i, k)| forged(i as u64, *k)).collect(),
+            );
+            let fresh = validate(&b, &n, |_| false);
+
+            let single = {
+                let gathered = BlockSignatures::of(&b, &n);
+                SignatureVerdicts {
+                    verdicts: gathered.items.iter().map(|i| i.verify().is_ok()).collect(),
+                    ends: gathered.ends,
+                }
+            };
+            proptest::prop_assert_eq!(&fresh, &validate_block(&b, &n, &single, |_| false));
+
+            // An organization that already checked some of these transactions alone, and signed
+            // org 2's responses itself.
+            let verifier = Verifier::new(n.signatures);
+            for (t, w) in b.transactions.iter().zip(&warm) {
+                if *w {
+                    let one = block(vec![t.clone()]);
+                    BlockSignatures::of(&one, &n).check(&verifier);
+                }
+                let _ = verifier.sign(&org_key(2), EarlyAbortResponse::signing_bytes(
+                    &t.proposal.tx_id(), OrgId(2), &Verdict::Accept,
+                ));
+            }
+            let remembered = BlockSignatures::of(&b, &n).check(&verifier);
+            proptest::prop_assert_eq!(&fresh, &validate_block(&b, &n, &remembered, |_| false));
+            proptest::prop_assert!(
+                fresh.iter().zip(&kinds).all(|(r, k)| r.is_ok() == (*k == 0)),
+                "{:?} {:?}", kinds, fresh
+            );
+        }
     }
 }

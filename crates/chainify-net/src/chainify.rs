@@ -19,6 +19,7 @@ use chainify_core::crypto::{Signatures, SigningKey};
 use chainify_core::tx::{
     ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal, TxOutcome,
 };
+use chainify_core::verify::Verifier;
 use chainify_core::{BlockNumber, OrgId, TxId};
 use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::metrics::{Metrics, Phase};
@@ -191,6 +192,8 @@ pub struct ChainifyParts<B: Backend, O> {
     pub me: OrgId,
     /// Its signing key (early-abort responses).
     pub key: Arc<SigningKey>,
+    /// Its signature checks, shared with its execution.
+    pub verifier: Arc<Verifier>,
     /// The network.
     pub network: Arc<NetworkConfig>,
     /// The organization's store (ledger, transaction index, queries).
@@ -225,6 +228,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 nonce_window: settings.nonce_window,
                 endorse_timeout: settings.endorse_timeout,
             },
+            parts.verifier.clone(),
         ));
         let queries = Queries::new(
             parts.queries,

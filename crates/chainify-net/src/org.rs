@@ -11,6 +11,7 @@ use chainify_core::OrgId;
 use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
+use chainify_core::verify::Verifier;
 use chainify_node::metrics::{Metrics, family, render_status};
 use chainify_node::{
     CommitFeed, ExecutionServer, Inbox, LocalExecution, Node, NodeParts, NodeSettings, NodeStatus,
@@ -342,6 +343,7 @@ pub async fn run_org(
     let org = Org {
         me,
         component,
+        verifier: Arc::new(Verifier::new(network.signatures)),
         network,
         key,
         tls,
@@ -487,6 +489,8 @@ struct Org {
     component: Component,
     network: Arc<NetworkConfig>,
     key: Arc<SigningKey>,
+    /// The signature checks its admission and its execution share.
+    verifier: Arc<Verifier>,
     tls: Option<Tls>,
     store: Arc<Store<AnyBackend>>,
     /// Set when the component stops (a shutdown, or a server or the node that ended).
@@ -509,7 +513,12 @@ impl Org {
         metrics: Arc<Metrics>,
     ) -> Result<Serving, NetError> {
         // The node passes the hash to chain to with every block.
-        let exec = ExecutionServer::new(self.store.clone(), self.network.clone(), mode)?;
+        let exec = ExecutionServer::new(
+            self.store.clone(),
+            self.network.clone(),
+            mode,
+            self.verifier.clone(),
+        )?;
         let port = Arc::new(LocalExecution::new(self.store.clone(), exec, metrics));
         Ok(serve(
             self.me,
@@ -549,6 +558,7 @@ impl Org {
             network: self.network.clone(),
             me,
             key: self.key.clone(),
+            verifier: self.verifier.clone(),
             orderer: orderer.clone(),
             transport: transport.clone(),
             settings,
@@ -606,6 +616,7 @@ impl Org {
             ChainifyParts {
                 me: self.me,
                 key: self.key.clone(),
+                verifier: self.verifier.clone(),
                 network: self.network.clone(),
                 store: self.store.clone(),
                 orderer,

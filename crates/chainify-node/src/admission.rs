@@ -23,6 +23,7 @@ use std::time::Duration;
 use chainify_core::config::{ClientInfo, NetworkConfig};
 use chainify_core::crypto::{Signature, SigningKey};
 use chainify_core::tx::{EarlyAbortBatch, EarlyAbortResponse, Proposal, Verdict};
+use chainify_core::verify::Verifier;
 use chainify_core::{ClientId, OrgId, TxId};
 use chainify_sql::{AnalysisError, Analyzer, MissingGrant, TxAnalysis};
 use futures_util::StreamExt;
@@ -204,10 +205,10 @@ impl fmt::Display for Failures<'_> {
 }
 
 /// Whether [`check_proposal`] verifies the client's signature.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClientSignature {
-    /// Verify it (a proposal as received).
-    Verify,
+#[derive(Clone, Copy, Debug)]
+pub enum ClientSignature<'v> {
+    /// Verify it (a proposal as received), with the organization's verifier.
+    Verify(&'v Verifier),
     /// Block validation verified it already (`validate_block`): never twice.
     Verified,
 }
@@ -219,7 +220,7 @@ pub fn check_proposal(
     network: &NetworkConfig,
     analyzer: &Analyzer,
     proposal: &Proposal,
-    signature: ClientSignature,
+    signature: ClientSignature<'_>,
 ) -> Result<TxAnalysis, Refusal> {
     let client = authenticate(network, proposal, signature)?;
     if proposal.body.network != network.network_id {
@@ -236,7 +237,7 @@ pub fn check_proposal(
 fn authenticate<'n>(
     network: &'n NetworkConfig,
     proposal: &Proposal,
-    signature: ClientSignature,
+    signature: ClientSignature<'_>,
 ) -> Result<&'n ClientInfo, Unauthenticated> {
     let body = &proposal.body;
     let client =
@@ -247,10 +248,9 @@ fn authenticate<'n>(
                 client: body.client.as_str().to_owned(),
                 network: network.network_id.to_string(),
             })?;
-    if signature == ClientSignature::Verify {
-        network
-            .signatures
-            .check(|| proposal.verify(&client.public_key))
+    if let ClientSignature::Verify(verifier) = signature {
+        verifier
+            .check(&proposal.signed_by(client.public_key))
             .map_err(|_| Unauthenticated::BadSignature {
                 client: body.client.as_str().to_owned(),
                 nonce: body.nonce,
@@ -365,6 +365,7 @@ pub struct Admission {
     analyzer: Analyzer,
     nonces: Mutex<HashMap<ClientId, NonceWindow>>,
     settings: AdmissionSettings,
+    verifier: Arc<Verifier>,
 }
 
 impl fmt::Debug for Admission {
@@ -384,6 +385,7 @@ impl Admission {
         network: Arc<NetworkConfig>,
         analyzer: Analyzer,
         settings: AdmissionSettings,
+        verifier: Arc<Verifier>,
     ) -> Admission {
         Admission {
             me,
@@ -392,7 +394,21 @@ impl Admission {
             analyzer,
             nonces: Mutex::new(HashMap::new()),
             settings,
+            verifier,
         }
+    }
+
+    /// The organization's verifier (its block validation shares it).
+    pub fn verifier(&self) -> &Arc<Verifier> {
+        &self.verifier
+    }
+
+    /// This organization's own early-abort response, signed through its verifier (which then
+    /// never checks it).
+    fn respond(&self, id: TxId, verdict: Verdict) -> EarlyAbortResponse {
+        EarlyAbortResponse::new_with(id, self.me, verdict, |bytes| {
+            self.verifier.sign(&self.key, bytes)
+        })
     }
 
     /// [`check_proposal`] for a proposal as received.
@@ -401,7 +417,7 @@ impl Admission {
             &self.network,
             &self.analyzer,
             proposal,
-            ClientSignature::Verify,
+            ClientSignature::Verify(&self.verifier),
         )
     }
 
@@ -470,7 +486,7 @@ impl Admission {
             None => Verdict::Accept,
             Some(refusal) => Verdict::Reject(refusal.to_string()),
         };
-        EarlyAbortResponse::new_as(id, self.me, verdict, &self.key, self.network.signatures)
+        self.respond(id, verdict)
     }
 
     fn rejection(
@@ -541,16 +557,7 @@ impl Admission {
     ) -> Result<Vec<EarlyAbortResponse>, Refusal> {
         let policy = &self.network.endorsement;
         let mut accepted: BTreeMap<OrgId, EarlyAbortResponse> = BTreeMap::new();
-        accepted.insert(
-            self.me,
-            EarlyAbortResponse::new_as(
-                id,
-                self.me,
-                Verdict::Accept,
-                &self.key,
-                self.network.signatures,
-            ),
-        );
+        accepted.insert(self.me, self.respond(id, Verdict::Accept));
         let first: BTreeSet<OrgId> = policy
             .smallest_combination_with(self.me)
             .unwrap_or_else(|| self.network.orgs.keys().copied().collect());
@@ -622,7 +629,7 @@ impl Admission {
             .get(&org)
             .map(|o| o.public_key)
             .ok_or_else(|| failed("not in the network".into(), false))?;
-        let signed = self.network.signatures.check(|| response.verify(&key));
+        let signed = self.verifier.check(&response.signed_by(key));
         if response.org != org || response.tx_id != id || signed.is_err() {
             return Err(failed(
                 "answered with a response that is not its signed verdict on this proposal".into(),
@@ -764,6 +771,7 @@ mod tests {
                 nonce_window: 100,
                 endorse_timeout: Duration::from_millis(200),
             },
+            Arc::new(Verifier::new(network.signatures)),
         )
     }
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::admission::{ClientSignature, check_proposal};
 use chainify_core::config::NetworkConfig;
 use chainify_core::tx::{LedgerBlock, TransactionBlock};
-use chainify_core::validate::validate_block;
+use chainify_core::validate::{BlockSignatures, validate_block};
+use chainify_core::verify::Verifier;
 use chainify_core::{Digest, TxId};
 use chainify_sql::Analyzer;
 use chainify_storage::{Backend, BlockOutcome, ExecBlock, ExecMode, ExecTx, StorageError, Store};
@@ -53,15 +54,18 @@ pub struct ExecutionServer<B: Backend> {
     network: Arc<NetworkConfig>,
     analyzer: Analyzer,
     mode: ExecMode,
+    verifier: Arc<Verifier>,
 }
 
 impl<B: Backend> ExecutionServer<B> {
     /// A server over `store`. It keeps no chain state: the hash each LedgerBlock chains to is
-    /// an argument of [`ExecutionServer::execute`].
+    /// an argument of [`ExecutionServer::execute`]. `verifier` is the organization's: shared
+    /// with its admission, so a signature checked there is not checked again here.
     pub fn new(
         store: Arc<Store<B>>,
         network: Arc<NetworkConfig>,
         mode: ExecMode,
+        verifier: Arc<Verifier>,
     ) -> Result<Self, ExecutionError> {
         let analyzer = Analyzer::new(store.schema()?);
         Ok(ExecutionServer {
@@ -69,6 +73,7 @@ impl<B: Backend> ExecutionServer<B> {
             network,
             analyzer,
             mode,
+            verifier,
         })
     }
 
@@ -91,8 +96,16 @@ impl<B: Backend> ExecutionServer<B> {
             .map(|t| t.proposal.tx_id())
             .collect();
         let validating = std::time::Instant::now();
+        // The signature checks are the CPU-heavy part: all at once, on the blocking pool (which
+        // spreads them over the cores), while the ledger lookup runs.
+        let signatures = BlockSignatures::of(block, &self.network);
+        let verifier = self.verifier.clone();
+        let checking = tokio::task::spawn_blocking(move || signatures.check(&verifier));
         let known: BTreeSet<TxId> = self.store.known_transactions(block.number, &ids).await?;
-        let validation = validate_block(block, &self.network, |id| known.contains(id));
+        let verdicts = checking.await.map_err(|e| {
+            ExecutionError::Remote(format!("checking block {}'s signatures: {e}", block.number))
+        })?;
+        let validation = validate_block(block, &self.network, &verdicts, |id| known.contains(id));
         let validate_time = validating.elapsed();
         let analysing = std::time::Instant::now();
         let mut invalid = Vec::new();

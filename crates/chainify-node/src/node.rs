@@ -33,6 +33,7 @@ use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::{Certificate, LedgerBlock, TransactionBlock};
+use chainify_core::verify::Verifier;
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, Digest, OrgId};
 use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
@@ -367,6 +368,8 @@ pub struct NodeParts<B: Backend, O> {
     pub me: OrgId,
     /// Its signing key (votes, endorsements, state-transfer requests).
     pub key: Arc<SigningKey>,
+    /// Its signature checks, shared with its admission (none is checked twice).
+    pub verifier: Arc<Verifier>,
     /// Where its blocks come from.
     pub orderer: Arc<O>,
     /// How its votes and certificates reach the other organizations.
@@ -393,6 +396,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             parts.store.clone(),
             parts.network.clone(),
             parts.settings.mode,
+            parts.verifier.clone(),
         )?;
         let metrics = Arc::new(Metrics::default());
         let port = Arc::new(LocalExecution::new(
@@ -415,6 +419,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             network,
             me,
             key,
+            verifier: _,
             orderer,
             transport,
             settings,

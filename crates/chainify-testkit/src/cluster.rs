@@ -25,6 +25,7 @@ use chainify_core::tx::LedgerEntry;
 use chainify_core::tx::{
     ChainedTransaction, EarlyAbortResponse, Proposal, ProposalBody, Transaction, TxOutcome, Verdict,
 };
+use chainify_core::verify::Verifier;
 use chainify_core::votes::{VoteContext, verify_ledger};
 use chainify_core::{BlockNumber, ClientId, OrgId, TxId, Value};
 use chainify_orderer::{Orderer, OrdererError, Resume};
@@ -420,6 +421,7 @@ impl<F: OrdererFactory> Cluster<F> {
                     spec.network.clone(),
                     chainify_sql::Analyzer::new(schema),
                     AdmissionSettings::default(),
+                    Arc::new(Verifier::new(spec.network.signatures)),
                 )),
             );
             stores.insert(org.id, store);
@@ -462,6 +464,15 @@ impl<F: OrdererFactory> Cluster<F> {
         self.orgs.keys().copied().collect()
     }
 
+    /// An organization's signature checks: its admission's, shared with every node it runs.
+    fn verifier(&self, org: OrgId) -> Result<Arc<Verifier>, ClusterError> {
+        self.admissions
+            .orgs
+            .get(&org)
+            .map(|a| a.verifier().clone())
+            .ok_or(ClusterError::UnknownOrg(org))
+    }
+
     fn org(&self, org: OrgId) -> Result<&OrgRun, ClusterError> {
         self.orgs.get(&org).ok_or(ClusterError::UnknownOrg(org))
     }
@@ -482,6 +493,7 @@ impl<F: OrdererFactory> Cluster<F> {
             network: self.spec.network.clone(),
             me: id,
             key: run.spec.key.clone(),
+            verifier: self.verifier(id)?,
             orderer,
             transport: self.net.transport(id),
             settings: self.spec.settings.clone(),
@@ -845,8 +857,13 @@ impl<F: OrdererFactory> Cluster<F> {
             database_url: url.to_owned(),
         };
         let store = Arc::new(open_store(&self.spec, &oracle).await?);
-        let mut exec =
-            ExecutionServer::new(store.clone(), self.spec.network.clone(), ExecMode::Serial)?;
+        // The oracle checks every signature afresh.
+        let mut exec = ExecutionServer::new(
+            store.clone(),
+            self.spec.network.clone(),
+            ExecMode::Serial,
+            Arc::new(Verifier::new(self.spec.network.signatures)),
+        )?;
         let mut previous = chainify_core::Digest::ZERO;
         let mut blocks = self.client_orderer.deliver(Resume::START).await?;
         for entry in &ledger {
