@@ -22,6 +22,7 @@ use chainify_core::tx::{
 use chainify_core::verify::Verifier;
 use chainify_core::{BlockNumber, OrgId, TxId};
 use chainify_node::admission::{AdmissionSettings, EndorseFuture};
+use chainify_node::ledger::TxLookup;
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_node::{
     Admission, CommitFeed, Committed, Endorser, NodeStatus, Refusal, Subscription, ledger,
@@ -146,6 +147,8 @@ pub(crate) struct Gateway<B: Backend, O> {
     pub(crate) admission: Arc<Admission>,
     endorser: GrpcEndorser,
     pub(crate) store: Arc<Store<B>>,
+    /// The origin's ledger lookups, batched.
+    lookup: TxLookup,
     orderer: Arc<O>,
     in_flight: Arc<Semaphore>,
     outcomes: Arc<Outcomes>,
@@ -273,6 +276,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 me: parts.me,
                 admission,
                 endorser: GrpcEndorser { peers },
+                lookup: TxLookup::spawn(parts.store.clone()),
                 store: parts.store,
                 orderer: parts.orderer,
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
@@ -463,7 +467,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         wait: bool,
     ) -> Result<(TxId, Option<oneshot::Receiver<TxOutcome>>), Refusal> {
         let admitting = Instant::now();
-        let in_ledger = async { Ok(!self.known(&[id]).await?.is_empty()) };
+        let in_ledger = async {
+            self.lookup
+                .contains(id)
+                .await
+                .map_err(|e| Refusal::unavailable("looking up transaction ids", e))
+        };
         let responses = self
             .admission
             .admit(&proposal, in_ledger, &self.endorser)

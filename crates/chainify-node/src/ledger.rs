@@ -2,9 +2,12 @@
 //! store goes through here, as [`LedgerEntry`]s encoded by `chainify_proto::ledger`. The store
 //! keeps the hash chain (it refuses an entry that does not follow the last one).
 
-use chainify_core::BlockNumber;
+use std::sync::Arc;
+
 use chainify_core::tx::{LedgerBlock, LedgerEntry};
+use chainify_core::{BlockNumber, TxId};
 use chainify_storage::{Backend, StorageError, Store};
+use tokio::sync::{mpsc, oneshot};
 
 /// Why a ledger entry cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -74,4 +77,64 @@ pub async fn append<B: Backend>(store: &Store<B>, entry: &LedgerEntry) -> Result
             &chainify_proto::ledger::encode(entry),
         )
         .await
+}
+
+/// Why a [`TxLookup`] has no answer.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LookupError {
+    /// The database failed (every lookup of the batch gets the same error).
+    #[error(transparent)]
+    Storage(Arc<StorageError>),
+    /// The lookup task is gone (the runtime is shutting down).
+    #[error("the ledger lookup stopped")]
+    Stopped,
+}
+
+/// Most ids one lookup query carries.
+const LOOKUP_BATCH: usize = 1024;
+
+/// Whether transactions are in the ledger, for many concurrent askers with one query per batch.
+///
+/// Admission looks every proposal up, at its origin and at each endorser; one query each
+/// would cost a database round trip (and, on SQLite, a hop to its worker thread) per proposal.
+/// The lookups that arrive while a query runs go together into the next one.
+#[derive(Clone, Debug)]
+pub struct TxLookup {
+    queue: mpsc::UnboundedSender<(TxId, oneshot::Sender<Result<bool, LookupError>>)>,
+}
+
+impl TxLookup {
+    /// Starts the lookup task over `store`; it ends when the last clone is dropped. Must be
+    /// called inside a tokio runtime.
+    pub fn spawn<B: Backend>(store: Arc<Store<B>>) -> TxLookup {
+        let (queue, mut asked) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut batch: Vec<(TxId, oneshot::Sender<_>)> = Vec::new();
+            while asked.recv_many(&mut batch, LOOKUP_BATCH).await > 0 {
+                let ids: Vec<TxId> = batch.iter().map(|(id, _)| *id).collect();
+                let known = store
+                    .known_transactions(BlockNumber(u64::MAX), &ids)
+                    .await
+                    .map_err(|e| LookupError::Storage(Arc::new(e)));
+                for (id, reply) in batch.drain(..) {
+                    let _ = reply.send(
+                        known
+                            .as_ref()
+                            .map(|k| k.contains(&id))
+                            .map_err(Clone::clone),
+                    );
+                }
+            }
+        });
+        TxLookup { queue }
+    }
+
+    /// Whether `id` is in an agreed block of the ledger.
+    pub async fn contains(&self, id: TxId) -> Result<bool, LookupError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send((id, reply))
+            .map_err(|_| LookupError::Stopped)?;
+        answer.await.map_err(|_| LookupError::Stopped)?
+    }
 }

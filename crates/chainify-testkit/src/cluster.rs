@@ -40,7 +40,7 @@ use chainify_node::admission::{
     Admission, AdmissionSettings, LocalEndorser, LocalEndorsing, Refusal,
 };
 use chainify_node::feed::CommitFeed;
-use chainify_node::ledger;
+use chainify_node::ledger::{self, TxLookup};
 use chainify_node::transport::LocalNetwork;
 use chainify_node::{
     ExecutionError, ExecutionServer, Node, NodeError, NodeParts, NodeSettings, NodeStatus,
@@ -238,7 +238,7 @@ pub struct Cluster<F: OrdererFactory> {
 #[derive(Debug, Default)]
 struct Admissions {
     orgs: BTreeMap<OrgId, Arc<Admission>>,
-    stores: Mutex<BTreeMap<OrgId, Arc<Store<AnyBackend>>>>,
+    lookups: Mutex<BTreeMap<OrgId, TxLookup>>,
 }
 
 impl LocalEndorsing for Admissions {
@@ -251,18 +251,17 @@ impl LocalEndorsing for Admissions {
         org: OrgId,
         id: TxId,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>> {
-        let store = self
-            .stores
+        let lookup = self
+            .lookups
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&org)
             .cloned();
         Box::pin(async move {
-            let store = store.ok_or_else(|| format!("{org} is not in the cluster"))?;
-            store
-                .known_transactions(BlockNumber(u64::MAX), &[id])
+            let lookup = lookup.ok_or_else(|| format!("{org} is not in the cluster"))?;
+            lookup
+                .contains(id)
                 .await
-                .map(|known| !known.is_empty())
                 .map_err(|e| format!("looking up transaction ids: {e}"))
         })
     }
@@ -426,7 +425,12 @@ impl<F: OrdererFactory> Cluster<F> {
             );
             stores.insert(org.id, store);
         }
-        admissions.stores = Mutex::new(stores.clone());
+        admissions.lookups = Mutex::new(
+            stores
+                .iter()
+                .map(|(org, store)| (*org, TxLookup::spawn(store.clone())))
+                .collect(),
+        );
         let mut cluster = Cluster {
             spec,
             factory,
@@ -774,10 +778,10 @@ impl<F: OrdererFactory> Cluster<F> {
             .get_mut(&org)
             .ok_or(ClusterError::UnknownOrg(org))?;
         self.admissions
-            .stores
+            .lookups
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(org, store.clone());
+            .insert(org, TxLookup::spawn(store.clone()));
         let old = std::mem::replace(&mut run.store, store);
         old.close().await;
         self.launch(org).await
