@@ -2,7 +2,7 @@
 //! never twice for the same signature.
 //!
 //! **The rule.** Every check (single or batched, at admission, in block validation, in
-//! `verify-ledger`) applies ZIP 215 through `ed25519-consensus`: a batch verifies exactly when
+//! `verify-ledger`) applies ZIP 215 through `ed25519-zebra`: a batch verifies exactly when
 //! each of its signatures verifies alone. Organizations validate an ordered block
 //! deterministically, so how one of them groups the block's signatures into batches, or how many
 //! cores it has, must never change a verdict; with the cofactorless rule of most libraries a
@@ -65,16 +65,18 @@ pub(crate) fn verify_one(
     message: &[u8],
     signature: &Signature,
 ) -> Result<(), CryptoError> {
-    let key = ed25519_consensus::VerificationKey::try_from(key.0)
-        .map_err(|_| CryptoError::BadSignature)?;
-    key.verify(&ed25519_consensus::Signature::from(signature.0), message)
+    let key =
+        ed25519_zebra::VerificationKey::try_from(key.0).map_err(|_| CryptoError::BadSignature)?;
+    key.verify(&ed25519_zebra::Signature::from(signature.0), message)
         .map_err(|_| CryptoError::BadSignature)
 }
 
 /// Whether each signature verifies, in order: shares of the input, one per core, each
 /// verified as a batch (and one by one only when its batch fails).
 pub fn verify_many(items: &[SignedBytes]) -> Vec<bool> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Asking the OS reads cgroup files: once per process.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let share = items.len().div_ceil(cores).max(MIN_SHARE);
     if items.len() <= share {
         return verify_share(items);
@@ -99,11 +101,11 @@ fn verify_share(items: &[SignedBytes]) -> Vec<bool> {
     if items.is_empty() {
         return Vec::new();
     }
-    let mut batch = ed25519_consensus::batch::Verifier::new();
+    let mut batch = ed25519_zebra::batch::Verifier::new();
     for item in items {
         batch.queue((
-            ed25519_consensus::VerificationKeyBytes::from(item.key.0),
-            ed25519_consensus::Signature::from(item.signature.0),
+            ed25519_zebra::VerificationKeyBytes::from(item.key.0),
+            ed25519_zebra::Signature::from(item.signature.0),
             &item.message,
         ));
     }
@@ -238,7 +240,7 @@ mod tests {
 
     #[test]
     fn batches_name_exactly_the_bad_signatures_wherever_they_stand() {
-        for n in [1, 2, 15, 16, 17, 100, 257] {
+        for n in [1, 2, 16, 17, 40] {
             for bad in [0, n / 2, n - 1] {
                 let items: Vec<SignedBytes> = (0..n)
                     .map(|i| {
