@@ -279,6 +279,43 @@ mod tests {
         assert!(unreduced.verify().is_err());
     }
 
+    /// The signature that splits organizations under other rules: a small-order public key and
+    /// an `R` of order 8 with `S = 0` verify under the cofactored equation (ZIP 215, and every
+    /// batch) but not the cofactorless one (ring, and most single checks). Here single and
+    /// batched checks agree on it, wherever it stands in a batch.
+    #[test]
+    fn a_crafted_small_order_signature_gets_one_verdict_alone_and_in_any_batch() {
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let order_8 =
+            hex::decode("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")
+                .unwrap();
+        let mut signature = [0u8; 64];
+        signature[..32].copy_from_slice(&order_8);
+        let crafted = SignedBytes {
+            key: PublicKey(identity),
+            message: b"pay mallory".to_vec(),
+            signature: Signature(signature),
+        };
+        let cofactorless =
+            ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, identity)
+                .verify(&crafted.message, &signature);
+        assert!(cofactorless.is_err(), "ring's rule refuses it");
+        assert!(crafted.verify().is_ok(), "ZIP 215 accepts it");
+        for n in [1usize, 5, 40] {
+            let mut items: Vec<SignedBytes> = (0..n)
+                .map(|i| signed(2, format!("m{i}").as_bytes()))
+                .collect();
+            items.insert(n / 2, crafted.clone());
+            let mut with_bad = items.clone();
+            with_bad.push(forged(3, b"x"));
+            let mut expected = vec![true; n + 1];
+            assert_eq!(verify_many(&items), expected);
+            expected.push(false);
+            assert_eq!(verify_many(&with_bad), expected);
+        }
+    }
+
     #[test]
     fn a_verifier_remembers_what_verified_and_what_it_signed_but_never_a_failure() {
         let v = Verifier::new(Signatures::Ed25519);
