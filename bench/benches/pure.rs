@@ -11,7 +11,7 @@ use std::hint::black_box;
 use chainify_bench::{
     BLOCK_TXS, smallbank_analyzer, smallbank_block_uniform, smallbank_block_zipf,
 };
-use chainify_core::crypto::SigningKey;
+use chainify_core::crypto::{Signatures, SigningKey};
 use chainify_core::policy::{AgreementPolicy, PolicySpec};
 use chainify_core::rwset::ReadWriteSet;
 use chainify_core::tx::{Proposal, ProposalBody};
@@ -156,8 +156,20 @@ fn signatures(c: &mut Criterion) {
     });
     // What block validation does: the block's signatures in batches, one share per core.
     let signed: Vec<_> = proposals.iter().map(|p| p.signed_by(pk)).collect();
-    g.bench_function("verify_block_4096_batched", |b| {
-        b.iter(|| verify_many(&signed).into_iter().all(|ok| ok))
+    let signed: Vec<_> = signed.iter().collect();
+    g.bench_function("verify_block_4096_zip215_batched", |b| {
+        b.iter(|| {
+            verify_many(Signatures::Ed25519Zip215, &signed)
+                .into_iter()
+                .all(|ok| ok)
+        })
+    });
+    g.bench_function("verify_block_4096_rfc8032_cores", |b| {
+        b.iter(|| {
+            verify_many(Signatures::Ed25519, &signed)
+                .into_iter()
+                .all(|ok| ok)
+        })
     });
     g.finish();
 }

@@ -94,8 +94,9 @@ pub struct BenchArgs {
     /// parallel (dependency-graph scheduling) or serial execution.
     #[arg(long, default_value = "parallel")]
     execution: String,
-    /// on: every proposal, early-abort response and vote signed (Ed25519) and checked; off:
-    /// none (the network trusts everyone), to measure what signatures cost.
+    /// on: every proposal, early-abort response and vote signed (Ed25519) and checked by ZIP 215
+    /// (blocks in batches); rfc8032: checked one by one by RFC 8032 (networks made before ZIP
+    /// 215); off: none (the network trusts everyone), to measure what signatures cost.
     #[arg(long, default_value = "on")]
     crypto: String,
     /// Transactions executing at once per organization, when parallel.
@@ -165,9 +166,12 @@ impl BenchArgs {
             other => bail!("--execution {other:?}: parallel or serial"),
         };
         let signatures = match self.crypto.as_str() {
-            "on" => Signatures::Ed25519,
+            "on" => Signatures::Ed25519Zip215,
+            "rfc8032" => Signatures::Ed25519,
             "off" => Signatures::Off,
-            other => bail!("--crypto {other:?}: on or off"),
+            other => {
+                bail!("--crypto {other:?}: on (ZIP 215, batched), rfc8032 (one by one) or off")
+            }
         };
         if self.engines.is_empty() || self.engines.len() > 16 {
             bail!("--engines: name 1 to 16 organizations' engines");
@@ -302,7 +306,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
         args.batch_timeout_ms = u64::try_from(devnet.network.batch_timeout.as_millis())?;
         args.policy = devnet.policy();
         args.crypto = match devnet.network.signatures {
-            Signatures::Ed25519 => "on",
+            Signatures::Ed25519Zip215 => "on",
+            Signatures::Ed25519 => "rfc8032",
             Signatures::Off => "off",
         }
         .into();

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use ring::rand::SystemRandom;
-use ring::signature::{Ed25519KeyPair, KeyPair as _};
+use ring::signature::{ED25519, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey};
 
 /// A key or signature could not be created, loaded or checked.
 #[derive(Debug, thiserror::Error)]
@@ -107,10 +107,13 @@ impl SigningKey {
 pub struct PublicKey(pub [u8; 32]);
 
 impl PublicKey {
-    /// Verifies `signature` over `message`, by the rule every check applies (ZIP 215, see
-    /// [`crate::verify`]).
+    /// Verifies `signature` over `message` by RFC 8032's cofactorless check (ring): what the
+    /// `ed25519` rule applies, and accepted under every rule. A network's checks go through
+    /// [`Signatures::verify`], which applies the network's rule.
     pub fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), CryptoError> {
-        crate::verify::verify_one(self, message, signature)
+        UnparsedPublicKey::new(&ED25519, &self.0)
+            .verify(message, &signature.0)
+            .map_err(|_| CryptoError::BadSignature)
     }
 }
 
@@ -134,14 +137,34 @@ impl FromStr for PublicKey {
                 "public key is not hex ({e}); expected 64 hex digits"
             ))
         })?;
-        <[u8; 32]>::try_from(bytes.as_slice())
+        let key = <[u8; 32]>::try_from(bytes.as_slice())
             .map(PublicKey)
             .map_err(|_| {
                 CryptoError::Malformed(format!(
                     "public key has {} bytes; an Ed25519 public key has 32 (64 hex digits)",
                     bytes.len()
                 ))
-            })
+            })?;
+        key.check_usable()?;
+        Ok(key)
+    }
+}
+
+impl PublicKey {
+    /// Refuses a key no signature can prove anything for: not a point of the curve (nothing
+    /// verifies), or a point of small order (under ZIP 215 anyone can sign for it).
+    pub fn check_usable(&self) -> Result<(), CryptoError> {
+        let point = curve25519_dalek::edwards::CompressedEdwardsY(self.0)
+            .decompress()
+            .ok_or_else(|| {
+                CryptoError::Malformed(format!("public key {self} is not a point of Ed25519"))
+            })?;
+        if point.is_small_order() {
+            return Err(CryptoError::Malformed(format!(
+                "public key {self} is a point of small order: anyone could sign for it"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -167,33 +190,43 @@ impl TryFrom<&[u8]> for Signature {
     }
 }
 
-/// Whether a network signs and checks proposals, early-abort responses, votes and queries.
+/// Whether a network signs and checks proposals, early-abort responses, votes and queries, and
+/// by which rule (every organization applies the network's; see [`crate::verify`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum Signatures {
-    /// Ed25519 on everything a client or organization says; checked on receipt.
+    /// Ed25519 checked by RFC 8032's cofactorless rule, one signature at a time: networks made
+    /// before ZIP 215, and network files that name no rule.
     #[default]
+    #[serde(rename = "ed25519")]
     Ed25519,
+    /// Ed25519 checked by ZIP 215, under which batched and single checks agree, so blocks'
+    /// signatures are checked in batches. What `chainify init` writes.
+    #[serde(rename = "ed25519-zip215")]
+    Ed25519Zip215,
     /// Nothing signed or checked. Exists only to measure what signatures cost (the crypto switch
     /// of the paper's Fig. 9): such a network trusts every client, organization and orderer.
+    #[serde(rename = "off")]
     Off,
 }
 
 impl Signatures {
+    /// Whether anything is signed and checked.
+    pub fn is_signed(self) -> bool {
+        self != Signatures::Off
+    }
+
     /// Signs `message` with `key`, or returns the all-zero signature when signatures are off.
     pub fn sign(self, key: &SigningKey, message: &[u8]) -> Signature {
-        match self {
-            Signatures::Ed25519 => key.sign(message),
-            Signatures::Off => Signature([0; 64]),
+        if self.is_signed() {
+            key.sign(message)
+        } else {
+            Signature([0; 64])
         }
     }
 
-    /// Runs `check` (a signature verification), or accepts when signatures are off.
-    pub fn check<E>(self, check: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
-        match self {
-            Signatures::Ed25519 => check(),
-            Signatures::Off => Ok(()),
-        }
+    /// Checks one signature by this rule (accepts anything when signatures are off).
+    pub fn verify(self, signed: &crate::verify::SignedBytes) -> Result<(), CryptoError> {
+        signed.verify(self)
     }
 }
 
@@ -208,9 +241,65 @@ mod tests {
         assert!(key.public_key().verify(b"m", &on).is_ok());
         let off = Signatures::Off.sign(&key, b"m");
         assert_eq!(off, Signature([0; 64]));
-        let bad = || key.public_key().verify(b"m", &off);
-        assert!(Signatures::Ed25519.check(bad).is_err());
-        assert!(Signatures::Off.check(bad).is_ok());
+        let bad = crate::verify::SignedBytes {
+            key: key.public_key(),
+            message: b"m".to_vec(),
+            signature: off,
+        };
+        assert!(Signatures::Ed25519.verify(&bad).is_err());
+        assert!(Signatures::Ed25519Zip215.verify(&bad).is_err());
+        assert!(Signatures::Off.verify(&bad).is_ok());
+    }
+
+    #[test]
+    fn keys_no_signature_can_prove_anything_for_are_refused_by_name() {
+        let identity = format!("01{}", "00".repeat(31));
+        let e = identity.parse::<PublicKey>().unwrap_err().to_string();
+        assert!(e.contains("small order") && e.contains(&identity), "{e}");
+        let order_8 = "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05";
+        assert!(
+            order_8
+                .parse::<PublicKey>()
+                .unwrap_err()
+                .to_string()
+                .contains("small order")
+        );
+        let off_curve: Vec<String> = (2u8..40)
+            .map(|y| format!("{y:02x}{}", "00".repeat(31)))
+            .filter(|k| k.parse::<PublicKey>().is_err())
+            .collect();
+        assert!(!off_curve.is_empty());
+        for k in off_curve {
+            let e = k.parse::<PublicKey>().unwrap_err().to_string();
+            assert!(
+                e.contains("not a point of Ed25519") && e.contains(&k),
+                "{e}"
+            );
+        }
+        let real = SigningKey::from_seed(&[1; 32]).public_key();
+        assert_eq!(real.to_string().parse::<PublicKey>().unwrap(), real);
+    }
+
+    #[test]
+    fn the_rule_is_named_in_the_network_file_and_defaults_to_rfc_8032() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            #[serde(default)]
+            signatures: Signatures,
+        }
+        let rule = |toml: &str| toml::from_str::<File>(toml).map(|f| f.signatures);
+        assert_eq!(rule("").unwrap(), Signatures::Ed25519);
+        assert_eq!(
+            rule("signatures = \"ed25519\"").unwrap(),
+            Signatures::Ed25519
+        );
+        assert_eq!(
+            rule("signatures = \"ed25519-zip215\"").unwrap(),
+            Signatures::Ed25519Zip215
+        );
+        assert_eq!(rule("signatures = \"off\"").unwrap(), Signatures::Off);
+        let e = rule("signatures = \"zip215\"").unwrap_err().to_string();
+        assert!(e.contains("ed25519-zip215"), "{e}");
     }
 
     #[test]

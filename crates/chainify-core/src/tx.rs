@@ -115,7 +115,8 @@ impl Proposal {
         self.body.tx_id()
     }
 
-    /// Checks the client's signature.
+    /// Checks the client's signature by RFC 8032 (valid under every rule; a network checks
+    /// [`Self::signed_by`] by its own rule).
     pub fn verify(&self, client_key: &PublicKey) -> Result<(), CryptoError> {
         client_key.verify(&self.body.encode_canonical(), &self.signature)
     }
@@ -160,9 +161,19 @@ impl QueryBody {
         e.finish()
     }
 
-    /// Checks the client's signature over the query.
+    /// Checks the client's signature over the query by RFC 8032 (valid under every rule; a
+    /// network checks [`Self::signed_by`] by its own rule).
     pub fn verify(&self, client_key: &PublicKey, signature: &Signature) -> Result<(), CryptoError> {
         client_key.verify(&self.encode_canonical(), signature)
+    }
+
+    /// The client's signature over the query, to be checked by the network's rule.
+    pub fn signed_by(&self, client_key: PublicKey, signature: Signature) -> SignedBytes {
+        SignedBytes {
+            key: client_key,
+            message: self.encode_canonical(),
+            signature,
+        }
     }
 }
 
@@ -236,9 +247,10 @@ impl EarlyAbortResponse {
         }
     }
 
-    /// Checks the organization's signature.
+    /// Checks the organization's signature by RFC 8032 (valid under every rule; a network checks
+    /// [`Self::signed_by`] by its own rule).
     pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
-        self.signed_by(*org_key).verify()
+        self.signed_by(*org_key).verify(Signatures::Ed25519)
     }
 
     /// The organization's signature, to be checked with others.
@@ -457,12 +469,24 @@ impl Vote {
         }
     }
 
-    /// Checks the voter's signature.
+    /// Checks the voter's signature by RFC 8032 (valid under every rule; a network checks
+    /// [`Self::signed_by`] by its own rule).
     pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
-        org_key.verify(
-            &Self::signing_bytes(&self.network, self.block, &self.ledger_block_hash, self.org),
-            &self.signature,
-        )
+        self.signed_by(*org_key).verify(Signatures::Ed25519)
+    }
+
+    /// The voter's signature, to be checked by the network's rule.
+    pub fn signed_by(&self, org_key: PublicKey) -> SignedBytes {
+        SignedBytes {
+            key: org_key,
+            message: Self::signing_bytes(
+                &self.network,
+                self.block,
+                &self.ledger_block_hash,
+                self.org,
+            ),
+            signature: self.signature,
+        }
     }
 }
 

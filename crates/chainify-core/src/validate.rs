@@ -8,7 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use crate::BlockNumber;
 use crate::config::NetworkConfig;
+use crate::crypto::Signatures;
 use crate::tx::{ChainedTransaction, TransactionBlock, Verdict};
 use crate::verify::{SignedBytes, Verifier};
 use crate::{ClientId, NetworkId, OrgId, TxId};
@@ -60,6 +62,25 @@ pub struct BlockSignatures {
     items: Vec<SignedBytes>,
     /// Where each transaction's signatures end in `items`.
     ends: Vec<usize>,
+    block: BlockId,
+}
+
+/// Which block verdicts are for: [`validate_block`] ignores verdicts of another block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockId {
+    number: BlockNumber,
+    orderer_position: u64,
+    transactions: usize,
+}
+
+impl BlockId {
+    fn of(block: &TransactionBlock) -> BlockId {
+        BlockId {
+            number: block.number,
+            orderer_position: block.orderer_position,
+            transactions: block.transactions.len(),
+        }
+    }
 }
 
 impl BlockSignatures {
@@ -73,7 +94,11 @@ impl BlockSignatures {
             }
             ends.push(items.len());
         }
-        BlockSignatures { items, ends }
+        BlockSignatures {
+            items,
+            ends,
+            block: BlockId::of(block),
+        }
     }
 
     /// How many signatures were gathered.
@@ -91,6 +116,8 @@ impl BlockSignatures {
         SignatureVerdicts {
             verdicts: verifier.check_all(&self.items),
             ends: self.ends,
+            block: self.block,
+            rule: verifier.signatures(),
         }
     }
 }
@@ -125,6 +152,9 @@ fn gather(chained: &ChainedTransaction, network: &NetworkConfig, items: &mut Vec
 pub struct SignatureVerdicts {
     verdicts: Vec<bool>,
     ends: Vec<usize>,
+    block: BlockId,
+    /// The rule they were reached by.
+    rule: Signatures,
 }
 
 impl SignatureVerdicts {
@@ -153,6 +183,19 @@ pub fn validate_block(
     let mut seen_ids: BTreeMap<TxId, usize> = BTreeMap::new();
     let mut seen_nonces: HashSet<(ClientId, u64)> = HashSet::new();
     let mut nonce_at: BTreeMap<(ClientId, u64), usize> = BTreeMap::new();
+    // Verdicts of another block, or by another rule than the network's, verify nothing.
+    let none = SignatureVerdicts {
+        verdicts: Vec::new(),
+        ends: Vec::new(),
+        block: BlockId::of(block),
+        rule: network.signatures,
+    };
+    let signatures =
+        if signatures.block == BlockId::of(block) && signatures.rule == network.signatures {
+            signatures
+        } else {
+            &none
+        };
     block
         .transactions
         .iter()
@@ -388,18 +431,30 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_of_another_block_never_validate_a_transaction() {
+    fn verdicts_of_another_block_or_rule_never_validate_a_transaction() {
         let n = network();
         let b = block(vec![chained(1, &[1, 2]), chained(2, &[2, 3])]);
-        let other = BlockSignatures::of(&block(vec![]), &n).check(&Verifier::new(n.signatures));
-        let out = validate_block(&b, &n, &other, |_| false);
         let alice = ClientId::new("alice").unwrap();
-        assert_eq!(
-            out,
-            vec![
-                Err(Invalid::BadClientSignature(alice.clone())),
-                Err(Invalid::BadClientSignature(alice))
-            ]
+        let refused = vec![
+            Err(Invalid::BadClientSignature(alice.clone())),
+            Err(Invalid::BadClientSignature(alice)),
+        ];
+        let verifier = Verifier::new(n.signatures);
+        let empty = BlockSignatures::of(&block(vec![]), &n).check(&verifier);
+        assert_eq!(validate_block(&b, &n, &empty, |_| false), refused);
+        // Same shape, another block: every verdict true, none of them for this block.
+        let mut other = b.clone();
+        other.number = BlockNumber(7);
+        let others = BlockSignatures::of(&other, &n).check(&verifier);
+        assert_eq!(validate_block(&b, &n, &others, |_| false), refused);
+        // This block's verdicts with signatures off, for a network that signs.
+        let unchecked = BlockSignatures::of(&b, &n).check(&Verifier::new(Signatures::Off));
+        assert_eq!(validate_block(&b, &n, &unchecked, |_| false), refused);
+        let checked = BlockSignatures::of(&b, &n).check(&verifier);
+        assert!(
+            validate_block(&b, &n, &checked, |_| false)
+                .iter()
+                .all(Result::is_ok)
         );
     }
 
@@ -439,8 +494,14 @@ mod tests {
             let single = {
                 let gathered = BlockSignatures::of(&b, &n);
                 SignatureVerdicts {
-                    verdicts: gathered.items.iter().map(|i| i.verify().is_ok()).collect(),
+                    verdicts: gathered
+                        .items
+                        .iter()
+                        .map(|i| i.verify(n.signatures).is_ok())
+                        .collect(),
                     ends: gathered.ends,
+                    block: gathered.block,
+                    rule: n.signatures,
                 }
             };
             proptest::prop_assert_eq!(&fresh, &validate_block(&b, &n, &single, |_| false));

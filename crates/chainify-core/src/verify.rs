@@ -1,17 +1,21 @@
-//! How an organization checks signatures: one rule everywhere, in batches, on all cores, and
-//! never twice for the same signature.
+//! How an organization checks signatures: one rule per network, on all cores, in batches where
+//! the rule allows, and never twice for the same signature.
 //!
-//! **The rule.** Every check (single or batched, at admission, in block validation, in
-//! `verify-ledger`) applies ZIP 215 through `ed25519-zebra`: a batch verifies exactly when
-//! each of its signatures verifies alone. Organizations validate an ordered block
-//! deterministically, so how one of them groups the block's signatures into batches, or how many
-//! cores it has, must never change a verdict; with the cofactorless rule of most libraries a
-//! client could craft a signature that passes in a batch and fails alone, and split the
-//! organizations.
+//! **The rule** is the network file's `signatures` ([`Signatures`]), so every organization
+//! applies the same one to every check (admission, block validation, votes, `verify-ledger`):
+//! - `ed25519-zip215` (what `chainify init` writes): ZIP 215 through `ed25519-zebra`, under
+//!   which a batch verifies exactly when each of its signatures verifies alone. Organizations
+//!   validate an ordered block deterministically, so how one of them groups the block's
+//!   signatures into batches, or how many cores it has, must never change a verdict.
+//! - `ed25519` (networks made before, and files that name no rule): RFC 8032's cofactorless
+//!   check through ring, one signature at a time. A client can craft a signature (a torsion
+//!   component in `R`) that this rule refuses and any cofactored batch accepts, so these networks
+//!   never batch. The two rules differ on such signatures: a network changes rule only with every
+//!   organization at once, never in a rolling upgrade (docs/operations.md).
 //!
-//! **Batches.** [`verify_many`] splits the signatures over the cores, verifies each share as one
-//! batch (about twice as fast per signature as single checks) and, only when a share fails,
-//! each of its signatures alone to name the bad ones.
+//! **Batches.** [`verify_many`] splits the signatures over the cores; under ZIP 215 it verifies
+//! each share as one batch (about twice as fast per signature as single checks) and, when a
+//! batch fails, halves it until the bad signatures are found, so a forger pays for his own.
 //!
 //! **Never twice.** A [`Verifier`] belongs to one organization and remembers the (key, message,
 //! signature) triples it verified or made: the proposals and responses its admission checked come
@@ -44,9 +48,13 @@ pub struct SignedBytes {
 }
 
 impl SignedBytes {
-    /// Checks the signature alone (ZIP 215).
-    pub fn verify(&self) -> Result<(), CryptoError> {
-        verify_one(&self.key, &self.message, &self.signature)
+    /// Checks the signature alone under `rule`.
+    pub fn verify(&self, rule: Signatures) -> Result<(), CryptoError> {
+        match rule {
+            Signatures::Off => Ok(()),
+            Signatures::Ed25519 => self.key.verify(&self.message, &self.signature),
+            Signatures::Ed25519Zip215 => zip215(&self.key, &self.message, &self.signature),
+        }
     }
 
     /// What a [`Verifier`] remembers: the triple's hash.
@@ -59,47 +67,47 @@ impl SignedBytes {
     }
 }
 
-/// Checks one signature (ZIP 215).
-pub(crate) fn verify_one(
-    key: &PublicKey,
-    message: &[u8],
-    signature: &Signature,
-) -> Result<(), CryptoError> {
+/// Checks one signature under ZIP 215.
+fn zip215(key: &PublicKey, message: &[u8], signature: &Signature) -> Result<(), CryptoError> {
     let key =
         ed25519_zebra::VerificationKey::try_from(key.0).map_err(|_| CryptoError::BadSignature)?;
     key.verify(&ed25519_zebra::Signature::from(signature.0), message)
         .map_err(|_| CryptoError::BadSignature)
 }
 
-/// Whether each signature verifies, in order: shares of the input, one per core, each
-/// verified as a batch (and one by one only when its batch fails).
-pub fn verify_many(items: &[SignedBytes]) -> Vec<bool> {
+/// Whether each signature verifies under `rule`, in order: shares of the input, one per core,
+/// each verified as batches under ZIP 215 and one by one under RFC 8032.
+pub fn verify_many(rule: Signatures, items: &[&SignedBytes]) -> Vec<bool> {
+    if rule == Signatures::Off {
+        return vec![true; items.len()];
+    }
     // Asking the OS reads cgroup files: once per process.
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let share = items.len().div_ceil(cores).max(MIN_SHARE);
     if items.len() <= share {
-        return verify_share(items);
+        return verify_share(rule, items);
     }
     std::thread::scope(|scope| {
         let shares: Vec<_> = items
             .chunks(share)
-            .map(|chunk| (chunk.len(), scope.spawn(move || verify_share(chunk))))
+            .map(|chunk| scope.spawn(move || verify_share(rule, chunk)))
             .collect();
         shares
             .into_iter()
-            .flat_map(|(len, s)| {
-                // A panic in a share is a bug in the library: count its signatures as bad
-                // rather than accept them.
-                s.join().unwrap_or_else(|_| vec![false; len])
-            })
+            // A panic (no randomness for the batch, a bug) is the caller's failure, never a
+            // verdict: verdicts must not depend on how the signatures were split.
+            .flat_map(|s| s.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
 }
 
-fn verify_share(items: &[SignedBytes]) -> Vec<bool> {
-    if items.is_empty() {
-        return Vec::new();
+/// Below this a failed batch is checked one by one rather than halved again.
+const SMALLEST_BATCH: usize = 4;
+
+fn verify_share(rule: Signatures, items: &[&SignedBytes]) -> Vec<bool> {
+    if rule != Signatures::Ed25519Zip215 || items.len() < SMALLEST_BATCH {
+        return items.iter().map(|i| i.verify(rule).is_ok()).collect();
     }
     let mut batch = ed25519_zebra::batch::Verifier::new();
     for item in items {
@@ -112,7 +120,10 @@ fn verify_share(items: &[SignedBytes]) -> Vec<bool> {
     if batch.verify(rand_core::OsRng).is_ok() {
         return vec![true; items.len()];
     }
-    items.iter().map(|i| i.verify().is_ok()).collect()
+    let (left, right) = items.split_at(items.len() / 2);
+    let mut verdicts = verify_share(rule, left);
+    verdicts.extend(verify_share(rule, right));
+    verdicts
 }
 
 /// One organization's signature checks: the network's [`Signatures`] setting, and the triples
@@ -162,17 +173,24 @@ impl Verifier {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Checks one signature, or accepts when signatures are off.
+    /// Checks one signature (alone: no batch of one), or accepts when signatures are off.
     pub fn check(&self, item: &SignedBytes) -> Result<(), CryptoError> {
-        self.check_all(std::slice::from_ref(item))[0]
-            .then_some(())
-            .ok_or(CryptoError::BadSignature)
+        if !self.signatures.is_signed() {
+            return Ok(());
+        }
+        let fingerprint = item.fingerprint();
+        if self.remembered().set.contains(&fingerprint) {
+            return Ok(());
+        }
+        item.verify(self.signatures)?;
+        self.remembered().insert(fingerprint);
+        Ok(())
     }
 
     /// Whether each signature verifies (all do when signatures are off): remembered triples
     /// without work, the rest with [`verify_many`].
     pub fn check_all(&self, items: &[SignedBytes]) -> Vec<bool> {
-        if self.signatures == Signatures::Off {
+        if !self.signatures.is_signed() {
             return vec![true; items.len()];
         }
         let fingerprints: Vec<Digest> = items.iter().map(SignedBytes::fingerprint).collect();
@@ -186,8 +204,8 @@ impl Verifier {
         if unknown.is_empty() {
             return verdicts;
         }
-        let fresh: Vec<SignedBytes> = unknown.iter().map(|i| items[*i].clone()).collect();
-        let checked = verify_many(&fresh);
+        let fresh: Vec<&SignedBytes> = unknown.iter().map(|i| &items[*i]).collect();
+        let checked = verify_many(self.signatures, &fresh);
         let mut remembered = self.remembered();
         for (i, ok) in unknown.into_iter().zip(checked) {
             verdicts[i] = ok;
@@ -202,7 +220,7 @@ impl Verifier {
     /// organization never checks its own signature.
     pub fn sign(&self, key: &SigningKey, message: Vec<u8>) -> Signature {
         let signature = self.signatures.sign(key, &message);
-        if self.signatures == Signatures::Ed25519 {
+        if self.signatures.is_signed() {
             let item = SignedBytes {
                 key: key.public_key(),
                 message,
@@ -223,6 +241,9 @@ impl Verifier {
 mod tests {
     use super::*;
 
+    const ZIP215: Signatures = Signatures::Ed25519Zip215;
+    const RFC8032: Signatures = Signatures::Ed25519;
+
     fn signed(seed: u8, message: &[u8]) -> SignedBytes {
         let key = SigningKey::from_seed(&[seed; 32]);
         SignedBytes {
@@ -238,53 +259,10 @@ mod tests {
         s
     }
 
-    #[test]
-    fn batches_name_exactly_the_bad_signatures_wherever_they_stand() {
-        for n in [1, 2, 16, 17, 40] {
-            for bad in [0, n / 2, n - 1] {
-                let items: Vec<SignedBytes> = (0..n)
-                    .map(|i| {
-                        let m = format!("message {i}");
-                        let seed = u8::try_from(i % 7).unwrap();
-                        if i == bad {
-                            forged(seed, m.as_bytes())
-                        } else {
-                            signed(seed, m.as_bytes())
-                        }
-                    })
-                    .collect();
-                let verdicts = verify_many(&items);
-                let expected: Vec<bool> = (0..n).map(|i| i != bad).collect();
-                assert_eq!(verdicts, expected, "{n} signatures, bad at {bad}");
-                let alone: Vec<bool> = items.iter().map(|i| i.verify().is_ok()).collect();
-                assert_eq!(verdicts, alone, "batched and single checks agree");
-            }
-        }
-        assert!(verify_many(&[]).is_empty());
-    }
-
-    #[test]
-    fn ring_signatures_verify_under_the_consensus_rule_and_tampering_fails() {
-        let item = signed(3, b"block 7");
-        assert!(item.verify().is_ok());
-        let mut other_key = item.clone();
-        other_key.key = SigningKey::from_seed(&[4; 32]).public_key();
-        assert!(other_key.verify().is_err());
-        let mut flipped = item.clone();
-        flipped.signature.0[10] ^= 1;
-        assert!(flipped.verify().is_err());
-        // A signature whose S is not reduced mod l is refused (ZIP 215 keeps RFC 8032's check).
-        let mut unreduced = item;
-        unreduced.signature.0[63] |= 0xf0;
-        assert!(unreduced.verify().is_err());
-    }
-
-    /// The signature that splits organizations under other rules: a small-order public key and
-    /// an `R` of order 8 with `S = 0` verify under the cofactored equation (ZIP 215, and every
-    /// batch) but not the cofactorless one (ring, and most single checks). Here single and
-    /// batched checks agree on it, wherever it stands in a batch.
-    #[test]
-    fn a_crafted_small_order_signature_gets_one_verdict_alone_and_in_any_batch() {
+    /// A small-order public key (the identity) and an `R` of order 8 with `S = 0`: valid under
+    /// the cofactored equation (ZIP 215, every batch), not under the cofactorless one (RFC 8032,
+    /// ring).
+    fn torsion() -> SignedBytes {
         let mut identity = [0u8; 32];
         identity[0] = 1;
         let order_8 =
@@ -292,39 +270,99 @@ mod tests {
                 .unwrap();
         let mut signature = [0u8; 64];
         signature[..32].copy_from_slice(&order_8);
-        let crafted = SignedBytes {
+        SignedBytes {
             key: PublicKey(identity),
             message: b"pay mallory".to_vec(),
             signature: Signature(signature),
-        };
-        let cofactorless =
-            ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, identity)
-                .verify(&crafted.message, &signature);
-        assert!(cofactorless.is_err(), "ring's rule refuses it");
-        assert!(crafted.verify().is_ok(), "ZIP 215 accepts it");
-        for n in [1usize, 5, 40] {
-            let mut items: Vec<SignedBytes> = (0..n)
-                .map(|i| signed(2, format!("m{i}").as_bytes()))
-                .collect();
-            items.insert(n / 2, crafted.clone());
-            let mut with_bad = items.clone();
-            with_bad.push(forged(3, b"x"));
-            let mut expected = vec![true; n + 1];
-            assert_eq!(verify_many(&items), expected);
-            expected.push(false);
-            assert_eq!(verify_many(&with_bad), expected);
+        }
+    }
+
+    #[test]
+    fn every_rule_names_exactly_the_bad_signatures_wherever_they_stand() {
+        for rule in [ZIP215, RFC8032] {
+            for n in [1, 2, 16, 17, 40] {
+                for bad in [
+                    vec![0],
+                    vec![n / 2],
+                    vec![n - 1],
+                    (0..n).step_by(3).collect(),
+                ] {
+                    let items: Vec<SignedBytes> = (0..n)
+                        .map(|i| {
+                            let m = format!("message {i}");
+                            let seed = u8::try_from(i % 7).unwrap();
+                            if bad.contains(&i) {
+                                forged(seed, m.as_bytes())
+                            } else {
+                                signed(seed, m.as_bytes())
+                            }
+                        })
+                        .collect();
+                    let refs: Vec<&SignedBytes> = items.iter().collect();
+                    let verdicts = verify_many(rule, &refs);
+                    let expected: Vec<bool> = (0..n).map(|i| !bad.contains(&i)).collect();
+                    assert_eq!(verdicts, expected, "{rule:?}: {n} signatures, bad {bad:?}");
+                    let alone: Vec<bool> = items.iter().map(|i| i.verify(rule).is_ok()).collect();
+                    assert_eq!(verdicts, alone, "{rule:?}: batched and single checks agree");
+                }
+            }
+            assert!(verify_many(rule, &[]).is_empty());
+        }
+        assert_eq!(verify_many(Signatures::Off, &[&forged(1, b"x")]), [true]);
+    }
+
+    #[test]
+    fn signatures_by_ring_verify_under_both_rules_and_tampering_fails_under_both() {
+        for rule in [ZIP215, RFC8032] {
+            let item = signed(3, b"block 7");
+            assert!(item.verify(rule).is_ok());
+            let mut other_key = item.clone();
+            other_key.key = SigningKey::from_seed(&[4; 32]).public_key();
+            assert!(other_key.verify(rule).is_err());
+            let mut flipped = item.clone();
+            flipped.signature.0[10] ^= 1;
+            assert!(flipped.verify(rule).is_err());
+            // An S not reduced mod l is refused by both.
+            let mut unreduced = item;
+            unreduced.signature.0[63] |= 0xf0;
+            assert!(unreduced.verify(rule).is_err());
+        }
+    }
+
+    /// The signature that would split organizations if batches and single checks followed
+    /// different rules: each rule gives it one verdict, alone and in any batch.
+    #[test]
+    fn a_crafted_torsion_signature_gets_one_verdict_per_rule_alone_and_in_any_batch() {
+        let crafted = torsion();
+        assert!(crafted.verify(RFC8032).is_err(), "RFC 8032 refuses it");
+        assert!(crafted.verify(ZIP215).is_ok(), "ZIP 215 accepts it");
+        for rule in [ZIP215, RFC8032] {
+            let accepted = rule == ZIP215;
+            for n in [1usize, 5, 40] {
+                let mut items: Vec<SignedBytes> = (0..n)
+                    .map(|i| signed(2, format!("m{i}").as_bytes()))
+                    .collect();
+                items.insert(n / 2, crafted.clone());
+                items.push(forged(3, b"x"));
+                let refs: Vec<&SignedBytes> = items.iter().collect();
+                let mut expected = vec![true; n + 2];
+                expected[n / 2] = accepted;
+                expected[n + 1] = false;
+                assert_eq!(verify_many(rule, &refs), expected, "{rule:?}, {n}");
+            }
         }
     }
 
     #[test]
     fn a_verifier_remembers_what_verified_and_what_it_signed_but_never_a_failure() {
-        let v = Verifier::new(Signatures::Ed25519);
+        let v = Verifier::new(ZIP215);
         let good = signed(1, b"a");
         let bad = forged(1, b"b");
         assert_eq!(v.check_all(&[good.clone(), bad.clone()]), [true, false]);
         assert_eq!(v.remembered_len(), 1);
         // Checked again: the good one from memory, the bad one fails again.
         assert_eq!(v.check_all(&[bad.clone(), good.clone()]), [false, true]);
+        assert!(v.check(&bad).is_err());
         assert_eq!(v.remembered_len(), 1);
         // The same key and message with another (bad) signature is not the remembered triple.
         let mut other = good.clone();
@@ -339,8 +377,22 @@ mod tests {
             message: b"mine".to_vec(),
             signature,
         };
-        assert!(mine.verify().is_ok());
+        assert!(mine.verify(ZIP215).is_ok());
         assert!(v.check(&mine).is_ok());
+        // A single check remembers too.
+        let third = signed(5, b"c");
+        assert!(v.check(&third).is_ok());
+        assert_eq!(v.remembered_len(), 3);
+    }
+
+    #[test]
+    fn a_verifier_applies_its_networks_rule() {
+        let rfc = Verifier::new(RFC8032);
+        let zip = Verifier::new(ZIP215);
+        assert!(rfc.check(&torsion()).is_err());
+        assert_eq!(rfc.check_all(&[torsion(), signed(1, b"a")]), [false, true]);
+        assert!(zip.check(&torsion()).is_ok());
+        assert_eq!(zip.check_all(&[torsion(), signed(1, b"a")]), [true, true]);
     }
 
     #[test]
@@ -359,6 +411,7 @@ mod tests {
     fn with_signatures_off_nothing_is_checked_or_signed() {
         let v = Verifier::new(Signatures::Off);
         assert_eq!(v.check_all(&[forged(1, b"x")]), [true]);
+        assert!(v.check(&forged(1, b"y")).is_ok());
         let key = SigningKey::from_seed(&[2; 32]);
         assert_eq!(v.sign(&key, b"m".to_vec()), Signature([0; 64]));
         assert_eq!(v.remembered_len(), 0);

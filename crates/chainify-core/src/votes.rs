@@ -205,7 +205,7 @@ fn check_vote(vote: &Vote, ctx: &VoteContext, block: BlockNumber) -> Result<(), 
         });
     }
     signatures
-        .check(|| vote.verify(key))
+        .verify(&vote.signed_by(*key))
         .map_err(|_| VoteRejection::BadSignature(vote.org))
 }
 

@@ -137,7 +137,7 @@ impl<B: Backend + 'static> QueryServer<B> {
         };
         this.network
             .signatures
-            .check(|| body.verify(&client.public_key, &signature))
+            .verify(&body.signed_by(client.public_key, signature))
             .map_err(|_| {
                 status::unauthenticated(format!(
                     "the signature of the query by client {:?} does not verify for network {}",

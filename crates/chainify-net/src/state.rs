@@ -15,6 +15,7 @@ use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::{Signature, SigningKey};
 use chainify_core::ranges::RangeNode;
 use chainify_core::tx::LedgerEntry;
+use chainify_core::verify::SignedBytes;
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, Digest, NetworkId, OrgId, Value};
 use chainify_node::{
@@ -135,14 +136,16 @@ impl<B: Backend> StateService<B> {
             block,
             table,
         );
-        self.ctx
-            .signatures
-            .check(|| key.verify(&bytes, &signature))
-            .map_err(|_| {
-                status::unauthenticated(format!(
-                    "the signature of organization {org} does not verify"
-                ))
-            })?;
+        let request = SignedBytes {
+            key: *key,
+            message: bytes,
+            signature,
+        };
+        self.ctx.signatures.verify(&request).map_err(|_| {
+            status::unauthenticated(format!(
+                "the signature of organization {org} does not verify"
+            ))
+        })?;
         Ok(org)
     }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 use chainify_core::config::{ClientInfo, NetworkConfig};
 use chainify_core::crypto::{Signature, SigningKey};
 use chainify_core::tx::{EarlyAbortBatch, EarlyAbortResponse, Proposal, Verdict};
-use chainify_core::verify::Verifier;
+use chainify_core::verify::{SignedBytes, Verifier};
 use chainify_core::{ClientId, OrgId, TxId};
 use chainify_sql::{AnalysisError, Analyzer, MissingGrant, TxAnalysis};
 use futures_util::StreamExt;
@@ -466,10 +466,14 @@ impl Admission {
         };
         let signature =
             Signature::try_from(signature).map_err(|e| Refusal::malformed("signature", e))?;
-        let bytes = EarlyAbortBatch::signing_bytes(&self.network.network_id, from, ids);
+        let batch = SignedBytes {
+            key: *key,
+            message: EarlyAbortBatch::signing_bytes(&self.network.network_id, from, ids),
+            signature,
+        };
         self.network
             .signatures
-            .check(|| key.verify(&bytes, &signature))
+            .verify(&batch)
             .map_err(|_| Unauthenticated::BadBatchSignature { from }.into())
     }
 

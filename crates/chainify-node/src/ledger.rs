@@ -85,6 +85,9 @@ pub enum LookupError {
     /// The database failed (every lookup of the batch gets the same error).
     #[error(transparent)]
     Storage(Arc<StorageError>),
+    /// The database did not answer in time (every lookup of the batch gets it).
+    #[error("looking up transaction ids: no answer within {0:?}")]
+    TimedOut(std::time::Duration),
     /// The lookup task is gone (the runtime is shutting down).
     #[error("the ledger lookup stopped")]
     Stopped,
@@ -92,6 +95,10 @@ pub enum LookupError {
 
 /// Most ids one lookup query carries.
 const LOOKUP_BATCH: usize = 1024;
+
+/// How long one lookup query may take: the lookups queued behind a stuck query are refused as
+/// unavailable rather than held (with their submission slots and nonces).
+const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether transactions are in the ledger, for many concurrent askers with one query per batch.
 ///
@@ -112,10 +119,13 @@ impl TxLookup {
             let mut batch: Vec<(TxId, oneshot::Sender<_>)> = Vec::new();
             while asked.recv_many(&mut batch, LOOKUP_BATCH).await > 0 {
                 let ids: Vec<TxId> = batch.iter().map(|(id, _)| *id).collect();
-                let known = store
-                    .known_transactions(BlockNumber(u64::MAX), &ids)
-                    .await
-                    .map_err(|e| LookupError::Storage(Arc::new(e)));
+                let known = tokio::time::timeout(
+                    LOOKUP_TIMEOUT,
+                    store.known_transactions(BlockNumber(u64::MAX), &ids),
+                )
+                .await
+                .map_err(|_| LookupError::TimedOut(LOOKUP_TIMEOUT))
+                .and_then(|r| r.map_err(|e| LookupError::Storage(Arc::new(e))));
                 for (id, reply) in batch.drain(..) {
                     let _ = reply.send(
                         known

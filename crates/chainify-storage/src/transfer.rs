@@ -243,9 +243,11 @@ impl<B: Backend> Store<B> {
             Ok(info) => Ok(info),
             Err(e) => {
                 // The refused state must not stay behind as a checkpoint a later restore trusts.
+                // A cleanup that fails is this database's fault, not the sender's: not
+                // `Transfer`, which would blame the peer.
                 match self.forget_checkpoint(a.block).await {
                     Ok(()) => Err(e),
-                    Err(cleanup) => Err(StorageError::Transfer(format!(
+                    Err(cleanup) => Err(StorageError::Checkpoint(format!(
                         "{e}; removing the refused checkpoint failed too: {cleanup}"
                     ))),
                 }

@@ -272,7 +272,7 @@ fn write_network(
         .signatures(if args.unsigned {
             Signatures::Off
         } else {
-            Signatures::Ed25519
+            Signatures::Ed25519Zip215
         });
     let host = |org: u32| {
         args.hosts

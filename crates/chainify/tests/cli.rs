@@ -245,7 +245,10 @@ fn init_options_reach_the_configuration() {
     assert_eq!(net.orderer.kafka_topic.as_deref(), Some("ledger"));
     assert_eq!(net.tables, ["accounts", "checking"]);
     assert_eq!(net.max_block_txs, 64);
-    assert_eq!(net.signatures, chainify_core::crypto::Signatures::Ed25519);
+    assert_eq!(
+        net.signatures,
+        chainify_core::crypto::Signatures::Ed25519Zip215
+    );
     let c2 = net
         .clients
         .values()

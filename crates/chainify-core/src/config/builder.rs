@@ -115,7 +115,7 @@ impl NetworkBuilder {
                 clients: Vec::new(),
                 tables: Vec::new(),
                 tls: None,
-                signatures: Signatures::Ed25519,
+                signatures: Signatures::Ed25519Zip215,
             },
             ports,
         }
@@ -155,7 +155,7 @@ impl NetworkBuilder {
         self
     }
 
-    /// Signatures on or off.
+    /// The signature rule, or off (default: `ed25519-zip215`).
     pub fn signatures(mut self, signatures: Signatures) -> Self {
         self.file.signatures = signatures;
         self
