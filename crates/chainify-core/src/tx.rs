@@ -250,7 +250,10 @@ impl EarlyAbortResponse {
     /// Checks the organization's signature by RFC 8032 (valid under every rule; a network checks
     /// [`Self::signed_by`] by its own rule).
     pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
-        self.signed_by(*org_key).verify(Signatures::Ed25519)
+        org_key.verify(
+            &Self::signing_bytes(&self.tx_id, self.org, &self.verdict),
+            &self.signature,
+        )
     }
 
     /// The organization's signature, to be checked with others.
@@ -472,7 +475,10 @@ impl Vote {
     /// Checks the voter's signature by RFC 8032 (valid under every rule; a network checks
     /// [`Self::signed_by`] by its own rule).
     pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
-        self.signed_by(*org_key).verify(Signatures::Ed25519)
+        org_key.verify(
+            &Self::signing_bytes(&self.network, self.block, &self.ledger_block_hash, self.org),
+            &self.signature,
+        )
     }
 
     /// The voter's signature, to be checked by the network's rule.
