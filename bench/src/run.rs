@@ -702,8 +702,7 @@ async fn measure(
 /// progress: an engine that fell behind under the load (the agreement policy goes on without
 /// it) catches up at its own pace, and only `SETTLE` without progress fails.
 async fn settle(net: &Net, target: u64) -> anyhow::Result<()> {
-    let mut deadline = Instant::now() + SETTLE;
-    let mut slowest = 0;
+    let mut progress = Progress::new(Instant::now());
     loop {
         let heights = net.heights().await;
         if heights
@@ -715,19 +714,41 @@ async fn settle(net: &Net, target: u64) -> anyhow::Result<()> {
         let lowest = heights
             .as_ref()
             .ok()
-            .and_then(|h| h.values().min().copied())
-            .unwrap_or(0);
-        if lowest > slowest {
-            slowest = lowest;
-            deadline = Instant::now() + SETTLE;
-        }
-        if Instant::now() >= deadline {
+            .and_then(|h| h.values().min().copied());
+        if !progress.goes_on(lowest, Instant::now()) {
             bail!(
                 "the organizations did not all reach block {target}: no progress for {SETTLE:?}: {:?}",
                 heights.map_err(|e| format!("{e:#}"))
             );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The slowest organization's height while settling, and until when it may stay there.
+#[derive(Debug)]
+struct Progress {
+    slowest: u64,
+    deadline: Instant,
+}
+
+impl Progress {
+    fn new(now: Instant) -> Progress {
+        Progress {
+            slowest: 0,
+            deadline: now + SETTLE,
+        }
+    }
+
+    /// Whether to wait on, given the slowest height now (`None`: unknown, no progress).
+    fn goes_on(&mut self, lowest: Option<u64>, now: Instant) -> bool {
+        if let Some(lowest) = lowest
+            && lowest > self.slowest
+        {
+            self.slowest = lowest;
+            self.deadline = now + SETTLE;
+        }
+        now < self.deadline
     }
 }
 
@@ -1152,4 +1173,27 @@ async fn raw(
     });
     draft.svg = render(&draft.heading, &draft.detail, &draft.panels);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settling_waits_while_the_slowest_organization_advances_and_not_after() {
+        let t0 = Instant::now();
+        let mut p = Progress::new(t0);
+        assert!(p.goes_on(Some(10), t0));
+        // Slow but advancing: well past one SETTLE from the start, still waiting.
+        assert!(p.goes_on(Some(11), t0 + SETTLE - Duration::from_secs(1)));
+        assert!(p.goes_on(Some(12), t0 + 2 * SETTLE - Duration::from_secs(2)));
+        // Stuck (or unknown heights): a full SETTLE after the last advance, it gives up.
+        assert!(p.goes_on(Some(12), t0 + 3 * SETTLE - Duration::from_secs(3)));
+        assert!(p.goes_on(None, t0 + 3 * SETTLE - Duration::from_secs(3)));
+        assert!(!p.goes_on(Some(12), t0 + 3 * SETTLE - Duration::from_secs(2)));
+        // Going back (a restarted organization reports less) is not progress.
+        let mut q = Progress::new(t0);
+        assert!(q.goes_on(Some(5), t0));
+        assert!(!q.goes_on(Some(3), t0 + SETTLE));
+    }
 }
