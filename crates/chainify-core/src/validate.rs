@@ -101,16 +101,6 @@ impl BlockSignatures {
         }
     }
 
-    /// How many signatures were gathered.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// Checks them all at once (CPU-bound: call it off the async reactor).
     pub fn check(self, verifier: &Verifier) -> SignatureVerdicts {
         SignatureVerdicts {
@@ -184,18 +174,7 @@ pub fn validate_block(
     let mut seen_nonces: HashSet<(ClientId, u64)> = HashSet::new();
     let mut nonce_at: BTreeMap<(ClientId, u64), usize> = BTreeMap::new();
     // Verdicts of another block, or by another rule than the network's, verify nothing.
-    let none = SignatureVerdicts {
-        verdicts: Vec::new(),
-        ends: Vec::new(),
-        block: BlockId::of(block),
-        rule: network.signatures,
-    };
-    let signatures =
-        if signatures.block == BlockId::of(block) && signatures.rule == network.signatures {
-            signatures
-        } else {
-            &none
-        };
+    let usable = signatures.block == BlockId::of(block) && signatures.rule == network.signatures;
     block
         .transactions
         .iter()
@@ -204,7 +183,7 @@ pub fn validate_block(
             let proposal = &chained.proposal;
             let body = &proposal.body;
             let mut verified = signatures.of(index);
-            let mut verified = move || verified.next().unwrap_or(false);
+            let mut verified = move || usable && verified.next().unwrap_or(false);
             check_network(&block.network, network)?;
             check_network(&body.network, network)?;
             if !network.clients.contains_key(&body.client) {

@@ -25,8 +25,8 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
-use crate::Digest;
 use crate::crypto::{CryptoError, PublicKey, Signature, Signatures, SigningKey};
+use crate::{Digest, Hasher};
 
 /// Signatures in one share of [`verify_many`] below which splitting over cores costs more than
 /// it saves.
@@ -59,11 +59,12 @@ impl SignedBytes {
 
     /// What a [`Verifier`] remembers: the triple's hash.
     fn fingerprint(&self) -> Digest {
-        let mut bytes = Vec::with_capacity(32 + 64 + self.message.len());
-        bytes.extend_from_slice(&self.key.0);
-        bytes.extend_from_slice(&self.signature.0);
-        bytes.extend_from_slice(&self.message);
-        Digest::of(&bytes)
+        // Fixed-width key and signature first: the concatenation is unambiguous.
+        let mut h = Hasher::new();
+        h.update(&self.key.0);
+        h.update(&self.signature.0);
+        h.update(&self.message);
+        h.finish()
     }
 }
 
@@ -162,7 +163,7 @@ impl Verifier {
         }
     }
 
-    /// Whether the network signs and checks at all.
+    /// The rule it checks by (the network's).
     pub fn signatures(&self) -> Signatures {
         self.signatures
     }

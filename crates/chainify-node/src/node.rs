@@ -368,7 +368,8 @@ pub struct NodeParts<B: Backend, O> {
     pub me: OrgId,
     /// Its signing key (votes, endorsements, state-transfer requests).
     pub key: Arc<SigningKey>,
-    /// Its signature checks, shared with its admission (none is checked twice).
+    /// Its signature checks, shared with its admission (none is checked twice); used when it
+    /// executes in this process ([`Node::start`]).
     pub verifier: Arc<Verifier>,
     /// Where its blocks come from.
     pub orderer: Arc<O>,
