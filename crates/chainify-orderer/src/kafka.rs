@@ -104,6 +104,27 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> OrdererError {
     OrdererError::Unavailable(format!("{what}: {e}"))
 }
 
+/// How long [`KafkaOrderer::connect`] retries topic creation through transient errors.
+const TOPIC_CREATION_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Whether a topic creation that failed with `code` may succeed when retried: the errors of a
+/// cluster or a client that is still starting, never a refusal of the request itself.
+fn transient_while_starting(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::DestroyBroker
+            | C::BrokerTransportFailure
+            | C::AllBrokersDown
+            | C::OperationTimedOut
+            | C::RequestTimedOut
+            | C::NotController
+            | C::LeaderNotAvailable
+            | C::BrokerNotAvailable
+            | C::InvalidReplicationFactor
+    )
+}
+
 impl KafkaOrderer {
     /// Connects, creates the topic (one partition) when it does not exist, and starts the task
     /// that produces time-to-cut markers (it ends when the last clone is dropped).
@@ -117,25 +138,33 @@ impl KafkaOrderer {
             1,
             TopicReplication::Fixed(settings.replication),
         );
-        let created = admin
-            .create_topics(
-                [&topic],
-                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-            )
-            .await
-            .map_err(|e| {
-                unavailable(
-                    &format!("creating topic {} on {}", settings.topic, settings.brokers),
-                    e,
+        // A cluster that has just started drops connections while clients learn its brokers
+        // (librdkafka retires its bootstrap connections) and while it elects a controller: such
+        // errors are retried until the deadline, anything else is reported at once.
+        let deadline = Instant::now() + TOPIC_CREATION_PATIENCE;
+        loop {
+            let code = match admin
+                .create_topics(
+                    [&topic],
+                    &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
                 )
-            })?;
-        for result in created {
-            match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => {
-                    return Err(unavailable(&format!("creating topic {name}"), code));
-                }
+                .await
+            {
+                Ok(created) => match created.into_iter().find_map(Result::err) {
+                    None | Some((_, RDKafkaErrorCode::TopicAlreadyExists)) => break,
+                    Some((_, code)) => Some(code),
+                },
+                Err(e) => e.rdkafka_error_code(),
+            };
+            let error = code.map_or_else(|| "unknown error".to_owned(), |c| c.to_string());
+            if !code.is_some_and(transient_while_starting) || Instant::now() >= deadline {
+                return Err(unavailable(
+                    &format!("creating topic {} on {}", settings.topic, settings.brokers),
+                    error,
+                ));
             }
+            tracing::debug!(topic = %settings.topic, %error, "retrying topic creation");
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &settings.brokers)
@@ -288,6 +317,17 @@ mod tests {
 
     fn transaction(nonce: u64) -> ChainedTransaction {
         signed_transaction(&NetworkId::new("kafka").expect("a valid name"), nonce)
+    }
+
+    #[test]
+    fn only_the_errors_of_a_starting_cluster_are_retried() {
+        assert!(transient_while_starting(RDKafkaErrorCode::DestroyBroker));
+        assert!(transient_while_starting(RDKafkaErrorCode::NotController));
+        assert!(!transient_while_starting(
+            RDKafkaErrorCode::TopicAuthorizationFailed
+        ));
+        assert!(!transient_while_starting(RDKafkaErrorCode::InvalidTopic));
+        assert!(!transient_while_starting(RDKafkaErrorCode::InvalidConfig));
     }
 
     #[test]
