@@ -289,8 +289,9 @@ impl Screen {
     }
 }
 
-/// A transaction a client waits for: when it was submitted, and whom to tell.
-type Pending = Arc<Mutex<HashMap<TxId, (Instant, oneshot::Sender<bool>)>>>;
+/// A transaction a client waits for: when it was submitted, how long its admission took, and
+/// whom to tell.
+type Pending = Arc<Mutex<HashMap<TxId, (Instant, Duration, oneshot::Sender<bool>)>>>;
 
 /// What the clients saw: transactions appended at the observer, of those committed, and each
 /// one's latency from submission to append.
@@ -299,6 +300,9 @@ pub struct Counters {
     pub committed: AtomicU64,
     pub succeeded: AtomicU64,
     pub latencies_us: Mutex<Vec<u64>>,
+    /// In process: each transaction's admission (signing, checks, endorsements) before it was
+    /// submitted, in the order of `latencies_us` (remote latencies include admission).
+    pub admissions_us: Mutex<Vec<u64>>,
 }
 
 pub fn heights(statuses: &BTreeMap<OrgId, NodeStatus>) -> String {
@@ -337,7 +341,7 @@ async fn listen(
         let mut waiting = pending.lock().unwrap_or_else(PoisonError::into_inner);
         for (index, id) in block.tx_ids.iter().enumerate() {
             let success = block.success.get(index).copied().unwrap_or(false);
-            if let Some((submitted, tell)) = waiting.remove(id) {
+            if let Some((submitted, admission, tell)) = waiting.remove(id) {
                 counters.committed.fetch_add(1, Ordering::Relaxed);
                 if success {
                     counters.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -347,6 +351,11 @@ async fn listen(
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(now.duration_since(submitted).as_micros() as u64);
+                counters
+                    .admissions_us
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(admission.as_micros() as u64);
                 let _ = tell.send(success);
             }
         }
@@ -361,13 +370,15 @@ async fn client(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
         let tx = cluster.endorse(workload.next_tx()).await?;
+        let admission = started.elapsed();
         let id = tx.proposal.tx_id();
         let (tell, mut told) = oneshot::channel();
         pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, (Instant::now(), tell));
+            .insert(id, (Instant::now(), admission, tell));
         cluster.submit_raw(tx).await?;
         let deadline = Instant::now() + SETTLE;
         loop {

@@ -930,6 +930,14 @@ fn report(
         .map(<[u64]>::to_vec)
         .unwrap_or_default();
     latencies.sort_unstable();
+    let mut admissions: Vec<u64> = counters
+        .admissions_us
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(m.latency0..)
+        .map(<[u64]>::to_vec)
+        .unwrap_or_default();
+    admissions.sort_unstable();
     let committed = m.committed_end - m.committed0;
     let succeeded = m.succeeded_end - m.succeeded0;
     let tps = succeeded as f64 / measured;
@@ -937,6 +945,10 @@ fn report(
     let latency: Vec<(String, f64)> = quantiles
         .iter()
         .filter_map(|(n, q)| Some(((*n).to_owned(), percentile(&latencies, *q)?)))
+        .collect();
+    let admission: Vec<(String, f64)> = quantiles[..2]
+        .iter()
+        .filter_map(|(n, q)| Some(((*n).to_owned(), percentile(&admissions, *q)?)))
         .collect();
     // Mean time per observation of each phase during the measured window, per organization.
     let mut phases = serde_json::Map::new();
@@ -1041,6 +1053,10 @@ fn report(
             .iter()
             .map(|(k, v)| (k.clone(), json!(v)))
             .collect::<serde_json::Map<_, _>>(),
+        "admission_ms": admission
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect::<serde_json::Map<_, _>>(),
         "blocks": blocks,
         "blocks_measured": m.blocks_measured,
         "transactions_reached": args.transactions.map(|n| committed >= n),
@@ -1057,8 +1073,7 @@ fn report(
         "disagreement": agreement.as_ref().err(),
     });
     let mut text = format!(
-        "\nchainify bench ({measured:.1} s measured after {t0:.1} s warm-up)\n  successful TPS     {tps:.0} ({succeeded} of {committed} agreed{})\n  latency            {}\n  blocks             {blocks} ({} in the measured window)\n  phases (mean ms)   {}\n  agreement          {}\n",
-        m.blocks_measured,
+        "\nchainify bench ({measured:.1} s measured after {t0:.1} s warm-up)\n  successful TPS     {tps:.0} ({succeeded} of {committed} agreed{})\n  latency            {}{}\n  blocks             {blocks} ({} in the measured window)\n  phases (mean ms)   {}\n  agreement          {}\n",
         refused.map_or(String::new(), |r| format!(
             "; {r} submissions failed and were skipped"
         )),
@@ -1067,6 +1082,19 @@ fn report(
             .map(|(n, v)| format!("{n} {v:.1} ms"))
             .collect::<Vec<_>>()
             .join(", "),
+        if admission.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " after admission ({})",
+                admission
+                    .iter()
+                    .map(|(n, v)| format!("{n} {v:.1} ms"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+        m.blocks_measured,
         phase_bars
             .iter()
             .map(|(n, v)| format!("{n} {v:.2}"))

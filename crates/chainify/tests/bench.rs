@@ -25,6 +25,15 @@ fn run(args: &[&str]) -> (Value, String) {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+    // The human summary puts each figure on its own line.
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for line in ["  latency            p50 ", " in the measured window)"] {
+        assert!(stdout.contains(line), "{line:?} missing:\n{stdout}");
+    }
+    assert!(
+        stdout.contains(" agreed)") || stdout.contains(" agreed; "),
+        "{stdout}"
+    );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("result.json")).unwrap())
             .unwrap();
