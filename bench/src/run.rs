@@ -15,7 +15,7 @@ use chainify_core::crypto::Signatures;
 use chainify_core::policy::{AgreementPolicy, PolicySpec};
 use chainify_node::NodeSettings;
 use chainify_node::metrics::{Metrics, Phase};
-use chainify_orderer::LocalOrderer;
+use chainify_orderer::{Cut, LocalOrderer};
 use chainify_storage::ExecMode;
 use chainify_testkit::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_workload::{KeyDistribution, YcsbRecord};
@@ -40,7 +40,7 @@ pub struct BenchArgs {
     /// over gRPC, instead of an in-process network; its engines, policy, block size and
     /// execution are the network's own, and its Smallbank accounts are the keys.
     #[arg(long, conflicts_with_all = [
-        "engines", "policy", "block_txs", "batch_timeout_ms", "keys", "execution", "crypto",
+        "engines", "policy", "block_txs", "batch_timeout_ms", "cut", "keys", "execution", "crypto",
         "parallelism", "pipeline_depth", "checkpoint_interval", "raw", "tamper", "fail", "dir",
         "postgres_url", "mysql_url",
     ])]
@@ -66,6 +66,11 @@ pub struct BenchArgs {
     /// How long the orderer waits to fill a block, in milliseconds.
     #[arg(long, default_value_t = 10)]
     batch_timeout_ms: u64,
+    /// When a partial block is cut: on-demand (as soon as an organization asks for it, so no
+    /// block waits on the timeout while an organization is idle) or timeout (only after the
+    /// batch timeout, as the solo and Kafka orderers do).
+    #[arg(long, default_value = "on-demand")]
+    cut: String,
     /// smallbank, smallbank-full, ycsb-a, ycsb-b or ycsb-c.
     #[arg(long, default_value = "smallbank")]
     workload: String,
@@ -133,6 +138,7 @@ pub struct BenchArgs {
 
 struct Setup {
     faults: Vec<Fault>,
+    cut: Cut,
     signatures: Signatures,
     workload: Workload,
     dist: KeyDistribution,
@@ -172,6 +178,11 @@ impl BenchArgs {
             other => {
                 bail!("--crypto {other:?}: on (ZIP 215, batched), rfc8032 (one by one) or off")
             }
+        };
+        let cut = match self.cut.as_str() {
+            "on-demand" => Cut::OnDemand,
+            "timeout" => Cut::OnTimeout,
+            other => bail!("--cut {other:?}: on-demand or timeout"),
         };
         if self.engines.is_empty() || self.engines.len() > 16 {
             bail!("--engines: name 1 to 16 organizations' engines");
@@ -252,6 +263,7 @@ impl BenchArgs {
         }
         Ok(Setup {
             faults,
+            cut,
             signatures,
             workload,
             dist,
@@ -269,7 +281,7 @@ impl BenchArgs {
             None => (String::new(), "clients"),
         };
         format!(
-            "{target}{} organizations ({}), policy {}, {} with {} keys ({}), {} {clients}, blocks of at most {}, {} execution, crypto {}",
+            "{target}{} organizations ({}), policy {}, {} with {} keys ({}), {} {clients}, blocks of at most {} (cut {}), {} execution, crypto {}",
             engines.len(),
             engines.join(","),
             self.policy,
@@ -278,6 +290,7 @@ impl BenchArgs {
             self.distribution,
             self.clients,
             self.block_txs,
+            self.cut,
             self.execution,
             self.crypto
         )
@@ -891,10 +904,11 @@ async fn start_local(
         ..NodeSettings::default()
     };
     spec.store_options.max_connections = u32::try_from(args.parallelism + 2).unwrap_or(u32::MAX);
-    let orderer = LocalOrderer::start(
+    let orderer = LocalOrderer::start_cutting(
         spec.network.network_id.clone(),
         spec.network.max_block_txs,
         spec.network.batch_timeout,
+        setup.cut,
     );
     Ok(Cluster::start(spec, SharedOrderer(Arc::new(orderer))).await?)
 }

@@ -28,7 +28,7 @@ use futures_util::Stream;
 
 pub use cutter::{BlockCutter, LogEntry};
 pub use kafka::{KafkaOrderer, KafkaSettings, decode_entry, encode_entry};
-pub use local::LocalOrderer;
+pub use local::{Cut, LocalOrderer};
 
 /// Blocks in order, without gaps, from the requested number on.
 pub type BlockStream = Pin<Box<dyn Stream<Item = Result<TransactionBlock, OrdererError>> + Send>>;

@@ -1,6 +1,8 @@
 //! The in-process orderer: one log, one cutter, blocks kept in memory for every consumer. A
 //! background task appends a time-to-cut marker when the oldest transaction of the block being
-//! filled has waited the batch timeout.
+//! filled has waited the batch timeout. Cutting [`Cut::OnDemand`], a consumer that asks for the
+//! block being filled also appends one at once: no block waits on the timer while a consumer
+//! is idle, and under load a block holds what arrived while the consumers executed the last.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -25,9 +27,21 @@ struct State {
 #[derive(Debug)]
 struct Inner {
     state: Mutex<State>,
-    /// The number of blocks cut so far, for consumers waiting on new ones.
+    /// The number of blocks cut so far, for consumers waiting on new ones (also signalled, on
+    /// demand, when the block being filled receives its first transaction).
     cut: watch::Sender<usize>,
     batch_timeout: Duration,
+    mode: Cut,
+}
+
+/// When a block that has not filled up is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// When its oldest transaction has waited the batch timeout.
+    OnTimeout,
+    /// As [`Cut::OnTimeout`], and as soon as a consumer asks for it while it holds a
+    /// transaction (the consumer appends the time-to-cut marker itself).
+    OnDemand,
 }
 
 /// An in-process orderer. Cloning shares it.
@@ -41,6 +55,16 @@ impl LocalOrderer {
     /// when the oldest waited `batch_timeout`. Must be called inside a tokio runtime (it spawns
     /// the timeout task, which ends when the last clone is dropped).
     pub fn start(network: NetworkId, max_block_txs: usize, batch_timeout: Duration) -> Self {
+        LocalOrderer::start_cutting(network, max_block_txs, batch_timeout, Cut::OnTimeout)
+    }
+
+    /// As [`LocalOrderer::start`], cutting partial blocks as `mode` says.
+    pub fn start_cutting(
+        network: NetworkId,
+        max_block_txs: usize,
+        batch_timeout: Duration,
+        mode: Cut,
+    ) -> Self {
         let (cut, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
@@ -51,6 +75,7 @@ impl LocalOrderer {
             }),
             cut,
             batch_timeout,
+            mode,
         });
         tokio::spawn(timeouts(Arc::downgrade(&inner)));
         LocalOrderer { inner }
@@ -71,7 +96,8 @@ impl Inner {
 
     /// Appends an entry to the log under the lock and publishes a block it completes.
     fn append(&self, state: &mut State, entry: LogEntry) {
-        if matches!(entry, LogEntry::Tx(_)) && state.cutter.pending() == 0 {
+        let first = matches!(entry, LogEntry::Tx(_)) && state.cutter.pending() == 0;
+        if first {
             state.oldest_pending = Some(Instant::now());
         }
         state.log_len += 1;
@@ -79,6 +105,18 @@ impl Inner {
             state.blocks.push(block);
             state.oldest_pending = None;
             self.cut.send_replace(state.blocks.len());
+        } else if first && self.mode == Cut::OnDemand {
+            // Wake the consumers waiting for this block: they may cut it now.
+            self.cut.send_replace(state.blocks.len());
+        }
+    }
+
+    /// On demand, the consumer that wants block `index` (counting from the first) cuts it when
+    /// it is the block being filled and holds a transaction.
+    fn cut_on_demand(&self, state: &mut State, index: usize) {
+        if self.mode == Cut::OnDemand && index == state.blocks.len() && state.cutter.pending() > 0 {
+            let marker = LogEntry::TimeToCut(state.cutter.next_block());
+            self.append(state, marker);
         }
     }
 }
@@ -121,7 +159,8 @@ impl Orderer for LocalOrderer {
                 loop {
                     {
                         let strong = inner.upgrade()?;
-                        let state = strong.lock();
+                        let mut state = strong.lock();
+                        strong.cut_on_demand(&mut state, i);
                         if let Some(block) = state.blocks.get(i) {
                             let block = block.clone();
                             drop(state);

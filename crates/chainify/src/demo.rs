@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chainify_core::OrgId;
 use chainify_node::{NodeSettings, RecoveryReport};
-use chainify_orderer::LocalOrderer;
+use chainify_orderer::{Cut, LocalOrderer};
 use chainify_testkit::cluster::{Cluster, ClusterSpec, SharedOrderer};
 use chainify_workload::{KeyDistribution, YcsbRecord};
 use serde::Serialize;
@@ -174,10 +174,12 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         checkpoint_interval: args.checkpoint_interval,
         ..NodeSettings::default()
     };
-    let orderer = LocalOrderer::start(
+    // In one process the organizations' demand cuts blocks: none waits on the timeout.
+    let orderer = LocalOrderer::start_cutting(
         spec.network.network_id.clone(),
         spec.network.max_block_txs,
         spec.network.batch_timeout,
+        Cut::OnDemand,
     );
     let cluster = Arc::new(Cluster::start(spec, SharedOrderer(Arc::new(orderer))).await?);
     eprintln!(

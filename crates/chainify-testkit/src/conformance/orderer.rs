@@ -104,3 +104,44 @@ pub async fn consumers_agree_and_resume<O: Orderer, F: Future<Output = O>>(
         .expect("deliver");
     assert_eq!(take(&mut resumed, 2).await, from_a[1..].to_vec());
 }
+
+/// For orderers that cut on demand (`make` gets a batch timeout of an hour): a consumer waiting
+/// for the block being filled has its first transaction cut at once; transactions that arrive
+/// while no consumer asks wait for the next ask, all in one block; every consumer sees the same
+/// blocks.
+pub async fn cuts_on_demand<O: Orderer, F: Future<Output = O>>(
+    make: impl FnOnce(usize, Duration) -> F,
+) {
+    let orderer = make(10, Duration::from_secs(3600)).await;
+    let mut a = orderer.deliver(Resume::START).await.expect("deliver");
+    let mut waiting = Box::pin(take(&mut a, 1));
+    // The consumer is waiting before the transaction arrives.
+    assert!(
+        futures_util::FutureExt::now_or_never(&mut waiting).is_none(),
+        "nothing to deliver yet"
+    );
+    orderer.broadcast(transaction(1)).await.expect("broadcast");
+    let first = waiting.await;
+    assert_eq!(
+        nonces(&first[0]),
+        vec![1],
+        "cut at once for the waiting consumer"
+    );
+    for nonce in 2..=4 {
+        orderer
+            .broadcast(transaction(nonce))
+            .await
+            .expect("broadcast");
+    }
+    let second = take(&mut a, 1).await;
+    assert_eq!(
+        nonces(&second[0]),
+        vec![2, 3, 4],
+        "what arrived while nobody asked, in one block"
+    );
+    let mut b = orderer.deliver(Resume::START).await.expect("deliver");
+    assert_eq!(
+        take(&mut b, 2).await,
+        vec![first[0].clone(), second[0].clone()]
+    );
+}
