@@ -121,30 +121,37 @@ pub struct ExpectedTrigger {
     pub definition: String,
 }
 
-/// The triggers on table `$1` as the catalog records them: name, whether they fire (`A`: always,
+/// The triggers on the `tables` tables named by parameters `1..=tables`, in one query, as the
+/// catalog records them: the table's name, the trigger's name, whether it fires (`A`: always,
 /// on PostgreSQL also under `session_replication_role = replica`; anything else counts as
-/// disabled), definition as in [`ExpectedTrigger`].
-pub fn trigger_catalog(dialect: Dialect) -> (String, Vec<ReadType>) {
+/// disabled), and its definition as in [`ExpectedTrigger`].
+pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType>) {
+    let list = placeholders(dialect, tables);
     let sql = match dialect {
         // The body, the trigger's timing and events (`tgtype`), and whether the function's
         // search_path is pinned to the table's schema with pg_temp last.
         Dialect::Postgres => {
-            "SELECT CAST(t.tgname AS TEXT), CAST(t.tgenabled AS TEXT), \
-             p.prosrc || '|' || CAST(t.tgtype AS TEXT) || '|' || \
-             CAST(p.proconfig IS NOT DISTINCT FROM ARRAY[format('search_path=%I, pg_temp', current_schema())] AS TEXT) \
-             FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
-             WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal"
+            let regclasses: Vec<String> =
+                (1..=tables).map(|n| format!("to_regclass(${n})")).collect();
+            format!(
+                "SELECT CAST(c.relname AS TEXT), CAST(t.tgname AS TEXT), CAST(t.tgenabled AS TEXT), \
+                 p.prosrc || '|' || CAST(t.tgtype AS TEXT) || '|' || \
+                 CAST(p.proconfig IS NOT DISTINCT FROM ARRAY[format('search_path=%I, pg_temp', current_schema())] AS TEXT) \
+                 FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_class c ON c.oid = t.tgrelid \
+                 WHERE t.tgrelid IN ({}) AND NOT t.tgisinternal",
+                regclasses.join(", ")
+            )
         }
-        Dialect::MySql => {
-            "SELECT TRIGGER_NAME, 'A', CONCAT(ACTION_TIMING, ' ', EVENT_MANIPULATION, ' ', ACTION_STATEMENT) \
+        Dialect::MySql => format!(
+            "SELECT EVENT_OBJECT_TABLE, TRIGGER_NAME, 'A', CONCAT(ACTION_TIMING, ' ', EVENT_MANIPULATION, ' ', ACTION_STATEMENT) \
              FROM information_schema.TRIGGERS \
-             WHERE EVENT_OBJECT_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = ?"
-        }
-        Dialect::Sqlite => {
-            "SELECT name, 'A', sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1"
-        }
+             WHERE EVENT_OBJECT_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE IN ({list})"
+        ),
+        Dialect::Sqlite => format!(
+            "SELECT tbl_name, name, 'A', sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN ({list})"
+        ),
     };
-    (sql.to_owned(), vec![ReadType::Text; 3])
+    (sql, vec![ReadType::Text; 4])
 }
 
 /// Digest table, snapshot table and triggers for `t` in `dialect`.

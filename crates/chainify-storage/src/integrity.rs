@@ -61,41 +61,58 @@ impl<B: Backend> Store<B> {
     pub async fn check_triggers(&self) -> Result<Vec<TriggerProblem>, StorageError> {
         let dialect = self.backend().dialect();
         let during = "checking the digest triggers in the catalog";
-        let (sql, types) = ddl::trigger_catalog(dialect);
+        let tables = self.tables();
+        if tables.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One query for every shared table and its digest table: this runs before every block.
+        let names: Vec<Value> = tables
+            .values()
+            .flat_map(|t| [t.name.clone(), ddl::digest_table(&t.name)])
+            .map(Value::Text)
+            .collect();
+        let (sql, types) = ddl::trigger_catalog(dialect, names.len());
+        let params: Vec<&Value> = names.iter().collect();
         let mut conn = self.acquire(during).await?;
+        let rows = self.db(conn.query(&sql, &params, &types).await, during)?;
+        drop(conn);
+        // (table, trigger, enabled, definition)
+        let found: Vec<[String; 4]> = rows
+            .into_iter()
+            .filter_map(|r| match <[Value; 4]>::try_from(r) {
+                Ok(
+                    [
+                        Value::Text(t),
+                        Value::Text(n),
+                        Value::Text(e),
+                        Value::Text(d),
+                    ],
+                ) => Some([t, n, e, d]),
+                _ => None,
+            })
+            .collect();
         let mut problems = Vec::new();
-        for t in self.tables().values() {
-            let rows = self.db(
-                conn.query(&sql, &[&Value::Text(t.name.clone())], &types)
-                    .await,
-                during,
-            )?;
-            let found: Vec<(String, String, String)> = rows
-                .into_iter()
-                .filter_map(|r| match <[Value; 3]>::try_from(r) {
-                    Ok([Value::Text(n), Value::Text(e), Value::Text(d)]) => Some((n, e, d)),
-                    _ => None,
-                })
-                .collect();
-            let expected = ddl::artifacts(dialect, t).triggers;
+        for t in tables.values() {
             let problem = |trigger: &str, fault| TriggerProblem {
                 table: t.name.clone(),
                 trigger: trigger.to_owned(),
                 fault,
             };
+            let on_table: Vec<&[String; 4]> = found.iter().filter(|f| f[0] == t.name).collect();
+            let expected = ddl::artifacts(dialect, t).triggers;
             for e in &expected {
-                match found.iter().find(|(n, _, _)| *n == e.name) {
+                match on_table.iter().find(|[_, n, _, _]| *n == e.name) {
                     None => problems.push(problem(&e.name, TriggerFault::Missing)),
-                    Some((_, enabled, _)) if enabled != "A" => {
+                    Some([_, _, enabled, _]) if enabled != "A" => {
                         problems.push(problem(&e.name, TriggerFault::Disabled(enabled.clone())));
                     }
-                    Some((_, _, definition)) if definition.trim() != e.definition.trim() => {
+                    Some([_, _, _, definition]) if definition.trim() != e.definition.trim() => {
                         problems.push(problem(&e.name, TriggerFault::Altered));
                     }
                     Some(_) => {}
                 }
             }
-            for (name, _, _) in &found {
+            for [_, name, _, _] in &on_table {
                 if !expected.iter().any(|e| e.name == *name) {
                     problems.push(problem(name, TriggerFault::Unexpected));
                 }
@@ -103,11 +120,8 @@ impl<B: Backend> Store<B> {
             // A trigger on the digest table could rewrite or drop what the digest triggers
             // record: none belongs there.
             let dg = ddl::digest_table(&t.name);
-            let on_digest = self.db(conn.query(&sql, &[&Value::Text(dg)], &types).await, during)?;
-            for r in on_digest {
-                if let Some(Value::Text(name)) = r.first() {
-                    problems.push(problem(name, TriggerFault::Unexpected));
-                }
+            for [_, name, _, _] in found.iter().filter(|f| f[0] == dg) {
+                problems.push(problem(name, TriggerFault::Unexpected));
             }
         }
         Ok(problems)
