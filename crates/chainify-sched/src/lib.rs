@@ -53,10 +53,12 @@
 mod driver;
 mod graph;
 mod index;
+mod lanes;
 mod pairs;
 mod scheduler;
 
 pub use driver::{TxExecutor, run_block, run_serial};
 pub use graph::DependencyGraph;
+pub use lanes::{LanePlan, Step};
 pub use pairs::{conflict_pairs, conflict_pairs_reference};
 pub use scheduler::{ScheduleError, Scheduler};
