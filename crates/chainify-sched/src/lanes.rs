@@ -80,7 +80,7 @@ impl<'g> LanePlan<'g> {
     }
 
     /// The steps to start now; their lanes are busy until reported back.
-    pub fn next(&mut self) -> Vec<Step> {
+    pub fn steps(&mut self) -> Vec<Step> {
         self.take_ready();
         let mut steps = Vec::new();
         let mut claimed = vec![false; self.lanes.len()];
@@ -141,7 +141,7 @@ impl<'g> LanePlan<'g> {
     /// until it commits.
     ///
     /// # Panics
-    /// If `tx` was not started on `lane` by [`LanePlan::next`] (a bug in the driver).
+    /// If `tx` was not started on `lane` by [`LanePlan::steps`] (a bug in the driver).
     pub fn ran(&mut self, lane: usize, tx: usize) {
         let completed = self.scheduler.complete(tx);
         assert!(completed.is_ok(), "{completed:?}");
@@ -223,7 +223,7 @@ mod tests {
         let mut committed = vec![false; graph.len()];
         let mut commits = 0;
         loop {
-            for step in plan.next() {
+            for step in plan.steps() {
                 if let Step::Run { lane, tx } = step {
                     assert!(!no_work[tx], "{tx} needs no lane");
                     for p in graph.predecessors(tx) {
