@@ -257,9 +257,9 @@ mod tests {
                     plan.ran(lane, tx);
                 }
                 Step::Commit { lane } => {
-                    for tx in 0..graph.len() {
+                    for (tx, done) in committed.iter_mut().enumerate() {
                         if plan.holder(tx) == Some(lane) {
-                            committed[tx] = true;
+                            *done = true;
                         }
                     }
                     commits += 1;
