@@ -172,6 +172,7 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
         failures,
         retries: 0,
         resumed: 0,
+        commits: 0,
         execute_time: Duration::ZERO,
         digest_time: Duration::ZERO,
     };

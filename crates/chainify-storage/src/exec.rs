@@ -1,17 +1,23 @@
 //! The block executor (docs/design/overview.md §2.3 steps 4–5): runs a validated, analysed block on
 //! the engine, as the dependency graph releases transactions, then digests the block's effects.
 //!
-//! Engines with concurrent writers (PostgreSQL, MySQL) run each transaction in its own
-//! database transaction on one of k pooled connections, at READ COMMITTED: the graph already
-//! orders every conflicting pair, so the engine's isolation has nothing left to order. Each
-//! committed transaction leaves a marker row in the same database transaction, so a block that
-//! fails half-way (the database went away) is re-run by skipping what already committed:
-//! nothing is lost or applied twice. SQLite runs the block serially in one database transaction
-//! with a savepoint per transaction; a failure rolls the whole block back.
+//! Engines with concurrent writers (PostgreSQL, MySQL) run the block on k *lanes*, pooled
+//! connections at READ COMMITTED, each holding one open database transaction across several
+//! block transactions (block-level group commit, planned by [`chainify_sched::LanePlan`]): a
+//! chain of dependent transactions runs on one lane, and a lane commits when it has nothing to
+//! run, when a transaction needs what it holds on another lane, or when it holds
+//! [`LANE_CAP`]. The graph already orders every conflicting pair, so the engine's isolation
+//! has nothing left to order. Every transaction a lane commits leaves a marker row in that same
+//! database transaction, so a block that fails half-way (the database went away) is re-run by
+//! skipping what already committed: nothing is lost or applied twice. SQLite runs the block
+//! serially in one database transaction with a savepoint per transaction; a failure rolls the
+//! whole block back.
 //!
-//! Abort semantics: a statement error or an `expect_rows` mismatch rolls the transaction back
-//! and flags it unsuccessful (deterministic, the same on every honest engine); deadlocks,
-//! serialization failures and lock timeouts are retried and never flagged.
+//! Abort semantics: a statement error or an `expect_rows` mismatch flags the transaction
+//! unsuccessful (deterministic, the same on every honest engine) and undoes it: the lane rolls
+//! its database transaction back and runs the transactions it held again (no savepoint round
+//! trips for the common case that nothing aborts). Deadlocks, serialization failures and lock
+//! timeouts are retried the same way and never flagged.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,8 +29,10 @@ use chainify_core::effect::{RowEffect, block_digest};
 use chainify_core::state::RowHash;
 use chainify_core::tx::Transaction;
 use chainify_core::{BlockNumber, Digest, TxId, Value};
-use chainify_sched::{DependencyGraph, TxExecutor, run_block, run_serial};
+use chainify_sched::{DependencyGraph, LanePlan, Step};
 use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{Backend, Conn};
 use crate::ddl::{self, ReadType};
@@ -34,6 +42,10 @@ use crate::store::Store;
 
 /// Recorded keys deleted per statement after digesting.
 const CONSUME_CHUNK: usize = 256;
+
+/// The most block transactions a lane holds uncommitted: bounds what a retry or an abort runs
+/// again, and the locks one database transaction holds.
+pub(crate) const LANE_CAP: usize = 32;
 
 /// A transaction ready to execute: its statements and their analysis.
 #[derive(Debug, Clone)]
@@ -140,6 +152,9 @@ pub struct BlockOutcome {
     pub retries: u64,
     /// Transactions found already committed by an earlier, interrupted run of the block.
     pub resumed: usize,
+    /// Database commits that made the block's transactions durable (the digest's own commit
+    /// not counted; zero when the outcome was already stored).
+    pub commits: usize,
     /// Time spent running the transactions (zero when the outcome was already stored).
     pub execute_time: Duration,
     /// Time spent reading back, hashing and consuming the recorded changes.
@@ -179,6 +194,14 @@ struct Run<'a, B: Backend> {
     /// Connections kept for the block's duration: taking one from the pool costs a liveness
     /// round trip, which would otherwise be paid per transaction.
     idle: Mutex<Vec<B::Conn>>,
+}
+
+/// A lane: its connection, and the block transactions its open database transaction holds, in
+/// the order they ran, with their outcome.
+struct Lane<C> {
+    conn: Option<C>,
+    open: bool,
+    held: Vec<(usize, bool)>,
 }
 
 impl<B: Backend> Run<'_, B> {
@@ -286,14 +309,300 @@ impl<B: Backend> Run<'_, B> {
     }
 }
 
-impl<B: Backend> TxExecutor for Run<'_, B> {
-    type Error = StorageError;
+impl<B: Backend> Run<'_, B> {
+    /// Runs the block on `k` lanes as [`LanePlan`] says; returns the number of commits.
+    async fn run_lanes(&self, graph: &DependencyGraph, k: usize) -> Result<usize, StorageError> {
+        let len = self.block.txs.len();
+        let mut no_work = vec![false; len];
+        for (index, slot) in no_work.iter_mut().enumerate() {
+            if let Some(ok) = self.prior[index] {
+                self.record(index, ok, None);
+                *slot = true;
+            } else if self.block.txs[index].is_none() {
+                self.record(index, false, None);
+                *slot = true;
+            }
+        }
+        let mut plan = LanePlan::new(graph, k, LANE_CAP, &no_work);
+        let mut lanes: Vec<Option<Lane<B::Conn>>> = (0..k.max(1))
+            .map(|_| {
+                Some(Lane {
+                    conn: None,
+                    open: false,
+                    held: Vec::new(),
+                })
+            })
+            .collect();
+        let mut running = FuturesUnordered::new();
+        let mut failure = None;
+        let mut commits = 0;
+        loop {
+            if failure.is_none() {
+                for step in plan.steps() {
+                    let (Step::Run { lane: at, .. } | Step::Commit { lane: at }) = step;
+                    let Some(mut lane) = lanes[at].take() else {
+                        failure = Some(self.stalled("two steps on one lane"));
+                        break;
+                    };
+                    running.push(async move {
+                        let result = match step {
+                            Step::Run { tx, .. } => self.lane_run(&mut lane, tx).await,
+                            Step::Commit { .. } => self.lane_commit(&mut lane).await,
+                        };
+                        (step, lane, result)
+                    });
+                }
+            }
+            let Some((step, lane, result)) = running.next().await else {
+                break;
+            };
+            let (Step::Run { lane: at, .. } | Step::Commit { lane: at }) = step;
+            lanes[at] = Some(lane);
+            match (result, step) {
+                (Ok(()), Step::Run { lane, tx }) => plan.ran(lane, tx),
+                (Ok(()), Step::Commit { lane }) => {
+                    commits += 1;
+                    plan.committed(lane);
+                }
+                (Err(e), _) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        // A lane left open closes its connection when dropped: the engine rolls it back.
+        match failure {
+            Some(e) => Err(e),
+            None if plan.is_finished() => Ok(commits),
+            None => Err(self.stalled("the lane plan stopped before the block was done")),
+        }
+    }
 
-    fn execute(
+    fn stalled(&self, problem: &str) -> StorageError {
+        StorageError::BadBlock {
+            block: self.block.number,
+            problem: format!("executing on lanes: {problem}"),
+        }
+    }
+
+    /// Opens the lane's database transaction and runs again what it held (after a rollback).
+    /// A transaction that now aborts (it did not before: only a bug or a changed engine could
+    /// do that) is flagged and the lane starts over without it.
+    async fn lane_reopen(
         &self,
-        index: usize,
-    ) -> impl std::future::Future<Output = Result<(), StorageError>> + Send {
-        self.run_committing(index)
+        lane: &mut Lane<B::Conn>,
+        during: &str,
+    ) -> Result<(), StorageError> {
+        let mut attempt = 0;
+        'replay: loop {
+            attempt += 1;
+            if lane.conn.is_none() {
+                lane.conn = Some(self.connection(during).await?);
+            }
+            let conn = lane.conn.as_mut().expect("just taken");
+            let mut result = conn.begin().await;
+            lane.open = result.is_ok();
+            let mut aborted = None;
+            if result.is_ok() {
+                for &(index, ok) in &lane.held {
+                    let Some(tx) = self.block.txs[index].as_ref().filter(|_| ok) else {
+                        continue;
+                    };
+                    match self.store.run_statements(conn, tx).await {
+                        Ok(()) => {}
+                        Err(Failure::Abort(reason)) => {
+                            aborted = Some((index, reason));
+                            break;
+                        }
+                        Err(Failure::Db(e)) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some((index, reason)) = aborted {
+                let _ = conn.rollback().await;
+                lane.open = false;
+                for held in &mut lane.held {
+                    if held.0 == index {
+                        held.1 = false;
+                    }
+                }
+                self.record(
+                    index,
+                    false,
+                    Some(format!("{reason} (when run again after a rollback)")),
+                );
+                continue 'replay;
+            }
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let _ = conn.rollback().await;
+                    lane.open = false;
+                    self.transient_or_fail(e, attempt, "a lane's transactions", during)
+                        .await?;
+                }
+            }
+        }
+    }
+
+    /// Retries a transient error after a backoff (Ok), or fails with it.
+    async fn transient_or_fail(
+        &self,
+        e: DbError,
+        attempt: u32,
+        what: &str,
+        during: &str,
+    ) -> Result<(), StorageError> {
+        match e.kind {
+            DbErrorKind::Transient if attempt < self.store.options.max_attempts => {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(backoff(attempt)).await;
+                Ok(())
+            }
+            DbErrorKind::Transient => Err(StorageError::RetriesExhausted {
+                block: self.block.number,
+                what: what.to_owned(),
+                attempts: attempt,
+                last: e,
+            }),
+            _ => self.store.db(Err(e), during),
+        }
+    }
+
+    /// Runs transaction `index` inside the lane's database transaction.
+    async fn lane_run(&self, lane: &mut Lane<B::Conn>, index: usize) -> Result<(), StorageError> {
+        let Some(tx) = &self.block.txs[index] else {
+            return Err(self.stalled("a transaction without work was given a lane"));
+        };
+        let during = format!("executing block {} transaction {index}", self.block.number);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if !lane.open {
+                self.lane_reopen(lane, &during).await?;
+            }
+            let conn = lane.conn.as_mut().expect("an open lane has a connection");
+            match self.store.run_statements(conn, tx).await {
+                Ok(()) => {
+                    lane.held.push((index, true));
+                    self.record(index, true, None);
+                    return Ok(());
+                }
+                Err(failure) => {
+                    // Undo this transaction: the whole database transaction goes (PostgreSQL
+                    // refuses anything after an error), and what the lane held runs again.
+                    let _ = conn.rollback().await;
+                    lane.open = false;
+                    match failure {
+                        Failure::Abort(reason) => {
+                            lane.held.push((index, false));
+                            self.record(index, false, Some(reason));
+                            return Ok(());
+                        }
+                        Failure::Db(e) => {
+                            self.transient_or_fail(
+                                e,
+                                attempt,
+                                &format!("transaction {index}"),
+                                &during,
+                            )
+                            .await?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Commits what the lane holds, with a marker row for each of its transactions.
+    async fn lane_commit(&self, lane: &mut Lane<B::Conn>) -> Result<(), StorageError> {
+        if lane.held.is_empty() {
+            return Ok(());
+        }
+        let during = format!("committing a lane of block {}", self.block.number);
+        let dialect = self.store.backend.dialect();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if !lane.open {
+                self.lane_reopen(lane, &during).await?;
+            }
+            let conn = lane.conn.as_mut().expect("an open lane has a connection");
+            let values: Vec<Value> = lane
+                .held
+                .iter()
+                .flat_map(|&(index, ok)| {
+                    [
+                        self.block_value.clone(),
+                        index_param(index),
+                        Value::Int(i64::from(ok)),
+                    ]
+                })
+                .collect();
+            let rows: Vec<String> = (0..lane.held.len())
+                .map(|i| {
+                    format!(
+                        "({}, {}, {})",
+                        ddl::placeholder(dialect, 3 * i + 1),
+                        ddl::placeholder(dialect, 3 * i + 2),
+                        ddl::placeholder(dialect, 3 * i + 3)
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES {}",
+                rows.join(", ")
+            );
+            let params: Vec<&Value> = values.iter().collect();
+            let result = match conn.execute(&sql, &params, false).await {
+                Ok(_) => conn.commit().await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => {
+                    lane.open = false;
+                    lane.held.clear();
+                    return Ok(());
+                }
+                // A deferred constraint failed at commit: which transaction broke it is only
+                // known by committing them one by one, each as the per-transaction path does.
+                Err(e) if e.kind == DbErrorKind::Statement => {
+                    let _ = conn.rollback().await;
+                    lane.open = false;
+                    let held = std::mem::take(&mut lane.held);
+                    if let Some(conn) = lane.conn.take() {
+                        self.keep(conn);
+                    }
+                    for (index, ok) in held {
+                        if ok {
+                            self.run_committing(index).await?;
+                        } else {
+                            let idx = index_param(index);
+                            let mut conn = self.connection(&during).await?;
+                            self.store.db(
+                                conn.execute(
+                                    &self.marker,
+                                    &[&self.block_value, &idx, &Value::Int(0)],
+                                    false,
+                                )
+                                .await,
+                                &during,
+                            )?;
+                            self.keep(conn);
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    let _ = conn.rollback().await;
+                    lane.open = false;
+                    self.transient_or_fail(e, attempt, "a lane's commit", &during)
+                        .await?;
+                }
+            }
+        }
     }
 }
 
@@ -365,10 +674,11 @@ impl<B: Backend> Store<B> {
             ),
             idle: Mutex::new(Vec::new()),
         };
-        match mode {
-            ExecMode::Parallel(k) => run_block(&block.graph(), &run, k).await?,
-            ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
-        }
+        let commits = match mode {
+            // Serial: one lane, block order (the graph still decides when it must commit).
+            ExecMode::Parallel(k) => run.run_lanes(&block.graph(), k).await?,
+            ExecMode::Serial => run.run_lanes(&block.graph(), 1).await?,
+        };
         let success = run.success.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut failures = run.failures.into_inner().unwrap_or_else(|e| e.into_inner());
         failures.sort_by_key(|f| f.index);
@@ -397,6 +707,7 @@ impl<B: Backend> Store<B> {
             failures,
             retries: run.retries.into_inner(),
             resumed,
+            commits,
             execute_time,
             digest_time: started.elapsed(),
         })
@@ -495,6 +806,7 @@ impl<B: Backend> Store<B> {
                 failures,
                 retries,
                 resumed: 0,
+                commits: 1,
                 execute_time,
                 digest_time: digest_started.elapsed(),
             })
@@ -769,6 +1081,7 @@ impl<B: Backend> Store<B> {
             failures: Vec::new(),
             retries: 0,
             resumed: 0,
+            commits: 0,
             execute_time: Duration::ZERO,
             digest_time: Duration::ZERO,
         }))
