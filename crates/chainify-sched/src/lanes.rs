@@ -103,7 +103,9 @@ impl<'g> LanePlan<'g> {
                     .copied()
                     .filter(|&l| free(l, &self.lanes, &claimed)),
                 _ => {
-                    // All but one of the lanes must commit first; keep the one that holds most.
+                    // All but one of the lanes must commit first; keep the one that holds most
+                    // (if it is idle it commits as well below: no idle lane holds locks that a
+                    // running transaction might wait for).
                     let keep = needed.iter().copied().max_by_key(|&l| self.lanes[l].held);
                     for &l in &needed {
                         if Some(l) != keep && free(l, &self.lanes, &claimed) {

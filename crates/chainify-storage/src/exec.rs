@@ -9,7 +9,8 @@
 //! [`LANE_CAP`]. The graph already orders every conflicting pair, so the engine's isolation
 //! has nothing left to order. Every transaction a lane commits leaves a marker row in that same
 //! database transaction, so a block that fails half-way (the database went away) is re-run by
-//! skipping what already committed: nothing is lost or applied twice. SQLite runs the block
+//! skipping what already committed: nothing is lost or applied twice. [`ExecMode::Serial`] stays
+//! the independent reference: block order, a database commit per transaction. SQLite runs the block
 //! serially in one database transaction with a savepoint per transaction; a failure rolls the
 //! whole block back.
 //!
@@ -29,7 +30,7 @@ use chainify_core::effect::{RowEffect, block_digest};
 use chainify_core::state::RowHash;
 use chainify_core::tx::Transaction;
 use chainify_core::{BlockNumber, Digest, TxId, Value};
-use chainify_sched::{DependencyGraph, LanePlan, Step};
+use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, run_serial};
 use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -189,6 +190,10 @@ struct Run<'a, B: Backend> {
     success: Mutex<Vec<bool>>,
     failures: Mutex<Vec<TxFailure>>,
     retries: AtomicU64,
+    /// Database commits that made block transactions durable.
+    commits: AtomicU64,
+    /// Set once the block has failed: steps still in flight stop retrying.
+    failed: std::sync::atomic::AtomicBool,
     /// The statement that records a committed (or aborted) transaction.
     marker: String,
     /// Connections kept for the block's duration: taking one from the pool costs a liveness
@@ -270,6 +275,7 @@ impl<B: Backend> Run<'_, B> {
             .await;
             match verdict {
                 Ok(None) => {
+                    self.commits.fetch_add(1, Ordering::Relaxed);
                     self.keep(conn);
                     self.record(index, true, None);
                     return Ok(());
@@ -281,6 +287,7 @@ impl<B: Backend> Run<'_, B> {
                             .await,
                         &during,
                     )?;
+                    self.commits.fetch_add(1, Ordering::Relaxed);
                     self.keep(conn);
                     self.record(index, false, Some(reason));
                     return Ok(());
@@ -309,9 +316,20 @@ impl<B: Backend> Run<'_, B> {
     }
 }
 
+impl<B: Backend> TxExecutor for Run<'_, B> {
+    type Error = StorageError;
+
+    fn execute(
+        &self,
+        index: usize,
+    ) -> impl std::future::Future<Output = Result<(), StorageError>> + Send {
+        self.run_committing(index)
+    }
+}
+
 impl<B: Backend> Run<'_, B> {
-    /// Runs the block on `k` lanes as [`LanePlan`] says; returns the number of commits.
-    async fn run_lanes(&self, graph: &DependencyGraph, k: usize) -> Result<usize, StorageError> {
+    /// Runs the block on `k` lanes as [`LanePlan`] says.
+    async fn run_lanes(&self, graph: &DependencyGraph, k: usize) -> Result<(), StorageError> {
         let len = self.block.txs.len();
         let mut no_work = vec![false; len];
         for (index, slot) in no_work.iter_mut().enumerate() {
@@ -335,13 +353,12 @@ impl<B: Backend> Run<'_, B> {
             .collect();
         let mut running = FuturesUnordered::new();
         let mut failure = None;
-        let mut commits = 0;
         loop {
             if failure.is_none() {
                 for step in plan.steps() {
                     let (Step::Run { lane: at, .. } | Step::Commit { lane: at }) = step;
                     let Some(mut lane) = lanes[at].take() else {
-                        failure = Some(self.stalled("two steps on one lane"));
+                        failure = Some(self.broken("two steps on one lane"));
                         break;
                     };
                     running.push(async move {
@@ -360,48 +377,56 @@ impl<B: Backend> Run<'_, B> {
             lanes[at] = Some(lane);
             match (result, step) {
                 (Ok(()), Step::Run { lane, tx }) => plan.ran(lane, tx),
-                (Ok(()), Step::Commit { lane }) => {
-                    commits += 1;
-                    plan.committed(lane);
-                }
+                (Ok(()), Step::Commit { lane }) => plan.committed(lane),
                 (Err(e), _) => {
+                    // Steps in flight stop retrying; open lanes close their connections when
+                    // dropped, and the engine rolls them back.
+                    self.failed.store(true, Ordering::Relaxed);
                     failure.get_or_insert(e);
                 }
             }
         }
-        // A lane left open closes its connection when dropped: the engine rolls it back.
         match failure {
             Some(e) => Err(e),
-            None if plan.is_finished() => Ok(commits),
-            None => Err(self.stalled("the lane plan stopped before the block was done")),
+            None if plan.is_finished() => Ok(()),
+            None => Err(self.broken("the lane plan stopped before the block was done")),
         }
     }
 
-    fn stalled(&self, problem: &str) -> StorageError {
+    fn broken(&self, problem: &str) -> StorageError {
         StorageError::BadBlock {
             block: self.block.number,
             problem: format!("executing on lanes: {problem}"),
         }
     }
 
-    /// Opens the lane's database transaction and runs again what it held (after a rollback).
-    /// A transaction that now aborts (it did not before: only a bug or a changed engine could
-    /// do that) is flagged and the lane starts over without it.
+    /// Rolls the lane's database transaction back; a connection that cannot roll back is
+    /// dropped (closed, so the engine rolls it back) rather than reused: a BEGIN on it could
+    /// commit what it held.
+    async fn lane_rollback(&self, lane: &mut Lane<B::Conn>) {
+        if let Some(conn) = lane.conn.as_mut()
+            && conn.rollback().await.is_err()
+        {
+            lane.conn = None;
+        }
+        lane.open = false;
+    }
+
+    /// Opens the lane's database transaction and runs again the transactions it held that
+    /// succeeded (after a rollback). `attempt` counts the caller's tries.
     async fn lane_reopen(
         &self,
         lane: &mut Lane<B::Conn>,
+        attempt: &mut u32,
         during: &str,
     ) -> Result<(), StorageError> {
-        let mut attempt = 0;
-        'replay: loop {
-            attempt += 1;
+        loop {
             if lane.conn.is_none() {
                 lane.conn = Some(self.connection(during).await?);
             }
             let conn = lane.conn.as_mut().expect("just taken");
             let mut result = conn.begin().await;
             lane.open = result.is_ok();
-            let mut aborted = None;
             if result.is_ok() {
                 for &(index, ok) in &lane.held {
                     let Some(tx) = self.block.txs[index].as_ref().filter(|_| ok) else {
@@ -409,9 +434,12 @@ impl<B: Backend> Run<'_, B> {
                     };
                     match self.store.run_statements(conn, tx).await {
                         Ok(()) => {}
+                        // It succeeded on the same state before: the engine is not behaving
+                        // deterministically, and no outcome of this block can be trusted.
                         Err(Failure::Abort(reason)) => {
-                            aborted = Some((index, reason));
-                            break;
+                            return Err(self.broken(&format!(
+                                "transaction {index} succeeded, then failed when run again on the same state: {reason}"
+                            )));
                         }
                         Err(Failure::Db(e)) => {
                             result = Err(e);
@@ -420,34 +448,20 @@ impl<B: Backend> Run<'_, B> {
                     }
                 }
             }
-            if let Some((index, reason)) = aborted {
-                let _ = conn.rollback().await;
-                lane.open = false;
-                for held in &mut lane.held {
-                    if held.0 == index {
-                        held.1 = false;
-                    }
-                }
-                self.record(
-                    index,
-                    false,
-                    Some(format!("{reason} (when run again after a rollback)")),
-                );
-                continue 'replay;
-            }
             match result {
                 Ok(()) => return Ok(()),
                 Err(e) => {
-                    let _ = conn.rollback().await;
-                    lane.open = false;
-                    self.transient_or_fail(e, attempt, "a lane's transactions", during)
+                    self.lane_rollback(lane).await;
+                    *attempt += 1;
+                    self.transient_or_fail(e, *attempt, "a lane's transactions", during)
                         .await?;
                 }
             }
         }
     }
 
-    /// Retries a transient error after a backoff (Ok), or fails with it.
+    /// Retries a transient error after a backoff (Ok), or fails with it; once the block has
+    /// failed, nothing is retried.
     async fn transient_or_fail(
         &self,
         e: DbError,
@@ -455,8 +469,9 @@ impl<B: Backend> Run<'_, B> {
         what: &str,
         during: &str,
     ) -> Result<(), StorageError> {
+        let failed = self.failed.load(Ordering::Relaxed);
         match e.kind {
-            DbErrorKind::Transient if attempt < self.store.options.max_attempts => {
+            DbErrorKind::Transient if attempt < self.store.options.max_attempts && !failed => {
                 self.retries.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(backoff(attempt)).await;
                 Ok(())
@@ -471,17 +486,19 @@ impl<B: Backend> Run<'_, B> {
         }
     }
 
-    /// Runs transaction `index` inside the lane's database transaction.
+    /// Runs transaction `index` inside the lane's database transaction. An abort rolls the
+    /// lane back and commits what it held right away, so one abort costs at most one replay of
+    /// the lane (a stream of aborting transactions cannot make the organization run each good
+    /// one many times).
     async fn lane_run(&self, lane: &mut Lane<B::Conn>, index: usize) -> Result<(), StorageError> {
         let Some(tx) = &self.block.txs[index] else {
-            return Err(self.stalled("a transaction without work was given a lane"));
+            return Err(self.broken("a transaction without work was given a lane"));
         };
         let during = format!("executing block {} transaction {index}", self.block.number);
-        let mut attempt = 0;
+        let mut attempt = 1;
         loop {
-            attempt += 1;
             if !lane.open {
-                self.lane_reopen(lane, &during).await?;
+                self.lane_reopen(lane, &mut attempt, &during).await?;
             }
             let conn = lane.conn.as_mut().expect("an open lane has a connection");
             match self.store.run_statements(conn, tx).await {
@@ -490,27 +507,19 @@ impl<B: Backend> Run<'_, B> {
                     self.record(index, true, None);
                     return Ok(());
                 }
-                Err(failure) => {
-                    // Undo this transaction: the whole database transaction goes (PostgreSQL
-                    // refuses anything after an error), and what the lane held runs again.
-                    let _ = conn.rollback().await;
-                    lane.open = false;
-                    match failure {
-                        Failure::Abort(reason) => {
-                            lane.held.push((index, false));
-                            self.record(index, false, Some(reason));
-                            return Ok(());
-                        }
-                        Failure::Db(e) => {
-                            self.transient_or_fail(
-                                e,
-                                attempt,
-                                &format!("transaction {index}"),
-                                &during,
-                            )
-                            .await?;
-                        }
-                    }
+                // Undo this transaction: the whole database transaction goes (PostgreSQL
+                // refuses anything after an error), and what the lane held runs again.
+                Err(Failure::Abort(reason)) => {
+                    self.lane_rollback(lane).await;
+                    lane.held.push((index, false));
+                    self.record(index, false, Some(reason));
+                    return self.lane_commit(lane).await;
+                }
+                Err(Failure::Db(e)) => {
+                    self.lane_rollback(lane).await;
+                    self.transient_or_fail(e, attempt, &format!("transaction {index}"), &during)
+                        .await?;
+                    attempt += 1;
                 }
             }
         }
@@ -523,11 +532,10 @@ impl<B: Backend> Run<'_, B> {
         }
         let during = format!("committing a lane of block {}", self.block.number);
         let dialect = self.store.backend.dialect();
-        let mut attempt = 0;
+        let mut attempt = 1;
         loop {
-            attempt += 1;
             if !lane.open {
-                self.lane_reopen(lane, &during).await?;
+                self.lane_reopen(lane, &mut attempt, &during).await?;
             }
             let conn = lane.conn.as_mut().expect("an open lane has a connection");
             let values: Vec<Value> = lane
@@ -562,44 +570,31 @@ impl<B: Backend> Run<'_, B> {
             };
             match result {
                 Ok(()) => {
+                    self.commits.fetch_add(1, Ordering::Relaxed);
                     lane.open = false;
                     lane.held.clear();
                     return Ok(());
                 }
-                // A deferred constraint failed at commit: which transaction broke it is only
-                // known by committing them one by one, each as the per-transaction path does.
+                // A constraint checked at commit (registration refuses deferrable ones, so
+                // only an engine's own surprise): which transaction broke it is only known by
+                // running them again one by one in their order, each committing as the serial
+                // path does.
                 Err(e) if e.kind == DbErrorKind::Statement => {
-                    let _ = conn.rollback().await;
-                    lane.open = false;
+                    self.lane_rollback(lane).await;
                     let held = std::mem::take(&mut lane.held);
                     if let Some(conn) = lane.conn.take() {
                         self.keep(conn);
                     }
-                    for (index, ok) in held {
-                        if ok {
-                            self.run_committing(index).await?;
-                        } else {
-                            let idx = index_param(index);
-                            let mut conn = self.connection(&during).await?;
-                            self.store.db(
-                                conn.execute(
-                                    &self.marker,
-                                    &[&self.block_value, &idx, &Value::Int(0)],
-                                    false,
-                                )
-                                .await,
-                                &during,
-                            )?;
-                            self.keep(conn);
-                        }
+                    for (index, _) in held {
+                        self.run_committing(index).await?;
                     }
                     return Ok(());
                 }
                 Err(e) => {
-                    let _ = conn.rollback().await;
-                    lane.open = false;
+                    self.lane_rollback(lane).await;
                     self.transient_or_fail(e, attempt, "a lane's commit", &during)
                         .await?;
+                    attempt += 1;
                 }
             }
         }
@@ -668,17 +663,20 @@ impl<B: Backend> Store<B> {
             success: Mutex::new(vec![false; block.txs.len()]),
             failures: Mutex::new(Vec::new()),
             retries: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            failed: std::sync::atomic::AtomicBool::new(false),
             marker: format!(
                 "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({})",
                 ddl::placeholders(self.backend.dialect(), 3)
             ),
             idle: Mutex::new(Vec::new()),
         };
-        let commits = match mode {
-            // Serial: one lane, block order (the graph still decides when it must commit).
+        match mode {
             ExecMode::Parallel(k) => run.run_lanes(&block.graph(), k).await?,
-            ExecMode::Serial => run.run_lanes(&block.graph(), 1).await?,
-        };
+            // The reference: block order, a database commit per transaction.
+            ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
+        }
+        let commits = usize::try_from(run.commits.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
         let success = run.success.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut failures = run.failures.into_inner().unwrap_or_else(|e| e.into_inner());
         failures.sort_by_key(|f| f.index);

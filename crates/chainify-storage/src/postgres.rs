@@ -211,6 +211,11 @@ const EXTRAS: &str = "\
        JOIN pg_namespace n ON n.oid = c.relnamespace \
       WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'x' \
      UNION ALL \
+     SELECT 'a DEFERRABLE constraint, which MySQL and MariaDB check at once and which would make an outcome depend on which transactions share a database transaction; declare it NOT DEFERRABLE', con.conname::text \
+       FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND con.condeferrable \
+     UNION ALL \
      SELECT 'a UNIQUE NULLS NOT DISTINCT index, which the other engines do not have', ic.relname::text \
        FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
        JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
