@@ -1,13 +1,15 @@
 //! The block executor (docs/design/overview.md §2.3 steps 4–5): runs a validated, analysed block on
 //! the engine, as the dependency graph releases transactions, then digests the block's effects.
 //!
-//! Engines with concurrent writers (PostgreSQL, MySQL) run the block on k *lanes*, pooled
+//! Engines with concurrent writers and [`Backend::group_commit`] (PostgreSQL) run the block on
+//! k *lanes*, pooled
 //! connections at READ COMMITTED, each holding one open database transaction across several
 //! block transactions (block-level group commit, planned by [`chainify_sched::LanePlan`]): a
 //! chain of dependent transactions runs on one lane, and a lane commits when it has nothing to
 //! run, when a transaction needs what it holds on another lane, or when it holds
 //! [`LANE_CAP`]. The graph already orders every conflicting pair, so the engine's isolation
-//! has nothing left to order. Every transaction a lane commits leaves a marker row in that same
+//! has nothing left to order (MySQL, where lanes measured slower, runs each transaction in its
+//! own database transaction on the same k connections). Every transaction a lane commits leaves a marker row in that same
 //! database transaction, so a block that fails half-way (the database went away) is re-run by
 //! skipping what already committed: nothing is lost or applied twice. [`ExecMode::Serial`] stays
 //! the independent reference: block order, a database commit per transaction. SQLite runs the block
@@ -30,7 +32,7 @@ use chainify_core::effect::{RowEffect, block_digest};
 use chainify_core::state::RowHash;
 use chainify_core::tx::Transaction;
 use chainify_core::{BlockNumber, Digest, TxId, Value};
-use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, run_serial};
+use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, run_block, run_serial};
 use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -531,41 +533,29 @@ impl<B: Backend> Run<'_, B> {
             return Ok(());
         }
         let during = format!("committing a lane of block {}", self.block.number);
-        let dialect = self.store.backend.dialect();
         let mut attempt = 1;
         loop {
             if !lane.open {
                 self.lane_reopen(lane, &mut attempt, &during).await?;
             }
             let conn = lane.conn.as_mut().expect("an open lane has a connection");
-            let values: Vec<Value> = lane
-                .held
-                .iter()
-                .flat_map(|&(index, ok)| {
-                    [
-                        self.block_value.clone(),
-                        index_param(index),
-                        Value::Int(i64::from(ok)),
-                    ]
-                })
-                .collect();
-            let rows: Vec<String> = (0..lane.held.len())
-                .map(|i| {
-                    format!(
-                        "({}, {}, {})",
-                        ddl::placeholder(dialect, 3 * i + 1),
-                        ddl::placeholder(dialect, 3 * i + 2),
-                        ddl::placeholder(dialect, 3 * i + 3)
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES {}",
-                rows.join(", ")
-            );
-            let params: Vec<&Value> = values.iter().collect();
-            let result = match conn.execute(&sql, &params, false).await {
-                Ok(_) => conn.commit().await,
+            // One prepared statement per marker: a multi-row insert would be a new statement
+            // text for every lane length.
+            let mut result = Ok(());
+            for &(index, ok) in &lane.held {
+                let values = [
+                    self.block_value.clone(),
+                    index_param(index),
+                    Value::Int(i64::from(ok)),
+                ];
+                let params: Vec<&Value> = values.iter().collect();
+                if let Err(e) = conn.execute(&self.marker, &params, false).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            let result = match result {
+                Ok(()) => conn.commit().await,
                 Err(e) => Err(e),
             };
             match result {
@@ -672,7 +662,10 @@ impl<B: Backend> Store<B> {
             idle: Mutex::new(Vec::new()),
         };
         match mode {
-            ExecMode::Parallel(k) => run.run_lanes(&block.graph(), k).await?,
+            ExecMode::Parallel(k) if self.backend.group_commit() => {
+                run.run_lanes(&block.graph(), k).await?;
+            }
+            ExecMode::Parallel(k) => run_block(&block.graph(), &run, k).await?,
             // The reference: block order, a database commit per transaction.
             ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
         }

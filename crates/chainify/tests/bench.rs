@@ -196,7 +196,10 @@ fn bad_options_are_refused_by_name() {
         (&["--duration", "0"][..], "--duration 0"),
         (&["--fields", "0"][..], "0 fields"),
         (&["--crypto", "maybe"][..], "--crypto \"maybe\""),
-        (&["--cut", "sometimes"][..], "--cut \"sometimes\": on-demand or timeout"),
+        (
+            &["--cut", "sometimes"][..],
+            "--cut \"sometimes\": on-demand or timeout",
+        ),
         (&["--transactions", "0"][..], "--transactions 0"),
         (
             &["--tamper", "4@1"][..],
