@@ -102,14 +102,22 @@ fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String
     let Some(my) = e.try_downcast_ref::<MySqlDatabaseError>() else {
         return (DbErrorKind::Statement, e.code().map(|c| c.into_owned()));
     };
-    let kind = match my.number() {
+    (kind_of_number(my.number()), Some(my.number().to_string()))
+}
+
+/// What a MySQL/MariaDB error number means for a block.
+fn kind_of_number(number: u16) -> DbErrorKind {
+    match number {
         // Deadlock, lock wait timeout, NOWAIT lock, too many connections.
         1213 | 1205 | 3572 | 1040 => DbErrorKind::Transient,
         // Server shutdown, connection killed, gone away, lost.
         1053 | 1927 | 2006 | 2013 | 4031 => DbErrorKind::Connection,
+        // Disk full, table full, out of memory or resources, lock table full, transaction
+        // cache full, cannot create a thread: this server's trouble, not the transaction's
+        // (it would set this organization apart); the block fails and is run again.
+        1021 | 1114 | 1037 | 1038 | 1041 | 1206 | 1197 | 1135 => DbErrorKind::Connection,
         _ => DbErrorKind::Statement,
-    };
-    (kind, Some(my.number().to_string()))
+    }
 }
 
 fn db_err(e: sqlx::Error) -> DbError {
@@ -431,4 +439,22 @@ impl Backend for MySql {
     }
 
     sqlx_backend_basics!(MySqlConn);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_own_trouble_fails_the_block_instead_of_aborting_the_transaction() {
+        for number in [1021, 1114, 1037, 1038, 1041, 1206, 1197, 1135, 2006, 2013] {
+            assert_eq!(kind_of_number(number), DbErrorKind::Connection, "{number}");
+        }
+        for number in [1213, 1205, 3572, 1040] {
+            assert_eq!(kind_of_number(number), DbErrorKind::Transient, "{number}");
+        }
+        for number in [1062, 1452, 1264, 1146] {
+            assert_eq!(kind_of_number(number), DbErrorKind::Statement, "{number}");
+        }
+    }
 }

@@ -76,15 +76,25 @@ impl Postgres {
 
 fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String>) {
     let code = e.code().map(|c| c.into_owned());
-    let kind = match code.as_deref() {
+    (kind_of_code(code.as_deref()), code)
+}
+
+/// What an SQLSTATE means for a block.
+fn kind_of_code(code: Option<&str>) -> DbErrorKind {
+    match code {
         // serialization_failure, deadlock_detected, lock_not_available, query_canceled
         // (lock or statement timeout), too_many_connections.
         Some("40001" | "40P01" | "55P03" | "57014" | "53300") => DbErrorKind::Transient,
         // connection exceptions, admin/crash shutdown, cannot connect now.
         Some(c) if c.starts_with("08") || c.starts_with("57P") => DbErrorKind::Connection,
+        // Insufficient resources (disk full, out of memory), system and internal errors: this
+        // server's trouble, not the transaction's. Flagging the transaction would set this
+        // organization apart from the others; the block fails and is run again instead.
+        Some(c) if c.starts_with("53") || c.starts_with("58") || c.starts_with("XX") => {
+            DbErrorKind::Connection
+        }
         _ => DbErrorKind::Statement,
-    };
-    (kind, code)
+    }
 }
 
 fn db_err(e: sqlx::Error) -> DbError {
@@ -398,4 +408,25 @@ impl Backend for Postgres {
     }
 
     sqlx_backend_basics!(PgConn);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_own_trouble_fails_the_block_instead_of_aborting_the_transaction() {
+        for code in [
+            "53100", "53200", "53000", "58030", "XX000", "XX001", "08006", "57P01",
+        ] {
+            assert_eq!(kind_of_code(Some(code)), DbErrorKind::Connection, "{code}");
+        }
+        for code in ["40001", "40P01", "55P03", "57014", "53300"] {
+            assert_eq!(kind_of_code(Some(code)), DbErrorKind::Transient, "{code}");
+        }
+        for code in ["23505", "23503", "22003", "42P01", "54001"] {
+            assert_eq!(kind_of_code(Some(code)), DbErrorKind::Statement, "{code}");
+        }
+        assert_eq!(kind_of_code(None), DbErrorKind::Statement);
+    }
 }
