@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -936,22 +936,19 @@ fn report(
     refused: Option<u64>,
 ) -> Draft {
     let measured = (m.end - m.t0).as_secs_f64();
-    let mut latencies: Vec<u64> = counters
-        .latencies_us
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(m.latency0..)
-        .map(<[u64]>::to_vec)
-        .unwrap_or_default();
-    latencies.sort_unstable();
-    let mut admissions: Vec<u64> = counters
-        .admissions_us
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(m.latency0..)
-        .map(<[u64]>::to_vec)
-        .unwrap_or_default();
-    admissions.sort_unstable();
+    // What was recorded in the measured window, sorted for percentiles.
+    let measured_window = |recorded: &Mutex<Vec<u64>>| {
+        let mut window: Vec<u64> = recorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(m.latency0..)
+            .map(<[u64]>::to_vec)
+            .unwrap_or_default();
+        window.sort_unstable();
+        window
+    };
+    let latencies = measured_window(&counters.latencies_us);
+    let admissions = measured_window(&counters.admissions_us);
     let committed = m.committed_end - m.committed0;
     let succeeded = m.succeeded_end - m.succeeded0;
     let tps = succeeded as f64 / measured;

@@ -143,7 +143,7 @@ impl KafkaOrderer {
         // errors are retried until the deadline, anything else is reported at once.
         let deadline = Instant::now() + TOPIC_CREATION_PATIENCE;
         loop {
-            let code = match admin
+            let (code, error) = match admin
                 .create_topics(
                     [&topic],
                     &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
@@ -152,11 +152,11 @@ impl KafkaOrderer {
             {
                 Ok(created) => match created.into_iter().find_map(Result::err) {
                     None | Some((_, RDKafkaErrorCode::TopicAlreadyExists)) => break,
-                    Some((_, code)) => Some(code),
+                    Some((_, code)) => (Some(code), code.to_string()),
                 },
-                Err(e) => e.rdkafka_error_code(),
+                // The client's own error keeps its text (not every one carries a code).
+                Err(e) => (e.rdkafka_error_code(), e.to_string()),
             };
-            let error = code.map_or_else(|| "unknown error".to_owned(), |c| c.to_string());
             if !code.is_some_and(transient_while_starting) || Instant::now() >= deadline {
                 return Err(unavailable(
                     &format!("creating topic {} on {}", settings.topic, settings.brokers),

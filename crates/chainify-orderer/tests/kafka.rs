@@ -127,24 +127,18 @@ async fn a_restarted_instance_resumes_its_markers_from_its_last_block() {
     assert_eq!(block1.transactions.len(), 1);
 }
 
-/// A topic the broker refuses is reported at once, naming the topic, rather than retried like the
-/// errors of a cluster that is still starting.
+/// A topic the broker refuses is reported with its name and the broker's reason (an invalid
+/// topic, which `connect` does not retry: see the unit test of `transient_while_starting`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_topic_is_reported_at_once() {
+async fn a_refused_topic_is_reported_with_its_name_and_reason() {
     let mut s = settings("refused", 4, Duration::from_millis(150));
     s.topic = "chainify test has spaces".into();
-    let started = std::time::Instant::now();
     let error = KafkaOrderer::connect(s)
         .await
         .expect_err("an invalid topic name");
     let text = error.to_string();
     assert!(
-        text.contains("chainify test has spaces"),
-        "the error names the topic: {text}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "refused without waiting out the retries ({:?})",
-        started.elapsed()
+        text.contains("chainify test has spaces") && text.to_lowercase().contains("invalid topic"),
+        "the error names the topic and the reason: {text}"
     );
 }

@@ -2,19 +2,18 @@
 //! the engine, as the dependency graph releases transactions, then digests the block's effects.
 //!
 //! Engines with concurrent writers and [`Backend::group_commit`] (PostgreSQL) run the block on
-//! k *lanes*, pooled
-//! connections at READ COMMITTED, each holding one open database transaction across several
-//! block transactions (block-level group commit, planned by [`chainify_sched::LanePlan`]): a
-//! chain of dependent transactions runs on one lane, and a lane commits when it has nothing to
-//! run, when a transaction needs what it holds on another lane, or when it holds
-//! [`LANE_CAP`]. The graph already orders every conflicting pair, so the engine's isolation
-//! has nothing left to order (MySQL, where lanes measured slower, runs each transaction in its
-//! own database transaction on the same k connections). Every transaction a lane commits leaves a marker row in that same
-//! database transaction, so a block that fails half-way (the database went away) is re-run by
-//! skipping what already committed: nothing is lost or applied twice. [`ExecMode::Serial`] stays
-//! the independent reference: block order, a database commit per transaction. SQLite runs the block
-//! serially in one database transaction with a savepoint per transaction; a failure rolls the
-//! whole block back.
+//! k *lanes*, pooled connections at READ COMMITTED, each holding one open database transaction
+//! across several block transactions (block-level group commit, planned by
+//! [`chainify_sched::LanePlan`]): a chain of dependent transactions runs on one lane, and a lane
+//! commits when it has nothing to run, when a transaction needs what it holds on another lane,
+//! or when it holds [`LANE_CAP`]. The graph already orders every conflicting pair, so the
+//! engine's isolation has nothing left to order. MySQL, where lanes measured slower, runs each
+//! transaction in its own database transaction on the same k connections. Every committed
+//! transaction leaves a marker row in its database transaction, so a block that fails half-way
+//! (the database went away) is re-run by skipping what already committed: nothing is lost or
+//! applied twice. [`ExecMode::Serial`] stays the independent reference: block order, a database
+//! commit per transaction. SQLite runs the block serially in one database transaction with a
+//! savepoint per transaction; a failure rolls the whole block back.
 //!
 //! Abort semantics: a statement error or an `expect_rows` mismatch flags the transaction
 //! unsuccessful (deterministic, the same on every honest engine) and undoes it: the lane rolls
@@ -23,7 +22,7 @@
 //! timeouts are retried the same way and never flagged.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chainify_core::canonical::{pack_bits, unpack_bits};
@@ -195,7 +194,7 @@ struct Run<'a, B: Backend> {
     /// Database commits that made block transactions durable.
     commits: AtomicU64,
     /// Set once the block has failed: steps still in flight stop retrying.
-    failed: std::sync::atomic::AtomicBool,
+    failed: AtomicBool,
     /// The statement that records a committed (or aborted) transaction.
     marker: String,
     /// Connections kept for the block's duration: taking one from the pool costs a liveness
@@ -296,22 +295,9 @@ impl<B: Backend> Run<'_, B> {
                 }
                 Err(e) => {
                     let _ = conn.rollback().await;
-                    match e.kind {
-                        DbErrorKind::Transient if attempt < store.options.max_attempts => {
-                            self.retries.fetch_add(1, Ordering::Relaxed);
-                            drop(conn);
-                            tokio::time::sleep(backoff(attempt)).await;
-                        }
-                        DbErrorKind::Transient => {
-                            return Err(StorageError::RetriesExhausted {
-                                block: self.block.number,
-                                what: format!("transaction {index}"),
-                                attempts: attempt,
-                                last: e,
-                            });
-                        }
-                        _ => return store.db(Err(e), &during),
-                    }
+                    drop(conn);
+                    self.transient_or_fail(e, attempt, &format!("transaction {index}"), &during)
+                        .await?;
                 }
             }
         }
@@ -654,7 +640,7 @@ impl<B: Backend> Store<B> {
             failures: Mutex::new(Vec::new()),
             retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
-            failed: std::sync::atomic::AtomicBool::new(false),
+            failed: AtomicBool::new(false),
             marker: format!(
                 "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({})",
                 ddl::placeholders(self.backend.dialect(), 3)
