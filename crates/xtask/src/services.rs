@@ -462,10 +462,32 @@ mod tests {
         assert!(names(&["mysql"]).is_err());
     }
 
+    /// Our listeners stay below the kernel's ephemeral range: a port inside it can be held, by
+    /// chance, by the client end of any connection on the machine (Maven's downloads, Kafka's own
+    /// broker talking to its controller), and then the server fails to bind at startup.
     #[test]
-    fn ports_are_private_and_distinct() {
-        let ports: Vec<u16> = Service::ALL.iter().map(|s| s.port()).collect();
-        assert_eq!(ports, [55432, 53306, 59092]);
-        assert!(!ports.contains(&kafka::CONTROLLER_PORT));
+    fn ports_are_private_distinct_and_never_ephemeral() {
+        let mut ports: Vec<u16> = Service::ALL.iter().map(|s| s.port()).collect();
+        ports.push(kafka::CONTROLLER_PORT);
+        let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| {
+                let mut bounds = range.split_whitespace().map(str::parse::<u16>);
+                Some((bounds.next()?.ok()?, bounds.next()?.ok()?))
+            })
+            .unwrap_or((32768, 60999));
+        for port in &ports {
+            assert!(
+                !(low..=high).contains(port),
+                "port {port} is in the ephemeral range {low}-{high}"
+            );
+            assert!(
+                ![5432, 3306, 9092, 9093].contains(port),
+                "port {port} is a default"
+            );
+            assert!(*port > 1024, "port {port} is privileged");
+        }
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
     }
 }

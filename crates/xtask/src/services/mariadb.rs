@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::sys::{self, Result};
 use super::{Ctx, DATABASE, Instance, Probe, Service, Started, say};
 
-pub(super) const PORT: u16 = 53306;
+pub(super) const PORT: u16 = 27306;
 
 /// The Debian package with `mariadbd`, `mariadb-install-db` and (as a dependency) `mariadb`.
 const PACKAGE: &str = "mariadb-server";

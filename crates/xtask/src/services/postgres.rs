@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::sys::{self, Context as _, Result};
 use super::{Ctx, DATABASE, Instance, Probe, Service, Started, say};
 
-pub(super) const PORT: u16 = 55432;
+pub(super) const PORT: u16 = 27432;
 
 /// Debian's PostgreSQL 15 server binaries (package `postgresql-15`).
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -120,7 +120,7 @@ pub(super) fn start(ctx: &Ctx) -> Result<Started> {
     )
     .map_err(|e| format!("{e}\n{}", sys::log_tail(&p.log)))?;
     let Some(pid) = sys::poll(Duration::from_secs(5), || {
-        Ok(match instance.probe() {
+        Ok::<_, String>(match instance.probe() {
             Probe::Up(pid) => Some(pid),
             _ => None,
         })

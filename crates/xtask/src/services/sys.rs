@@ -112,16 +112,52 @@ pub(super) fn tail(text: &str, n: usize) -> String {
         .join("\n")
 }
 
-/// The end of a server log, for errors about a server that did not come up.
+/// The error lines and the end of a server log, for errors about a server that did not come up.
+/// The error lines come first because a server that fails at startup (Kafka's JVM) logs its whole
+/// orderly shutdown after the one line that says why.
 pub(super) fn log_tail(log: &Path) -> String {
+    log_tail_from(log, 0)
+}
+
+/// [`log_tail`] of what the log gained since it was `offset` bytes long: one start's lines only.
+pub(super) fn log_tail_from(log: &Path, offset: u64) -> String {
     match fs::read(log) {
-        Ok(bytes) => format!(
-            "last lines of {}:\n{}",
-            log.display(),
-            tail(&String::from_utf8_lossy(&bytes), TAIL_LINES)
-        ),
+        Ok(bytes) => {
+            let from = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
+            let text = String::from_utf8_lossy(&bytes[from..]);
+            let errors = error_lines(&text, TAIL_LINES);
+            let mut report = String::new();
+            if !errors.is_empty() {
+                report.push_str(&format!("errors in {}:\n{errors}\n", log.display()));
+            }
+            report.push_str(&format!(
+                "last lines of {}:\n{}",
+                log.display(),
+                tail(&text, TAIL_LINES)
+            ));
+            report
+        }
         Err(e) => format!("(cannot read {}: {e})", log.display()),
     }
+}
+
+/// The first `n` lines of `text` that report an error (log4j's ERROR and FATAL levels,
+/// PostgreSQL's ERROR/FATAL/PANIC, MariaDB's `[ERROR]`, a Java exception), indented like [`tail`].
+fn error_lines(text: &str, n: usize) -> String {
+    const MARKS: [&str; 6] = [
+        " ERROR ",
+        " FATAL ",
+        "FATAL:",
+        "PANIC:",
+        "[ERROR]",
+        "Exception",
+    ];
+    text.lines()
+        .filter(|l| MARKS.iter().any(|m| l.contains(m)))
+        .take(n)
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A program from `PATH` or the sbin directories, which a non-login root shell may lack.
@@ -222,10 +258,10 @@ pub(super) fn port_open(port: u16) -> bool {
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Polls `check` until it yields a value or an error; `Ok(None)` when `timeout` passes first.
-pub(super) fn poll<T>(
+pub(super) fn poll<T, E>(
     timeout: Duration,
-    mut check: impl FnMut() -> Result<Option<T>>,
-) -> Result<Option<T>> {
+    mut check: impl FnMut() -> std::result::Result<Option<T>, E>,
+) -> std::result::Result<Option<T>, E> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = check()? {
@@ -240,7 +276,10 @@ pub(super) fn poll<T>(
 
 /// Waits until `cond` holds; false when `timeout` passes first.
 pub(super) fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    matches!(poll(timeout, || Ok(cond().then_some(()))), Ok(Some(())))
+    matches!(
+        poll(timeout, || Ok::<_, ()>(cond().then_some(()))),
+        Ok(Some(()))
+    )
 }
 
 /// Unix socket paths are limited to 107 bytes (`sun_path`); a deep workspace would otherwise fail
@@ -298,6 +337,24 @@ pub(super) fn read_from(path: &Path, offset: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_report_leads_with_the_line_that_says_why() {
+        let log = "[t] INFO starting\n\
+                   [t] ERROR [KafkaRaftServer nodeId=1] Fatal error during startup. \
+                   (kafka.server.KafkaRaftServer)\n\
+                   org.apache.kafka.common.KafkaException: Socket server failed to bind to \
+                   127.0.0.1:27092: Address already in use.\n\
+                   [t] INFO shutting down\n";
+        assert_eq!(
+            error_lines(log, 5),
+            "    [t] ERROR [KafkaRaftServer nodeId=1] Fatal error during startup. \
+             (kafka.server.KafkaRaftServer)\n    org.apache.kafka.common.KafkaException: Socket \
+             server failed to bind to 127.0.0.1:27092: Address already in use."
+        );
+        assert_eq!(error_lines("[t] INFO all well\n", 5), "");
+        assert_eq!(error_lines(log, 1).lines().count(), 1);
+    }
 
     #[test]
     fn tail_keeps_the_last_lines() {
