@@ -1,5 +1,5 @@
 //! MariaDB from Debian's `mariadb-server` package (installed with apt-get when missing), with its
-//! own data directory in `target/services/mariadb/data`, TCP on 127.0.0.1:53306 and its socket and
+//! own data directory in `target/services/mariadb/data`, TCP on 127.0.0.1:27306 and its socket and
 //! pid file in our directory. Every program gets `--no-defaults` so that `/etc/mysql/` (the
 //! system instance's port, socket and data directory) is never read.
 

@@ -1,5 +1,5 @@
 //! PostgreSQL 15 from Debian's server binaries, with its own cluster in
-//! `target/services/postgres/data`, TCP on 127.0.0.1:55432 and its socket in our directory.
+//! `target/services/postgres/data`, TCP on 127.0.0.1:27432 and its socket in our directory.
 //!
 //! `initdb` and `postgres` refuse to run as root, so as root they run as the system user
 //! `postgres` (via `runuser`), which then owns `target/services/postgres/`.
