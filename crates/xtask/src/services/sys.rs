@@ -123,7 +123,9 @@ pub(super) fn log_tail(log: &Path) -> String {
 pub(super) fn log_tail_from(log: &Path, offset: u64) -> String {
     match fs::read(log) {
         Ok(bytes) => {
-            let from = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
+            let from = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len());
             let text = String::from_utf8_lossy(&bytes[from..]);
             let errors = error_lines(&text, TAIL_LINES);
             let mut report = String::new();
