@@ -142,6 +142,24 @@ pub struct BlockFile {
     /// ... or when its oldest pending transaction has waited this long.
     #[serde(default = "default_batch_timeout_ms")]
     pub batch_timeout_ms: u64,
+    /// ... or, `on-demand`, as soon as an organization wants it and it holds a transaction.
+    #[serde(default)]
+    pub cut: CutRule,
+}
+
+/// When a block that has not filled up is cut (`block.cut`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CutRule {
+    /// When an organization's block stream has read the whole log and waits for the block being
+    /// filled (Kafka and the in-process orderer), or after the batch timeout. No block waits on
+    /// the timer while an organization is idle; under load a block holds what arrived while the
+    /// organizations executed the last one.
+    #[default]
+    OnDemand,
+    /// Only after the batch timeout (and the solo orderer always: its gRPC stream is read
+    /// ahead, so it cannot tell when an organization wants a block).
+    Timeout,
 }
 
 fn default_max_block_txs() -> usize {
@@ -156,6 +174,7 @@ impl Default for BlockFile {
         BlockFile {
             max_block_txs: default_max_block_txs(),
             batch_timeout_ms: default_batch_timeout_ms(),
+            cut: CutRule::default(),
         }
     }
 }
@@ -289,6 +308,8 @@ pub struct NetworkConfig {
     pub max_block_txs: usize,
     /// Time-to-cut.
     pub batch_timeout: std::time::Duration,
+    /// Whether an organization that wants the block being filled cuts it.
+    pub cut: CutRule,
     /// Orderer selection as written.
     pub orderer: OrdererFile,
     /// Organizations by id.
@@ -557,6 +578,7 @@ impl NetworkFile {
             endorsement,
             max_block_txs: self.block.max_block_txs,
             batch_timeout: std::time::Duration::from_millis(self.block.batch_timeout_ms),
+            cut: self.block.cut,
             orderer: self.orderer,
             orgs,
             clients,
@@ -904,6 +926,22 @@ commit_endpoint = "localhost:7022"
             .to_string();
         assert!(
             e.contains("orgs[2].id = 2: another organization has this id"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn blocks_are_cut_on_demand_unless_the_network_says_timeout() {
+        assert_eq!(load(&network("")).unwrap().cut, CutRule::OnDemand);
+        assert_eq!(
+            load(&network("[block]\ncut = \"timeout\"")).unwrap().cut,
+            CutRule::Timeout
+        );
+        let e = load(&network("[block]\ncut = \"never\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("never") && e.contains("on-demand") && e.contains("timeout"),
             "{e}"
         );
     }

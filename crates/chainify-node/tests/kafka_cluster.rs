@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chainify_core::{NetworkId, OrgId};
-use chainify_orderer::{KafkaOrderer, KafkaSettings, OrdererError, Resume};
+use chainify_orderer::{Cut, KafkaOrderer, KafkaSettings, OrdererError, Resume};
 use chainify_testkit::cluster::{Cluster, OrdererFactory};
 use chainify_testkit::engines::*;
 use chainify_testkit::smallbank::*;
@@ -35,6 +35,8 @@ impl OrdererFactory for Kafka {
             network: self.network.clone(),
             max_block_txs: self.max_block_txs,
             batch_timeout: self.batch_timeout,
+            // The production default: each node's block stream cuts the block it waits for.
+            cut: Cut::OnDemand,
             replication: 1,
             markers_from: from,
         })

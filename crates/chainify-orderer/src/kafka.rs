@@ -2,7 +2,10 @@
 //! ordered log. Producers are idempotent with `acks=all`. Every consumer cuts blocks itself with
 //! [`BlockCutter`], so all consumers cut identical blocks without a leader. Time-to-cut markers are
 //! produced by every `KafkaOrderer` instance whose oldest pending transaction (as it saw it arrive)
-//! has waited the batch timeout; the cutting rule ignores the redundant ones.
+//! has waited the batch timeout; the cutting rule ignores the redundant ones. Cutting
+//! [`Cut::OnDemand`], a block stream that has read all the log holds and still waits for its block
+//! also produces the marker for the block being filled, once: the stream is polled only while its
+//! node wants a block, so no block waits on the timer while an organization is idle.
 //!
 //! Log entry encoding: one tag byte, then `1` + the protobuf `chainify.v1.ChainedTransaction`, or
 //! `2` + the block number as 8 bytes big-endian. An entry that does not decode is skipped by every
@@ -14,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use chainify_core::tx::ChainedTransaction;
 use chainify_core::{BlockNumber, NetworkId};
 use chainify_proto::pb;
-use futures_util::StreamExt;
+use futures_util::{FutureExt as _, StreamExt};
 use prost::Message as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -25,7 +28,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::time::Instant;
 
-use crate::{BlockCutter, BlockStream, LogEntry, Orderer, OrdererError, Resume};
+use crate::{BlockCutter, BlockStream, Cut, LogEntry, Orderer, OrdererError, Resume};
 
 const TAG_TX: u8 = 1;
 const TAG_CUT: u8 = 2;
@@ -73,6 +76,8 @@ pub struct KafkaSettings {
     pub max_block_txs: usize,
     /// Time-to-cut.
     pub batch_timeout: Duration,
+    /// Whether a block stream waiting for its block also cuts it.
+    pub cut: Cut,
     /// Replication factor when the topic is created (1 for a single broker).
     pub replication: i32,
     /// Where this instance starts following the log to produce time-to-cut markers: the block
@@ -281,10 +286,27 @@ impl Orderer for KafkaOrderer {
             self.inner.settings.max_block_txs,
             from.block,
         );
-        let stream =
-            futures_util::stream::unfold((consumer, cutter), |(consumer, mut cutter)| async move {
+        let demand = (self.inner.settings.cut == Cut::OnDemand).then(|| Demand {
+            orderer: Arc::clone(&self.inner),
+            asked: None,
+        });
+        let stream = futures_util::stream::unfold(
+            (consumer, cutter, demand),
+            |(consumer, mut cutter, mut demand)| async move {
                 loop {
-                    let message = match consumer.recv().await {
+                    // A message already fetched is read at once; only a reader that has caught
+                    // up with the log, with a block half filled, asks for the cut.
+                    let ready = consumer.recv().now_or_never();
+                    let received = match ready {
+                        Some(received) => received,
+                        None => {
+                            if let Some(demand) = &mut demand {
+                                demand.ask(&cutter);
+                            }
+                            consumer.recv().await
+                        }
+                    };
+                    let message = match received {
                         Ok(m) => m.detach(),
                         // librdkafka reports a lost broker connection and goes on fetching from
                         // the same offset once the partition has a leader again (a broker of a
@@ -294,7 +316,10 @@ impl Orderer for KafkaOrderer {
                             RDKafkaErrorCode::BrokerTransportFailure,
                         )) => continue,
                         Err(e) => {
-                            return Some((Err(unavailable("consuming", e)), (consumer, cutter)));
+                            return Some((
+                                Err(unavailable("consuming", e)),
+                                (consumer, cutter, demand),
+                            ));
                         }
                     };
                     let position = u64::try_from(message.offset()).unwrap_or(0) + 1;
@@ -302,11 +327,39 @@ impl Orderer for KafkaOrderer {
                         continue;
                     };
                     if let Some(block) = cutter.push(entry, position) {
-                        return Some((Ok(block), (consumer, cutter)));
+                        return Some((Ok(block), (consumer, cutter, demand)));
                     }
                 }
-            });
+            },
+        );
         Ok(stream.boxed())
+    }
+}
+
+/// A block stream's demand for the block being filled ([`Cut::OnDemand`]).
+struct Demand {
+    orderer: Arc<Inner>,
+    /// The block this stream last produced a marker for: once per block is enough.
+    asked: Option<BlockNumber>,
+}
+
+impl Demand {
+    /// Produces the time-to-cut marker of the block `cutter` is filling, unless it is empty or
+    /// already asked for. The stream does not wait for the broker's acknowledgement: it reads the
+    /// marker back from the log like any other entry, and a marker that is lost only leaves the
+    /// block to the timeout.
+    fn ask(&mut self, cutter: &BlockCutter) {
+        let block = cutter.next_block();
+        if cutter.pending() == 0 || self.asked == Some(block) {
+            return;
+        }
+        self.asked = Some(block);
+        let orderer = Arc::clone(&self.orderer);
+        tokio::spawn(async move {
+            if let Err(e) = orderer.produce(&LogEntry::TimeToCut(block)).await {
+                tracing::debug!(%block, error = %e, "the on-demand time-to-cut marker was not produced");
+            }
+        });
     }
 }
 

@@ -12,7 +12,7 @@ use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{BlockCutter, BlockStream, LogEntry, Orderer, OrdererError, Resume};
+use crate::{BlockCutter, BlockStream, Cut, LogEntry, Orderer, OrdererError, Resume};
 
 #[derive(Debug)]
 struct State {
@@ -32,16 +32,6 @@ struct Inner {
     cut: watch::Sender<usize>,
     batch_timeout: Duration,
     mode: Cut,
-}
-
-/// When a block that has not filled up is cut.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cut {
-    /// When its oldest transaction has waited the batch timeout.
-    OnTimeout,
-    /// As [`Cut::OnTimeout`], and as soon as a consumer asks for it while it holds a
-    /// transaction (the consumer appends the time-to-cut marker itself).
-    OnDemand,
 }
 
 /// An in-process orderer. Cloning shares it.

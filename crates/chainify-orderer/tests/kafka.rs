@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chainify_core::BlockNumber;
-use chainify_orderer::{KafkaOrderer, KafkaSettings, Orderer, Resume};
+use chainify_orderer::{Cut, KafkaOrderer, KafkaSettings, Orderer, Resume};
 use chainify_testkit::conformance::orderer::{self as conformance, network, transaction};
 use futures_util::StreamExt;
 
@@ -23,6 +23,7 @@ fn settings(test: &str, max: usize, timeout: Duration) -> KafkaSettings {
         network: network(),
         max_block_txs: max,
         batch_timeout: timeout,
+        cut: Cut::OnTimeout,
         replication: 1,
         markers_from: Resume::START,
     }
@@ -48,6 +49,82 @@ async fn consumers_agree_and_resume() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cuts_on_demand() {
+    conformance::cuts_on_demand(|max, timeout| async move {
+        KafkaOrderer::connect(KafkaSettings {
+            cut: Cut::OnDemand,
+            ..settings("demand", max, timeout)
+        })
+        .await
+        .expect("kafka")
+    })
+    .await;
+}
+
+/// Reads blocks from the start until they hold `count` transactions.
+async fn collect(o: &KafkaOrderer, count: usize) -> Vec<chainify_core::tx::TransactionBlock> {
+    let mut stream = o.deliver(Resume::START).await.expect("deliver");
+    let mut blocks = Vec::new();
+    let mut seen = 0;
+    while seen < count {
+        let block = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("a block within 30 s")
+            .expect("stream")
+            .expect("block");
+        seen += block.transactions.len();
+        blocks.push(block);
+    }
+    blocks
+}
+
+/// Two instances cutting on demand (two organizations), each reading while the other produces:
+/// their demand markers race in the log, and both still deliver the same blocks, which a third
+/// reader that asks for nothing (it starts after the last transaction) reads alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_demands_cut_the_same_blocks_for_every_reader() {
+    let s = KafkaSettings {
+        cut: Cut::OnDemand,
+        ..settings("racing", 6, Duration::from_secs(3600))
+    };
+    let a = KafkaOrderer::connect(s.clone()).await.expect("kafka");
+    let b = KafkaOrderer::connect(s.clone()).await.expect("kafka");
+    let produce = |o: KafkaOrderer, nonces: std::ops::Range<u64>| async move {
+        for nonce in nonces {
+            o.broadcast(transaction(nonce)).await.expect("broadcast");
+            if nonce % 3 == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let (from_a, from_b, (), ()) = tokio::join!(
+        collect(&a, 40),
+        collect(&b, 40),
+        produce(a.clone(), 1..21),
+        produce(b.clone(), 21..41),
+    );
+    assert_eq!(from_a, from_b);
+    let numbers: Vec<u64> = from_a.iter().map(|b| b.number.0).collect();
+    assert_eq!(numbers, (1..=from_a.len() as u64).collect::<Vec<_>>());
+    let mut nonces: Vec<u64> = from_a
+        .iter()
+        .flat_map(|b| b.transactions.iter().map(|t| t.proposal.body.nonce))
+        .collect();
+    nonces.sort_unstable();
+    assert_eq!(
+        nonces,
+        (1..=40).collect::<Vec<_>>(),
+        "every transaction once"
+    );
+    assert!(
+        from_a.iter().any(|b| b.transactions.len() < 6),
+        "the readers' demands cut blocks before they filled (the timer waits an hour)"
+    );
+    let c = KafkaOrderer::connect(s).await.expect("kafka");
+    assert_eq!(collect(&c, 40).await, from_a);
+}
+
 /// Two orderer instances on one topic (two organizations): both produce transactions and
 /// time-to-cut markers, and both deliver the same blocks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,23 +142,8 @@ async fn two_instances_on_one_topic_cut_the_same_blocks() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let collect = |o: KafkaOrderer| async move {
-        let mut stream = o.deliver(Resume::START).await.expect("deliver");
-        let mut blocks = Vec::new();
-        let mut seen = 0;
-        while seen < 14 {
-            let block = tokio::time::timeout(Duration::from_secs(30), stream.next())
-                .await
-                .expect("a block within 30 s")
-                .expect("stream")
-                .expect("block");
-            seen += block.transactions.len();
-            blocks.push(block);
-        }
-        blocks
-    };
-    let from_a = collect(a).await;
-    let from_b = collect(b).await;
+    let from_a = collect(&a, 14).await;
+    let from_b = collect(&b, 14).await;
     assert_eq!(from_a, from_b);
     let numbers: Vec<u64> = from_a.iter().map(|b| b.number.0).collect();
     assert_eq!(numbers, (1..=from_a.len() as u64).collect::<Vec<_>>());

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, Resume};
+use chainify_orderer::{BlockStream, Cut, KafkaOrderer, KafkaSettings, Orderer, Resume};
 use chainify_testkit::conformance::orderer::{network, transaction};
 use futures_util::StreamExt;
 use rdkafka::ClientConfig;
@@ -240,6 +240,7 @@ fn the_shipped_three_node_cluster_orders_through_the_loss_of_its_leader() {
         network: network(),
         max_block_txs: 4,
         batch_timeout: Duration::from_millis(200),
+        cut: Cut::OnTimeout,
         replication: 3,
         markers_from: Resume::START,
     };

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use chainify_core::config::OrgConfig;
+use chainify_core::config::{CutRule, OrgConfig};
 use chainify_workload::YcsbRecord;
 use serde_json::json;
 
@@ -97,6 +97,9 @@ pub(crate) struct UpArgs {
     /// Time-to-cut.
     #[arg(long, default_value_t = 50)]
     batch_timeout_ms: u64,
+    /// `on-demand` (an organization waiting for the block cuts it; Kafka) or `timeout`.
+    #[arg(long, default_value = "on-demand", value_parser = crate::init::parse_cut)]
+    cut: CutRule,
     /// Checkpoint interval in blocks.
     #[arg(long, default_value_t = 20)]
     checkpoint_interval: u64,
@@ -237,6 +240,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         tables: vec!["accounts".into(), "savings".into(), "checking".into()],
         block_txs: args.block_txs,
         batch_timeout_ms: args.batch_timeout_ms,
+        cut: args.cut,
         checkpoint_interval: args.checkpoint_interval,
         no_tls: args.no_tls,
         unsigned: args.unsigned,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use chainify_core::config::{
-    CheckpointFile, ExecutionFile, GrantEntry, NetworkBuilder, NetworkConfig, OrdererFile,
+    CheckpointFile, CutRule, ExecutionFile, GrantEntry, NetworkBuilder, NetworkConfig, OrdererFile,
     OrdererKind, OrgConfig, OrgFile, OrgTlsFile, PortPlan, StatementKind, all_grants,
 };
 use chainify_core::crypto::{Signatures, SigningKey};
@@ -68,6 +68,9 @@ pub(crate) struct InitArgs {
     /// ... or when its oldest transaction waited this long.
     #[arg(long, default_value_t = 100)]
     pub(crate) batch_timeout_ms: u64,
+    /// ... or (`on-demand`, with Kafka) as soon as an organization waits for it.
+    #[arg(long, default_value = "on-demand", value_parser = parse_cut)]
+    pub(crate) cut: CutRule,
     /// Take a checkpoint every this many blocks.
     #[arg(long, default_value_t = 100)]
     pub(crate) checkpoint_interval: u64,
@@ -268,6 +271,7 @@ fn write_network(
     };
     let mut network = NetworkBuilder::new(&args.network_id, &args.policy, ports)
         .block(args.block_txs, args.batch_timeout_ms)
+        .cut(args.cut)
         .tables(&args.tables)
         .signatures(if args.unsigned {
             Signatures::Off
@@ -375,4 +379,13 @@ fn write_network(
         SigningKey::load(&cfg.signing_key)?;
     }
     Ok(())
+}
+
+/// `--cut`: `on-demand` or `timeout`.
+pub(crate) fn parse_cut(text: &str) -> Result<CutRule, String> {
+    match text {
+        "on-demand" => Ok(CutRule::OnDemand),
+        "timeout" => Ok(CutRule::Timeout),
+        other => Err(format!("{other:?}: expected on-demand or timeout")),
+    }
 }

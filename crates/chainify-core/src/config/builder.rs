@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::{
-    BlockFile, ClientEntry, ConfigError, GrantEntry, ListenFile, NetworkConfig, NetworkFile,
-    NetworkTlsFile, OrdererFile, OrgEntry, StatementKind,
+    BlockFile, ClientEntry, ConfigError, CutRule, GrantEntry, ListenFile, NetworkConfig,
+    NetworkFile, NetworkTlsFile, OrdererFile, OrgEntry, StatementKind,
 };
 use crate::crypto::{PublicKey, Signatures};
 
@@ -122,12 +122,19 @@ impl NetworkBuilder {
     }
 
     /// A block ends after `max_block_txs` transactions or when its oldest waited
-    /// `batch_timeout_ms`.
+    /// `batch_timeout_ms` (or on demand, unless [`NetworkBuilder::cut`] says otherwise).
     pub fn block(mut self, max_block_txs: usize, batch_timeout_ms: u64) -> Self {
         self.file.block = BlockFile {
             max_block_txs,
             batch_timeout_ms,
+            cut: self.file.block.cut,
         };
+        self
+    }
+
+    /// When a block that has not filled up is cut.
+    pub fn cut(mut self, rule: CutRule) -> Self {
+        self.file.block.cut = rule;
         self
     }
 
