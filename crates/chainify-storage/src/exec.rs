@@ -664,8 +664,10 @@ impl<B: Backend> Store<B> {
         let during = format!("digesting block {number}");
         let mut conn = self.acquire(&during).await?;
         self.db(conn.begin().await, &during)?;
+        // Every marker is written by a commit counted here, or was there before (`resumed`).
+        let markers = commits > 0 || resumed > 0;
         let digested = self
-            .finalize(&mut conn, number, &success, &block.tx_ids)
+            .finalize(&mut conn, number, &success, &block.tx_ids, markers)
             .await;
         let (digest, state, changed_rows) = match digested {
             Ok(d) => d,
@@ -772,7 +774,7 @@ impl<B: Backend> Store<B> {
             let execute_time = started.elapsed();
             let digest_started = Instant::now();
             let (digest, state, changed_rows) = self
-                .finalize(&mut conn, number, &success, &block.tx_ids)
+                .finalize(&mut conn, number, &success, &block.tx_ids, false)
                 .await?;
             Ok(BlockOutcome {
                 block: number,
@@ -907,19 +909,22 @@ impl<B: Backend> Store<B> {
     }
 
     /// Inside an open database transaction: reads every recorded change with the row's current
-    /// image, hashes them, consumes exactly the records hashed, and marks the block applied.
+    /// image, hashes them, consumes exactly the records hashed, and marks the block applied,
+    /// clearing the block's per-transaction markers when it may have any.
     async fn finalize(
         &self,
         conn: &mut B::Conn,
         number: BlockNumber,
         success: &[bool],
         tx_ids: &[TxId],
+        markers: bool,
     ) -> Result<(Digest, Digest, usize), StorageError> {
         let dialect = self.backend.dialect();
         let during = format!("digesting block {number}");
         let block_value = block_param(number)?;
         let p = |n| ddl::placeholder(dialect, n);
         let mut effects = Vec::new();
+        let mut changed: Vec<Value> = Vec::new();
         let (_, mut states) = self.read_states(conn, Some(number), &during).await?;
         for t in self.tables().values() {
             let (sql, types) = ddl::read_changes(dialect, t);
@@ -985,14 +990,20 @@ impl<B: Backend> Store<B> {
                 let params: Vec<&Value> = chunk.iter().collect();
                 self.db(conn.execute(&sql, &params, false).await, &during)?;
             }
+            changed.push(Value::Text(t.name.clone()));
+        }
+        if !changed.is_empty() {
+            // One statement for every table the block changed: round trips are the digest's cost.
+            let names: Vec<String> = (2..=changed.len() + 1).map(p).collect();
+            let params: Vec<&Value> = std::iter::once(&block_value).chain(&changed).collect();
             self.db(
                 conn.execute(
                     &format!(
-                        "UPDATE chainify_shared_tables SET last_changed_block = {} WHERE table_name = {}",
+                        "UPDATE chainify_shared_tables SET last_changed_block = {} WHERE table_name IN ({})",
                         p(1),
-                        p(2)
+                        names.join(", ")
                     ),
-                    &[&block_value, &Value::Text(t.name.clone())],
+                    &params,
                     false,
                 )
                 .await,
@@ -1005,15 +1016,17 @@ impl<B: Backend> Store<B> {
             .await?;
         let ids: Vec<Digest> = tx_ids.iter().map(|id| id.0).collect();
         self.index_transactions(conn, number, &ids, &during).await?;
-        self.db(
-            conn.execute(
-                &format!("DELETE FROM chainify_applied_txs WHERE block = {}", p(1)),
-                &[&block_value],
-                false,
-            )
-            .await,
-            &during,
-        )?;
+        if markers {
+            self.db(
+                conn.execute(
+                    &format!("DELETE FROM chainify_applied_txs WHERE block = {}", p(1)),
+                    &[&block_value],
+                    false,
+                )
+                .await,
+                &during,
+            )?;
+        }
         Ok((digest, state_digest(&states), effects.len()))
     }
 

@@ -135,6 +135,23 @@ pub async fn dump<B: Backend>(store: &Store<B>, table: &str) -> Vec<Vec<Value>> 
     conn.query(&sql, &[], &types).await.expect("dump")
 }
 
+/// The per-transaction markers left in `chainify_applied_txs`: none once a block is digested.
+pub async fn markers_left<B: Backend>(store: &Store<B>) -> i64 {
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    let rows = conn
+        .query(
+            "SELECT COUNT(*) FROM chainify_applied_txs",
+            &[],
+            &[ddl::ReadType::Int],
+        )
+        .await
+        .expect("count the markers");
+    match rows.first().and_then(|r| r.first()) {
+        Some(Value::Int(n)) => *n,
+        other => panic!("COUNT(*) returned {other:?}"),
+    }
+}
+
 /// Every shared table's rows.
 pub async fn dump_all<B: Backend>(store: &Store<B>) -> Vec<Vec<Vec<Value>>> {
     let mut out = Vec::new();
@@ -788,6 +805,7 @@ pub async fn an_abort_inside_a_chain_undoes_only_itself<F: Fixture>(f: &F) {
         let kv = dump(&store, "kv").await;
         assert_eq!(kv[0], vec![Value::Int(1), Value::Int(14)], "{mode:?}");
         assert_eq!(kv[1], vec![Value::Int(2), Value::Int(21)], "{mode:?}");
+        assert_eq!(markers_left(&store).await, 0, "{mode:?}");
         if store.backend().concurrent_writers() {
             // Serial is the reference: a commit per transaction.
             let expected = if mode == ExecMode::Serial || !store.backend().group_commit() {
@@ -1488,6 +1506,11 @@ pub async fn database_lost_mid_block<F: Fixture, K: Future<Output = ()>>(
         "what committed before the kill is resumed, 19 is not: {outcome:?}"
     );
     assert_eq!(outcome.success, vec![true; 20]);
+    assert_eq!(
+        markers_left(&store).await,
+        0,
+        "the digest clears the markers"
+    );
     let kv = dump(&store, "kv").await;
     for (i, row) in kv.iter().take(20).enumerate() {
         let k = i as i64 + 1;
