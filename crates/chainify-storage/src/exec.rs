@@ -45,6 +45,30 @@ use crate::store::Store;
 /// Recorded keys deleted per statement after digesting.
 const CONSUME_CHUNK: usize = 256;
 
+/// Splits `values`, rows of `width` values each, into the chunks of a multi-row statement: full
+/// chunks of [`CONSUME_CHUNK`] rows, then the rest by powers of two (300 rows: 256, 32, 8, 4). A
+/// statement's text depends on its row count, so this keeps the texts to a few that recur and
+/// stay in each connection's prepared-statement cache: with one text per row count the caches
+/// churn, and on MySQL each eviction stalls the connection (`mysql.rs`).
+pub(crate) fn row_chunks<T>(values: &[T], width: usize) -> impl Iterator<Item = &[T]> {
+    let width = width.max(1);
+    let mut rest = values;
+    std::iter::from_fn(move || {
+        let rows = rest.len() / width;
+        if rows == 0 {
+            return None;
+        }
+        let take = if rows >= CONSUME_CHUNK {
+            CONSUME_CHUNK
+        } else {
+            1 << rows.ilog2()
+        };
+        let (chunk, tail) = rest.split_at(take * width);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 /// The most block transactions a lane holds uncommitted: bounds what a retry or an abort runs
 /// again, and the locks one database transaction holds.
 pub(crate) const LANE_CAP: usize = 32;
@@ -883,7 +907,7 @@ impl<B: Backend> Store<B> {
     ) -> Result<(), StorageError> {
         let p = |n| ddl::placeholder(self.backend.dialect(), n);
         let block_value = block_param(block)?;
-        for chunk in ids.chunks(CONSUME_CHUNK) {
+        for chunk in row_chunks(ids, 1) {
             let rows: Vec<String> = (0..chunk.len())
                 .map(|i| format!("({}, {})", p(2 * i + 1), p(2 * i + 2)))
                 .collect();
@@ -959,7 +983,7 @@ impl<B: Backend> Store<B> {
                 });
             }
             let mut deleted = 0;
-            for chunk in consumed.chunks(CONSUME_CHUNK * (key_len + 1)) {
+            for chunk in row_chunks(&consumed, key_len + 1) {
                 let sql = ddl::consume_changes(dialect, t, chunk.len() / (key_len + 1));
                 let params: Vec<&Value> = chunk.iter().collect();
                 deleted += self.db(conn.execute(&sql, &params, false).await, &during)?;
@@ -985,7 +1009,7 @@ impl<B: Backend> Store<B> {
                     self.db(conn.execute(&sql, &refs, false).await, &during)?;
                 }
             }
-            for chunk in dirty.chunks(CONSUME_CHUNK * (key_len + 1)) {
+            for chunk in row_chunks(&dirty, key_len + 1) {
                 let sql = ddl::mark_dirty(dialect, t, chunk.len() / (key_len + 1));
                 let params: Vec<&Value> = chunk.iter().collect();
                 self.db(conn.execute(&sql, &params, false).await, &during)?;
@@ -1086,7 +1110,7 @@ impl<B: Backend> Store<B> {
     ) -> Result<std::collections::BTreeSet<TxId>, StorageError> {
         let mut known = std::collections::BTreeSet::new();
         let limit = Value::Int(i64::try_from(before.0).unwrap_or(i64::MAX));
-        for chunk in ids.chunks(CONSUME_CHUNK) {
+        for chunk in row_chunks(ids, 1) {
             let list: Vec<String> = (2..=chunk.len() + 1)
                 .map(|n| ddl::placeholder(self.backend.dialect(), n))
                 .collect();
@@ -1132,5 +1156,39 @@ impl<B: Backend> Store<B> {
             Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_chunks_cover_every_row_once_in_few_recurring_sizes() {
+        for width in [1, 2, 3] {
+            for rows in 0..=3 * CONSUME_CHUNK + 7 {
+                let values: Vec<usize> = (0..rows * width).collect();
+                let chunks: Vec<&[usize]> = row_chunks(&values, width).collect();
+                assert_eq!(chunks.concat(), values, "{rows} rows of {width}");
+                for chunk in &chunks {
+                    let n = chunk.len() / width;
+                    assert_eq!(chunk.len() % width, 0);
+                    assert!(n.is_power_of_two() || n == CONSUME_CHUNK, "{n} rows");
+                    assert!(n <= CONSUME_CHUNK);
+                }
+                // Beyond the full chunks, one statement per set bit of the rest.
+                let rest = rows % CONSUME_CHUNK;
+                assert_eq!(
+                    chunks.len(),
+                    rows / CONSUME_CHUNK + rest.count_ones() as usize
+                );
+            }
+        }
+        assert_eq!(
+            row_chunks(&[0u8; 300], 1)
+                .map(<[u8]>::len)
+                .collect::<Vec<_>>(),
+            vec![256, 32, 8, 4]
+        );
     }
 }

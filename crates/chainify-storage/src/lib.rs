@@ -44,7 +44,7 @@ pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};
 pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
 pub use integrity::{TriggerFault, TriggerProblem};
-pub use mysql::{MySql, MySqlConn};
+pub use mysql::{MySql, MySqlConn, STATEMENT_CACHE_CLEAR};
 pub use postgres::{PgConn, Postgres};
 pub use query::QueryResult;
 pub use sqlite::{Sqlite, SqliteConn};

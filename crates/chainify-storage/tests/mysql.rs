@@ -105,3 +105,54 @@ async fn failed_install_leaves_nothing_behind() {
             .expect("registry");
     assert_eq!(registered, 0);
 }
+
+/// sqlx 0.9.0 stalls a MySQL connection for a delayed ACK whenever it evicts a prepared
+/// statement, so the pool keeps a cache large enough to hold many statements without evicting,
+/// and clears a connection's cache once it outgrows `STATEMENT_CACHE_CLEAR`, as the connection
+/// leaves the pool.
+#[tokio::test]
+async fn statement_caches_hold_many_texts_and_are_cleared_in_the_pool() {
+    use sqlx::Connection as _;
+    MySqlFixture::create("stmtcache").await;
+    let options = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::default()
+    };
+    let backend = MySql::connect(&MySqlFixture::url("stmtcache"), &options)
+        .await
+        .expect("connect");
+    let texts = chainify_storage::STATEMENT_CACHE_CLEAR + 10;
+    {
+        let mut conn = backend.pool().acquire().await.expect("acquire");
+        for i in 0..texts {
+            let sum: i64 =
+                sqlx::query_scalar(AssertSqlSafe(format!("SELECT CAST(? + {i} AS SIGNED)")))
+                    .bind(1_i64)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .expect("a prepared statement");
+            assert_eq!(sum, 1 + i as i64);
+        }
+        assert_eq!(
+            conn.cached_statements_size(),
+            texts,
+            "every text stays prepared: nothing was evicted"
+        );
+    }
+    let mut conn = backend
+        .pool()
+        .acquire()
+        .await
+        .expect("the same connection again");
+    assert_eq!(
+        conn.cached_statements_size(),
+        0,
+        "cleared on leaving the pool"
+    );
+    let one: i64 = sqlx::query_scalar("SELECT CAST(? AS SIGNED)")
+        .bind(1_i64)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("the connection works after clearing");
+    assert_eq!(one, 1);
+}
