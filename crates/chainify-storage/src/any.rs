@@ -174,10 +174,6 @@ impl Backend for AnyBackend {
         each!(AnyBackend, self, b => b.concurrent_writers())
     }
 
-    fn group_commit(&self) -> bool {
-        each!(AnyBackend, self, b => b.group_commit())
-    }
-
     fn transactional_ddl(&self) -> bool {
         each!(AnyBackend, self, b => b.transactional_ddl())
     }

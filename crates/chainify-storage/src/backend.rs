@@ -27,11 +27,6 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// single writer runs a block serially in one database transaction).
     fn concurrent_writers(&self) -> bool;
 
-    /// Whether a block's parallel execution groups dependent transactions into one database
-    /// transaction per lane (block-level group commit) rather than committing each one; only
-    /// meaningful with concurrent writers. Measured per engine (bench/README.md, issue #17).
-    fn group_commit(&self) -> bool;
-
     /// Whether DDL is transactional (PostgreSQL, SQLite); MySQL commits each DDL statement.
     fn transactional_ddl(&self) -> bool;
 

@@ -1,19 +1,18 @@
 //! The block executor (docs/design/overview.md §2.3 steps 4–5): runs a validated, analysed block on
 //! the engine, as the dependency graph releases transactions, then digests the block's effects.
 //!
-//! Engines with concurrent writers and [`Backend::group_commit`] (PostgreSQL) run the block on
-//! k *lanes*, pooled connections at READ COMMITTED, each holding one open database transaction
-//! across several block transactions (block-level group commit, planned by
-//! [`chainify_sched::LanePlan`]): a chain of dependent transactions runs on one lane, and a lane
-//! commits when it has nothing to run, when a transaction needs what it holds on another lane,
-//! or when it holds [`LANE_CAP`]. The graph already orders every conflicting pair, so the
-//! engine's isolation has nothing left to order. MySQL, where lanes measured slower, runs each
-//! transaction in its own database transaction on the same k connections. Every committed
-//! transaction leaves a marker row in its database transaction, so a block that fails half-way
-//! (the database went away) is re-run by skipping what already committed: nothing is lost or
-//! applied twice. [`ExecMode::Serial`] stays the independent reference: block order, a database
-//! commit per transaction. SQLite runs the block serially in one database transaction with a
-//! savepoint per transaction; a failure rolls the whole block back.
+//! Engines with concurrent writers (PostgreSQL, MySQL) run the block on k *lanes*, pooled
+//! connections at READ COMMITTED, each holding one open database transaction across several
+//! block transactions (block-level group commit, planned by [`chainify_sched::LanePlan`]): a
+//! chain of dependent transactions runs on one lane, and a lane commits when it has nothing to
+//! run, when a transaction needs what it holds on another lane, or when it holds [`LANE_CAP`].
+//! The graph already orders every conflicting pair, so the engine's isolation has nothing left
+//! to order. Every committed transaction leaves a marker row in its database transaction, so a
+//! block that fails half-way (the database went away) is re-run by skipping what already
+//! committed: nothing is lost or applied twice. [`ExecMode::Serial`] stays the independent
+//! reference: block order, a database commit per transaction. SQLite runs the block serially in
+//! one database transaction with a savepoint per transaction; a failure rolls the whole block
+//! back.
 //!
 //! Abort semantics: a statement error or an `expect_rows` mismatch flags the transaction
 //! unsuccessful (deterministic, the same on every honest engine) and undoes it: the lane rolls
@@ -31,7 +30,7 @@ use chainify_core::effect::{RowEffect, block_digest};
 use chainify_core::state::RowHash;
 use chainify_core::tx::Transaction;
 use chainify_core::{BlockNumber, Digest, TxId, Value};
-use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, run_block, run_serial};
+use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, run_serial};
 use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -672,10 +671,7 @@ impl<B: Backend> Store<B> {
             idle: Mutex::new(Vec::new()),
         };
         match mode {
-            ExecMode::Parallel(k) if self.backend.group_commit() => {
-                run.run_lanes(&block.graph(), k).await?;
-            }
-            ExecMode::Parallel(k) => run_block(&block.graph(), &run, k).await?,
+            ExecMode::Parallel(k) => run.run_lanes(&block.graph(), k).await?,
             // The reference: block order, a database commit per transaction.
             ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
         }

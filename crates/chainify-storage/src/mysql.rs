@@ -324,12 +324,6 @@ impl Backend for MySql {
         true
     }
 
-    // Measured slower on MariaDB 10.11: the digest after a block of lane transactions took two
-    // to three times as long (cause not found), more than the commits saved.
-    fn group_commit(&self) -> bool {
-        false
-    }
-
     fn transactional_ddl(&self) -> bool {
         false
     }

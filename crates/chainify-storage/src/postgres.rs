@@ -308,10 +308,6 @@ impl Backend for Postgres {
         true
     }
 
-    fn group_commit(&self) -> bool {
-        true
-    }
-
     fn transactional_ddl(&self) -> bool {
         true
     }

@@ -216,10 +216,6 @@ impl Backend for Sqlite {
         false
     }
 
-    fn group_commit(&self) -> bool {
-        false
-    }
-
     fn transactional_ddl(&self) -> bool {
         true
     }

@@ -808,7 +808,7 @@ pub async fn an_abort_inside_a_chain_undoes_only_itself<F: Fixture>(f: &F) {
         assert_eq!(markers_left(&store).await, 0, "{mode:?}");
         if store.backend().concurrent_writers() {
             // Serial is the reference: a commit per transaction.
-            let expected = if mode == ExecMode::Serial || !store.backend().group_commit() {
+            let expected = if mode == ExecMode::Serial {
                 5..=5
             } else {
                 1..=3
