@@ -151,8 +151,8 @@ pub struct BlockFile {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CutRule {
-    /// When an organization's block stream has read the whole log and waits for the block being
-    /// filled (Kafka and the in-process orderer), or after the batch timeout. No block waits on
+    /// When an organization's block stream has nothing more of the log at hand and waits for the
+    /// block being filled (Kafka and the in-process orderer), or after the batch timeout. No block waits on
     /// the timer while an organization is idle; under load a block holds what arrived while the
     /// organizations executed the last one.
     #[default]

@@ -11,7 +11,8 @@ use chainify_core::{BlockNumber, NetworkId};
 pub enum LogEntry {
     /// A transaction.
     Tx(ChainedTransaction),
-    /// "Cut block `n` now": sent when a transaction of block `n` waited the batch timeout.
+    /// "Cut block `n` now": sent when a transaction of block `n` waited the batch timeout, or
+    /// when a consumer cutting on demand waits for block `n`.
     TimeToCut(BlockNumber),
 }
 

@@ -3,9 +3,11 @@
 //! [`BlockCutter`], so all consumers cut identical blocks without a leader. Time-to-cut markers are
 //! produced by every `KafkaOrderer` instance whose oldest pending transaction (as it saw it arrive)
 //! has waited the batch timeout; the cutting rule ignores the redundant ones. Cutting
-//! [`Cut::OnDemand`], a block stream that has read all the log holds and still waits for its block
+//! [`Cut::OnDemand`], a block stream that waits for its block with nothing more of the log fetched
 //! also produces the marker for the block being filled, once: the stream is polled only while its
-//! node wants a block, so no block waits on the timer while an organization is idle.
+//! node wants a block, so no block waits on the timer while an organization is idle. (A stream
+//! still reading history between two fetches may ask for a block that is already cut further on
+//! in the log; every cutter ignores that marker alike.)
 //!
 //! Log entry encoding: one tag byte, then `1` + the protobuf `chainify.v1.ChainedTransaction`, or
 //! `2` + the block number as 8 bytes big-endian. An entry that does not decode is skipped by every
@@ -287,7 +289,7 @@ impl Orderer for KafkaOrderer {
             from.block,
         );
         let demand = (self.inner.settings.cut == Cut::OnDemand).then(|| Demand {
-            orderer: Arc::clone(&self.inner),
+            orderer: Arc::downgrade(&self.inner),
             asked: None,
         });
         let stream = futures_util::stream::unfold(
@@ -338,7 +340,8 @@ impl Orderer for KafkaOrderer {
 
 /// A block stream's demand for the block being filled ([`Cut::OnDemand`]).
 struct Demand {
-    orderer: Arc<Inner>,
+    /// Weak, as the markers task's: a stream does not keep a dropped orderer producing.
+    orderer: std::sync::Weak<Inner>,
     /// The block this stream last produced a marker for: once per block is enough.
     asked: Option<BlockNumber>,
 }
@@ -353,8 +356,10 @@ impl Demand {
         if cutter.pending() == 0 || self.asked == Some(block) {
             return;
         }
+        let Some(orderer) = self.orderer.upgrade() else {
+            return;
+        };
         self.asked = Some(block);
-        let orderer = Arc::clone(&self.orderer);
         tokio::spawn(async move {
             if let Err(e) = orderer.produce(&LogEntry::TimeToCut(block)).await {
                 tracing::debug!(%block, error = %e, "the on-demand time-to-cut marker was not produced");

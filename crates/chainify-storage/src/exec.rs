@@ -31,6 +31,7 @@ use chainify_core::state::RowHash;
 use chainify_core::tx::Transaction;
 use chainify_core::{BlockNumber, Digest, TxId, Value};
 use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, run_serial};
+use chainify_sql::render::Dialect;
 use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -45,12 +46,18 @@ use crate::store::Store;
 const CONSUME_CHUNK: usize = 256;
 
 /// Splits `values`, rows of `width` values each, into the chunks of a multi-row statement: full
-/// chunks of [`CONSUME_CHUNK`] rows, then the rest by powers of two (300 rows: 256, 32, 8, 4). A
-/// statement's text depends on its row count, so this keeps the texts to a few that recur and
-/// stay in each connection's prepared-statement cache: with one text per row count the caches
-/// churn, and on MySQL each eviction stalls the connection (`mysql.rs`).
-pub(crate) fn row_chunks<T>(values: &[T], width: usize) -> impl Iterator<Item = &[T]> {
+/// chunks of [`CONSUME_CHUNK`] rows, then, on MySQL, the rest by powers of two (300 rows: 256,
+/// 32, 8, 4). A statement's text depends on its row count; on MySQL this keeps the texts to a few
+/// that recur and stay in each connection's prepared-statement cache, because there each
+/// eviction stalls the connection (`mysql.rs`). PostgreSQL closes an evicted statement in one
+/// round trip and SQLite has no network, so they take the rest in one statement.
+pub(crate) fn row_chunks<T>(
+    values: &[T],
+    width: usize,
+    dialect: Dialect,
+) -> impl Iterator<Item = &[T]> {
     let width = width.max(1);
+    debug_assert_eq!(values.len() % width, 0, "whole rows only");
     let mut rest = values;
     std::iter::from_fn(move || {
         let rows = rest.len() / width;
@@ -59,8 +66,10 @@ pub(crate) fn row_chunks<T>(values: &[T], width: usize) -> impl Iterator<Item = 
         }
         let take = if rows >= CONSUME_CHUNK {
             CONSUME_CHUNK
-        } else {
+        } else if dialect == Dialect::MySql {
             1 << rows.ilog2()
+        } else {
+            rows
         };
         let (chunk, tail) = rest.split_at(take * width);
         rest = tail;
@@ -634,7 +643,7 @@ impl<B: Backend> Store<B> {
         }
         let p = |n| ddl::placeholder(self.backend.dialect(), n);
         let mut prior = vec![None; block.txs.len()];
-        for row in self
+        let found = self
             .query(
                 "reading the transactions of an interrupted block",
                 &format!(
@@ -644,8 +653,11 @@ impl<B: Backend> Store<B> {
                 &[&block_value],
                 &[ReadType::Int, ReadType::Int],
             )
-            .await?
-        {
+            .await?;
+        // Any marker of this block number, even one no transaction of this block claims, is
+        // cleared with the digest.
+        let stale = !found.is_empty();
+        for row in found {
             if let (Value::Int(i), Value::Int(s)) = (&row[0], &row[1])
                 && let Some(slot) = usize::try_from(*i).ok().and_then(|i| prior.get_mut(i))
             {
@@ -684,8 +696,8 @@ impl<B: Backend> Store<B> {
         let during = format!("digesting block {number}");
         let mut conn = self.acquire(&during).await?;
         self.db(conn.begin().await, &during)?;
-        // Every marker is written by a commit counted here, or was there before (`resumed`).
-        let markers = commits > 0 || resumed > 0;
+        // Every marker is written by a commit counted here, or was there before (`stale`).
+        let markers = commits > 0 || stale;
         let digested = self
             .finalize(&mut conn, number, &success, &block.tx_ids, markers)
             .await;
@@ -903,7 +915,7 @@ impl<B: Backend> Store<B> {
     ) -> Result<(), StorageError> {
         let p = |n| ddl::placeholder(self.backend.dialect(), n);
         let block_value = block_param(block)?;
-        for chunk in row_chunks(ids, 1) {
+        for chunk in row_chunks(ids, 1, self.backend.dialect()) {
             let rows: Vec<String> = (0..chunk.len())
                 .map(|i| format!("({}, {})", p(2 * i + 1), p(2 * i + 2)))
                 .collect();
@@ -979,7 +991,7 @@ impl<B: Backend> Store<B> {
                 });
             }
             let mut deleted = 0;
-            for chunk in row_chunks(&consumed, key_len + 1) {
+            for chunk in row_chunks(&consumed, key_len + 1, dialect) {
                 let sql = ddl::consume_changes(dialect, t, chunk.len() / (key_len + 1));
                 let params: Vec<&Value> = chunk.iter().collect();
                 deleted += self.db(conn.execute(&sql, &params, false).await, &during)?;
@@ -1005,7 +1017,7 @@ impl<B: Backend> Store<B> {
                     self.db(conn.execute(&sql, &refs, false).await, &during)?;
                 }
             }
-            for chunk in row_chunks(&dirty, key_len + 1) {
+            for chunk in row_chunks(&dirty, key_len + 1, dialect) {
                 let sql = ddl::mark_dirty(dialect, t, chunk.len() / (key_len + 1));
                 let params: Vec<&Value> = chunk.iter().collect();
                 self.db(conn.execute(&sql, &params, false).await, &during)?;
@@ -1106,7 +1118,7 @@ impl<B: Backend> Store<B> {
     ) -> Result<std::collections::BTreeSet<TxId>, StorageError> {
         let mut known = std::collections::BTreeSet::new();
         let limit = Value::Int(i64::try_from(before.0).unwrap_or(i64::MAX));
-        for chunk in row_chunks(ids, 1) {
+        for chunk in row_chunks(ids, 1, self.backend.dialect()) {
             let list: Vec<String> = (2..=chunk.len() + 1)
                 .map(|n| ddl::placeholder(self.backend.dialect(), n))
                 .collect();
@@ -1161,27 +1173,34 @@ mod tests {
 
     #[test]
     fn row_chunks_cover_every_row_once_in_few_recurring_sizes() {
-        for width in [1, 2, 3] {
-            for rows in 0..=3 * CONSUME_CHUNK + 7 {
-                let values: Vec<usize> = (0..rows * width).collect();
-                let chunks: Vec<&[usize]> = row_chunks(&values, width).collect();
-                assert_eq!(chunks.concat(), values, "{rows} rows of {width}");
-                for chunk in &chunks {
-                    let n = chunk.len() / width;
-                    assert_eq!(chunk.len() % width, 0);
-                    assert!(n.is_power_of_two() || n == CONSUME_CHUNK, "{n} rows");
-                    assert!(n <= CONSUME_CHUNK);
+        for dialect in [Dialect::MySql, Dialect::Postgres, Dialect::Sqlite] {
+            for width in [1, 2, 3] {
+                for rows in 0..=3 * CONSUME_CHUNK + 7 {
+                    let values: Vec<usize> = (0..rows * width).collect();
+                    let chunks: Vec<&[usize]> = row_chunks(&values, width, dialect).collect();
+                    assert_eq!(chunks.concat(), values, "{rows} rows of {width}");
+                    let rest = rows % CONSUME_CHUNK;
+                    for chunk in &chunks {
+                        let n = chunk.len() / width;
+                        assert_eq!(chunk.len() % width, 0);
+                        assert!(n <= CONSUME_CHUNK && n > 0);
+                        if dialect == Dialect::MySql {
+                            assert!(n.is_power_of_two(), "{n} rows");
+                        }
+                    }
+                    // Beyond the full chunks: one statement per set bit of the rest on MySQL,
+                    // one statement elsewhere.
+                    let tail = if dialect == Dialect::MySql {
+                        rest.count_ones() as usize
+                    } else {
+                        usize::from(rest > 0)
+                    };
+                    assert_eq!(chunks.len(), rows / CONSUME_CHUNK + tail);
                 }
-                // Beyond the full chunks, one statement per set bit of the rest.
-                let rest = rows % CONSUME_CHUNK;
-                assert_eq!(
-                    chunks.len(),
-                    rows / CONSUME_CHUNK + rest.count_ones() as usize
-                );
             }
         }
         assert_eq!(
-            row_chunks(&[0u8; 300], 1)
+            row_chunks(&[0u8; 300], 1, Dialect::MySql)
                 .map(<[u8]>::len)
                 .collect::<Vec<_>>(),
             vec![256, 32, 8, 4]

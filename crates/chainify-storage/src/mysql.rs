@@ -45,13 +45,14 @@ pub struct MySql {
 /// holds the next command until the server's delayed ACK, 40 ms later (digests of 44, 88, 132 ms
 /// at 128 clients, 200 TPS instead of 2 000). Chainify's own statement texts are few (multi-row
 /// statements come in recurring sizes, `exec::row_chunks`), so this cache never evicts them.
-const STATEMENT_CACHE_CAPACITY: usize = 1024;
+/// A pool of 11 connections holds at most 5 632, so three organizations can share a server
+/// within its default `max_prepared_stmt_count` (16 382 for all connections together); beyond
+/// it the server refuses new statements (1461), which is retried, never an abort.
+const STATEMENT_CACHE_CAPACITY: usize = 512;
 
 /// A connection whose cache grew past this (clients' queries, workloads of many statement texts)
-/// is cleared as it leaves the pool: one stall for hundreds of statements, not one for each, and
-/// the server's prepared statements (`max_prepared_stmt_count`, 16 382 by default for all
-/// connections together) stay bounded.
-pub const STATEMENT_CACHE_CLEAR: usize = 512;
+/// is cleared as it leaves the pool: one stall for hundreds of statements, not one for each.
+pub const STATEMENT_CACHE_CLEAR: usize = 256;
 
 impl MySql {
     /// Connects a pool to `url` (`mysql://…`), pinning every connection to UTC, strict
@@ -131,14 +132,19 @@ fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String
 /// What a MySQL/MariaDB error number means for a block.
 fn kind_of_number(number: u16) -> DbErrorKind {
     match number {
-        // Deadlock, lock wait timeout, NOWAIT lock, too many connections.
-        1213 | 1205 | 3572 | 1040 => DbErrorKind::Transient,
+        // Deadlock, lock wait timeout, NOWAIT lock, too many connections; the server's prepared
+        // statements (all connections together) at `max_prepared_stmt_count`, a prepared
+        // statement to prepare again: a full server is no verdict on the transaction.
+        1213 | 1205 | 3572 | 1040 | 1461 | 1615 => DbErrorKind::Transient,
         // Server shutdown, connection killed, gone away, lost.
         1053 | 1927 | 2006 | 2013 | 4031 => DbErrorKind::Connection,
         // Disk full, table full, out of memory or resources, lock table full, transaction
         // cache full, cannot create a thread: this server's trouble, not the transaction's
         // (it would set this organization apart); the block fails and is run again.
         1021 | 1114 | 1037 | 1038 | 1041 | 1206 | 1197 | 1135 => DbErrorKind::Connection,
+        // An error during COMMIT or in the binary log: MySQL checks no constraint at commit, so
+        // it is the server's too.
+        1180 | 1598 => DbErrorKind::Connection,
         _ => DbErrorKind::Statement,
     }
 }
@@ -464,10 +470,12 @@ mod tests {
 
     #[test]
     fn a_servers_own_trouble_fails_the_block_instead_of_aborting_the_transaction() {
-        for number in [1021, 1114, 1037, 1038, 1041, 1206, 1197, 1135, 2006, 2013] {
+        for number in [
+            1021, 1114, 1037, 1038, 1041, 1206, 1197, 1135, 2006, 2013, 1180, 1598,
+        ] {
             assert_eq!(kind_of_number(number), DbErrorKind::Connection, "{number}");
         }
-        for number in [1213, 1205, 3572, 1040] {
+        for number in [1213, 1205, 3572, 1040, 1461, 1615] {
             assert_eq!(kind_of_number(number), DbErrorKind::Transient, "{number}");
         }
         for number in [1062, 1452, 1264, 1146] {
