@@ -791,8 +791,13 @@ pub async fn an_abort_inside_a_chain_undoes_only_itself<F: Fixture>(f: &F) {
             tx(vec![bump(1), bump(1)]),
         ],
     );
-    for mode in [ExecMode::Parallel(2), ExecMode::Serial] {
-        let store = setup(f, "chain_abort", StoreOptions::default()).await;
+    // A database of its own per mode: recreating the one the first store still has open fails
+    // (SQLite reports a disk I/O error when its files are deleted under an open pool).
+    for (mode, name) in [
+        (ExecMode::Parallel(2), "chain_abort_lanes"),
+        (ExecMode::Serial, "chain_abort_serial"),
+    ] {
+        let store = setup(f, name, StoreOptions::default()).await;
         let out = run(&store, &b, mode).await;
         assert_eq!(out.success, vec![true, false, true, true, true], "{mode:?}");
         assert_eq!(out.failures.len(), 1, "{out:?}");
