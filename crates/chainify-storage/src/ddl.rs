@@ -643,6 +643,14 @@ pub fn consume_changes(dialect: Dialect, t: &CatalogTable, rows: usize) -> Strin
     )
 }
 
+/// Records `rows` block transactions as applied (`chainify_applied_txs`). Parameters per row:
+/// the block, the transaction's index, whether it succeeded.
+pub fn insert_markers(dialect: Dialect, rows: usize) -> String {
+    let values = tuple_list(dialect, rows, 3, 1);
+    let values = values.strip_prefix("VALUES ").unwrap_or(&values);
+    format!("INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES {values}")
+}
+
 /// Records `rows` keys as changed by a block. Parameters per row: the key values, then the
 /// block.
 pub fn mark_dirty(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
@@ -1073,6 +1081,14 @@ mod tests {
         assert_eq!(
             mark_dirty(Dialect::MySql, &table(), 1),
             "INSERT INTO chainify_dk_acct (bank, id, chainify_block) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE chainify_block = VALUES(chainify_block)"
+        );
+        assert_eq!(
+            insert_markers(Dialect::Postgres, 2),
+            "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ($1, $2, $3), ($4, $5, $6)"
+        );
+        assert_eq!(
+            insert_markers(Dialect::MySql, 1),
+            "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES (?, ?, ?)"
         );
         let (dirty, types) = dirty_keys(Dialect::Postgres, &table());
         assert_eq!(

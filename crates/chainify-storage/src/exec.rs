@@ -551,23 +551,29 @@ impl<B: Backend> Run<'_, B> {
             return Ok(());
         }
         let during = format!("committing a lane of block {}", self.block.number);
+        let dialect = self.store.backend.dialect();
         let mut attempt = 1;
         loop {
             if !lane.open {
                 self.lane_reopen(lane, &mut attempt, &during).await?;
             }
             let conn = lane.conn.as_mut().expect("an open lane has a connection");
-            // One prepared statement per marker: a multi-row insert would be a new statement
-            // text for every lane length.
+            let values: Vec<Value> = lane
+                .held
+                .iter()
+                .flat_map(|&(index, ok)| {
+                    [
+                        self.block_value.clone(),
+                        index_param(index),
+                        Value::Int(i64::from(ok)),
+                    ]
+                })
+                .collect();
             let mut result = Ok(());
-            for &(index, ok) in &lane.held {
-                let values = [
-                    self.block_value.clone(),
-                    index_param(index),
-                    Value::Int(i64::from(ok)),
-                ];
-                let params: Vec<&Value> = values.iter().collect();
-                if let Err(e) = conn.execute(&self.marker, &params, false).await {
+            for chunk in row_chunks(&values, 3, dialect) {
+                let params: Vec<&Value> = chunk.iter().collect();
+                let sql = ddl::insert_markers(dialect, chunk.len() / 3);
+                if let Err(e) = conn.execute(&sql, &params, false).await {
                     result = Err(e);
                     break;
                 }
@@ -676,10 +682,7 @@ impl<B: Backend> Store<B> {
             retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             failed: AtomicBool::new(false),
-            marker: format!(
-                "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES ({})",
-                ddl::placeholders(self.backend.dialect(), 3)
-            ),
+            marker: ddl::insert_markers(self.backend.dialect(), 1),
             idle: Mutex::new(Vec::new()),
         };
         match mode {
