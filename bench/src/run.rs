@@ -179,11 +179,7 @@ impl BenchArgs {
                 bail!("--crypto {other:?}: on (ZIP 215, batched), rfc8032 (one by one) or off")
             }
         };
-        let cut = match self.cut.as_str() {
-            "on-demand" => Cut::OnDemand,
-            "timeout" => Cut::OnTimeout,
-            other => bail!("--cut {other:?}: on-demand or timeout"),
-        };
+        let cut: Cut = self.cut.parse().map_err(|e| anyhow::anyhow!("--cut {e}"))?;
         if self.engines.is_empty() || self.engines.len() > 16 {
             bail!("--engines: name 1 to 16 organizations' engines");
         }

@@ -152,14 +152,28 @@ pub struct BlockFile {
 #[serde(rename_all = "kebab-case")]
 pub enum CutRule {
     /// When an organization's block stream has nothing more of the log at hand and waits for the
-    /// block being filled (Kafka and the in-process orderer), or after the batch timeout. No block waits on
-    /// the timer while an organization is idle; under load a block holds what arrived while the
-    /// organizations executed the last one.
+    /// block being filled (Kafka and the in-process orderer: the consumer appends the time-to-cut
+    /// marker itself), or after the batch timeout. No block waits on the timer while an
+    /// organization is idle; under load a block holds what arrived while the organizations
+    /// executed the last one.
     #[default]
     OnDemand,
     /// Only after the batch timeout (and the solo orderer always: its gRPC stream is read
     /// ahead, so it cannot tell when an organization wants a block).
     Timeout,
+}
+
+impl std::str::FromStr for CutRule {
+    type Err = String;
+
+    /// `on-demand` or `timeout`, as in the network file (command-line options).
+    fn from_str(text: &str) -> Result<CutRule, String> {
+        match text {
+            "on-demand" => Ok(CutRule::OnDemand),
+            "timeout" => Ok(CutRule::Timeout),
+            other => Err(format!("{other:?}: on-demand or timeout")),
+        }
+    }
 }
 
 fn default_max_block_txs() -> usize {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainify_core::OrgId;
-use chainify_core::config::{CutRule, NetworkConfig, OrdererKind, OrgConfig};
+use chainify_core::config::{NetworkConfig, OrdererKind, OrgConfig};
 use chainify_core::crypto::SigningKey;
 use chainify_core::tx::ChainedTransaction;
 use chainify_core::verify::Verifier;
@@ -17,9 +17,7 @@ use chainify_node::{
     CommitFeed, ExecutionServer, Inbox, LocalExecution, Node, NodeParts, NodeSettings, NodeStatus,
     ReadGate, StateServer, resume_point,
 };
-use chainify_orderer::{
-    BlockStream, Cut, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume,
-};
+use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
 use chainify_proto::FILE_DESCRIPTOR_SET;
 use chainify_proto::pb::admin_service_server::AdminServiceServer;
 use chainify_proto::pb::chainify_service_server::ChainifyServiceServer;
@@ -221,10 +219,7 @@ async fn connect_orderer(
                 network: network.network_id.clone(),
                 max_block_txs: network.max_block_txs,
                 batch_timeout: network.batch_timeout,
-                cut: match network.cut {
-                    CutRule::OnDemand => Cut::OnDemand,
-                    CutRule::Timeout => Cut::OnTimeout,
-                },
+                cut: network.cut,
                 replication: i32::from(network.orderer.kafka_replication),
                 markers_from: resume,
             })

@@ -30,16 +30,10 @@ pub use cutter::{BlockCutter, LogEntry};
 pub use kafka::{KafkaOrderer, KafkaSettings, decode_entry, encode_entry};
 pub use local::LocalOrderer;
 
-/// When a block that has not filled up is cut.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cut {
-    /// When its oldest transaction has waited the batch timeout.
-    OnTimeout,
-    /// As [`Cut::OnTimeout`], and as soon as a consumer asks for it while it holds a
-    /// transaction (the consumer appends the time-to-cut marker itself). Any number of
-    /// consumers may race: a marker for a block already cut is ignored by every cutter alike.
-    OnDemand,
-}
+/// When a block that has not filled up is cut: the network file's `block.cut`, one type from
+/// the configuration to the orderers. Cutting on demand, any number of consumers may race: a
+/// marker for a block already cut is ignored by every cutter alike.
+pub use chainify_core::config::CutRule as Cut;
 
 /// Blocks in order, without gaps, from the requested number on.
 pub type BlockStream = Pin<Box<dyn Stream<Item = Result<TransactionBlock, OrdererError>> + Send>>;

@@ -45,7 +45,7 @@ impl LocalOrderer {
     /// when the oldest waited `batch_timeout`. Must be called inside a tokio runtime (it spawns
     /// the timeout task, which ends when the last clone is dropped).
     pub fn start(network: NetworkId, max_block_txs: usize, batch_timeout: Duration) -> Self {
-        LocalOrderer::start_cutting(network, max_block_txs, batch_timeout, Cut::OnTimeout)
+        LocalOrderer::start_cutting(network, max_block_txs, batch_timeout, Cut::Timeout)
     }
 
     /// As [`LocalOrderer::start`], cutting partial blocks as `mode` says.

@@ -23,7 +23,7 @@ fn settings(test: &str, max: usize, timeout: Duration) -> KafkaSettings {
         network: network(),
         max_block_txs: max,
         batch_timeout: timeout,
-        cut: Cut::OnTimeout,
+        cut: Cut::Timeout,
         replication: 1,
         markers_from: Resume::START,
     }

@@ -240,7 +240,7 @@ fn the_shipped_three_node_cluster_orders_through_the_loss_of_its_leader() {
         network: network(),
         max_block_txs: 4,
         batch_timeout: Duration::from_millis(200),
-        cut: Cut::OnTimeout,
+        cut: Cut::Timeout,
         replication: 3,
         markers_from: Resume::START,
     };

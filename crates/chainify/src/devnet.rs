@@ -98,7 +98,7 @@ pub(crate) struct UpArgs {
     #[arg(long, default_value_t = 50)]
     batch_timeout_ms: u64,
     /// `on-demand` (an organization waiting for the block cuts it; Kafka) or `timeout`.
-    #[arg(long, default_value = "on-demand", value_parser = crate::init::parse_cut)]
+    #[arg(long, default_value = "on-demand")]
     cut: CutRule,
     /// Checkpoint interval in blocks.
     #[arg(long, default_value_t = 20)]

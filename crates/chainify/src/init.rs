@@ -69,7 +69,7 @@ pub(crate) struct InitArgs {
     #[arg(long, default_value_t = 100)]
     pub(crate) batch_timeout_ms: u64,
     /// ... or (`on-demand`, with Kafka) as soon as an organization waits for it.
-    #[arg(long, default_value = "on-demand", value_parser = parse_cut)]
+    #[arg(long, default_value = "on-demand")]
     pub(crate) cut: CutRule,
     /// Take a checkpoint every this many blocks.
     #[arg(long, default_value_t = 100)]
@@ -379,13 +379,4 @@ fn write_network(
         SigningKey::load(&cfg.signing_key)?;
     }
     Ok(())
-}
-
-/// `--cut`: `on-demand` or `timeout`.
-pub(crate) fn parse_cut(text: &str) -> Result<CutRule, String> {
-    match text {
-        "on-demand" => Ok(CutRule::OnDemand),
-        "timeout" => Ok(CutRule::Timeout),
-        other => Err(format!("{other:?}: expected on-demand or timeout")),
-    }
 }
