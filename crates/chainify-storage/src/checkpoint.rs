@@ -1,16 +1,20 @@
 //! Checkpoints (docs/design/overview.md §2.5, docs/design/digest.md): SQL-level snapshots of the
 //! shared tables at an applied block, restore, replay and pruning.
 //!
-//! A checkpoint copies only the tables changed since their last snapshot (`INSERT … SELECT` into
-//! `chainify_cp_<t>`, tagged with the block); `chainify_checkpoint_tables` records which
-//! snapshot holds each table for each checkpoint. [`Store::restore`] compares with the snapshot
+//! A checkpoint copies only the tables changed since the previous checkpoint, and of those only
+//! the keys the blocks since changed (a delta layer in `chainify_cp_<t>`, tagged with the block;
+//! see [`crate::layers`]); the first snapshot of a table copies it whole (a base layer).
+//! `chainify_checkpoint_tables` records which layer holds each table for each checkpoint, and
+//! `chainify_snapshot_layers` each layer's base. Pruning folds deltas into their base once no
+//! kept checkpoint needs the base alone, so a checkpoint costs the keys changed since the
+//! previous one, not the table. [`Store::restore`] compares with the snapshot
 //! only the keys recorded as changed since the checkpoint (the dirty-key tables) and deletes,
 //! updates and inserts only the rows that differ; [`Store::restore_full`] compares every row,
 //! after checking that the snapshots hold the agreed state digest. Either runs in one database
 //! transaction and then clears the changes the triggers recorded for it, so the restore itself
 //! never reaches a digest.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chainify_core::state::{RowHash, StateHash};
@@ -21,6 +25,7 @@ use crate::catalog::CatalogTable;
 use crate::ddl::{self, ReadType};
 use crate::error::StorageError;
 use crate::exec::{BlockOutcome, ExecBlock, ExecMode};
+use crate::layers::{self, Layer, Step};
 use crate::store::{Store, parents_first};
 
 /// Keys repaired per restore statement.
@@ -40,8 +45,11 @@ pub struct CheckpointInfo {
 }
 
 fn int(b: BlockNumber) -> Result<Value, StorageError> {
+    tag(b).map(Value::Int)
+}
+
+fn tag(b: BlockNumber) -> Result<i64, StorageError> {
     i64::try_from(b.0)
-        .map(Value::Int)
         .map_err(|_| StorageError::Checkpoint(format!("block {b} does not fit a BIGINT")))
 }
 
@@ -97,49 +105,117 @@ impl<B: Backend> Store<B> {
                     "a checkpoint at block {block} already exists"
                 )));
             }
-            let state = self.db(
+            // The previous checkpoint's layers: a table changed since is copied as a delta of
+            // the keys changed after that checkpoint on top of them (the dirty-key tables keep
+            // every key changed after the oldest kept checkpoint).
+            let previous = self.db(
                 conn.query(
-                    "SELECT table_name, last_changed_block, last_snapshot_block FROM chainify_shared_tables",
+                    "SELECT MAX(block) FROM chainify_checkpoints",
                     &[],
-                    &[ReadType::Text, ReadType::Int, ReadType::Int],
+                    &[ReadType::Int],
                 )
                 .await,
                 &during,
             )?;
+            let previous = match previous.first().and_then(|r| r.first()) {
+                Some(Value::Int(p)) => Some(*p),
+                _ => None,
+            };
+            let before = match previous {
+                Some(p) => self.layers_in(&mut conn, p, &during).await?,
+                None => BTreeMap::new(),
+            };
+            let changed = self.db(
+                conn.query(
+                    "SELECT table_name, last_changed_block FROM chainify_shared_tables",
+                    &[],
+                    &[ReadType::Text, ReadType::Int],
+                )
+                .await,
+                &during,
+            )?;
+            let changed: BTreeMap<String, i64> = changed
+                .into_iter()
+                .filter_map(|r| match (&r[0], &r[1]) {
+                    (Value::Text(n), Value::Int(c)) => Some((n.clone(), *c)),
+                    _ => None,
+                })
+                .collect();
             let mut copied = Vec::new();
             let mut holders = Vec::new();
             let mut rows = 0;
-            for row in state {
-                let (Value::Text(name), Value::Int(changed), Value::Int(snapshot)) =
-                    (&row[0], &row[1], &row[2])
-                else {
-                    continue;
-                };
-                let Some(t) = tables.get(name) else { continue };
-                let holder = if *snapshot < 0 || changed > snapshot {
-                    rows += self.db(
-                        conn.execute(&ddl::snapshot(dialect, t), &[&b], false).await,
-                        &during,
-                    )?;
-                    self.db(
-                        conn.execute(
-                            &format!(
-                                "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE table_name = {}",
-                                p(1),
-                                p(2)
-                            ),
-                            &[&b, &Value::Text(name.clone())],
-                            false,
+            for t in tables.values() {
+                let name = Value::Text(t.name.clone());
+                let last_change = changed.get(&t.name).copied().unwrap_or(i64::MAX);
+                let layer = match (previous, before.get(&t.name)) {
+                    (Some(p), Some(layer)) if last_change <= p => *layer,
+                    (previous, before) => {
+                        // Layers after the one this builds on belong to a state a restore
+                        // discarded and a crash kept from being dropped.
+                        let after = before.map_or(b.clone(), |l| Value::Int(l.tag + 1));
+                        let stale = format!(
+                            "DELETE FROM {} WHERE chainify_cp_block >= {}",
+                            ddl::snapshot_table(&t.name),
+                            p(1)
+                        );
+                        self.db(conn.execute(&stale, &[&after], false).await, &during)?;
+                        let stale = format!(
+                            "DELETE FROM chainify_snapshot_layers WHERE block >= {} AND table_name = {}",
+                            p(1),
+                            p(2)
+                        );
+                        self.db(
+                            conn.execute(&stale, &[&after, &name], false).await,
+                            &during,
+                        )?;
+                        let layer = match (previous, before) {
+                            (Some(p), Some(before)) => {
+                                let since = Value::Int(p);
+                                for sql in ddl::snapshot_delta(dialect, t) {
+                                    rows += self.db(
+                                        conn.execute(&sql, &[&b, &since], false).await,
+                                        &during,
+                                    )?;
+                                }
+                                Layer {
+                                    tag: tag(block)?,
+                                    base: before.base,
+                                }
+                            }
+                            _ => {
+                                rows += self.db(
+                                    conn.execute(&ddl::snapshot(dialect, t), &[&b], false)
+                                        .await,
+                                    &during,
+                                )?;
+                                Layer::base(tag(block)?)
+                            }
+                        };
+                        self.insert_row(
+                            &mut conn,
+                            "chainify_snapshot_layers (table_name, block, base_block)",
+                            &[&name, &b, &Value::Int(layer.base)],
+                            &during,
                         )
-                        .await,
-                        &during,
-                    )?;
-                    copied.push(name.clone());
-                    b.clone()
-                } else {
-                    Value::Int(*snapshot)
+                        .await?;
+                        self.db(
+                            conn.execute(
+                                &format!(
+                                    "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE table_name = {}",
+                                    p(1),
+                                    p(2)
+                                ),
+                                &[&b, &name],
+                                false,
+                            )
+                            .await,
+                            &during,
+                        )?;
+                        copied.push(t.name.clone());
+                        layer
+                    }
                 };
-                holders.push((name.clone(), holder));
+                holders.push((t.name.clone(), Value::Int(layer.tag)));
             }
             self.register_checkpoint(&mut conn, &b, &holders, &during)
                 .await?;
@@ -264,7 +340,7 @@ impl<B: Backend> Store<B> {
         block: BlockNumber,
         table: &str,
         during: &str,
-    ) -> Result<i64, StorageError> {
+    ) -> Result<Layer, StorageError> {
         self.snapshot_holders(block, during)
             .await?
             .get(table)
@@ -294,7 +370,9 @@ impl<B: Backend> Store<B> {
                 ))
             })?;
             let (sql, types) = ddl::snapshot_rows(dialect, t);
-            let rows = self.db(conn.query(&sql, &[&Value::Int(s)], &types).await, &during)?;
+            let params = s.params();
+            let params: Vec<&Value> = params.iter().collect();
+            let rows = self.db(conn.query(&sql, &params, &types).await, &during)?;
             let mut sum = StateHash::empty();
             for row in &rows {
                 sum.add(&RowHash::of(&t.name, row));
@@ -308,22 +386,44 @@ impl<B: Backend> Store<B> {
         &self,
         block: BlockNumber,
         during: &str,
-    ) -> Result<std::collections::BTreeMap<String, i64>, StorageError> {
-        let rows = self
-            .query(
-                during,
+    ) -> Result<BTreeMap<String, Layer>, StorageError> {
+        let mut conn = self.acquire(during).await?;
+        self.layers_in(&mut conn, tag(block)?, during).await
+    }
+
+    /// The layer that holds each table in the checkpoint at `block`, with its base.
+    pub(crate) async fn layers_in(
+        &self,
+        conn: &mut B::Conn,
+        block: i64,
+        during: &str,
+    ) -> Result<BTreeMap<String, Layer>, StorageError> {
+        let rows = self.db(
+            conn.query(
                 &format!(
-                    "SELECT table_name, snapshot_block FROM chainify_checkpoint_tables WHERE block = {}",
+                    "SELECT c.table_name, c.snapshot_block, l.base_block FROM chainify_checkpoint_tables c \
+                     LEFT JOIN chainify_snapshot_layers l ON l.table_name = c.table_name AND l.block = c.snapshot_block \
+                     WHERE c.block = {}",
                     ddl::placeholder(self.backend.dialect(), 1)
                 ),
-                &[&int(block)?],
-                &[ReadType::Text, ReadType::Int],
+                &[&Value::Int(block)],
+                &[ReadType::Text, ReadType::Int, ReadType::Int],
             )
-            .await?;
+            .await,
+            during,
+        )?;
         Ok(rows
             .into_iter()
-            .filter_map(|r| match (&r[0], &r[1]) {
-                (Value::Text(n), Value::Int(s)) => Some((n.clone(), *s)),
+            .filter_map(|r| match (&r[0], &r[1], &r[2]) {
+                (Value::Text(n), Value::Int(tag), Value::Int(base)) => Some((
+                    n.clone(),
+                    Layer {
+                        tag: *tag,
+                        base: *base,
+                    },
+                )),
+                // A layer without a record is a base layer.
+                (Value::Text(n), Value::Int(tag), _) => Some((n.clone(), Layer::base(*tag))),
                 _ => None,
             })
             .collect())
@@ -338,35 +438,19 @@ impl<B: Backend> Store<B> {
     ) -> Result<CheckpointInfo, StorageError> {
         let full = verified.is_some();
         let started = Instant::now();
-        let referenced = self.referenced_snapshots().await?;
         let dialect = self.backend.dialect();
         let p = |n| ddl::placeholder(dialect, n);
         let b = int(block)?;
         let during = format!("restoring the checkpoint at block {block}");
         let tables = self.tables();
         let order = parents_first(&tables);
-        let holders = self
-            .query(
-                &during,
-                &format!(
-                    "SELECT table_name, snapshot_block FROM chainify_checkpoint_tables WHERE block = {}",
-                    p(1)
-                ),
-                &[&b],
-                &[ReadType::Text, ReadType::Int],
-            )
-            .await?;
+        let holders = self.snapshot_holders(block, &during).await?;
         if holders.is_empty() {
             return Err(StorageError::Checkpoint(format!(
                 "there is no checkpoint at block {block}"
             )));
         }
-        let holder = |name: &str| {
-            holders.iter().find_map(|r| match (&r[0], &r[1]) {
-                (Value::Text(n), Value::Int(s)) if n == name => Some(*s),
-                _ => None,
-            })
-        };
+        let holder = |name: &str| holders.get(name).copied();
         // Every shared table must be in the checkpoint (a table registered after it cannot be
         // restored to that point).
         for t in &order {
@@ -389,7 +473,12 @@ impl<B: Backend> Store<B> {
             for sql in fk.in_transaction {
                 self.db(conn.batch(sql).await, &during)?;
             }
-            let snapshot_of = |t: &CatalogTable| Value::Int(holder(&t.name).unwrap_or(-1));
+            let snapshot_of = |t: &CatalogTable| {
+                holder(&t.name)
+                    .unwrap_or(Layer::base(-1))
+                    .params()
+                    .to_vec()
+            };
             // Only keys changed since the checkpoint can differ from it; a full restore (a
             // change bypassed the triggers) compares every row, set by set.
             let mut dirty = Vec::with_capacity(order.len());
@@ -406,7 +495,7 @@ impl<B: Backend> Store<B> {
                 let width = t.primary_key.len();
                 keys.chunks(RESTORE_CHUNK * width)
                     .map(|c| {
-                        let mut params = vec![snapshot_of(t)];
+                        let mut params = snapshot_of(t);
                         params.extend(c.iter().cloned());
                         (c.len() / width, params)
                     })
@@ -416,18 +505,18 @@ impl<B: Backend> Store<B> {
             if full {
                 for t in order.iter().rev() {
                     let (delete, _, _) = ddl::restore_all(dialect, t);
-                    rows += self.db(
-                        conn.execute(&delete, &[&snapshot_of(t)], false).await,
-                        &during,
-                    )?;
+                    let s = snapshot_of(t);
+                    let s: Vec<&Value> = s.iter().collect();
+                    rows += self.db(conn.execute(&delete, &s, false).await, &during)?;
                 }
                 for t in &order {
                     let (_, update, insert) = ddl::restore_all(dialect, t);
                     let s = snapshot_of(t);
+                    let s: Vec<&Value> = s.iter().collect();
                     if let Some(update) = update {
-                        rows += self.db(conn.execute(&update, &[&s], false).await, &during)?;
+                        rows += self.db(conn.execute(&update, &s, false).await, &during)?;
                     }
-                    rows += self.db(conn.execute(&insert, &[&s], false).await, &during)?;
+                    rows += self.db(conn.execute(&insert, &s, false).await, &during)?;
                 }
             }
             for (t, keys) in order.iter().zip(&dirty).rev() {
@@ -438,7 +527,7 @@ impl<B: Backend> Store<B> {
                 }
             }
             for (t, keys) in order.iter().zip(&dirty) {
-                let s = snapshot_of(t);
+                let s = Value::Int(holder(&t.name).map_or(-1, |l| l.tag));
                 for (n, params) in chunks(t, keys) {
                     let (_, update, insert) = ddl::restore(dialect, t, n);
                     let params: Vec<&Value> = params.iter().collect();
@@ -506,7 +595,7 @@ impl<B: Backend> Store<B> {
         }
         let rows = outcome?;
         // Snapshots taken after the checkpoint are unreferenced now.
-        self.drop_unreferenced_snapshots(referenced).await?;
+        self.settle_layers().await?;
         Ok(CheckpointInfo {
             block,
             tables: order.iter().map(|t| t.name.clone()).collect(),
@@ -537,7 +626,6 @@ impl<B: Backend> Store<B> {
         let Some(newest_dropped) = dropped.last() else {
             return Ok(dropped);
         };
-        let referenced = self.referenced_snapshots().await?;
         let p = |n| ddl::placeholder(self.backend.dialect(), n);
         let b = int(*newest_dropped)?;
         let during = "pruning checkpoints";
@@ -572,47 +660,128 @@ impl<B: Backend> Store<B> {
             }
         }
         drop(conn);
-        self.drop_unreferenced_snapshots(referenced).await?;
+        self.settle_layers().await?;
         Ok(dropped)
     }
 
-    /// The snapshots checkpoints refer to: (table, snapshot block).
-    pub(crate) async fn referenced_snapshots(
-        &self,
-    ) -> Result<BTreeSet<(String, i64)>, StorageError> {
-        let rows = self
-            .query(
-                "listing snapshots",
+    /// Leaves exactly the snapshot layers the checkpoints need ([`layers::plan`]): drops the
+    /// others and folds deltas into bases no checkpoint needs alone, in one transaction. Run
+    /// after checkpoints are dropped; a run a crash cut short is finished by the next.
+    pub(crate) async fn settle_layers(&self) -> Result<(), StorageError> {
+        let during = "dropping and folding snapshot layers";
+        let dialect = self.backend.dialect();
+        let p = |n| ddl::placeholder(dialect, n);
+        let mut conn = self.acquire(during).await?;
+        let referenced = self.db(
+            conn.query(
                 "SELECT DISTINCT table_name, snapshot_block FROM chainify_checkpoint_tables",
                 &[],
                 &[ReadType::Text, ReadType::Int],
             )
-            .await?;
-        Ok(rows
+            .await,
+            during,
+        )?;
+        let referenced: BTreeSet<(String, i64)> = referenced
             .into_iter()
             .filter_map(|r| match (&r[0], &r[1]) {
                 (Value::Text(t), Value::Int(b)) => Some((t.clone(), *b)),
                 _ => None,
             })
-            .collect())
-    }
-
-    /// Deletes the snapshots that were referenced (`before`) and no longer are, by their key
-    /// prefix (no scan of the snapshot tables).
-    pub(crate) async fn drop_unreferenced_snapshots(
-        &self,
-        before: BTreeSet<(String, i64)>,
-    ) -> Result<(), StorageError> {
-        let after = self.referenced_snapshots().await?;
-        let during = "dropping unreferenced snapshots";
-        let mut conn = self.acquire(during).await?;
-        for (table, block) in before.difference(&after) {
-            let sql = ddl::drop_snapshot(self.backend.dialect(), table);
-            self.db(
-                conn.execute(&sql, &[&Value::Int(*block)], false).await,
-                during,
-            )?;
+            .collect();
+        let recorded = self.db(
+            conn.query(
+                "SELECT table_name, block, base_block FROM chainify_snapshot_layers",
+                &[],
+                &[ReadType::Text, ReadType::Int, ReadType::Int],
+            )
+            .await,
+            during,
+        )?;
+        let recorded: BTreeMap<(String, i64), i64> = recorded
+            .into_iter()
+            .filter_map(|r| match (&r[0], &r[1], &r[2]) {
+                (Value::Text(t), Value::Int(b), Value::Int(base)) => Some(((t.clone(), *b), *base)),
+                _ => None,
+            })
+            .collect();
+        let steps = layers::plan(&recorded, &referenced);
+        if steps.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let tables = self.tables();
+        self.db(conn.begin().await, during)?;
+        let result = async {
+            for step in &steps {
+                let (table, gone) = match step {
+                    Step::Drop { table, tag } => {
+                        if tables.contains_key(table) {
+                            let sql = ddl::drop_snapshot(dialect, table);
+                            self.db(conn.execute(&sql, &[&Value::Int(*tag)], false).await, during)?;
+                        }
+                        (table, *tag)
+                    }
+                    Step::Fold {
+                        table,
+                        base: b0,
+                        delta: d0,
+                    } => {
+                        let (base, delta) = (Value::Int(*b0), Value::Int(*d0));
+                        if let Some(t) = tables.get(table) {
+                            let [replaced, moved, rest] = ddl::fold_layer(dialect, t);
+                            for (sql, params) in [
+                                (replaced, vec![&base, &delta]),
+                                (moved, vec![&base, &delta]),
+                                (rest, vec![&delta]),
+                            ] {
+                                self.db(conn.execute(&sql, &params, false).await, during)?;
+                            }
+                        }
+                        let name = Value::Text(table.clone());
+                        for sql in [
+                            format!(
+                                "UPDATE chainify_checkpoint_tables SET snapshot_block = {} WHERE snapshot_block = {} AND table_name = {}",
+                                p(1),
+                                p(2),
+                                p(3)
+                            ),
+                            format!(
+                                "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE last_snapshot_block = {} AND table_name = {}",
+                                p(1),
+                                p(2),
+                                p(3)
+                            ),
+                        ] {
+                            self.db(
+                                conn.execute(&sql, &[&base, &delta, &name], false).await,
+                                during,
+                            )?;
+                        }
+                        (table, *d0)
+                    }
+                };
+                self.db(
+                    conn.execute(
+                        &format!(
+                            "DELETE FROM chainify_snapshot_layers WHERE block = {} AND table_name = {}",
+                            p(1),
+                            p(2)
+                        ),
+                        &[&Value::Int(gone), &Value::Text(table.clone())],
+                        false,
+                    )
+                    .await,
+                    during,
+                )?;
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => self.db(conn.commit().await, during),
+            Err(e) => {
+                let _ = conn.rollback().await;
+                Err(e)
+            }
+        }
     }
 }

@@ -11,8 +11,10 @@
 //!   `chainify_o1…`, or 0 when the key did not exist): the state digest subtracts that image and
 //!   adds the new one. The triggers need no session state: a direct change by anyone is recorded
 //!   like chainify's own.
-//! - `chainify_cp_t(chainify_cp_block, <all columns>)`: checkpoint snapshots of `t`, one set of rows
-//!   per checkpoint block that changed `t`.
+//! - `chainify_cp_t(chainify_cp_block, chainify_cp_gone, <all columns>)`: checkpoint snapshots of
+//!   `t` in layers (`chainify_snapshot_layers`): a base layer holds every row, a delta layer only
+//!   the keys changed since the layer before it, a deleted key as a tombstone (`chainify_cp_gone`
+//!   = 1). A snapshot is the newest row of each key over its layers ([`in_layers`]).
 
 use chainify_sql::ColumnType;
 use chainify_sql::render::Dialect;
@@ -28,6 +30,62 @@ pub fn digest_table(table: &str) -> String {
 /// Snapshot table of `table`.
 pub fn snapshot_table(table: &str) -> String {
     format!("chainify_cp_{table}")
+}
+
+/// The index of `table`'s snapshot table by key and layer: a snapshot's newest row of a key is
+/// one lookup.
+fn snapshot_index(table: &str) -> String {
+    format!("chainify_cpk_{table}")
+}
+
+/// Whether `t`'s snapshot table has its tombstone column (query, one parameter: the snapshot
+/// table's name; a count), and the statements that add it and the key index to a snapshot
+/// table created before layers existed.
+pub fn snapshot_upgrade(dialect: Dialect, t: &CatalogTable) -> (String, Vec<String>) {
+    let check = match dialect {
+        Dialect::Postgres => {
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = 'chainify_cp_gone'"
+        }
+        Dialect::MySql => {
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'chainify_cp_gone'"
+        }
+        Dialect::Sqlite => {
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'chainify_cp_gone'"
+        }
+    };
+    let cp = snapshot_table(&t.name);
+    (
+        check.to_owned(),
+        vec![
+            format!("ALTER TABLE {cp} ADD COLUMN chainify_cp_gone SMALLINT NOT NULL DEFAULT 0"),
+            format!(
+                "CREATE INDEX {} ON {cp} ({}, chainify_cp_block)",
+                snapshot_index(&t.name),
+                t.primary_key.join(", ")
+            ),
+        ],
+    )
+}
+
+/// Conditions on alias `s` of `t`'s snapshot table that hold for exactly the rows of one
+/// snapshot: rows of the layers from its base to its own layer that no later of those layers
+/// replaces, tombstones excluded. Parameters from `first` on: the layer, its base, the layer
+/// again ([`crate::checkpoint::Layer::params`]).
+pub fn in_layers(dialect: Dialect, t: &CatalogTable, s: &str, first: usize) -> String {
+    let p = |n: usize| placeholder(dialect, first + n);
+    let newer = t
+        .primary_key
+        .iter()
+        .map(|k| format!("chainify_newer.{k} = {s}.{k}"))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    format!(
+        "{s}.chainify_cp_block <= {} AND {s}.chainify_cp_block >= {} AND {s}.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM {} chainify_newer WHERE {newer} AND chainify_newer.chainify_cp_block > {s}.chainify_cp_block AND chainify_newer.chainify_cp_block <= {})",
+        p(0),
+        p(1),
+        snapshot_table(&t.name),
+        p(2)
+    )
 }
 
 /// Column of the digest table that holds the before-image of the `i`-th (0-based) column.
@@ -196,8 +254,16 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             before_defs.join(", ")
         ),
         format!(
-            "CREATE TABLE IF NOT EXISTS {cp} (chainify_cp_block {big} NOT NULL, {}, PRIMARY KEY (chainify_cp_block, {key_list})){suffix}",
-            col_defs.join(", ")
+            "CREATE TABLE IF NOT EXISTS {cp} (chainify_cp_block {big} NOT NULL, chainify_cp_gone SMALLINT NOT NULL DEFAULT 0, {}, PRIMARY KEY (chainify_cp_block, {key_list}){}){suffix}",
+            col_defs.join(", "),
+            if dialect == Dialect::MySql {
+                format!(
+                    ", KEY {} ({key_list}, chainify_cp_block)",
+                    snapshot_index(name)
+                )
+            } else {
+                String::new()
+            }
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {dk} ({}, chainify_block {big} NOT NULL, PRIMARY KEY ({key_list})){suffix}",
@@ -435,6 +501,13 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                 });
             }
         }
+    }
+    // MySQL creates it with the table.
+    if dialect != Dialect::MySql {
+        install.push(format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {cp} ({key_list}, chainify_cp_block)",
+            snapshot_index(name)
+        ));
     }
     uninstall.push(format!("DROP TABLE IF EXISTS {dg}"));
     uninstall.push(format!("DROP TABLE IF EXISTS {cp}"));
@@ -708,20 +781,21 @@ pub fn dirty_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>)
     )
 }
 
-/// The rows of `t`'s snapshot of block `$1`, read like the digest reads images.
+/// The rows of one snapshot of `t` ([`in_layers`] parameters), read like the digest reads
+/// images.
 pub fn snapshot_rows(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let (select, types) = column_select(dialect, t);
     (
         format!(
-            "SELECT {select} FROM {} WHERE chainify_cp_block = {}",
+            "SELECT {select} FROM {} s WHERE {}",
             snapshot_table(&t.name),
-            placeholder(dialect, 1)
+            in_layers(dialect, t, "s", 1)
         ),
         types,
     )
 }
 
-/// The keys of `t`'s snapshot of block `$1`.
+/// The keys of `t`'s base layer `$1` (a snapshot being written whole).
 pub fn snapshot_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let (select, types) = key_select(dialect, t);
     (
@@ -786,7 +860,95 @@ pub fn prune_dirty(dialect: Dialect, t: &CatalogTable) -> String {
     )
 }
 
-/// Copies `t` into its snapshot table under block `$1`.
+/// A delta layer of `t` at block `$1`: the rows, and tombstones for the missing keys, of every
+/// key recorded as changed after block `$2` (given again as `$3`). Two statements; nothing
+/// travels through the client.
+pub fn snapshot_delta(dialect: Dialect, t: &CatalogTable) -> [String; 2] {
+    let cp = snapshot_table(&t.name);
+    let dk = dirty_table(&t.name);
+    let name = &t.name;
+    let cols = column_list(t);
+    let keys = t.primary_key.join(", ");
+    let matching = |a: &str, b: &str| {
+        t.primary_key
+            .iter()
+            .map(|k| format!("{a}.{k} = {b}.{k}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    let d_keys = t
+        .primary_key
+        .iter()
+        .map(|k| format!("d.{k}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let p = |n| placeholder(dialect, n);
+    [
+        format!(
+            "INSERT INTO {cp} (chainify_cp_block, {cols}) SELECT {}, {cols} FROM {name} r WHERE EXISTS (SELECT 1 FROM {dk} d WHERE {} AND d.chainify_block > {})",
+            p(1),
+            matching("d", "r"),
+            p(2)
+        ),
+        format!(
+            "INSERT INTO {cp} (chainify_cp_block, chainify_cp_gone, {keys}) SELECT {}, 1, {d_keys} FROM {dk} d WHERE d.chainify_block > {} AND NOT EXISTS (SELECT 1 FROM {name} r WHERE {})",
+            p(1),
+            p(2),
+            matching("r", "d")
+        ),
+    ]
+}
+
+/// Folds delta layer `$2` of `t` into the base layer `$1` below it, whose snapshot no checkpoint
+/// needs any more: the base's rows of the keys the delta holds go, the delta's rows move into
+/// the base, its tombstones go. The base then holds the delta's snapshot. Parameters: each
+/// statement's in order (`[base, delta]`, `[base, delta]`, `[delta]`).
+pub fn fold_layer(dialect: Dialect, t: &CatalogTable) -> [String; 3] {
+    let cp = snapshot_table(&t.name);
+    let p = |n| placeholder(dialect, n);
+    let matching = |a: &str, b: &str| {
+        t.primary_key
+            .iter()
+            .map(|k| format!("{a}.{k} = {b}.{k}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    let replaced = match dialect {
+        // MySQL refuses a subquery on the table a DELETE deletes from; a self-join it allows.
+        Dialect::MySql => format!(
+            "DELETE o FROM {cp} o JOIN {cp} n ON {} WHERE o.chainify_cp_block = ? AND n.chainify_cp_block = ?",
+            matching("n", "o")
+        ),
+        // Driven from the delta's rows: the base's are found by key, never scanned.
+        Dialect::Postgres => format!(
+            "DELETE FROM {cp} o USING {cp} n WHERE o.chainify_cp_block = $1 AND n.chainify_cp_block = $2 AND {}",
+            matching("n", "o")
+        ),
+        Dialect::Sqlite => {
+            let keys = t
+                .primary_key
+                .iter()
+                .map(|k| format!("n.{k}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "DELETE FROM {cp} WHERE (chainify_cp_block, {}) IN (SELECT ?1, {keys} FROM {cp} n WHERE n.chainify_cp_block = ?2)",
+                t.primary_key.join(", ")
+            )
+        }
+    };
+    [
+        replaced,
+        format!(
+            "UPDATE {cp} SET chainify_cp_block = {} WHERE chainify_cp_block = {} AND chainify_cp_gone = 0",
+            p(1),
+            p(2)
+        ),
+        format!("DELETE FROM {cp} WHERE chainify_cp_block = {}", p(1)),
+    ]
+}
+
+/// Copies `t` into its snapshot table under block `$1`: a base layer.
 pub fn snapshot(dialect: Dialect, t: &CatalogTable) -> String {
     let cols = column_list(t);
     format!(
@@ -797,8 +959,9 @@ pub fn snapshot(dialect: Dialect, t: &CatalogTable) -> String {
     )
 }
 
-/// The statements that turn `keys` keys of `t` (parameters from `$2` on, one tuple of key
-/// values each; [`dirty_keys`]) back into its snapshot taken at block `$1`, touching only the
+/// The statements that turn `keys` keys of `t` (parameters from `$4` on, one tuple of key
+/// values each; [`dirty_keys`]) back into one of its snapshots (parameters 1 to 3:
+/// [`in_layers`]), touching only the
 /// rows that differ: delete rows whose key the snapshot lacks (run children first), update rows
 /// whose values differ, insert rows the table lacks (run parents first). The update is `None`
 /// for a table with key columns only. A restore thus costs the keys changed since the
@@ -812,7 +975,7 @@ pub fn restore(
 }
 
 /// The statements of [`restore`] for every row of the table at once (a full restore: no record
-/// says which keys differ). Parameter: the snapshot block.
+/// says which keys differ). Parameters: the snapshot's ([`in_layers`]).
 pub fn restore_all(dialect: Dialect, t: &CatalogTable) -> (String, Option<String>, String) {
     restore_rows(dialect, t, None)
 }
@@ -824,7 +987,7 @@ fn restore_rows(
 ) -> (String, Option<String>, String) {
     let name = &t.name;
     let cp = snapshot_table(name);
-    let p1 = placeholder(dialect, 1);
+    let view = in_layers(dialect, t, "s", 1);
     let among = |alias: &str| -> String {
         let Some(keys) = keys else {
             return "1 = 1".to_owned();
@@ -832,7 +995,7 @@ fn restore_rows(
         // A plain IN for a one-column key: MariaDB plans it as index lookups, while a list of
         // one-element row values makes it scan the table.
         if let [k] = t.primary_key.as_slice() {
-            let list: Vec<String> = (2..keys + 2).map(|n| placeholder(dialect, n)).collect();
+            let list: Vec<String> = (4..keys + 4).map(|n| placeholder(dialect, n)).collect();
             return format!("{alias}.{k} IN ({})", list.join(", "));
         }
         format!(
@@ -842,7 +1005,7 @@ fn restore_rows(
                 .map(|k| format!("{alias}.{k}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            tuple_list(dialect, keys, t.primary_key.len(), 2)
+            tuple_list(dialect, keys, t.primary_key.len(), 4)
         )
     };
     let key_match = |a: &str, b: &str| -> String {
@@ -853,7 +1016,7 @@ fn restore_rows(
             .join(" AND ")
     };
     let delete = format!(
-        "DELETE FROM {name} WHERE NOT EXISTS (SELECT 1 FROM {cp} s WHERE s.chainify_cp_block = {p1} AND {}) AND {}",
+        "DELETE FROM {name} WHERE NOT EXISTS (SELECT 1 FROM {cp} s WHERE {view} AND {}) AND {}",
         key_match("s", name),
         among(name)
     );
@@ -875,7 +1038,7 @@ fn restore_rows(
             .join(" AND ");
         match dialect {
             Dialect::MySql => format!(
-                "UPDATE {name} JOIN {cp} s ON s.chainify_cp_block = {p1} AND {} SET {} WHERE NOT ({same}) AND {}",
+                "UPDATE {name} JOIN {cp} s ON {view} AND {} SET {} WHERE NOT ({same}) AND {}",
                 key_match("s", name),
                 values
                     .iter()
@@ -885,7 +1048,7 @@ fn restore_rows(
                 among(name)
             ),
             _ => format!(
-                "UPDATE {name} SET {} FROM (SELECT * FROM {cp} WHERE chainify_cp_block = {p1}) s WHERE {} AND NOT ({same}) AND {}",
+                "UPDATE {name} SET {} FROM (SELECT * FROM {cp} s WHERE {view}) s WHERE {} AND NOT ({same}) AND {}",
                 values
                     .iter()
                     .map(|c| format!("{c} = s.{c}"))
@@ -898,7 +1061,7 @@ fn restore_rows(
     });
     let cols = column_list(t);
     let insert = format!(
-        "INSERT INTO {name} ({cols}) SELECT {} FROM {cp} s WHERE s.chainify_cp_block = {p1} AND {} AND NOT EXISTS (SELECT 1 FROM {name} r WHERE {})",
+        "INSERT INTO {name} ({cols}) SELECT {} FROM {cp} s WHERE {view} AND {} AND NOT EXISTS (SELECT 1 FROM {name} r WHERE {})",
         t.columns
             .iter()
             .map(|c| format!("s.{}", c.name))
@@ -1055,24 +1218,54 @@ mod tests {
         let (delete, update, insert) = restore(Dialect::Sqlite, &table(), 2);
         assert_eq!(
             delete,
-            "DELETE FROM acct WHERE NOT EXISTS (SELECT 1 FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND s.bank = acct.bank AND s.id = acct.id) AND (acct.bank, acct.id) IN (VALUES (?2, ?3), (?4, ?5))"
+            "DELETE FROM acct WHERE NOT EXISTS (SELECT 1 FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?3) AND s.bank = acct.bank AND s.id = acct.id) AND (acct.bank, acct.id) IN (VALUES (?4, ?5), (?6, ?7))"
         );
         assert_eq!(
             update.as_deref(),
             Some(
-                "UPDATE acct SET bal = s.bal, note = s.note FROM (SELECT * FROM chainify_cp_acct WHERE chainify_cp_block = ?1) s WHERE s.bank = acct.bank AND s.id = acct.id AND NOT (acct.bal IS s.bal AND acct.note IS s.note) AND (acct.bank, acct.id) IN (VALUES (?2, ?3), (?4, ?5))"
+                "UPDATE acct SET bal = s.bal, note = s.note FROM (SELECT * FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?3)) s WHERE s.bank = acct.bank AND s.id = acct.id AND NOT (acct.bal IS s.bal AND acct.note IS s.note) AND (acct.bank, acct.id) IN (VALUES (?4, ?5), (?6, ?7))"
             )
         );
         assert_eq!(
             insert,
-            "INSERT INTO acct (bank, id, bal, note) SELECT s.bank, s.id, s.bal, s.note FROM chainify_cp_acct s WHERE s.chainify_cp_block = ?1 AND (s.bank, s.id) IN (VALUES (?2, ?3), (?4, ?5)) AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = s.bank AND r.id = s.id)"
+            "INSERT INTO acct (bank, id, bal, note) SELECT s.bank, s.id, s.bal, s.note FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?3) AND (s.bank, s.id) IN (VALUES (?4, ?5), (?6, ?7)) AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = s.bank AND r.id = s.id)"
         );
         let (_, update, _) = restore(Dialect::MySql, &table(), 1);
         assert_eq!(
             update.as_deref(),
             Some(
-                "UPDATE acct JOIN chainify_cp_acct s ON s.chainify_cp_block = ? AND s.bank = acct.bank AND s.id = acct.id SET acct.bal = s.bal, acct.note = s.note WHERE NOT (acct.bal <=> s.bal AND acct.note <=> s.note) AND (acct.bank, acct.id) IN ((?, ?))"
+                "UPDATE acct JOIN chainify_cp_acct s ON s.chainify_cp_block <= ? AND s.chainify_cp_block >= ? AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?) AND s.bank = acct.bank AND s.id = acct.id SET acct.bal = s.bal, acct.note = s.note WHERE NOT (acct.bal <=> s.bal AND acct.note <=> s.note) AND (acct.bank, acct.id) IN ((?, ?))"
             )
+        );
+        // A delta layer: the rows of the keys changed after the previous checkpoint, and
+        // tombstones for those gone; set-based, nothing through the client.
+        let [rows, gone] = snapshot_delta(Dialect::Postgres, &table());
+        assert_eq!(
+            rows,
+            "INSERT INTO chainify_cp_acct (chainify_cp_block, bank, id, bal, note) SELECT $1, bank, id, bal, note FROM acct r WHERE EXISTS (SELECT 1 FROM chainify_dk_acct d WHERE d.bank = r.bank AND d.id = r.id AND d.chainify_block > $2)"
+        );
+        assert_eq!(
+            gone,
+            "INSERT INTO chainify_cp_acct (chainify_cp_block, chainify_cp_gone, bank, id) SELECT $1, 1, d.bank, d.id FROM chainify_dk_acct d WHERE d.chainify_block > $2 AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = d.bank AND r.id = d.id)"
+        );
+        // Folding never names the base's other rows; MySQL deletes through a self-join.
+        let [replaced, moved, rest] = fold_layer(Dialect::MySql, &table());
+        assert_eq!(
+            replaced,
+            "DELETE o FROM chainify_cp_acct o JOIN chainify_cp_acct n ON n.bank = o.bank AND n.id = o.id WHERE o.chainify_cp_block = ? AND n.chainify_cp_block = ?"
+        );
+        assert_eq!(
+            moved,
+            "UPDATE chainify_cp_acct SET chainify_cp_block = ? WHERE chainify_cp_block = ? AND chainify_cp_gone = 0"
+        );
+        assert_eq!(
+            rest,
+            "DELETE FROM chainify_cp_acct WHERE chainify_cp_block = ?"
+        );
+        let [replaced, _, _] = fold_layer(Dialect::Sqlite, &table());
+        assert_eq!(
+            replaced,
+            "DELETE FROM chainify_cp_acct WHERE (chainify_cp_block, bank, id) IN (SELECT ?1, n.bank, n.id FROM chainify_cp_acct n WHERE n.chainify_cp_block = ?2)"
         );
         assert_eq!(
             mark_dirty(Dialect::Postgres, &table(), 2),

@@ -25,6 +25,7 @@ pub mod ddl;
 mod error;
 mod exec;
 mod integrity;
+mod layers;
 mod ledger;
 mod mysql;
 mod postgres;

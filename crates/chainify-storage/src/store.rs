@@ -76,8 +76,39 @@ impl<B: Backend> Store<B> {
             }
             tables.insert(name.clone(), t);
         }
+        if !store.options.read_only {
+            store.upgrade_snapshot_tables(tables.values()).await?;
+        }
         *store.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tables);
         Ok(store)
+    }
+
+    /// Gives snapshot tables created before snapshots had layers their tombstone column and key
+    /// index ([`ddl::snapshot_upgrade`]).
+    async fn upgrade_snapshot_tables(
+        &self,
+        tables: impl Iterator<Item = &CatalogTable>,
+    ) -> Result<(), StorageError> {
+        let dialect = self.backend.dialect();
+        for t in tables {
+            let during = format!("upgrading the snapshot table of {}", t.name);
+            let (check, upgrade) = ddl::snapshot_upgrade(dialect, t);
+            let found = self
+                .query(
+                    &during,
+                    &check,
+                    &[&Value::Text(ddl::snapshot_table(&t.name))],
+                    &[ReadType::Int],
+                )
+                .await?;
+            if matches!(found.first().and_then(|r| r.first()), Some(Value::Int(0))) {
+                let mut conn = self.acquire(&during).await?;
+                for sql in upgrade {
+                    self.db(conn.batch(&sql).await, &during)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The backend.

@@ -160,8 +160,9 @@ impl<B: Backend> Store<B> {
                 let during = format!("reading {} in the checkpoint at block {block}", t.name);
                 let holder = self.snapshot_holder(block, &t.name, &during).await?;
                 let (sql, types) = ddl::snapshot_rows(dialect, t);
-                self.query(&during, &sql, &[&Value::Int(holder)], &types)
-                    .await
+                let params = holder.params();
+                let params: Vec<&Value> = params.iter().collect();
+                self.query(&during, &sql, &params, &types).await
             }
         }
     }
@@ -269,6 +270,10 @@ impl<B: Backend> Store<B> {
                 p(1)
             ),
             format!("DELETE FROM chainify_checkpoints WHERE block = {}", p(1)),
+            format!(
+                "DELETE FROM chainify_snapshot_layers WHERE block = {}",
+                p(1)
+            ),
         ];
         for t in self.tables().values() {
             statements.push(format!(
@@ -291,7 +296,6 @@ impl<B: Backend> Store<B> {
     /// state being given up (a checkpoint taken after a divergent execution must not become a
     /// checkpoint of the block once the transfer makes that block agreed).
     async fn import_checkpoint(&self, a: &Adoption) -> Result<(), StorageError> {
-        let referenced = self.referenced_snapshots().await?;
         let dialect = self.backend().dialect();
         let p = |n| ddl::placeholder(dialect, n);
         let block = i64::try_from(a.block.0)
@@ -310,6 +314,10 @@ impl<B: Backend> Store<B> {
                     p(1)
                 ),
                 format!("DELETE FROM chainify_checkpoints WHERE block >= {}", p(1)),
+                format!(
+                    "DELETE FROM chainify_snapshot_layers WHERE block >= {}",
+                    p(1)
+                ),
             ] {
                 self.db(conn.execute(&sql, &[&forget], false).await, &during)?;
             }
@@ -332,6 +340,13 @@ impl<B: Backend> Store<B> {
                     self.patch_snapshot(&mut conn, t, &b, patch, &during)
                         .await?;
                 }
+                self.insert_row(
+                    &mut conn,
+                    "chainify_snapshot_layers (table_name, block, base_block)",
+                    &[&Value::Text(t.name.clone()), &b, &b],
+                    &during,
+                )
+                .await?;
             }
             // A checkpoint before the restore must copy the tables again: the snapshots hold the
             // adopted rows, the tables do not yet.
@@ -357,7 +372,7 @@ impl<B: Backend> Store<B> {
             }
         }
         drop(conn);
-        self.drop_unreferenced_snapshots(referenced).await
+        self.settle_layers().await
     }
 
     /// Replaces the rows of `patch.ranges` in `t`'s snapshot of block `b` by `patch.rows`.

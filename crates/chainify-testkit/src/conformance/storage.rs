@@ -58,6 +58,8 @@ macro_rules! storage_conformance_tests {
             trigger_bypasses_are_caught,
             a_bypass_is_repaired_by_a_verified_full_restore,
             checkpoint_restore_and_replay,
+            checkpoint_layers_follow_a_random_history,
+            snapshot_tables_from_before_layers_are_upgraded,
             blocks_apply_once_and_in_order,
             ledger_is_a_hash_chain,
             queries_return_typed_rows_alike,
@@ -137,18 +139,19 @@ pub async fn dump<B: Backend>(store: &Store<B>, table: &str) -> Vec<Vec<Value>> 
 
 /// The per-transaction markers left in `chainify_applied_txs`: none once a block is digested.
 pub async fn markers_left<B: Backend>(store: &Store<B>) -> i64 {
+    count(store, "SELECT COUNT(*) FROM chainify_applied_txs").await
+}
+
+/// The one integer a `SELECT COUNT(*) …` returns.
+pub async fn count<B: Backend>(store: &Store<B>, sql: &str) -> i64 {
     let mut conn = store.backend().acquire().await.expect("a connection");
     let rows = conn
-        .query(
-            "SELECT COUNT(*) FROM chainify_applied_txs",
-            &[],
-            &[ddl::ReadType::Int],
-        )
+        .query(sql, &[], &[ddl::ReadType::Int])
         .await
-        .expect("count the markers");
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     match rows.first().and_then(|r| r.first()) {
         Some(Value::Int(n)) => *n,
-        other => panic!("COUNT(*) returned {other:?}"),
+        other => panic!("{sql} returned {other:?}"),
     }
 }
 
@@ -1417,6 +1420,168 @@ pub async fn checkpoint_restore_and_replay<F: Fixture>(f: &F) {
             .contains("table late was registered after the checkpoint at block #2"),
         "{late}"
     );
+}
+
+/// Case: checkpoints copy a table whole once and then only the keys changed since the previous
+/// checkpoint, in layers that pruning folds. Along a random history of blocks (inserts, deletes,
+/// updates; composite keys changed from outside), checkpoints, prunes and restores, every kept
+/// checkpoint must hold exactly the agreed state of its block, a restore must bring back the
+/// tables as they were, and pruning to one checkpoint must leave one layer per table holding
+/// nothing but that checkpoint's rows.
+pub async fn checkpoint_layers_follow_a_random_history<F: Fixture>(f: &F) {
+    let store = setup(f, "layers", StoreOptions::default()).await;
+    let mut rng = Rng::new(0x1a7e);
+    let mut kept: std::collections::BTreeMap<u64, Vec<Vec<Vec<Value>>>> =
+        std::collections::BTreeMap::new();
+    let mut next = 0u64;
+    let (mut deltas, mut restores, mut pruned) = (0, 0, 0);
+    for step in 0..36u64 {
+        if step % 3 == 1 {
+            let id = i64::try_from(step).unwrap_or(0);
+            outside(
+                store.backend(),
+                &format!(
+                    "INSERT INTO awkward (id, sub, amount, note) VALUES ({id}, 1, 1.50, 'n{id}'), ({id}, 2, 2.25, NULL);\n\
+                     DELETE FROM awkward WHERE id = {} AND sub = 2;\n\
+                     UPDATE awkward SET amount = amount + 1 WHERE id = {}",
+                    id - 3,
+                    id - 6
+                ),
+            )
+            .await;
+        }
+        let b = random_block(&store, next, 500 + step, 40);
+        run(&store, &b, ExecMode::Parallel(4)).await;
+        let here = next;
+        next += 1;
+        match if step == 0 { 0 } else { rng.next_u64() % 7 } {
+            0..=2 => {
+                let info = store
+                    .checkpoint(BlockNumber(here))
+                    .await
+                    .expect("checkpoint");
+                if !kept.is_empty() && !info.tables.is_empty() {
+                    deltas += 1;
+                }
+                kept.insert(here, dump_all(&store).await);
+            }
+            3 => {
+                let keep = 1 + usize::try_from(rng.next_u64() % 3).unwrap_or(0);
+                let before = kept.len();
+                let dropped = store.prune_checkpoints(keep).await.expect("prune");
+                for d in &dropped {
+                    assert!(kept.remove(&d.0).is_some(), "dropped {d}, never taken");
+                }
+                assert_eq!(kept.len(), before.min(keep));
+                pruned += dropped.len();
+            }
+            4 | 5 if !kept.is_empty() => {
+                let keys: Vec<u64> = kept.keys().copied().collect();
+                let c = keys[usize::try_from(rng.next_u64()).unwrap_or(0) % keys.len()];
+                store.restore(BlockNumber(c)).await.expect("restore");
+                assert_eq!(
+                    Some(dump_all(&store).await),
+                    kept.get(&c).cloned(),
+                    "step {step}: the restore to {c} brings back its tables"
+                );
+                kept.retain(|k, _| *k <= c);
+                next = c + 1;
+                restores += 1;
+            }
+            _ => {}
+        }
+        assert_eq!(
+            store.checkpoints().await.expect("list"),
+            kept.keys().map(|b| BlockNumber(*b)).collect::<Vec<_>>()
+        );
+        for c in kept.keys() {
+            let held = store
+                .checkpoint_state_digest(BlockNumber(*c))
+                .await
+                .expect("snapshot state");
+            let agreed = store
+                .state_digest_at(BlockNumber(*c))
+                .await
+                .expect("agreed state");
+            assert_eq!(
+                held, agreed,
+                "step {step}: the checkpoint at {c} holds its block's state"
+            );
+        }
+    }
+    assert!(
+        deltas > 3 && restores > 2 && pruned > 2,
+        "the history took {deltas} delta checkpoints, {restores} restores, {pruned} pruned checkpoints"
+    );
+    // Pruned to one checkpoint, each table is one layer with exactly that checkpoint's rows.
+    let newest = *kept.keys().next_back().expect("a checkpoint is kept");
+    store.prune_checkpoints(1).await.expect("prune to one");
+    assert_eq!(
+        count(&store, "SELECT COUNT(*) FROM chainify_snapshot_layers").await,
+        SHARED.len() as i64
+    );
+    for (i, table) in SHARED.iter().enumerate() {
+        let sql = format!("SELECT COUNT(*) FROM {}", ddl::snapshot_table(table));
+        assert_eq!(
+            count(&store, &sql).await,
+            kept[&newest][i].len() as i64,
+            "the snapshot table of {table} holds only the checkpoint's rows"
+        );
+    }
+    // A verified full restore reads the folded layers like the tables.
+    let agreed = store
+        .state_digest_at(BlockNumber(newest))
+        .await
+        .expect("agreed");
+    store
+        .restore_full(BlockNumber(newest), agreed)
+        .await
+        .expect("full restore");
+    assert_eq!(Some(dump_all(&store).await), kept.get(&newest).cloned());
+}
+
+/// Case: a snapshot table made before snapshots had layers (no tombstone column, no key index)
+/// gets them when the store opens, and its old snapshot still restores.
+pub async fn snapshot_tables_from_before_layers_are_upgraded<F: Fixture>(f: &F) {
+    let store = setup(f, "upgrade", StoreOptions::default()).await;
+    let b0 = random_block(&store, 0, 7, 30);
+    run(&store, &b0, ExecMode::Parallel(4)).await;
+    store.checkpoint(BlockNumber(0)).await.expect("checkpoint");
+    let at_0 = dump_all(&store).await;
+    let drop_index = match store.backend().dialect() {
+        Dialect::MySql => "DROP INDEX chainify_cpk_kv ON chainify_cp_kv",
+        _ => "DROP INDEX chainify_cpk_kv",
+    };
+    outside(
+        store.backend(),
+        &format!("{drop_index};\nALTER TABLE chainify_cp_kv DROP COLUMN chainify_cp_gone"),
+    )
+    .await;
+    drop(store);
+    let options = StoreOptions::default();
+    let store = Store::open(f.reconnect("upgrade", &options).await, options)
+        .await
+        .expect("the store opens and upgrades");
+    let gone = match store.backend().dialect() {
+        Dialect::Sqlite => {
+            "SELECT COUNT(*) FROM pragma_table_info('chainify_cp_kv') WHERE name = 'chainify_cp_gone'"
+        }
+        Dialect::MySql => {
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'chainify_cp_kv' AND COLUMN_NAME = 'chainify_cp_gone'"
+        }
+        Dialect::Postgres => {
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'chainify_cp_kv' AND column_name = 'chainify_cp_gone'"
+        }
+    };
+    assert_eq!(count(&store, gone).await, 1, "the tombstone column is back");
+    let b1 = random_block(&store, 1, 8, 30);
+    run(&store, &b1, ExecMode::Parallel(4)).await;
+    store
+        .checkpoint(BlockNumber(1))
+        .await
+        .expect("a delta on the upgraded table");
+    store.restore(BlockNumber(0)).await.expect("restore");
+    assert_eq!(dump_all(&store).await, at_0);
 }
 
 /// Case: a block runs once (a re-run returns the stored outcome) and only after its predecessor.
