@@ -727,14 +727,20 @@ impl<B: Backend> Store<B> {
                     } => {
                         let (base, delta) = (Value::Int(*b0), Value::Int(*d0));
                         if let Some(t) = tables.get(table) {
-                            let [replaced, moved, rest] = ddl::fold_layer(dialect, t);
-                            for (sql, params) in [
-                                (replaced, vec![&base, &delta]),
-                                (moved, vec![&base, &delta]),
-                                (rest, vec![&delta]),
-                            ] {
+                            // The base's rows of the delta's keys go first, found by key.
+                            let (sql, types) = ddl::snapshot_keys(dialect, t);
+                            let keys = self.db(conn.query(&sql, &[&delta], &types).await, during)?;
+                            let keys: Vec<Value> = keys.into_iter().flatten().collect();
+                            let width = t.primary_key.len().max(1);
+                            for chunk in keys.chunks(RESTORE_CHUNK * width) {
+                                let sql = ddl::delete_snapshot_keys(dialect, t, chunk.len() / width);
+                                let mut params: Vec<&Value> = vec![&base];
+                                params.extend(chunk.iter());
                                 self.db(conn.execute(&sql, &params, false).await, during)?;
                             }
+                            let [moved, rest] = ddl::fold_layer(dialect, t);
+                            self.db(conn.execute(&moved, &[&base, &delta], false).await, during)?;
+                            self.db(conn.execute(&rest, &[&delta], false).await, during)?;
                         }
                         let name = Value::Text(table.clone());
                         for sql in [

@@ -67,10 +67,15 @@ pub fn snapshot_upgrade(dialect: Dialect, t: &CatalogTable) -> (String, Vec<Stri
     )
 }
 
+/// How many parameters [`in_layers`] takes.
+pub const LAYER_PARAMS: usize = 5;
+
 /// Conditions on alias `s` of `t`'s snapshot table that hold for exactly the rows of one
 /// snapshot: rows of the layers from its base to its own layer that no later of those layers
-/// replaces, tombstones excluded. Parameters from `first` on: the layer, its base, the layer
-/// again ([`crate::checkpoint::Layer::params`]).
+/// replaces, tombstones excluded. Parameters from `first` on ([`LAYER_PARAMS`]): the layer, its
+/// base, the base, the layer, the layer (`crate::layers::Layer::params`). The constant
+/// `base < layer` lets the engine skip the lookup of newer rows for a base layer, which a
+/// full restore reads row by row.
 pub fn in_layers(dialect: Dialect, t: &CatalogTable, s: &str, first: usize) -> String {
     let p = |n: usize| placeholder(dialect, first + n);
     let newer = t
@@ -80,11 +85,13 @@ pub fn in_layers(dialect: Dialect, t: &CatalogTable, s: &str, first: usize) -> S
         .collect::<Vec<_>>()
         .join(" AND ");
     format!(
-        "{s}.chainify_cp_block <= {} AND {s}.chainify_cp_block >= {} AND {s}.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM {} chainify_newer WHERE {newer} AND chainify_newer.chainify_cp_block > {s}.chainify_cp_block AND chainify_newer.chainify_cp_block <= {})",
+        "{s}.chainify_cp_block <= {} AND {s}.chainify_cp_block >= {} AND {s}.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM {} chainify_newer WHERE {} < {} AND {newer} AND chainify_newer.chainify_cp_block > {s}.chainify_cp_block AND chainify_newer.chainify_cp_block <= {})",
         p(0),
         p(1),
         snapshot_table(&t.name),
-        p(2)
+        p(2),
+        p(3),
+        p(4)
     )
 }
 
@@ -795,7 +802,7 @@ pub fn snapshot_rows(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadTyp
     )
 }
 
-/// The keys of `t`'s base layer `$1` (a snapshot being written whole).
+/// The keys (and tombstones) of `t`'s layer `$1`.
 pub fn snapshot_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let (select, types) = key_select(dialect, t);
     (
@@ -809,7 +816,7 @@ pub fn snapshot_keys(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadTyp
 }
 
 /// Deletes `keys` keys (parameters from `$2` on, one tuple of key values each) from `t`'s
-/// snapshot of block `$1`.
+/// layer `$1`.
 pub fn delete_snapshot_keys(dialect: Dialect, t: &CatalogTable, keys: usize) -> String {
     let cp = snapshot_table(&t.name);
     let p1 = placeholder(dialect, 1);
@@ -884,9 +891,15 @@ pub fn snapshot_delta(dialect: Dialect, t: &CatalogTable) -> [String; 2] {
         .join(", ");
     let p = |n| placeholder(dialect, n);
     [
+        // Driven from the dirty keys: the table's rows are found by key, never scanned.
         format!(
-            "INSERT INTO {cp} (chainify_cp_block, {cols}) SELECT {}, {cols} FROM {name} r WHERE EXISTS (SELECT 1 FROM {dk} d WHERE {} AND d.chainify_block > {})",
+            "INSERT INTO {cp} (chainify_cp_block, {cols}) SELECT {}, {} FROM {dk} d JOIN {name} r ON {} WHERE d.chainify_block > {}",
             p(1),
+            t.columns
+                .iter()
+                .map(|c| format!("r.{}", c.name))
+                .collect::<Vec<_>>()
+                .join(", "),
             matching("d", "r"),
             p(2)
         ),
@@ -900,45 +913,14 @@ pub fn snapshot_delta(dialect: Dialect, t: &CatalogTable) -> [String; 2] {
 }
 
 /// Folds delta layer `$2` of `t` into the base layer `$1` below it, whose snapshot no checkpoint
-/// needs any more: the base's rows of the keys the delta holds go, the delta's rows move into
-/// the base, its tombstones go. The base then holds the delta's snapshot. Parameters: each
-/// statement's in order (`[base, delta]`, `[base, delta]`, `[delta]`).
-pub fn fold_layer(dialect: Dialect, t: &CatalogTable) -> [String; 3] {
+/// needs any more, after the base's rows of the delta's keys were deleted
+/// ([`snapshot_keys`] of the delta, [`delete_snapshot_keys`] from the base: by key, so the
+/// base is never scanned): the delta's rows move into the base, its tombstones go. The base
+/// then holds the delta's snapshot. Parameters: `[base, delta]`, then `[delta]`.
+pub fn fold_layer(dialect: Dialect, t: &CatalogTable) -> [String; 2] {
     let cp = snapshot_table(&t.name);
     let p = |n| placeholder(dialect, n);
-    let matching = |a: &str, b: &str| {
-        t.primary_key
-            .iter()
-            .map(|k| format!("{a}.{k} = {b}.{k}"))
-            .collect::<Vec<_>>()
-            .join(" AND ")
-    };
-    let replaced = match dialect {
-        // MySQL refuses a subquery on the table a DELETE deletes from; a self-join it allows.
-        Dialect::MySql => format!(
-            "DELETE o FROM {cp} o JOIN {cp} n ON {} WHERE o.chainify_cp_block = ? AND n.chainify_cp_block = ?",
-            matching("n", "o")
-        ),
-        // Driven from the delta's rows: the base's are found by key, never scanned.
-        Dialect::Postgres => format!(
-            "DELETE FROM {cp} o USING {cp} n WHERE o.chainify_cp_block = $1 AND n.chainify_cp_block = $2 AND {}",
-            matching("n", "o")
-        ),
-        Dialect::Sqlite => {
-            let keys = t
-                .primary_key
-                .iter()
-                .map(|k| format!("n.{k}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!(
-                "DELETE FROM {cp} WHERE (chainify_cp_block, {}) IN (SELECT ?1, {keys} FROM {cp} n WHERE n.chainify_cp_block = ?2)",
-                t.primary_key.join(", ")
-            )
-        }
-    };
     [
-        replaced,
         format!(
             "UPDATE {cp} SET chainify_cp_block = {} WHERE chainify_cp_block = {} AND chainify_cp_gone = 0",
             p(1),
@@ -959,9 +941,9 @@ pub fn snapshot(dialect: Dialect, t: &CatalogTable) -> String {
     )
 }
 
-/// The statements that turn `keys` keys of `t` (parameters from `$4` on, one tuple of key
-/// values each; [`dirty_keys`]) back into one of its snapshots (parameters 1 to 3:
-/// [`in_layers`]), touching only the
+/// The statements that turn `keys` keys of `t` (parameters after the [`LAYER_PARAMS`] of
+/// [`in_layers`], one tuple of key values each; [`dirty_keys`]) back into one of its snapshots,
+/// touching only the
 /// rows that differ: delete rows whose key the snapshot lacks (run children first), update rows
 /// whose values differ, insert rows the table lacks (run parents first). The update is `None`
 /// for a table with key columns only. A restore thus costs the keys changed since the
@@ -995,7 +977,10 @@ fn restore_rows(
         // A plain IN for a one-column key: MariaDB plans it as index lookups, while a list of
         // one-element row values makes it scan the table.
         if let [k] = t.primary_key.as_slice() {
-            let list: Vec<String> = (4..keys + 4).map(|n| placeholder(dialect, n)).collect();
+            let first = LAYER_PARAMS + 1;
+            let list: Vec<String> = (first..keys + first)
+                .map(|n| placeholder(dialect, n))
+                .collect();
             return format!("{alias}.{k} IN ({})", list.join(", "));
         }
         format!(
@@ -1005,7 +990,7 @@ fn restore_rows(
                 .map(|k| format!("{alias}.{k}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            tuple_list(dialect, keys, t.primary_key.len(), 4)
+            tuple_list(dialect, keys, t.primary_key.len(), LAYER_PARAMS + 1)
         )
     };
     let key_match = |a: &str, b: &str| -> String {
@@ -1048,14 +1033,14 @@ fn restore_rows(
                 among(name)
             ),
             _ => format!(
-                "UPDATE {name} SET {} FROM (SELECT * FROM {cp} s WHERE {view}) s WHERE {} AND NOT ({same}) AND {}",
+                "UPDATE {name} SET {} FROM (SELECT * FROM {cp} s WHERE {view} AND {}) s WHERE {} AND NOT ({same})",
                 values
                     .iter()
                     .map(|c| format!("{c} = s.{c}"))
                     .collect::<Vec<_>>()
                     .join(", "),
-                key_match("s", name),
-                among(name)
+                among("s"),
+                key_match("s", name)
             ),
         }
     });
@@ -1218,23 +1203,23 @@ mod tests {
         let (delete, update, insert) = restore(Dialect::Sqlite, &table(), 2);
         assert_eq!(
             delete,
-            "DELETE FROM acct WHERE NOT EXISTS (SELECT 1 FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?3) AND s.bank = acct.bank AND s.id = acct.id) AND (acct.bank, acct.id) IN (VALUES (?4, ?5), (?6, ?7))"
+            "DELETE FROM acct WHERE NOT EXISTS (SELECT 1 FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE ?3 < ?4 AND chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?5) AND s.bank = acct.bank AND s.id = acct.id) AND (acct.bank, acct.id) IN (VALUES (?6, ?7), (?8, ?9))"
         );
         assert_eq!(
             update.as_deref(),
             Some(
-                "UPDATE acct SET bal = s.bal, note = s.note FROM (SELECT * FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?3)) s WHERE s.bank = acct.bank AND s.id = acct.id AND NOT (acct.bal IS s.bal AND acct.note IS s.note) AND (acct.bank, acct.id) IN (VALUES (?4, ?5), (?6, ?7))"
+                "UPDATE acct SET bal = s.bal, note = s.note FROM (SELECT * FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE ?3 < ?4 AND chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?5) AND (s.bank, s.id) IN (VALUES (?6, ?7), (?8, ?9))) s WHERE s.bank = acct.bank AND s.id = acct.id AND NOT (acct.bal IS s.bal AND acct.note IS s.note)"
             )
         );
         assert_eq!(
             insert,
-            "INSERT INTO acct (bank, id, bal, note) SELECT s.bank, s.id, s.bal, s.note FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?3) AND (s.bank, s.id) IN (VALUES (?4, ?5), (?6, ?7)) AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = s.bank AND r.id = s.id)"
+            "INSERT INTO acct (bank, id, bal, note) SELECT s.bank, s.id, s.bal, s.note FROM chainify_cp_acct s WHERE s.chainify_cp_block <= ?1 AND s.chainify_cp_block >= ?2 AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE ?3 < ?4 AND chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?5) AND (s.bank, s.id) IN (VALUES (?6, ?7), (?8, ?9)) AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = s.bank AND r.id = s.id)"
         );
         let (_, update, _) = restore(Dialect::MySql, &table(), 1);
         assert_eq!(
             update.as_deref(),
             Some(
-                "UPDATE acct JOIN chainify_cp_acct s ON s.chainify_cp_block <= ? AND s.chainify_cp_block >= ? AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?) AND s.bank = acct.bank AND s.id = acct.id SET acct.bal = s.bal, acct.note = s.note WHERE NOT (acct.bal <=> s.bal AND acct.note <=> s.note) AND (acct.bank, acct.id) IN ((?, ?))"
+                "UPDATE acct JOIN chainify_cp_acct s ON s.chainify_cp_block <= ? AND s.chainify_cp_block >= ? AND s.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM chainify_cp_acct chainify_newer WHERE ? < ? AND chainify_newer.bank = s.bank AND chainify_newer.id = s.id AND chainify_newer.chainify_cp_block > s.chainify_cp_block AND chainify_newer.chainify_cp_block <= ?) AND s.bank = acct.bank AND s.id = acct.id SET acct.bal = s.bal, acct.note = s.note WHERE NOT (acct.bal <=> s.bal AND acct.note <=> s.note) AND (acct.bank, acct.id) IN ((?, ?))"
             )
         );
         // A delta layer: the rows of the keys changed after the previous checkpoint, and
@@ -1242,18 +1227,13 @@ mod tests {
         let [rows, gone] = snapshot_delta(Dialect::Postgres, &table());
         assert_eq!(
             rows,
-            "INSERT INTO chainify_cp_acct (chainify_cp_block, bank, id, bal, note) SELECT $1, bank, id, bal, note FROM acct r WHERE EXISTS (SELECT 1 FROM chainify_dk_acct d WHERE d.bank = r.bank AND d.id = r.id AND d.chainify_block > $2)"
+            "INSERT INTO chainify_cp_acct (chainify_cp_block, bank, id, bal, note) SELECT $1, r.bank, r.id, r.bal, r.note FROM chainify_dk_acct d JOIN acct r ON d.bank = r.bank AND d.id = r.id WHERE d.chainify_block > $2"
         );
         assert_eq!(
             gone,
             "INSERT INTO chainify_cp_acct (chainify_cp_block, chainify_cp_gone, bank, id) SELECT $1, 1, d.bank, d.id FROM chainify_dk_acct d WHERE d.chainify_block > $2 AND NOT EXISTS (SELECT 1 FROM acct r WHERE r.bank = d.bank AND r.id = d.id)"
         );
-        // Folding never names the base's other rows; MySQL deletes through a self-join.
-        let [replaced, moved, rest] = fold_layer(Dialect::MySql, &table());
-        assert_eq!(
-            replaced,
-            "DELETE o FROM chainify_cp_acct o JOIN chainify_cp_acct n ON n.bank = o.bank AND n.id = o.id WHERE o.chainify_cp_block = ? AND n.chainify_cp_block = ?"
-        );
+        let [moved, rest] = fold_layer(Dialect::MySql, &table());
         assert_eq!(
             moved,
             "UPDATE chainify_cp_acct SET chainify_cp_block = ? WHERE chainify_cp_block = ? AND chainify_cp_gone = 0"
@@ -1261,11 +1241,6 @@ mod tests {
         assert_eq!(
             rest,
             "DELETE FROM chainify_cp_acct WHERE chainify_cp_block = ?"
-        );
-        let [replaced, _, _] = fold_layer(Dialect::Sqlite, &table());
-        assert_eq!(
-            replaced,
-            "DELETE FROM chainify_cp_acct WHERE (chainify_cp_block, bank, id) IN (SELECT ?1, n.bank, n.id FROM chainify_cp_acct n WHERE n.chainify_cp_block = ?2)"
         );
         assert_eq!(
             mark_dirty(Dialect::Postgres, &table(), 2),

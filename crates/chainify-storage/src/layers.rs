@@ -29,9 +29,15 @@ impl Layer {
     }
 
     /// The parameters of [`crate::ddl::in_layers`] for this snapshot.
-    pub(crate) fn params(self) -> [chainify_core::Value; 3] {
+    pub(crate) fn params(self) -> [chainify_core::Value; crate::ddl::LAYER_PARAMS] {
         use chainify_core::Value::Int;
-        [Int(self.tag), Int(self.base), Int(self.tag)]
+        [
+            Int(self.tag),
+            Int(self.base),
+            Int(self.base),
+            Int(self.tag),
+            Int(self.tag),
+        ]
     }
 }
 
