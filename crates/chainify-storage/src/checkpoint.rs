@@ -110,8 +110,8 @@ impl<B: Backend> Store<B> {
             // every key changed after the oldest kept checkpoint).
             let previous = self.db(
                 conn.query(
-                    "SELECT MAX(block) FROM chainify_checkpoints",
-                    &[],
+                    &format!("SELECT MAX(block) FROM chainify_checkpoints WHERE block < {}", p(1)),
+                    &[&b],
                     &[ReadType::Int],
                 )
                 .await,
@@ -127,17 +127,17 @@ impl<B: Backend> Store<B> {
             };
             let changed = self.db(
                 conn.query(
-                    "SELECT table_name, last_changed_block FROM chainify_shared_tables",
+                    "SELECT table_name, last_changed_block, last_snapshot_block FROM chainify_shared_tables",
                     &[],
-                    &[ReadType::Text, ReadType::Int],
+                    &[ReadType::Text, ReadType::Int, ReadType::Int],
                 )
                 .await,
                 &during,
             )?;
-            let changed: BTreeMap<String, i64> = changed
+            let changed: BTreeMap<String, (i64, i64)> = changed
                 .into_iter()
-                .filter_map(|r| match (&r[0], &r[1]) {
-                    (Value::Text(n), Value::Int(c)) => Some((n.clone(), *c)),
+                .filter_map(|r| match (&r[0], &r[1], &r[2]) {
+                    (Value::Text(n), Value::Int(c), Value::Int(s)) => Some((n.clone(), (*c, *s))),
                     _ => None,
                 })
                 .collect();
@@ -146,8 +146,14 @@ impl<B: Backend> Store<B> {
             let mut rows = 0;
             for t in tables.values() {
                 let name = Value::Text(t.name.clone());
-                let last_change = changed.get(&t.name).copied().unwrap_or(i64::MAX);
-                let layer = match (previous, before.get(&t.name)) {
+                let (last_change, last_snapshot) =
+                    changed.get(&t.name).copied().unwrap_or((i64::MAX, -1));
+                // The tables hold the previous checkpoint's layer (plus the recorded changes)
+                // only when it is the table's last snapshot: a transferred state written as a
+                // checkpoint but never adopted (a crash, a refusal) sets it to -1, and the next
+                // checkpoint copies the table whole.
+                let before = before.get(&t.name).filter(|l| l.tag == last_snapshot);
+                let layer = match (previous, before) {
                     (Some(p), Some(layer)) if last_change <= p => *layer,
                     (previous, before) => {
                         // Layers after the one this builds on belong to a state a restore
@@ -594,8 +600,10 @@ impl<B: Backend> Store<B> {
             self.db(conn.batch(sql).await, &during)?;
         }
         let rows = outcome?;
-        // Snapshots taken after the checkpoint are unreferenced now.
-        self.settle_layers().await?;
+        // Snapshots taken after the checkpoint are unreferenced now. The restore has
+        // committed: a failure here must not report it failed (an adoption would be undone);
+        // what is left is settled at the next prune or start.
+        let _ = self.settle_layers().await;
         Ok(CheckpointInfo {
             block,
             tables: order.iter().map(|t| t.name.clone()).collect(),

@@ -80,6 +80,10 @@ impl<B: Backend> Store<B> {
             store.upgrade_snapshot_tables(tables.values()).await?;
         }
         *store.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tables);
+        if !store.options.read_only {
+            // Snapshot layers a crash or a failure left behind after their operation committed.
+            store.settle_layers().await?;
+        }
         Ok(store)
     }
 

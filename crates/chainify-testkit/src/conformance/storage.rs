@@ -60,6 +60,7 @@ macro_rules! storage_conformance_tests {
             checkpoint_restore_and_replay,
             checkpoint_layers_follow_a_random_history,
             snapshot_tables_from_before_layers_are_upgraded,
+            a_snapshot_the_tables_never_held_is_not_built_on,
             blocks_apply_once_and_in_order,
             ledger_is_a_hash_chain,
             queries_return_typed_rows_alike,
@@ -1582,6 +1583,56 @@ pub async fn snapshot_tables_from_before_layers_are_upgraded<F: Fixture>(f: &F) 
         .expect("a delta on the upgraded table");
     store.restore(BlockNumber(0)).await.expect("restore");
     assert_eq!(dump_all(&store).await, at_0);
+}
+
+/// Case: a checkpoint whose snapshot the tables never held (a transferred state written as a
+/// checkpoint and then not adopted: a crash, a refusal; it leaves `last_snapshot_block` at -1)
+/// is never built on: the next checkpoint copies the tables whole and holds its block's state.
+pub async fn a_snapshot_the_tables_never_held_is_not_built_on<F: Fixture>(f: &F) {
+    let store = setup(f, "unheld", StoreOptions::default()).await;
+    run(
+        &store,
+        &random_block(&store, 0, 11, 30),
+        ExecMode::Parallel(4),
+    )
+    .await;
+    store
+        .checkpoint(BlockNumber(0))
+        .await
+        .expect("checkpoint 0");
+    outside(
+        store.backend(),
+        "UPDATE chainify_cp_kv SET v = v + 1000 WHERE chainify_cp_block = 0;\n\
+         UPDATE chainify_shared_tables SET last_snapshot_block = -1",
+    )
+    .await;
+    run(
+        &store,
+        &random_block(&store, 1, 12, 30),
+        ExecMode::Parallel(4),
+    )
+    .await;
+    let info = store
+        .checkpoint(BlockNumber(1))
+        .await
+        .expect("checkpoint 1");
+    assert_eq!(info.tables.len(), SHARED.len(), "copied whole: {info:?}");
+    assert_eq!(
+        store
+            .checkpoint_state_digest(BlockNumber(1))
+            .await
+            .expect("held"),
+        store.state_digest_at(BlockNumber(1)).await.expect("agreed")
+    );
+    let at_1 = dump_all(&store).await;
+    run(
+        &store,
+        &random_block(&store, 2, 13, 30),
+        ExecMode::Parallel(4),
+    )
+    .await;
+    store.restore(BlockNumber(1)).await.expect("restore");
+    assert_eq!(dump_all(&store).await, at_1);
 }
 
 /// Case: a block runs once (a re-run returns the stored outcome) and only after its predecessor.
