@@ -67,6 +67,15 @@ pub fn snapshot_upgrade(dialect: Dialect, t: &CatalogTable) -> (String, Vec<Stri
     )
 }
 
+/// `a.k = b.k AND …` over `t`'s key columns.
+fn same_key(t: &CatalogTable, a: &str, b: &str) -> String {
+    t.primary_key
+        .iter()
+        .map(|k| format!("{a}.{k} = {b}.{k}"))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
 /// How many parameters [`in_layers`] takes.
 pub const LAYER_PARAMS: usize = 5;
 
@@ -78,12 +87,7 @@ pub const LAYER_PARAMS: usize = 5;
 /// full restore reads row by row.
 pub fn in_layers(dialect: Dialect, t: &CatalogTable, s: &str, first: usize) -> String {
     let p = |n: usize| placeholder(dialect, first + n);
-    let newer = t
-        .primary_key
-        .iter()
-        .map(|k| format!("chainify_newer.{k} = {s}.{k}"))
-        .collect::<Vec<_>>()
-        .join(" AND ");
+    let newer = same_key(t, "chainify_newer", s);
     format!(
         "{s}.chainify_cp_block <= {} AND {s}.chainify_cp_block >= {} AND {s}.chainify_cp_gone = 0 AND NOT EXISTS (SELECT 1 FROM {} chainify_newer WHERE {} < {} AND {newer} AND chainify_newer.chainify_cp_block > {s}.chainify_cp_block AND chainify_newer.chainify_cp_block <= {})",
         p(0),
@@ -868,21 +872,15 @@ pub fn prune_dirty(dialect: Dialect, t: &CatalogTable) -> String {
 }
 
 /// A delta layer of `t` at block `$1`: the rows, and tombstones for the missing keys, of every
-/// key recorded as changed after block `$2` (given again as `$3`). Two statements; nothing
-/// travels through the client.
+/// key recorded as changed after block `$2`. Two statements; nothing travels through the
+/// client.
 pub fn snapshot_delta(dialect: Dialect, t: &CatalogTable) -> [String; 2] {
     let cp = snapshot_table(&t.name);
     let dk = dirty_table(&t.name);
     let name = &t.name;
     let cols = column_list(t);
     let keys = t.primary_key.join(", ");
-    let matching = |a: &str, b: &str| {
-        t.primary_key
-            .iter()
-            .map(|k| format!("{a}.{k} = {b}.{k}"))
-            .collect::<Vec<_>>()
-            .join(" AND ")
-    };
+    let matching = |a: &str, b: &str| same_key(t, a, b);
     let d_keys = t
         .primary_key
         .iter()
@@ -993,13 +991,7 @@ fn restore_rows(
             tuple_list(dialect, keys, t.primary_key.len(), LAYER_PARAMS + 1)
         )
     };
-    let key_match = |a: &str, b: &str| -> String {
-        t.primary_key
-            .iter()
-            .map(|k| format!("{a}.{k} = {b}.{k}"))
-            .collect::<Vec<_>>()
-            .join(" AND ")
-    };
+    let key_match = |a: &str, b: &str| same_key(t, a, b);
     let delete = format!(
         "DELETE FROM {name} WHERE NOT EXISTS (SELECT 1 FROM {cp} s WHERE {view} AND {}) AND {}",
         key_match("s", name),
