@@ -152,75 +152,75 @@ impl<B: Backend> Store<B> {
                 // only when it is the table's last snapshot: a transferred state written as a
                 // checkpoint but never adopted (a crash, a refusal) sets it to -1, and the next
                 // checkpoint copies the table whole.
-                let before = before.get(&t.name).filter(|l| l.tag == last_snapshot);
-                let layer = match (previous, before) {
-                    (Some(p), Some(layer)) if last_change <= p => *layer,
-                    (previous, before) => {
-                        // Layers after the one this builds on belong to a state a restore
-                        // discarded and a crash kept from being dropped.
-                        let after = before.map_or(b.clone(), |l| Value::Int(l.tag + 1));
-                        let stale = format!(
-                            "DELETE FROM {} WHERE chainify_cp_block >= {}",
-                            ddl::snapshot_table(&t.name),
-                            p(1)
-                        );
-                        self.db(conn.execute(&stale, &[&after], false).await, &during)?;
-                        let stale = format!(
-                            "DELETE FROM chainify_snapshot_layers WHERE block >= {} AND table_name = {}",
-                            p(1),
-                            p(2)
-                        );
-                        self.db(
-                            conn.execute(&stale, &[&after, &name], false).await,
+                let before = previous
+                    .zip(before.get(&t.name).filter(|l| l.tag == last_snapshot).copied());
+                if let Some((prev, layer)) = before
+                    && last_change <= prev
+                {
+                    holders.push((t.name.clone(), Value::Int(layer.tag)));
+                    continue;
+                }
+                // Layers after the one this builds on belong to a state a restore discarded
+                // and a crash kept from being dropped.
+                let after = before.map_or(b.clone(), |(_, l)| Value::Int(l.tag + 1));
+                let stale = format!(
+                    "DELETE FROM {} WHERE chainify_cp_block >= {}",
+                    ddl::snapshot_table(&t.name),
+                    p(1)
+                );
+                self.db(conn.execute(&stale, &[&after], false).await, &during)?;
+                let stale = format!(
+                    "DELETE FROM chainify_snapshot_layers WHERE block >= {} AND table_name = {}",
+                    p(1),
+                    p(2)
+                );
+                self.db(
+                    conn.execute(&stale, &[&after, &name], false).await,
+                    &during,
+                )?;
+                let layer = match before {
+                    Some((prev, before)) => {
+                        let since = Value::Int(prev);
+                        for sql in ddl::snapshot_delta(dialect, t) {
+                            rows += self.db(
+                                conn.execute(&sql, &[&b, &since], false).await,
+                                &during,
+                            )?;
+                        }
+                        Layer {
+                            tag: tag(block)?,
+                            base: before.base,
+                        }
+                    }
+                    None => {
+                        rows += self.db(
+                            conn.execute(&ddl::snapshot(dialect, t), &[&b], false).await,
                             &during,
                         )?;
-                        let layer = match (previous, before) {
-                            (Some(p), Some(before)) => {
-                                let since = Value::Int(p);
-                                for sql in ddl::snapshot_delta(dialect, t) {
-                                    rows += self.db(
-                                        conn.execute(&sql, &[&b, &since], false).await,
-                                        &during,
-                                    )?;
-                                }
-                                Layer {
-                                    tag: tag(block)?,
-                                    base: before.base,
-                                }
-                            }
-                            _ => {
-                                rows += self.db(
-                                    conn.execute(&ddl::snapshot(dialect, t), &[&b], false)
-                                        .await,
-                                    &during,
-                                )?;
-                                Layer::base(tag(block)?)
-                            }
-                        };
-                        self.insert_row(
-                            &mut conn,
-                            "chainify_snapshot_layers (table_name, block, base_block)",
-                            &[&name, &b, &Value::Int(layer.base)],
-                            &during,
-                        )
-                        .await?;
-                        self.db(
-                            conn.execute(
-                                &format!(
-                                    "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE table_name = {}",
-                                    p(1),
-                                    p(2)
-                                ),
-                                &[&b, &name],
-                                false,
-                            )
-                            .await,
-                            &during,
-                        )?;
-                        copied.push(t.name.clone());
-                        layer
+                        Layer::base(tag(block)?)
                     }
                 };
+                self.insert_row(
+                    &mut conn,
+                    "chainify_snapshot_layers (table_name, block, base_block)",
+                    &[&name, &b, &Value::Int(layer.base)],
+                    &during,
+                )
+                .await?;
+                self.db(
+                    conn.execute(
+                        &format!(
+                            "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE table_name = {}",
+                            p(1),
+                            p(2)
+                        ),
+                        &[&b, &name],
+                        false,
+                    )
+                    .await,
+                    &during,
+                )?;
+                copied.push(t.name.clone());
                 holders.push((t.name.clone(), Value::Int(layer.tag)));
             }
             self.register_checkpoint(&mut conn, &b, &holders, &during)
