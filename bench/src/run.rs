@@ -41,7 +41,7 @@ pub struct BenchArgs {
     /// execution are the network's own, and its Smallbank accounts are the keys.
     #[arg(long, conflicts_with_all = [
         "engines", "policy", "block_txs", "batch_timeout_ms", "cut", "keys", "execution", "crypto",
-        "parallelism", "pipeline_depth", "checkpoint_interval", "raw", "tamper", "fail", "dir",
+        "parallelism", "pipeline_depth", "checkpoint_interval", "state_check_interval", "raw", "tamper", "fail", "dir",
         "postgres_url", "mysql_url",
     ])]
     devnet: Option<PathBuf>,
@@ -113,6 +113,9 @@ pub struct BenchArgs {
     /// Blocks between checkpoints.
     #[arg(long, default_value_t = 100)]
     checkpoint_interval: u64,
+    /// Blocks between full scans of the tables against the state digest (in the background).
+    #[arg(long, default_value_t = 100)]
+    state_check_interval: u64,
     /// Seed of the workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -206,8 +209,10 @@ impl BenchArgs {
         if self.keys < 10 {
             bail!("--keys {}: at least 10", self.keys);
         }
-        if self.block_txs == 0 || self.checkpoint_interval == 0 {
-            bail!("--block-txs and --checkpoint-interval must be at least 1");
+        if self.block_txs == 0 || self.checkpoint_interval == 0 || self.state_check_interval == 0 {
+            bail!(
+                "--block-txs, --checkpoint-interval and --state-check-interval must be at least 1"
+            );
         }
         let mut faults = Vec::new();
         for (flag, texts) in [("--tamper", &self.tamper), ("--fail", &self.fail)] {
@@ -896,6 +901,7 @@ async fn start_local(
     spec.settings = NodeSettings {
         mode: setup.mode,
         checkpoint_interval: args.checkpoint_interval,
+        state_check_interval: args.state_check_interval,
         pipeline_depth: args.pipeline_depth,
         ..NodeSettings::default()
     };
@@ -1049,7 +1055,8 @@ fn report(
             "warmup_s": args.warmup, "duration_s": args.duration, "transactions": args.transactions,
             "execution": args.execution,
             "crypto": args.crypto, "parallelism": args.parallelism, "pipeline_depth": args.pipeline_depth,
-            "checkpoint_interval": args.checkpoint_interval, "seed": args.seed,
+            "checkpoint_interval": args.checkpoint_interval,
+            "state_check_interval": args.state_check_interval, "seed": args.seed,
         },
         "measured_s": measured,
         "committed": committed,
