@@ -238,6 +238,10 @@ impl Conn for AnyConn {
         each!(AnyConn, self, c => c.begin_snapshot().await)
     }
 
+    async fn begin_read_snapshot(&mut self) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.begin_read_snapshot().await)
+    }
+
     async fn commit(&mut self) -> Result<(), DbError> {
         each!(AnyConn, self, c => c.commit().await)
     }

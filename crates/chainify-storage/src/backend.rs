@@ -104,6 +104,11 @@ pub trait Conn: Send {
     /// Starts a transaction that sees one consistent snapshot for all its reads (checkpoints).
     fn begin_snapshot(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
+    /// Starts a transaction that only reads, sees one consistent snapshot and holds back no
+    /// writer (full scans beside the executor). SQLite: a deferred transaction, whose WAL
+    /// snapshot is fixed by its first read; [`Conn::begin_snapshot`] would take the writer lock.
+    fn begin_read_snapshot(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
+
     /// Commits the open transaction.
     fn commit(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
@@ -173,7 +178,7 @@ pub(crate) fn plain_statement_text(sql: &str, _: &[&Value]) -> String {
 /// and the engine's statements that start a transaction and a snapshot transaction. A
 /// connection dropped inside a transaction is closed rather than returned to the pool.
 macro_rules! sqlx_conn {
-    ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+]) => {
+    ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+], read_snapshot: [$($read:literal),+]) => {
         /// A pooled connection.
         #[derive(Debug)]
         pub struct $name {
@@ -256,6 +261,12 @@ macro_rules! sqlx_conn {
             async fn begin_snapshot(&mut self) -> Result<(), DbError> {
                 self.in_transaction = true;
                 $(self.simple($snapshot).await?;)+
+                Ok(())
+            }
+
+            async fn begin_read_snapshot(&mut self) -> Result<(), DbError> {
+                self.in_transaction = true;
+                $(self.simple($read).await?;)+
                 Ok(())
             }
 

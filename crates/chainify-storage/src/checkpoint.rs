@@ -17,7 +17,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use chainify_core::state::{RowHash, StateHash};
 use chainify_core::{BlockNumber, Digest, Value};
 
 use crate::backend::{Backend, Conn};
@@ -379,11 +378,10 @@ impl<B: Backend> Store<B> {
             let params = s.params();
             let params: Vec<&Value> = params.iter().collect();
             let rows = self.db(conn.query(&sql, &params, &types).await, &during)?;
-            let mut sum = StateHash::empty();
-            for row in &rows {
-                sum.add(&RowHash::of(&t.name, row));
-            }
-            states.insert(t.name.clone(), sum);
+            states.insert(
+                t.name.clone(),
+                crate::state::hash_rows(&t.name, rows).await?,
+            );
         }
         Ok(states)
     }

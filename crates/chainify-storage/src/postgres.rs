@@ -181,7 +181,7 @@ fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"]);
+sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"], read_snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"]);
 
 const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod \
      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \

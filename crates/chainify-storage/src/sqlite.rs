@@ -167,7 +167,8 @@ fn decode(row: &SqliteRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
 }
 
 // The snapshot transaction takes the writer lock up front: nobody changes anything while it runs.
-sqlx_conn!(SqliteConn, sqlx::Sqlite, begin: ["BEGIN IMMEDIATE"], snapshot: ["BEGIN IMMEDIATE"]);
+// A read snapshot is a deferred transaction: in WAL mode its first read fixes what it sees.
+sqlx_conn!(SqliteConn, sqlx::Sqlite, begin: ["BEGIN IMMEDIATE"], snapshot: ["BEGIN IMMEDIATE"], read_snapshot: ["BEGIN"]);
 
 fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
     let (ty, precision) = classify_declared_type(declared);
