@@ -53,6 +53,7 @@ macro_rules! storage_conformance_tests {
             aborts_roll_back_the_whole_transaction,
             an_abort_inside_a_chain_undoes_only_itself,
             transient_lock_conflicts_are_retried,
+            a_read_snapshot_holds_back_no_writer,
             values_that_do_not_fit_abort_alike,
             outside_changes_reach_the_next_digest,
             trigger_bypasses_are_caught,
@@ -923,6 +924,57 @@ pub async fn transient_lock_conflicts_are_retried<F: Fixture>(f: &F) {
     assert_eq!(out.success, vec![true]);
 }
 
+/// Case: the full scan's read snapshot (`begin_read_snapshot`) keeps seeing one state while a
+/// block commits beside it, and does not make the block wait (on SQLite, `BEGIN IMMEDIATE` did:
+/// every background scan stalled the executor for its whole length).
+pub async fn a_read_snapshot_holds_back_no_writer<F: Fixture>(f: &F) {
+    let options = StoreOptions {
+        lock_timeout: Duration::from_millis(300),
+        max_attempts: 2,
+        ..StoreOptions::default()
+    };
+    let store = setup(f, "read_snapshot", options).await;
+    let read = "SELECT v FROM kv WHERE k = 1";
+    let mut reader = store.backend().acquire().await.expect("conn");
+    reader.begin_read_snapshot().await.expect("begin");
+    let before = reader
+        .query(read, &[], &[ddl::ReadType::Int])
+        .await
+        .expect("read");
+    assert_eq!(before, vec![vec![Value::Int(10)]]);
+    let b = block(
+        &store,
+        0,
+        vec![tx(vec![
+            st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![]).expect_rows(1),
+        ])],
+    );
+    // Two attempts of 300 ms: a writer held back by the reader fails here instead of waiting.
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.execute_block(&b, ExecMode::Serial),
+    )
+    .await
+    .expect("the block does not hang")
+    .expect("the block commits while the snapshot is open");
+    assert_eq!(out.success, vec![true]);
+    assert_eq!(out.retries, 0, "the block waited for the reader: {out:?}");
+    let during = reader
+        .query(read, &[], &[ddl::ReadType::Int])
+        .await
+        .expect("read again");
+    assert_eq!(during, before, "the snapshot moved");
+    reader.rollback().await.expect("end");
+    drop(reader);
+    assert_eq!(
+        count(&store, "SELECT v FROM kv WHERE k = 1").await,
+        11,
+        "the block's change is there after the snapshot"
+    );
+    let check = store.check_state().await.expect("scan");
+    assert!(check.agrees(), "{check:?}");
+}
+
 /// Case: a change made directly in the database is recorded by the triggers and changes the
 /// next block's digest.
 pub async fn outside_changes_reach_the_next_digest<F: Fixture>(f: &F) {
@@ -1669,6 +1721,29 @@ pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
         vec![Value::Int(1), Value::Int(11)],
         "applied once"
     );
+    // An applied block below the last one is found too, and not run again.
+    let b1 = block(
+        &store,
+        1,
+        vec![tx(vec![st("UPDATE kv SET v = v + 1 WHERE k = 2", vec![])])],
+    );
+    run(&store, &b1, ExecMode::Serial).await;
+    let older = store
+        .execute_block(&b0, ExecMode::Serial)
+        .await
+        .expect("an applied block");
+    assert_eq!(
+        (older.digest, &older.success, older.commits),
+        (first.digest, &first.success, 0)
+    );
+    assert_eq!(
+        dump(&store, "kv").await[..2],
+        [
+            vec![Value::Int(1), Value::Int(11)],
+            vec![Value::Int(2), Value::Int(21)]
+        ],
+        "each applied once"
+    );
     let huge = ExecBlock {
         number: BlockNumber(u64::MAX),
         txs: vec![],
@@ -1679,14 +1754,14 @@ pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
         .await
         .expect_err("too large");
     assert!(err.to_string().contains("do not fit"), "{err}");
-    let b2 = block(&store, 2, vec![]);
+    let b3 = block(&store, 3, vec![]);
     let err = store
-        .execute_block(&b2, ExecMode::Serial)
+        .execute_block(&b3, ExecMode::Serial)
         .await
         .expect_err("gap");
     assert_eq!(
         err.to_string(),
-        "block #2: the last applied block is #0; blocks must be applied in order"
+        "block #3: the last applied block is #1; blocks must be applied in order"
     );
 }
 
