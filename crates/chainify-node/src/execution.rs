@@ -47,6 +47,19 @@ pub struct Executed {
     pub analyse_time: std::time::Duration,
 }
 
+/// A block validated and analysed, not yet executed.
+#[derive(Debug)]
+pub struct Prepared {
+    network: chainify_core::NetworkId,
+    orderer_position: u64,
+    exec: ExecBlock,
+    ids: Vec<TxId>,
+    valid: Vec<bool>,
+    invalid: Vec<(usize, String)>,
+    validate_time: std::time::Duration,
+    analyse_time: std::time::Duration,
+}
+
 /// Executes ordered blocks on one organization's database.
 #[derive(Debug)]
 pub struct ExecutionServer<B: Backend> {
@@ -84,6 +97,13 @@ impl<B: Backend> ExecutionServer<B> {
         block: &TransactionBlock,
         previous: Digest,
     ) -> Result<Executed, ExecutionError> {
+        let prepared = self.prepare(block).await?;
+        self.run(prepared, previous).await
+    }
+
+    /// Validates and analyses `block` without writing anything: what may overlap other reads
+    /// (the trigger check) before [`ExecutionServer::run`] changes the database.
+    pub async fn prepare(&self, block: &TransactionBlock) -> Result<Prepared, ExecutionError> {
         if block.network != self.network.network_id {
             return Err(ExecutionError::WrongNetwork {
                 block: block.number,
@@ -143,22 +163,50 @@ impl<B: Backend> ExecutionServer<B> {
             }
         }
         let analyse_time = analysing.elapsed();
-        let exec = ExecBlock {
-            number: block.number,
-            txs,
-            tx_ids: valid_ids,
-        };
+        Ok(Prepared {
+            network: block.network.clone(),
+            orderer_position: block.orderer_position,
+            exec: ExecBlock {
+                number: block.number,
+                txs,
+                tx_ids: valid_ids,
+            },
+            ids,
+            valid,
+            invalid,
+            validate_time,
+            analyse_time,
+        })
+    }
+
+    /// Executes and digests a block [`ExecutionServer::prepare`]d, and builds its LedgerBlock
+    /// chained to `previous`.
+    pub async fn run(
+        &mut self,
+        prepared: Prepared,
+        previous: Digest,
+    ) -> Result<Executed, ExecutionError> {
+        let Prepared {
+            network,
+            orderer_position,
+            exec,
+            ids,
+            valid,
+            invalid,
+            validate_time,
+            analyse_time,
+        } = prepared;
         let outcome = self.store.execute_block(&exec, self.mode).await?;
         let ledger = LedgerBlock {
-            network: block.network.clone(),
-            number: block.number,
+            network,
+            number: exec.number,
             tx_ids: ids,
             success: outcome.success.clone(),
             valid,
             hash_digest: outcome.digest,
             state_digest: outcome.state,
             hash_previous: previous,
-            orderer_position: block.orderer_position,
+            orderer_position,
         };
         Ok(Executed {
             ledger,

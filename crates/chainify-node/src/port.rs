@@ -225,8 +225,13 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
         Box::pin(async move {
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
-            let (integrity, repair_needed) = self.check_integrity(block.number, state_check).await;
-            let executed = server.execute(&block, previous).await?;
+            // The trigger check is a catalog read: it overlaps validation, and both finish
+            // before the block's first statement runs.
+            let ((integrity, repair_needed), prepared) = tokio::join!(
+                self.check_integrity(block.number, state_check),
+                server.prepare(&block)
+            );
+            let executed = server.run(prepared?, previous).await?;
             let outcome = &executed.outcome;
             let m = &self.metrics;
             m.observe(Phase::Validate, executed.validate_time);
