@@ -69,7 +69,8 @@ pub struct NodeSettings {
     /// Keep this many checkpoints of agreed blocks.
     pub checkpoints_kept: usize,
     /// Compare the shared tables with the state digest by a full scan (in the background) with
-    /// the first block after start and every block whose number is a multiple of this.
+    /// the first block after start and every block whose number is a multiple of this (a
+    /// periodic scan first rests for four times the previous one's length).
     pub state_check_interval: u64,
     /// How many blocks may execute beyond the next block to append (0: none; the paper's
     /// behaviour).

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chainify_core::tx::TransactionBlock;
 use chainify_core::{BlockNumber, Digest};
@@ -104,12 +104,51 @@ pub struct LocalExecution<B: Backend> {
 /// The integrity checks' state between blocks.
 #[derive(Debug, Default)]
 struct Integrity {
-    /// The full scan under way.
-    scan: Option<tokio::task::JoinHandle<Result<StateCheck, StorageError>>>,
+    /// The full scan under way, and how long it took once done.
+    scan: Option<tokio::task::JoinHandle<(Result<StateCheck, StorageError>, Duration)>>,
     /// Trigger findings reported already (reported again only after they cleared).
     reported: BTreeSet<String>,
-    /// A trigger was broken: scan at the next chance, whatever the interval.
-    scan_due: bool,
+    /// When the next full scan starts.
+    schedule: ScanSchedule,
+}
+
+/// A periodic full scan rests after the previous one for this many times its length, so scans
+/// take at most a fifth of the time whatever the table size and block rate. (At 10⁶ accounts a
+/// scan of SQLite's 3·10⁶ rows costs ~5 s of a core; one every 100 blocks took most of a core.)
+const SCAN_REST_FACTOR: u32 = 4;
+
+/// When full scans start: a periodic one asked for while a scan runs or rests waits for it; a
+/// scan asked for because a trigger was broken starts at the next chance.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct ScanSchedule {
+    /// A periodic scan is asked for and not started yet.
+    wanted: bool,
+    /// A trigger was broken: scan at the next chance, whatever the rest.
+    urgent: bool,
+    /// Periodic scans start from this time on (`None`: at once).
+    rest_until: Option<Instant>,
+}
+
+impl ScanSchedule {
+    /// Whether to start a scan before a block at `now`; `periodic` (the pipeline's interval or
+    /// the first block after start) and `trigger_broken` are asked with this block, `running`
+    /// tells whether a scan is under way.
+    fn start(&mut self, now: Instant, periodic: bool, trigger_broken: bool, running: bool) -> bool {
+        self.wanted |= periodic;
+        self.urgent |= trigger_broken;
+        let rested = self.rest_until.is_none_or(|t| now >= t);
+        if running || !(self.urgent || (self.wanted && rested)) {
+            return false;
+        }
+        self.wanted = false;
+        self.urgent = false;
+        true
+    }
+
+    /// A scan that took `took` was collected at `now`.
+    fn finished(&mut self, now: Instant, took: Duration) {
+        self.rest_until = Some(now + took * SCAN_REST_FACTOR);
+    }
 }
 
 impl<B: Backend> LocalExecution<B> {
@@ -153,11 +192,11 @@ impl<B: Backend> LocalExecution<B> {
             }
         }
         state.reported = current;
-        state.scan_due |= !broken.is_empty();
         if state.scan.as_ref().is_some_and(|s| s.is_finished())
             && let Some(scan) = state.scan.take()
-            && let Some(Ok(result)) = scan.now_or_never()
+            && let Some(Ok((result, took))) = scan.now_or_never()
         {
+            state.schedule.finished(Instant::now(), took);
             self.metrics.state_checks.fetch_add(1, Ordering::Relaxed);
             match result {
                 Ok(check) if check.agrees() => {
@@ -180,10 +219,16 @@ impl<B: Backend> LocalExecution<B> {
                 Err(e) => findings.push(format!("the full scan failed: {e}")),
             }
         }
-        if (state_check || state.scan_due) && state.scan.is_none() {
-            state.scan_due = false;
+        let running = state.scan.is_some();
+        if state
+            .schedule
+            .start(Instant::now(), state_check, !broken.is_empty(), running)
+        {
             let store = self.store.clone();
-            state.scan = Some(tokio::spawn(async move { store.check_state().await }));
+            state.scan = Some(tokio::spawn(async move {
+                let started = Instant::now();
+                (store.check_state().await, started.elapsed())
+            }));
         }
         (findings, repair_needed)
     }
@@ -287,5 +332,44 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             drop(self.server.lock().await);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periodic_scans_rest_four_times_their_length_and_broken_triggers_do_not_wait() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut s = ScanSchedule::default();
+        assert!(!s.start(at(0), false, false, false), "nothing asked");
+        assert!(
+            s.start(at(0), true, false, false),
+            "the first scan starts at once"
+        );
+        assert!(!s.start(at(10), true, false, true), "one scan at a time");
+        // The scan took 100 ms: the request kept meanwhile waits until 400 ms after it.
+        s.finished(at(110), Duration::from_millis(100));
+        assert!(!s.start(at(200), false, false, false), "resting");
+        assert!(!s.start(at(509), true, false, false), "still resting");
+        assert!(
+            s.start(at(510), false, false, false),
+            "the kept request starts"
+        );
+        assert!(
+            !s.start(at(520), false, false, false),
+            "and is not repeated"
+        );
+        // A broken trigger starts one at once, resting or not, but not beside a running one.
+        s.finished(at(600), Duration::from_millis(100));
+        assert!(!s.start(at(601), false, true, true), "a scan runs");
+        assert!(
+            s.start(at(602), false, false, false),
+            "the urgent scan is kept"
+        );
+        s.finished(at(700), Duration::from_millis(100));
+        assert!(s.start(at(701), false, true, false), "urgent while resting");
     }
 }
