@@ -49,7 +49,7 @@ pub struct Executed {
 
 /// A block validated and analysed, not yet executed.
 #[derive(Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     network: chainify_core::NetworkId,
     orderer_position: u64,
     exec: ExecBlock,
@@ -102,8 +102,13 @@ impl<B: Backend> ExecutionServer<B> {
     }
 
     /// Validates and analyses `block` without writing anything: what may overlap other reads
-    /// (the trigger check) before [`ExecutionServer::run`] changes the database.
-    pub async fn prepare(&self, block: &TransactionBlock) -> Result<Prepared, ExecutionError> {
+    /// (the trigger check) before [`ExecutionServer::run`] changes the database. Replays are
+    /// looked up among the applied blocks: the block before must be applied before this one is
+    /// prepared (so the two stay crate-private, used back to back under the port's lock).
+    pub(crate) async fn prepare(
+        &self,
+        block: &TransactionBlock,
+    ) -> Result<Prepared, ExecutionError> {
         if block.network != self.network.network_id {
             return Err(ExecutionError::WrongNetwork {
                 block: block.number,
@@ -181,7 +186,7 @@ impl<B: Backend> ExecutionServer<B> {
 
     /// Executes and digests a block [`ExecutionServer::prepare`]d, and builds its LedgerBlock
     /// chained to `previous`.
-    pub async fn run(
+    pub(crate) async fn run(
         &mut self,
         prepared: Prepared,
         previous: Digest,

@@ -40,7 +40,7 @@ pub use admission::{
     Admission, AdmissionSettings, ClientSignature, Endorser, Refusal, Replay, Unauthenticated,
     check_proposal,
 };
-pub use execution::{Executed, ExecutionError, ExecutionServer, Prepared};
+pub use execution::{Executed, ExecutionError, ExecutionServer};
 pub use fault::LocalFault;
 pub use feed::{CommitFeed, Subscription};
 pub use gate::{ReadGate, ReadGuard};

@@ -101,15 +101,23 @@ pub struct LocalExecution<B: Backend> {
     integrity: std::sync::Mutex<Integrity>,
 }
 
+/// A full scan's task: its verdict and how long it took, or how the task ended.
+type ScanTask = tokio::task::JoinHandle<(Result<StateCheck, StorageError>, Duration)>;
+type JoinedScan = Result<(Result<StateCheck, StorageError>, Duration), tokio::task::JoinError>;
+
 /// The integrity checks' state between blocks.
 #[derive(Debug, Default)]
 struct Integrity {
     /// The full scan under way, and how long it took once done.
-    scan: Option<tokio::task::JoinHandle<(Result<StateCheck, StorageError>, Duration)>>,
+    scan: Option<ScanTask>,
     /// Trigger findings reported already (reported again only after they cleared).
     reported: BTreeSet<String>,
     /// When the next full scan starts.
     schedule: ScanSchedule,
+    /// Findings not reported yet: they go out with the next block that succeeds.
+    pending: Vec<String>,
+    /// A full scan found the tables differ: reported with the next block that succeeds.
+    repair_needed: bool,
 }
 
 /// A periodic full scan rests after the previous one for this many times its length, so scans
@@ -153,10 +161,15 @@ impl ScanSchedule {
 
 impl<B: Backend> LocalExecution<B> {
     /// Checks the digest triggers (reinstalling broken ones), collects a finished full scan
-    /// and starts one when asked or when a trigger was broken. Returns what to report.
-    async fn check_integrity(&self, block: BlockNumber, state_check: bool) -> (Vec<String>, bool) {
+    /// and starts one when asked or when a trigger was broken. What to report is kept until a
+    /// block succeeds ([`Integrity::pending`]). Fails when a broken trigger could not be
+    /// reinstalled: the block must not run without it (it is tried again).
+    async fn check_integrity(
+        &self,
+        block: BlockNumber,
+        state_check: bool,
+    ) -> Result<(), ExecutionError> {
         let mut findings = Vec::new();
-        let mut repair_needed = false;
         let triggers = self.store.check_triggers().await;
         let mut current = BTreeSet::new();
         let mut broken: Vec<String> = Vec::new();
@@ -171,53 +184,50 @@ impl<B: Backend> LocalExecution<B> {
             }
             Err(e) => findings.push(format!("checking the digest triggers failed: {e}")),
         }
+        let mut reinstall_failed = None;
         if !broken.is_empty() {
+            // A running scan's snapshot holds locks on the tables it read (PostgreSQL, MariaDB)
+            // that `DROP TRIGGER` waits for: stop it; a new one starts below.
+            let running = self.lock_integrity().scan.take();
+            if let Some(scan) = running {
+                scan.abort();
+                match scan.await {
+                    Err(e) if e.is_cancelled() => {}
+                    // It finished first: its verdict counts.
+                    done => self.absorb(&mut self.lock_integrity(), done, &mut findings),
+                }
+            }
             let names: Vec<&str> = broken.iter().map(String::as_str).collect();
             match self.store.reinstall_triggers(&names).await {
                 Ok(()) => findings.push(format!(
                     "before block {block}: reinstalled the digest triggers of {}; changes made meanwhile are checked by a full scan",
                     broken.join(", ")
                 )),
-                Err(e) => findings.push(format!(
-                    "before block {block}: reinstalling the digest triggers of {} failed: {e}",
-                    broken.join(", ")
-                )),
+                Err(e) => {
+                    findings.push(format!(
+                        "before block {block}: reinstalling the digest triggers of {} failed: {e}",
+                        broken.join(", ")
+                    ));
+                    reinstall_failed = Some(e);
+                }
             }
             self.metrics.trigger_repairs.fetch_add(1, Ordering::Relaxed);
         }
-        let mut state = self.integrity.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.lock_integrity();
         for finding in &current {
             if !state.reported.contains(finding) {
                 findings.push(format!("before block {block}: {finding}"));
             }
         }
-        state.reported = current;
+        // A trigger still broken is reported again with the next attempt.
+        if reinstall_failed.is_none() {
+            state.reported = current;
+        }
         if state.scan.as_ref().is_some_and(|s| s.is_finished())
             && let Some(scan) = state.scan.take()
-            && let Some(Ok((result, took))) = scan.now_or_never()
+            && let Some(joined) = scan.now_or_never()
         {
-            state.schedule.finished(Instant::now(), took);
-            self.metrics.state_checks.fetch_add(1, Ordering::Relaxed);
-            match result {
-                Ok(check) if check.agrees() => {
-                    tracing::info!(block = ?check.block, rows = check.rows, "full scan agrees with the state digest");
-                }
-                Ok(check) => {
-                    self.metrics
-                        .state_mismatches
-                        .fetch_add(1, Ordering::Relaxed);
-                    repair_needed = true;
-                    findings.push(format!(
-                        "full scan after block {}: table(s) {} differ from the state digest (expected {}, scanned {} over {} rows)",
-                        check.block.map_or("-".into(), |b| b.to_string()),
-                        check.differing.join(", "),
-                        check.expected,
-                        check.actual,
-                        check.rows
-                    ));
-                }
-                Err(e) => findings.push(format!("the full scan failed: {e}")),
-            }
+            self.absorb(&mut state, joined, &mut findings);
         }
         let running = state.scan.is_some();
         if state
@@ -230,7 +240,57 @@ impl<B: Backend> LocalExecution<B> {
                 (store.check_state().await, started.elapsed())
             }));
         }
-        (findings, repair_needed)
+        state.pending.extend(findings);
+        match reinstall_failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes in a finished full scan: its verdict, and how long it took.
+    fn absorb(&self, state: &mut Integrity, joined: JoinedScan, findings: &mut Vec<String>) {
+        self.metrics.state_checks.fetch_add(1, Ordering::Relaxed);
+        let (result, took) = match joined {
+            Ok(done) => done,
+            Err(e) => {
+                findings.push(format!("the full scan failed: {e}"));
+                return;
+            }
+        };
+        state.schedule.finished(Instant::now(), took);
+        match result {
+            Ok(check) if check.agrees() => {
+                tracing::info!(block = ?check.block, rows = check.rows, "full scan agrees with the state digest");
+            }
+            Ok(check) => {
+                self.metrics
+                    .state_mismatches
+                    .fetch_add(1, Ordering::Relaxed);
+                state.repair_needed = true;
+                findings.push(format!(
+                    "full scan after block {}: table(s) {} differ from the state digest (expected {}, scanned {} over {} rows)",
+                    check.block.map_or("-".into(), |b| b.to_string()),
+                    check.differing.join(", "),
+                    check.expected,
+                    check.actual,
+                    check.rows
+                ));
+            }
+            Err(e) => findings.push(format!("the full scan failed: {e}")),
+        }
+    }
+
+    fn lock_integrity(&self) -> std::sync::MutexGuard<'_, Integrity> {
+        self.integrity.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The findings and repair verdict kept since the last block that succeeded.
+    fn take_findings(&self) -> (Vec<String>, bool) {
+        let mut state = self.lock_integrity();
+        (
+            std::mem::take(&mut state.pending),
+            std::mem::take(&mut state.repair_needed),
+        )
     }
 }
 
@@ -272,10 +332,11 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             let mut server = self.server.lock().await;
             // The trigger check is a catalog read: it overlaps validation, and both finish
             // before the block's first statement runs.
-            let ((integrity, repair_needed), prepared) = tokio::join!(
+            let (checked, prepared) = tokio::join!(
                 self.check_integrity(block.number, state_check),
                 server.prepare(&block)
             );
+            checked?;
             let executed = server.run(prepared?, previous).await?;
             let outcome = &executed.outcome;
             let m = &self.metrics;
@@ -299,6 +360,7 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             } else {
                 Checkpoint::NotAsked
             };
+            let (integrity, repair_needed) = self.take_findings();
             Ok(PortExecuted {
                 executed,
                 checkpoint,

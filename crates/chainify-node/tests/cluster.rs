@@ -221,6 +221,108 @@ async fn a_trigger_bypass_is_caught_within_one_check_interval() {
     cluster.shutdown().await.expect("shutdown");
 }
 
+/// A broken digest trigger that cannot be reinstalled (a reader's snapshot holds the table, so
+/// `DROP TRIGGER` times out on PostgreSQL and MariaDB) holds the block back instead of letting
+/// it run unrecorded; the failure is reported, and once the reader is gone the trigger is
+/// reinstalled and the blocks run with every change recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_that_cannot_be_reinstalled_holds_the_block_back() {
+    use chainify_storage::ddl::ReadType;
+    use chainify_storage::{Backend, Conn};
+    let urls = smallbank_dbs("reinstall", &["postgres", "mariadb"], ACCOUNTS).await;
+    let mut spec = spec("reinstall", "all", &urls, 50);
+    // MariaDB's lock wait has a one-second minimum.
+    spec.store_options.lock_timeout = Duration::from_secs(1);
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 5);
+    let orgs = cluster.orgs();
+    let first = drive(&cluster, &mut workload, 40).await;
+    cluster
+        .wait_committed(&orgs, &first, WAIT)
+        .await
+        .expect("committed");
+    cluster
+        .tamper(
+            OrgId(1),
+            "ALTER TABLE savings DISABLE TRIGGER chainify_dg_savings",
+        )
+        .await
+        .expect("tamper postgres");
+    cluster
+        .tamper(OrgId(2), "DROP TRIGGER chainify_dg_savings_au")
+        .await
+        .expect("tamper mariadb");
+    let mut readers = Vec::new();
+    for org in &orgs {
+        let store = cluster.store(*org).expect("store");
+        let mut reader = store.backend().acquire().await.expect("conn");
+        reader.begin_read_snapshot().await.expect("begin");
+        reader
+            .query("SELECT COUNT(*) FROM savings", &[], &[ReadType::Int])
+            .await
+            .expect("read");
+        readers.push(reader);
+    }
+    let held_at: Vec<_> = orgs
+        .iter()
+        .map(|o| cluster.status(*o).expect("status").executed)
+        .collect();
+    let more = drive(&cluster, &mut workload, 40).await;
+    let failed = |org: OrgId| {
+        cluster
+            .status(org)
+            .expect("status")
+            .last_error
+            .is_some_and(|e| e.contains("reinstall") || e.contains("lock"))
+    };
+    let mut waited = 0;
+    while !orgs.iter().all(|o| failed(*o)) {
+        waited += 1;
+        assert!(
+            waited <= 300,
+            "no reinstall failed: {:?}",
+            cluster.statuses()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now: Vec<_> = orgs
+        .iter()
+        .map(|o| cluster.status(*o).expect("status").executed)
+        .collect();
+    assert_eq!(now, held_at, "a block ran without its trigger");
+    for reader in &mut readers {
+        reader.rollback().await.expect("end");
+    }
+    drop(readers);
+    cluster
+        .wait_committed(&orgs, &more, WAIT)
+        .await
+        .expect("committed once the trigger is back");
+    for org in &orgs {
+        let status = cluster.status(*org).expect("status");
+        for wanted in [
+            "reinstalling the digest triggers of savings failed",
+            "reinstalled the digest triggers of savings",
+        ] {
+            assert!(
+                status.alarms.iter().any(|a| a.contains(wanted)),
+                "organization {org}: no alarm {wanted:?}: {:?}",
+                status.alarms
+            );
+        }
+        let store = cluster.store(*org).expect("store");
+        assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+        let check = store.check_state().await.expect("scan");
+        assert!(check.agrees(), "organization {org}: {check:?}");
+    }
+    cluster
+        .check_consistent(&orgs)
+        .await
+        .expect("the same tables");
+    cluster.shutdown().await.expect("shutdown");
+}
+
 /// An organization killed mid-block restarts, catches up and agrees; nothing is lost or
 /// applied twice (its state equals a serial replay of the agreed blocks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
