@@ -206,6 +206,24 @@ fn non_binary_collation(definition: &str) -> Option<String> {
     None
 }
 
+/// The first conflict resolution other than ABORT (the default) that `definition` declares on
+/// a constraint (`… PRIMARY KEY ON CONFLICT REPLACE`): with it SQLite replaces, ignores or rolls
+/// back where the other engines abort the statement. A word scan, like the collation check:
+/// the words in a quoted name refuse a table too, never the other way round.
+fn conflict_resolution(definition: &str) -> Option<String> {
+    let upper = definition.to_ascii_uppercase();
+    let words: Vec<&str> = upper
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.windows(2).enumerate().find_map(|(i, pair)| {
+        (pair == ["ON", "CONFLICT"])
+            .then(|| words.get(i + 2).copied().unwrap_or_default())
+            .filter(|resolution| *resolution != "ABORT")
+            .map(str::to_owned)
+    })
+}
+
 impl Backend for Sqlite {
     type Conn = SqliteConn;
 
@@ -305,6 +323,11 @@ impl Backend for Sqlite {
                 "declares COLLATE {collation}, which compares text unlike the other engines; use the default (BINARY)"
             ));
         }
+        if let Some(resolution) = definition.as_deref().and_then(conflict_resolution) {
+            t.problems.push(format!(
+                "declares ON CONFLICT {resolution}, with which SQLite resolves a constraint violation where the other engines abort the statement (REPLACE deletes rows no trigger records, ROLLBACK ends the block's transaction); remove the clause"
+            ));
+        }
         let triggers: Vec<String> = sqlx::query_scalar(
             "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
              AND name NOT LIKE 'chainify!_%' ESCAPE '!' ORDER BY name",
@@ -372,4 +395,40 @@ impl Backend for Sqlite {
     }
 
     sqlx_backend_basics!(SqliteConn);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_clauses_other_than_abort_are_found() {
+        let table =
+            |clause: &str| format!("CREATE TABLE t (k INTEGER PRIMARY KEY {clause}, v INT)");
+        assert_eq!(conflict_resolution(&table("")), None);
+        assert_eq!(conflict_resolution(&table("ON CONFLICT ABORT")), None);
+        for resolution in ["REPLACE", "ROLLBACK", "FAIL", "IGNORE"] {
+            assert_eq!(
+                conflict_resolution(&table(&format!(
+                    "on\n conflict {}",
+                    resolution.to_lowercase()
+                ))),
+                Some(resolution.to_owned())
+            );
+        }
+        // After an ABORT clause, a later one still counts.
+        assert_eq!(
+            conflict_resolution(
+                "CREATE TABLE t (k INT PRIMARY KEY ON CONFLICT ABORT, v INT NOT NULL ON CONFLICT IGNORE)"
+            ),
+            Some("IGNORE".to_owned())
+        );
+        // ON DELETE / ON UPDATE actions are not conflict clauses.
+        assert_eq!(
+            conflict_resolution(
+                "CREATE TABLE c (k INT PRIMARY KEY, p INT REFERENCES t (k) ON DELETE RESTRICT)"
+            ),
+            None
+        );
+    }
 }

@@ -2019,10 +2019,22 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             outside(
                 backend,
                 "CREATE TRIGGER bump AFTER INSERT ON trg BEGIN UPDATE trg SET v = 1 WHERE k = NEW.k; END;\n\
-                 CREATE TABLE nc (k BIGINT NOT NULL PRIMARY KEY, name TEXT COLLATE NOCASE)",
+                 CREATE TABLE nc (k BIGINT NOT NULL PRIMARY KEY, name TEXT COLLATE NOCASE);\n\
+                 CREATE TABLE ocr (k BIGINT NOT NULL PRIMARY KEY ON CONFLICT REPLACE, v BIGINT NOT NULL);\n\
+                 CREATE TABLE ocb (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL ON CONFLICT ROLLBACK);\n\
+                 CREATE TABLE ocu (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, UNIQUE (v) ON CONFLICT IGNORE);\n\
+                 CREATE TABLE oca (k BIGINT NOT NULL PRIMARY KEY ON CONFLICT ABORT, v BIGINT NOT NULL)",
             )
             .await;
             cases.push(("nc", "COLLATE NOCASE"));
+            cases.push(("ocr", "declares ON CONFLICT REPLACE"));
+            cases.push(("ocb", "declares ON CONFLICT ROLLBACK"));
+            cases.push(("ocu", "declares ON CONFLICT IGNORE"));
+            // ABORT is what every engine does: that table is shared.
+            store
+                .register(&["oca"])
+                .await
+                .expect("ON CONFLICT ABORT is the default");
         }
     }
     for (table, cause) in cases {
