@@ -125,9 +125,16 @@ struct Integrity {
 /// scan of SQLite's 3·10⁶ rows costs ~5 s of a core; one every 100 blocks took most of a core.)
 const SCAN_REST_FACTOR: u32 = 4;
 
+/// How often a check that must wait for the running scan looks again.
+const SCAN_POLL: Duration = Duration::from_millis(5);
+
+/// At most this many findings wait for a block to succeed.
+const MAX_PENDING_FINDINGS: usize = 64;
+
 /// When full scans start: a periodic one asked for while a scan runs or rests waits for it; a
-/// scan asked for because a trigger was broken starts at the next chance.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// scan asked for because a trigger was broken starts at the next chance. A new schedule (a
+/// process that started, an execution process that restarted) scans with its first block.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct ScanSchedule {
     /// A periodic scan is asked for and not started yet.
     wanted: bool,
@@ -135,6 +142,16 @@ struct ScanSchedule {
     urgent: bool,
     /// Periodic scans start from this time on (`None`: at once).
     rest_until: Option<Instant>,
+}
+
+impl Default for ScanSchedule {
+    fn default() -> Self {
+        ScanSchedule {
+            wanted: true,
+            urgent: false,
+            rest_until: None,
+        }
+    }
 }
 
 impl ScanSchedule {
@@ -173,6 +190,9 @@ impl<B: Backend> LocalExecution<B> {
         let triggers = self.store.check_triggers().await;
         let mut current = BTreeSet::new();
         let mut broken: Vec<String> = Vec::new();
+        // The block runs only with its triggers known whole: a check that fails fails the block
+        // (it is tried again) and asks for a scan at once.
+        let mut failure = None;
         match triggers {
             Ok(problems) => {
                 for p in problems {
@@ -182,20 +202,25 @@ impl<B: Backend> LocalExecution<B> {
                     current.insert(p.to_string());
                 }
             }
-            Err(e) => findings.push(format!("checking the digest triggers failed: {e}")),
+            Err(e) => {
+                findings.push(format!(
+                    "before block {block}: checking the digest triggers failed: {e}"
+                ));
+                failure = Some(e);
+            }
         }
-        let mut reinstall_failed = None;
         if !broken.is_empty() {
             // A running scan's snapshot holds locks on the tables it read (PostgreSQL, MariaDB)
-            // that `DROP TRIGGER` waits for: stop it; a new one starts below.
-            let running = self.lock_integrity().scan.take();
-            if let Some(scan) = running {
-                scan.abort();
-                match scan.await {
-                    Err(e) if e.is_cancelled() => {}
-                    // It finished first: its verdict counts.
-                    done => self.absorb(&mut self.lock_integrity(), done, &mut findings),
-                }
+            // that `DROP TRIGGER` waits for: let it finish first. Stopping it instead would let
+            // whoever breaks a trigger before every block keep any scan from finishing. The
+            // handle stays in the state while waiting, so a cancelled check loses nothing.
+            while self
+                .lock_integrity()
+                .scan
+                .as_ref()
+                .is_some_and(|s| !s.is_finished())
+            {
+                tokio::time::sleep(SCAN_POLL).await;
             }
             let names: Vec<&str> = broken.iter().map(String::as_str).collect();
             match self.store.reinstall_triggers(&names).await {
@@ -208,7 +233,7 @@ impl<B: Backend> LocalExecution<B> {
                         "before block {block}: reinstalling the digest triggers of {} failed: {e}",
                         broken.join(", ")
                     ));
-                    reinstall_failed = Some(e);
+                    failure = Some(e);
                 }
             }
             self.metrics.trigger_repairs.fetch_add(1, Ordering::Relaxed);
@@ -219,8 +244,8 @@ impl<B: Backend> LocalExecution<B> {
                 findings.push(format!("before block {block}: {finding}"));
             }
         }
-        // A trigger still broken is reported again with the next attempt.
-        if reinstall_failed.is_none() {
+        // A trigger still broken is reported again once a block succeeds.
+        if failure.is_none() {
             state.reported = current;
         }
         if state.scan.as_ref().is_some_and(|s| s.is_finished())
@@ -230,18 +255,25 @@ impl<B: Backend> LocalExecution<B> {
             self.absorb(&mut state, joined, &mut findings);
         }
         let running = state.scan.is_some();
-        if state
-            .schedule
-            .start(Instant::now(), state_check, !broken.is_empty(), running)
-        {
+        if state.schedule.start(
+            Instant::now(),
+            state_check,
+            !broken.is_empty() || failure.is_some(),
+            running,
+        ) {
             let store = self.store.clone();
             state.scan = Some(tokio::spawn(async move {
                 let started = Instant::now();
                 (store.check_state().await, started.elapsed())
             }));
         }
-        state.pending.extend(findings);
-        match reinstall_failed {
+        for finding in findings {
+            // A block tried again and again adds the same findings: keep each once, and a few.
+            if !state.pending.contains(&finding) && state.pending.len() < MAX_PENDING_FINDINGS {
+                state.pending.push(finding);
+            }
+        }
+        match failure {
             Some(e) => Err(e.into()),
             None => Ok(()),
         }
@@ -257,7 +289,10 @@ impl<B: Backend> LocalExecution<B> {
                 return;
             }
         };
-        state.schedule.finished(Instant::now(), took);
+        // A scan that failed sets no rest: the next periodic request starts one.
+        if result.is_ok() {
+            state.schedule.finished(Instant::now(), took);
+        }
         match result {
             Ok(check) if check.agrees() => {
                 tracing::info!(block = ?check.block, rows = check.rows, "full scan agrees with the state digest");
@@ -406,11 +441,13 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut s = ScanSchedule::default();
-        assert!(!s.start(at(0), false, false, false), "nothing asked");
         assert!(
-            s.start(at(0), true, false, false),
-            "the first scan starts at once"
+            s.start(at(0), false, false, false),
+            "a new schedule scans with its first block"
         );
+        assert!(!s.start(at(0), false, false, false), "nothing asked");
+        s.finished(at(0), Duration::ZERO);
+        assert!(s.start(at(0), true, false, false), "asked and rested");
         assert!(!s.start(at(10), true, false, true), "one scan at a time");
         // The scan took 100 ms: the request kept meanwhile waits until 400 ms after it.
         s.finished(at(110), Duration::from_millis(100));

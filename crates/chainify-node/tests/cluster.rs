@@ -323,6 +323,73 @@ async fn a_trigger_that_cannot_be_reinstalled_holds_the_block_back() {
     cluster.shutdown().await.expect("shutdown");
 }
 
+/// A trigger check that itself fails (here SQLite's catalog holds a foreign trigger whose text
+/// is not UTF-8, so it cannot be read) holds the block back instead of letting it run with its
+/// triggers unknown; once the catalog reads again, the blocks run and the failure is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_check_that_fails_holds_the_block_back() {
+    let urls = smallbank_dbs("checkfails", &["sqlite"], ACCOUNTS).await;
+    let spec = spec("checkfails", "any-1", &urls, 50);
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 6);
+    let orgs = cluster.orgs();
+    let first = drive(&cluster, &mut workload, 20).await;
+    cluster
+        .wait_committed(&orgs, &first, WAIT)
+        .await
+        .expect("committed");
+    // The trigger's string literal 'zz' becomes 'z\xFF': SQLite still parses the schema, but
+    // the catalog text no longer decodes.
+    cluster
+        .tamper(
+            OrgId(1),
+            "CREATE TRIGGER zz_foreign AFTER UPDATE ON accounts BEGIN SELECT 'zz'; END; \
+             PRAGMA writable_schema = ON; \
+             UPDATE sqlite_master SET sql = replace(sql, 'zz''', 'z' || CAST(X'FF27' AS TEXT)) \
+             WHERE name = 'zz_foreign'; \
+             PRAGMA writable_schema = OFF",
+        )
+        .await
+        .expect("tamper");
+    let held_at = cluster.status(OrgId(1)).expect("status").executed;
+    let more = drive(&cluster, &mut workload, 20).await;
+    let mut waited = 0;
+    while !cluster
+        .status(OrgId(1))
+        .expect("status")
+        .last_error
+        .is_some_and(|e| e.contains("checking the digest triggers"))
+    {
+        waited += 1;
+        assert!(waited <= 300, "no failed check: {:?}", cluster.statuses());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        cluster.status(OrgId(1)).expect("status").executed,
+        held_at,
+        "a block ran with its triggers unknown"
+    );
+    cluster
+        .tamper(OrgId(1), "DROP TRIGGER zz_foreign")
+        .await
+        .expect("untamper");
+    cluster
+        .wait_committed(&orgs, &more, WAIT)
+        .await
+        .expect("committed once the catalog reads again");
+    let status = cluster.status(OrgId(1)).expect("status");
+    assert!(
+        status
+            .alarms
+            .iter()
+            .any(|a| a.contains("checking the digest triggers failed")),
+        "{:?}",
+        status.alarms
+    );
+    cluster.shutdown().await.expect("shutdown");
+}
+
 /// An organization killed mid-block restarts, catches up and agrees; nothing is lost or
 /// applied twice (its state equals a serial replay of the agreed blocks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

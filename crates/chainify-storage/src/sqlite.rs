@@ -188,12 +188,61 @@ fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
     }
 }
 
+/// The upper-cased words of a `CREATE TABLE` text, comments left out (SQLite keeps them in
+/// `sqlite_master.sql`, and `ON /* */ CONFLICT` is still a conflict clause). Words inside quoted
+/// names and strings are kept: they can only make a check refuse a table, never pass one.
+fn definition_words(definition: &str) -> Vec<String> {
+    let mut text = String::with_capacity(definition.len());
+    let mut chars = definition.chars().peekable();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match quote {
+            Some(close) => {
+                if c == close {
+                    quote = None;
+                }
+                text.push(c);
+            }
+            None if c == '-' && chars.peek() == Some(&'-') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+                text.push(' ');
+            }
+            None if c == '/' && chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut star = false;
+                for c in chars.by_ref() {
+                    if star && c == '/' {
+                        break;
+                    }
+                    star = c == '*';
+                }
+                text.push(' ');
+            }
+            None => {
+                quote = match c {
+                    '\'' | '"' | '`' => Some(c),
+                    '[' => Some(']'),
+                    _ => None,
+                };
+                text.push(c);
+            }
+        }
+    }
+    text.to_ascii_uppercase()
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The first collation other than BINARY that a `CREATE TABLE` text names, if any.
 fn non_binary_collation(definition: &str) -> Option<String> {
-    let upper = definition.to_ascii_uppercase();
-    let mut words = upper
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| !w.is_empty());
+    let words = definition_words(definition);
+    let mut words = words.iter().map(String::as_str);
     while let Some(w) = words.next() {
         if w == "COLLATE" {
             match words.next() {
@@ -208,19 +257,13 @@ fn non_binary_collation(definition: &str) -> Option<String> {
 
 /// The first conflict resolution other than ABORT (the default) that `definition` declares on
 /// a constraint (`… PRIMARY KEY ON CONFLICT REPLACE`): with it SQLite replaces, ignores or rolls
-/// back where the other engines abort the statement. A word scan, like the collation check:
-/// the words in a quoted name refuse a table too, never the other way round.
+/// back where the other engines abort the statement.
 fn conflict_resolution(definition: &str) -> Option<String> {
-    let upper = definition.to_ascii_uppercase();
-    let words: Vec<&str> = upper
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = definition_words(definition);
     words.windows(2).enumerate().find_map(|(i, pair)| {
-        (pair == ["ON", "CONFLICT"])
-            .then(|| words.get(i + 2).copied().unwrap_or_default())
-            .filter(|resolution| *resolution != "ABORT")
-            .map(str::to_owned)
+        (pair[0] == "ON" && pair[1] == "CONFLICT")
+            .then(|| words.get(i + 2).cloned().unwrap_or_default())
+            .filter(|resolution| resolution != "ABORT")
     })
 }
 
@@ -422,6 +465,34 @@ mod tests {
                 "CREATE TABLE t (k INT PRIMARY KEY ON CONFLICT ABORT, v INT NOT NULL ON CONFLICT IGNORE)"
             ),
             Some("IGNORE".to_owned())
+        );
+        // Comments hide nothing; quoted text can only refuse.
+        assert_eq!(
+            conflict_resolution("CREATE TABLE t (k INT PRIMARY KEY ON /* x */ CONFLICT REPLACE)"),
+            Some("REPLACE".to_owned())
+        );
+        assert_eq!(
+            conflict_resolution(
+                "CREATE TABLE t (k INT PRIMARY KEY ON CONFLICT /* ABORT */ REPLACE)"
+            ),
+            Some("REPLACE".to_owned())
+        );
+        assert_eq!(
+            conflict_resolution("CREATE TABLE t (k INT PRIMARY KEY ON -- ABORT\n CONFLICT IGNORE)"),
+            Some("IGNORE".to_owned())
+        );
+        assert_eq!(
+            conflict_resolution(
+                "CREATE TABLE t (k INT PRIMARY KEY, \"a--b\" INT ON CONFLICT FAIL)"
+            ),
+            Some("FAIL".to_owned()),
+            "a quoted -- opens no comment"
+        );
+        assert_eq!(
+            non_binary_collation(
+                "CREATE TABLE t (k INT PRIMARY KEY, n TEXT COLLATE /* BINARY */ NOCASE)"
+            ),
+            Some("NOCASE".to_owned())
         );
         // ON DELETE / ON UPDATE actions are not conflict clauses.
         assert_eq!(
