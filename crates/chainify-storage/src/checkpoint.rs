@@ -90,34 +90,26 @@ impl<B: Backend> Store<B> {
                     )));
                 }
             }
-            let exists = self.db(
+            // One query answers both: whether this block has a checkpoint already, and the
+            // previous one. A table changed since that one is copied as a delta of the keys
+            // changed after it on top of its layers (the dirty-key tables keep every key changed
+            // after the oldest kept checkpoint).
+            let newest = self.db(
                 conn.query(
-                    &format!("SELECT COUNT(*) FROM chainify_checkpoints WHERE block = {}", p(1)),
+                    &format!("SELECT MAX(block) FROM chainify_checkpoints WHERE block <= {}", p(1)),
                     &[&b],
                     &[ReadType::Int],
                 )
                 .await,
                 &during,
             )?;
-            if !matches!(exists.first().and_then(|r| r.first()), Some(Value::Int(0))) {
-                return Err(StorageError::Checkpoint(format!(
-                    "a checkpoint at block {block} already exists"
-                )));
-            }
-            // The previous checkpoint's layers: a table changed since is copied as a delta of
-            // the keys changed after that checkpoint on top of them (the dirty-key tables keep
-            // every key changed after the oldest kept checkpoint).
-            let previous = self.db(
-                conn.query(
-                    &format!("SELECT MAX(block) FROM chainify_checkpoints WHERE block < {}", p(1)),
-                    &[&b],
-                    &[ReadType::Int],
-                )
-                .await,
-                &during,
-            )?;
-            let previous = match previous.first().and_then(|r| r.first()) {
-                Some(Value::Int(p)) => Some(*p),
+            let previous = match newest.first().and_then(|r| r.first()) {
+                Some(Value::Int(n)) if Value::Int(*n) == b => {
+                    return Err(StorageError::Checkpoint(format!(
+                        "a checkpoint at block {block} already exists"
+                    )));
+                }
+                Some(Value::Int(n)) => Some(*n),
                 _ => None,
             };
             let before = match previous {
