@@ -36,7 +36,8 @@ pub use exec::{EXECUTE_TIMEOUT, ExecutionGrpc, RemoteExecution};
 pub use follow::{FOLLOW_INTERVAL, follow_ledger};
 pub use metrics::{Render, serve_metrics};
 pub use org::{
-    AnyOrderer, Component, OrgRuntime, REGISTRATION_WAIT, bind, org_tls, run_org, server_builder,
+    AnyOrderer, Component, OrgRuntime, REGISTRATION_WAIT, bind, incoming, org_tls, run_org,
+    server_builder,
 };
 pub use peer::{
     CommitServer, GrpcTransport, MAX_LEDGER_STREAM, MAX_VOTE_BATCH, PEER_CALL_TIMEOUT, PEER_QUEUE,

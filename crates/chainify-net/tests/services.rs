@@ -103,7 +103,7 @@ async fn start(base: u16, chainify: ChainifySettings) -> Net {
             orderer,
             tokio::sync::watch::channel(false).1,
         )))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        .serve_with_incoming(chainify_net::incoming(listener));
     tokio::spawn(server);
 
     let mut net = Net {

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chainify_core::config::{NetworkConfig, OrgConfig};
-use chainify_net::{Component, OrgRuntime, SoloServer, Tls, bind, run_org, server_builder};
+use chainify_net::{
+    Component, OrgRuntime, SoloServer, Tls, bind, incoming, run_org, server_builder,
+};
 use chainify_orderer::LocalOrderer;
 use chainify_proto::pb::orderer_service_server::OrdererServiceServer;
 
@@ -141,16 +143,13 @@ pub(crate) fn orderer(args: &OrdererArgs) -> anyhow::Result<()> {
                     .max_decoding_message_size(64 * 1024 * 1024)
                     .max_encoding_message_size(256 * 1024 * 1024),
             )
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async move {
-                    tokio::select! {
-                        () = stop_signal() => {}
-                        _ = stop.wait_for(|c| *c) => {}
-                    }
-                    closing_tx.send_replace(true);
-                },
-            )
+            .serve_with_incoming_shutdown(incoming(listener), async move {
+                tokio::select! {
+                    () = stop_signal() => {}
+                    _ = stop.wait_for(|c| *c) => {}
+                }
+                closing_tx.send_replace(true);
+            })
             .await
             .context("serving the solo orderer")?;
         tracing::info!("solo orderer stopped");
