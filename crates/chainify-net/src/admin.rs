@@ -1,5 +1,6 @@
 //! `AdminService`: an operator's view and controls of one organization.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use chainify_commit::State;
@@ -10,6 +11,7 @@ use chainify_node::{NodeStatus, ReadGate, ledger};
 use chainify_proto::pb;
 use chainify_proto::pb::admin_service_server::AdminService;
 use chainify_storage::{Backend, Store};
+use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
@@ -39,6 +41,27 @@ impl<B: Backend> AdminServer<B> {
             gate,
         }
     }
+}
+
+/// The ledger heights `WatchLedger` streams.
+pub(crate) type Heights = Pin<Box<dyn Stream<Item = Result<pb::LedgerHeight, Status>> + Send>>;
+
+/// The node's ledger height now, then each new one; ends with the node. The node publishes its
+/// status after the appends a step carried out, so every height sent is in the ledger.
+fn heights(status: watch::Receiver<NodeStatus>) -> Heights {
+    Box::pin(futures_util::stream::unfold(
+        (status, None),
+        |(mut status, last)| async move {
+            loop {
+                let next = status.borrow_and_update().next_block.0;
+                if last != Some(next) {
+                    let height = pb::LedgerHeight { next_block: next };
+                    return Some((Ok(height), (status, Some(next))));
+                }
+                status.changed().await.ok()?;
+            }
+        },
+    ))
 }
 
 /// The recovery state of a node in words.
@@ -172,5 +195,14 @@ impl<B: Backend + 'static> AdminService for AdminServer<B> {
             },
         };
         Ok(Response::new(response))
+    }
+
+    type WatchLedgerStream = Heights;
+
+    async fn watch_ledger(
+        &self,
+        _request: Request<pb::WatchLedgerRequest>,
+    ) -> Result<Response<Heights>, Status> {
+        Ok(Response::new(heights(self.status.clone())))
     }
 }

@@ -19,6 +19,7 @@ use chainify_node::{
 };
 use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
 use chainify_proto::FILE_DESCRIPTOR_SET;
+use chainify_proto::pb::admin_service_client::AdminServiceClient;
 use chainify_proto::pb::admin_service_server::AdminServiceServer;
 use chainify_proto::pb::chainify_service_server::ChainifyServiceServer;
 use chainify_proto::pb::commit_service_server::CommitServiceServer;
@@ -605,15 +606,17 @@ impl Org {
                 QueryAccess::Gate(n.gate.clone()),
             ),
             None => {
+                let admin = channel(&config.listen.admin, tls)?;
                 let (status, commits, _follower) = follow_ledger(
                     self.store.clone(),
                     self.me,
                     runtime.chainify.commit_stream_buffer,
+                    Some(AdminServiceClient::new(admin.clone())),
                     self.stop.1.clone(),
                 )
                 .await
                 .map_err(NetError::Storage)?;
-                let queries = QueryAccess::Forward(channel(&config.listen.admin, tls)?);
+                let queries = QueryAccess::Forward(admin);
                 (status, commits, queries)
             }
         };

@@ -281,8 +281,36 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         let o = c1.wait(id, Duration::from_millis(50)).await.unwrap();
         assert!(o.success && o.agreed, "{o:?}");
     }
+    // The height a chainify component in its own process follows: the current one at once,
+    // then each new one, never ahead of the ledger.
+    let cfg = OrgConfig::load(&net.dir.join("org3/org.toml")).unwrap();
+    let admin = chainify_client::channel(&cfg.listen.admin, Some(net.ca.as_bytes())).unwrap();
+    let mut heights = pb::admin_service_client::AdminServiceClient::new(admin)
+        .watch_ledger(pb::WatchLedgerRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let first = heights
+        .message()
+        .await
+        .unwrap()
+        .expect("the current height")
+        .next_block;
+    assert!(first > 1, "blocks were agreed: {first}");
     let waited = c3.submit_and_wait(deposit(1, 5)).await.unwrap();
     assert!(waited.success && waited.agreed);
+    let next = heights
+        .message()
+        .await
+        .unwrap()
+        .expect("a new height")
+        .next_block;
+    assert!(next > first, "{next} after {first}");
+    let agreed = net.admin(3).await.agreed_height;
+    assert!(
+        agreed + 1 >= next,
+        "announced {next} with {agreed} in the ledger"
+    );
     let failed = c1
         .submit_and_wait(
             deposit(1, 5)

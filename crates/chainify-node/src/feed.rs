@@ -15,6 +15,7 @@ use std::time::Duration;
 use chainify_core::BlockNumber;
 use chainify_storage::{Backend, Store};
 use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::watch;
 
 use crate::ledger::{self, LedgerError};
 use crate::node::Committed;
@@ -31,8 +32,9 @@ enum Source {
     /// The node's commit stream. Weak: the feed neither keeps the stream open nor holds the
     /// blocks it carries.
     Live(broadcast::WeakSender<Arc<Committed>>),
-    /// The ledger alone, read again every so often.
-    Polling(Duration),
+    /// The ledger alone, read again every so often, and whenever the hint (the height the
+    /// appending process announces) changes.
+    Polling(Duration, Option<watch::Receiver<BlockNumber>>),
 }
 
 impl<B: Backend> Clone for CommitFeed<B> {
@@ -58,7 +60,22 @@ impl<B: Backend> CommitFeed<B> {
     pub fn polling(store: Arc<Store<B>>, interval: Duration) -> Self {
         CommitFeed {
             store,
-            source: Source::Polling(interval),
+            source: Source::Polling(interval, None),
+        }
+    }
+
+    /// As [`CommitFeed::polling`], and read again as soon as `hint` changes: the appending
+    /// process announces its height there, so a block is seen when it is appended and the
+    /// interval only covers a hint that is late or gone. A hint is only a reason to read: the
+    /// blocks always come from the ledger.
+    pub fn hinted(
+        store: Arc<Store<B>>,
+        interval: Duration,
+        hint: watch::Receiver<BlockNumber>,
+    ) -> Self {
+        CommitFeed {
+            store,
+            source: Source::Polling(interval, Some(hint)),
         }
     }
 
@@ -70,7 +87,7 @@ impl<B: Backend> CommitFeed<B> {
                 Some(sender) => AfterHistory::Live(sender.subscribe()),
                 None => AfterHistory::End,
             },
-            Source::Polling(interval) => AfterHistory::Poll(*interval),
+            Source::Polling(interval, hint) => AfterHistory::Poll(*interval, hint.clone()),
         };
         Subscription {
             store: self.store.clone(),
@@ -87,8 +104,8 @@ impl<B: Backend> CommitFeed<B> {
 enum AfterHistory {
     /// Follow the node's commit stream.
     Live(broadcast::Receiver<Arc<Committed>>),
-    /// Read the ledger again after this long.
-    Poll(Duration),
+    /// Read the ledger again after this long, or when the hint changes.
+    Poll(Duration, Option<watch::Receiver<BlockNumber>>),
     /// End: the node had stopped when subscribing.
     End,
 }
@@ -134,10 +151,22 @@ impl<B: Backend> Subscription<B> {
                         reasons: Vec::new(),
                     })));
                 }
-                match &self.after_history {
+                match &mut self.after_history {
                     AfterHistory::Live(_) => self.history = false,
-                    AfterHistory::Poll(interval) => {
-                        tokio::time::sleep(*interval).await;
+                    AfterHistory::Poll(interval, hint) => {
+                        let sleep = tokio::time::sleep(*interval);
+                        match hint {
+                            Some(h) => tokio::select! {
+                                () = sleep => {}
+                                changed = h.changed() => {
+                                    // Its sender gone: the interval alone from now on.
+                                    if changed.is_err() {
+                                        *hint = None;
+                                    }
+                                }
+                            },
+                            None => sleep.await,
+                        }
                         continue;
                     }
                     // Caught up with a node that had stopped.

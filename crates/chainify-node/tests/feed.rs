@@ -175,3 +175,48 @@ async fn a_polling_feed_follows_a_ledger_another_process_appends() {
     );
     appender.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_hinted_feed_reads_the_ledger_when_the_hint_moves() {
+    let mut l = Ledger::new().await;
+    l.append().await;
+    // An interval no test waits out: only the hint can bring the next block in time.
+    let (hint_tx, hint) = tokio::sync::watch::channel(BlockNumber(2));
+    let feed = CommitFeed::hinted(l.store.clone(), Duration::from_secs(3600), hint);
+    let mut sub = feed.subscribe(BlockNumber(1));
+    assert_eq!(take(&mut sub, 1).await, vec![(1, false)]);
+    let waiting = tokio::spawn(async move { (take(&mut sub, 1).await, sub) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    l.append().await;
+    hint_tx.send(BlockNumber(3)).unwrap();
+    // `take` gives up after 10 s, long before the interval.
+    let (got, mut sub) = waiting.await.expect("the hint wakes the feed");
+    assert_eq!(got, vec![(2, false)]);
+    // A hint ahead of the ledger reads nothing new and waits again: blocks come from the
+    // ledger, never from the hint.
+    hint_tx.send(BlockNumber(9)).unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), take(&mut sub, 1))
+            .await
+            .is_err(),
+        "no block 3 yet"
+    );
+}
+
+#[tokio::test]
+async fn a_hinted_feed_whose_announcer_is_gone_polls_by_its_interval() {
+    let mut l = Ledger::new().await;
+    let (hint_tx, hint) = tokio::sync::watch::channel(BlockNumber(1));
+    let feed = CommitFeed::hinted(l.store.clone(), Duration::from_millis(10), hint);
+    let mut sub = feed.subscribe(BlockNumber(1));
+    drop(hint_tx);
+    let appender = tokio::spawn(async move {
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            l.append().await;
+        }
+        l
+    });
+    assert_eq!(take(&mut sub, 2).await, vec![(1, false), (2, false)]);
+    appender.await.unwrap();
+}
