@@ -1,19 +1,21 @@
 //! The Kafka orderer (docs/design/overview.md §2.2): one single-partition topic per network is the
 //! ordered log. Producers are idempotent with `acks=all`. Every consumer cuts blocks itself with
 //! [`BlockCutter`], so all consumers cut identical blocks without a leader. Time-to-cut markers are
-//! produced by every `KafkaOrderer` instance whose oldest pending transaction (as it saw it arrive)
-//! has waited the batch timeout; the cutting rule ignores the redundant ones. Cutting
-//! [`Cut::OnDemand`], a block stream that waits for its block with nothing more of the log fetched
-//! also produces the marker for the block being filled, once: the stream is polled only while its
-//! node wants a block, so no block waits on the timer while an organization is idle. (A stream
-//! still reading history between two fetches may ask for a block that is already cut further on
-//! in the log; every cutter ignores that marker alike.)
+//! produced by every `KafkaOrderer` instance that delivers blocks, once its oldest pending
+//! transaction (as it saw it arrive) has waited the batch timeout; the cutting rule ignores the
+//! redundant ones. An instance that only broadcasts (a split organization's chainify component)
+//! follows no log. Cutting [`Cut::OnDemand`], a block stream that waits for its block with nothing
+//! more of the log fetched also produces the marker for the block being filled, once: the stream
+//! is polled only while its node wants a block, so no block waits on the timer while an
+//! organization is idle. (A stream still reading history between two fetches may ask for a block
+//! that is already cut further on in the log; every cutter ignores that marker alike.)
 //!
 //! Log entry encoding: one tag byte, then `1` + the protobuf `chainify.v1.ChainedTransaction`, or
 //! `2` + the block number as 8 bytes big-endian. An entry that does not decode is skipped by every
 //! consumer alike (the log is untrusted).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chainify_core::tx::ChainedTransaction;
@@ -91,6 +93,8 @@ pub struct KafkaSettings {
 struct Inner {
     settings: KafkaSettings,
     producer: FutureProducer,
+    /// Whether the markers task runs: started by the first block stream.
+    markers: AtomicBool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -133,8 +137,9 @@ fn transient_while_starting(code: RDKafkaErrorCode) -> bool {
 }
 
 impl KafkaOrderer {
-    /// Connects, creates the topic (one partition) when it does not exist, and starts the task
-    /// that produces time-to-cut markers (it ends when the last clone is dropped).
+    /// Connects and creates the topic (one partition) when it does not exist. The first block
+    /// stream starts the task that produces time-to-cut markers (it ends when the last clone is
+    /// dropped).
     pub async fn connect(settings: KafkaSettings) -> Result<KafkaOrderer, OrdererError> {
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &settings.brokers)
@@ -181,9 +186,11 @@ impl KafkaOrderer {
             .set("linger.ms", "1")
             .create()
             .map_err(|e| unavailable("creating the producer", e))?;
-        let inner = Arc::new(Inner { settings, producer });
-        let markers = inner.consumer(inner.settings.markers_from.position)?;
-        tokio::spawn(produce_markers(Arc::downgrade(&inner), markers));
+        let inner = Arc::new(Inner {
+            settings,
+            producer,
+            markers: AtomicBool::new(false),
+        });
         Ok(KafkaOrderer { inner })
     }
 }
@@ -282,6 +289,22 @@ impl Orderer for KafkaOrderer {
     }
 
     async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
+        // Only an instance that waits for blocks needs them cut; one that only broadcasts would
+        // fetch and decode the whole log for nothing.
+        if !self.inner.markers.swap(true, Ordering::AcqRel) {
+            match self
+                .inner
+                .consumer(self.inner.settings.markers_from.position)
+            {
+                Ok(markers) => {
+                    tokio::spawn(produce_markers(Arc::downgrade(&self.inner), markers));
+                }
+                Err(e) => {
+                    self.inner.markers.store(false, Ordering::Release);
+                    return Err(e);
+                }
+            }
+        }
         let consumer = self.inner.consumer(from.position)?;
         let cutter = BlockCutter::new(
             self.inner.settings.network.clone(),

@@ -204,3 +204,38 @@ async fn a_refused_topic_is_reported_with_its_name_and_reason() {
         "the error names the topic and the reason: {text}"
     );
 }
+
+/// The topic's high watermark: how many entries (transactions and markers) it holds.
+fn entries(s: &KafkaSettings) -> i64 {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .set("group.id", format!("{}-watermarks", s.topic))
+        .create()
+        .expect("a consumer");
+    consumer
+        .fetch_watermarks(&s.topic, 0, Duration::from_secs(10))
+        .expect("watermarks")
+        .1
+}
+
+/// An instance that only broadcasts (a split organization's chainify component) follows no log
+/// and produces no time-to-cut markers; once it delivers blocks, it cuts them by timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_instance_that_delivers_produces_markers() {
+    let s = settings("broadcaster", 4, Duration::from_millis(100));
+    let a = KafkaOrderer::connect(s.clone()).await.expect("kafka");
+    a.broadcast(transaction(1)).await.expect("broadcast");
+    // Ten batch timeouts: a following instance would have produced a marker long since.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(entries(&s), 1, "the transaction alone");
+    let mut blocks = a.deliver(Resume::START).await.expect("deliver");
+    let block = tokio::time::timeout(Duration::from_secs(30), blocks.next())
+        .await
+        .expect("the delivering instance cuts block 1 by its marker")
+        .expect("stream")
+        .expect("block");
+    assert_eq!(block.transactions.len(), 1);
+    assert!(entries(&s) >= 2, "a marker was produced");
+}
