@@ -88,9 +88,12 @@ async fn watch_heights(
                 .await?
                 .into_inner();
             while let Some(height) = heights.message().await? {
-                if hint.send(BlockNumber(height.next_block)).is_err() {
+                if hint.is_closed() {
                     return Ok(());
                 }
+                // A height already announced is no reason to read the ledger again.
+                let next = BlockNumber(height.next_block);
+                hint.send_if_modified(|h| std::mem::replace(h, next) != next);
             }
             Err(tonic::Status::unavailable("the height stream ended"))
         };
