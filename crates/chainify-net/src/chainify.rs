@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chainify_core::config::NetworkConfig;
-use chainify_core::crypto::{Signatures, SigningKey};
+use chainify_core::crypto::{PublicKey, Signatures, SigningKey};
 use chainify_core::tx::{
     ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal, TxOutcome,
 };
-use chainify_core::verify::Verifier;
+use chainify_core::verify::{SignedBytes, Verifier};
 use chainify_core::{BlockNumber, OrgId, TxId};
 use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::ledger::TxLookup;
@@ -250,8 +250,9 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                     key: parts.key.clone(),
                     network: parts.network.network_id.clone(),
                     signatures: parts.network.signatures,
+                    verifier: parts.verifier.clone(),
                 },
-                org.id,
+                (org.id, org.public_key),
                 client,
                 rx,
                 settings.max_endorse_batch.max(1),
@@ -311,12 +312,13 @@ async fn follow_commits<B: Backend>(
     }
 }
 
-/// Signs this organization's early-abort batches.
+/// Signs this organization's early-abort batches and checks the answers.
 struct BatchSigner {
     me: OrgId,
     key: Arc<SigningKey>,
     network: chainify_core::NetworkId,
     signatures: Signatures,
+    verifier: Arc<Verifier>,
 }
 
 impl BatchSigner {
@@ -330,9 +332,27 @@ impl BatchSigner {
     }
 }
 
+/// Checks a peer's early-abort responses together, off the reactor: those that verify are
+/// remembered, so each transaction's own check at admission finds them done; one that does not
+/// is checked again there and refused.
+async fn preverify(
+    verifier: &Arc<Verifier>,
+    peer: PublicKey,
+    responses: &[pb::EarlyAbortResponse],
+) {
+    let items: Vec<SignedBytes> = responses
+        .iter()
+        .filter_map(|wire| EarlyAbortResponse::try_from(wire.clone()).ok())
+        .map(|response| response.signed_by(peer))
+        .collect();
+    let verifier = verifier.clone();
+    // A panic here only leaves the checks to admission.
+    let _ = tokio::task::spawn_blocking(move || verifier.check_all(&items)).await;
+}
+
 async fn endorse_loop(
     signer: BatchSigner,
-    peer: OrgId,
+    (peer, peer_key): (OrgId, PublicKey),
     client: EndorsementServiceClient<Channel>,
     mut rx: mpsc::Receiver<EndorseJob>,
     max_batch: usize,
@@ -358,6 +378,7 @@ async fn endorse_loop(
         let (proposals, replies): (Vec<_>, Vec<_>) =
             jobs.into_iter().map(|j| (j.proposal, j.reply)).unzip();
         let batch = signer.batch(proposals, &ids);
+        let verifier = signer.verifier.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let n = batch.proposals.len();
@@ -365,7 +386,9 @@ async fn endorse_loop(
             request.set_timeout(timeout);
             match client.early_abort(request).await {
                 Ok(r) if r.get_ref().responses.len() == n => {
-                    for (reply, resp) in replies.into_iter().zip(r.into_inner().responses) {
+                    let responses = r.into_inner().responses;
+                    preverify(&verifier, peer_key, &responses).await;
+                    for (reply, resp) in replies.into_iter().zip(responses) {
                         let _ = reply.send(Ok(resp));
                     }
                 }
@@ -748,6 +771,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
         // Signature checks and analysis are CPU work: off the async threads.
         let admission = gateway.admission.clone();
         let responses = tokio::task::spawn_blocking(move || {
+            admission.preverify(&proposals);
             proposals
                 .iter()
                 .zip(&ids)

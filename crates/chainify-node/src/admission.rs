@@ -477,6 +477,20 @@ impl Admission {
             .map_err(|_| Unauthenticated::BadBatchSignature { from }.into())
     }
 
+    /// Checks the client signatures of an endorser's batch together (batched, split over the
+    /// cores): those that verify are remembered, so [`Admission::verdict`] does not check them
+    /// one by one; one that does not is checked again there and refused with its own reason.
+    pub fn preverify(&self, proposals: &[Proposal]) {
+        let items: Vec<SignedBytes> = proposals
+            .iter()
+            .filter_map(|p| {
+                let client = self.network.clients.get(&p.body.client)?;
+                Some(p.signed_by(client.public_key))
+            })
+            .collect();
+        self.verifier.check_all(&items);
+    }
+
     /// This organization's signed early-abort verdict on `proposal`, asked for by `origin`:
     /// the checks of [`check_proposal`], not in the ledger (`in_ledger`), and a nonce claim.
     pub fn verdict(
@@ -991,6 +1005,36 @@ mod tests {
             matches!(again, Refusal::Replay(Replay::Resubmitted { .. })),
             "{again:?}"
         );
+    }
+
+    /// An endorser checks a batch's client signatures together first: the good ones are
+    /// remembered (not checked again one by one), and every verdict is the one it would be
+    /// without the batch check.
+    #[test]
+    fn a_batch_checked_ahead_keeps_every_verdict() {
+        let net = network("any-2");
+        let endorser = admission(2, &net);
+        let mut proposals: Vec<Proposal> = (1..=8).map(|n| proposal(n, UPDATE)).collect();
+        // Its signature covers nonce 6.
+        proposals[5].body.nonce = 60;
+        let mut stranger = proposal(9, UPDATE);
+        stranger.body.client = ClientId::new("mallory").expect("client");
+        proposals.push(stranger);
+        endorser.preverify(&proposals);
+        assert_eq!(
+            endorser.verifier().remembered_len(),
+            7,
+            "the seven good client signatures, not the forged one"
+        );
+        for (i, p) in proposals.iter().enumerate() {
+            let response = endorser.verdict(p, p.tx_id(), OrgId(1), false);
+            match (i, &response.verdict) {
+                (5, Verdict::Reject(why)) => assert!(why.contains("does not verify"), "{why}"),
+                (8, Verdict::Reject(why)) => assert!(why.contains("unknown client"), "{why}"),
+                (5 | 8, v) => panic!("proposal {i}: {v:?}"),
+                (_, v) => assert_eq!(v, &Verdict::Accept, "proposal {i}"),
+            }
+        }
     }
 
     #[test]
