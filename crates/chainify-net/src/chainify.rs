@@ -337,9 +337,9 @@ impl BatchSigner {
 /// hold one or two responses, showed no gain).
 const PREVERIFY_FROM: usize = 16;
 
-/// Checks a peer's early-abort responses together, off the reactor: those that verify are
-/// remembered, so each transaction's own check at admission finds them done; one that does not
-/// is checked again there and refused.
+/// Checks a peer's early-abort responses together, off the reactor ([`Verifier::warm`]): if they
+/// verify they are remembered, so each transaction's own check at admission finds them done;
+/// with a bad one among them every admission checks its own, and refuses the bad one.
 async fn preverify(
     verifier: &Arc<Verifier>,
     peer: PublicKey,
@@ -352,7 +352,7 @@ async fn preverify(
         .collect();
     let verifier = verifier.clone();
     // A panic here only leaves the checks to admission.
-    let _ = tokio::task::spawn_blocking(move || verifier.check_all(&items)).await;
+    let _ = tokio::task::spawn_blocking(move || verifier.warm(&items)).await;
 }
 
 async fn endorse_loop(

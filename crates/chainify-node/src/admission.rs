@@ -477,9 +477,10 @@ impl Admission {
             .map_err(|_| Unauthenticated::BadBatchSignature { from }.into())
     }
 
-    /// Checks the client signatures of an endorser's batch together (batched, split over the
-    /// cores): those that verify are remembered, so [`Admission::verdict`] does not check them
-    /// one by one; one that does not is checked again there and refused with its own reason.
+    /// Checks the client signatures of an endorser's batch together ([`Verifier::warm`]): if
+    /// they verify they are remembered, so [`Admission::verdict`] does not check them one by
+    /// one; with a bad one among them every verdict checks its own, and refuses the bad one
+    /// with its reason.
     pub fn preverify(&self, proposals: &[Proposal]) {
         let items: Vec<SignedBytes> = proposals
             .iter()
@@ -488,7 +489,7 @@ impl Admission {
                 Some(p.signed_by(client.public_key))
             })
             .collect();
-        self.verifier.check_all(&items);
+        self.verifier.warm(&items);
     }
 
     /// This organization's signed early-abort verdict on `proposal`, asked for by `origin`:
@@ -1007,11 +1008,27 @@ mod tests {
         );
     }
 
-    /// An endorser checks a batch's client signatures together first: the good ones are
-    /// remembered (not checked again one by one), and every verdict is the one it would be
-    /// without the batch check.
+    /// An endorser checks a batch's client signatures together first: a clean batch is
+    /// remembered (not checked again one by one), a batch with a forged one is not, and every
+    /// verdict is the one it would be without the batch check.
     #[test]
     fn a_batch_checked_ahead_keeps_every_verdict() {
+        let net = network("any-2");
+        let endorser = admission(2, &net);
+        let clean: Vec<Proposal> = (11..=18).map(|n| proposal(n, UPDATE)).collect();
+        let mut twice = clean.clone();
+        twice.extend(clean.iter().cloned());
+        endorser.preverify(&twice);
+        assert_eq!(
+            endorser.verifier().remembered_len(),
+            8,
+            "each client signature once"
+        );
+        for p in &clean {
+            let response = endorser.verdict(p, p.tx_id(), OrgId(1), false);
+            assert_eq!(response.verdict, Verdict::Accept);
+        }
+
         let net = network("any-2");
         let endorser = admission(2, &net);
         let mut proposals: Vec<Proposal> = (1..=8).map(|n| proposal(n, UPDATE)).collect();
@@ -1023,8 +1040,8 @@ mod tests {
         endorser.preverify(&proposals);
         assert_eq!(
             endorser.verifier().remembered_len(),
-            7,
-            "the seven good client signatures, not the forged one"
+            0,
+            "a batch with a forged signature remembers nothing"
         );
         for (i, p) in proposals.iter().enumerate() {
             let response = endorser.verdict(p, p.tx_id(), OrgId(1), false);
