@@ -106,10 +106,8 @@ pub fn verify_many(rule: Signatures, items: &[&SignedBytes]) -> Vec<bool> {
 /// Below this a failed batch is checked one by one rather than halved again.
 const SMALLEST_BATCH: usize = 4;
 
-fn verify_share(rule: Signatures, items: &[&SignedBytes]) -> Vec<bool> {
-    if rule != Signatures::Ed25519Zip215 || items.len() < SMALLEST_BATCH {
-        return items.iter().map(|i| i.verify(rule).is_ok()).collect();
-    }
+/// Whether `items` verify as one ZIP 215 batch: exactly when each of them does.
+fn batch_verifies<'a>(items: impl Iterator<Item = &'a SignedBytes>) -> bool {
     let mut batch = ed25519_zebra::batch::Verifier::new();
     for item in items {
         batch.queue((
@@ -118,7 +116,14 @@ fn verify_share(rule: Signatures, items: &[&SignedBytes]) -> Vec<bool> {
             &item.message,
         ));
     }
-    if batch.verify(rand_core::OsRng).is_ok() {
+    batch.verify(rand_core::OsRng).is_ok()
+}
+
+fn verify_share(rule: Signatures, items: &[&SignedBytes]) -> Vec<bool> {
+    if rule != Signatures::Ed25519Zip215 || items.len() < SMALLEST_BATCH {
+        return items.iter().map(|i| i.verify(rule).is_ok()).collect();
+    }
+    if batch_verifies(items.iter().copied()) {
         return vec![true; items.len()];
     }
     let (left, right) = items.split_at(items.len() / 2);
@@ -239,15 +244,7 @@ impl Verifier {
         if fresh.len() < SMALLEST_BATCH {
             return;
         }
-        let mut batch = ed25519_zebra::batch::Verifier::new();
-        for (_, item) in &fresh {
-            batch.queue((
-                ed25519_zebra::VerificationKeyBytes::from(item.key.0),
-                ed25519_zebra::Signature::from(item.signature.0),
-                &item.message,
-            ));
-        }
-        if batch.verify(rand_core::OsRng).is_ok() {
+        if batch_verifies(fresh.iter().map(|(_, item)| *item)) {
             let mut remembered = self.remembered();
             for (fingerprint, _) in fresh {
                 remembered.insert(fingerprint);

@@ -110,7 +110,7 @@ struct EndorseJob {
     proposal: pb::Proposal,
     /// The proposal's transaction id (what the batch signature covers).
     id: TxId,
-    reply: oneshot::Sender<Result<pb::EarlyAbortResponse, String>>,
+    reply: oneshot::Sender<Result<EarlyAbortResponse, String>>,
 }
 
 /// Waiters for outcomes, and recent outcomes.
@@ -343,11 +343,11 @@ const PREVERIFY_FROM: usize = 16;
 async fn preverify(
     verifier: &Arc<Verifier>,
     peer: PublicKey,
-    responses: &[pb::EarlyAbortResponse],
+    responses: &[Result<EarlyAbortResponse, String>],
 ) {
     let items: Vec<SignedBytes> = responses
         .iter()
-        .filter_map(|wire| EarlyAbortResponse::try_from(wire.clone()).ok())
+        .flatten()
         .map(|response| response.signed_by(peer))
         .collect();
     let verifier = verifier.clone();
@@ -391,12 +391,21 @@ async fn endorse_loop(
             request.set_timeout(timeout);
             match client.early_abort(request).await {
                 Ok(r) if r.get_ref().responses.len() == n => {
-                    let responses = r.into_inner().responses;
+                    // Decoded once here, for the batch check and the waiting admissions.
+                    let responses: Vec<_> = r
+                        .into_inner()
+                        .responses
+                        .into_iter()
+                        .map(|wire| {
+                            EarlyAbortResponse::try_from(wire)
+                                .map_err(|e| format!("malformed response: {e}"))
+                        })
+                        .collect();
                     if responses.len() >= PREVERIFY_FROM {
                         preverify(&verifier, peer_key, &responses).await;
                     }
-                    for (reply, resp) in replies.into_iter().zip(responses) {
-                        let _ = reply.send(Ok(resp));
+                    for (reply, response) in replies.into_iter().zip(responses) {
+                        let _ = reply.send(response);
                     }
                 }
                 Ok(r) => {
@@ -447,8 +456,7 @@ impl Endorser for GrpcEndorser {
                 .send(job)
                 .await
                 .map_err(|_| "the endorsement task stopped".to_owned())?;
-            let wire = answer.await.map_err(|_| "no answer".to_owned())??;
-            EarlyAbortResponse::try_from(wire).map_err(|e| format!("malformed response: {e}"))
+            answer.await.map_err(|_| "no answer".to_owned())?
         })
     }
 }
