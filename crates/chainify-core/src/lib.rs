@@ -10,6 +10,7 @@
 //! - [`effect`]: a block's effect on the shared tables and its order-independent digest;
 //! - [`state`]: the incremental, order-independent digest of the shared tables' whole content;
 //! - [`validate`]: deterministic validation of an ordered block's transactions.
+//! - [`recent`]: a bounded memory of recent entries that is allocated once and never grows.
 //! - [`verify`]: one signature rule everywhere (ZIP 215), batched over the cores, and an
 //!   organization's memory of the signatures it verified or made.
 //!
@@ -26,6 +27,7 @@ pub mod effect;
 mod ids;
 pub mod policy;
 pub mod ranges;
+pub mod recent;
 pub mod rwset;
 pub mod state;
 #[cfg(any(test, feature = "testing"))]

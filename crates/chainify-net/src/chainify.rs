@@ -9,13 +9,14 @@
 //!
 //! Outcomes come from the node's commit stream; the ledger answers for older transactions.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::{PublicKey, Signatures, SigningKey};
+use chainify_core::recent::Recent;
 use chainify_core::tx::{
     ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal, TxOutcome,
 };
@@ -63,7 +64,8 @@ pub struct ChainifySettings {
     pub wait_limit: Duration,
     /// Nonces remembered per client; an older nonce is refused as a possible replay.
     pub nonce_window: usize,
-    /// Outcomes kept for TxStatus with their abort reasons.
+    /// Outcomes kept for TxStatus with their abort reasons, at most (at least half as many are;
+    /// about 64 bytes each, allocated at start).
     pub recent_outcomes: usize,
     /// Commit events buffered per CommitStream subscriber.
     pub commit_stream_buffer: usize,
@@ -80,7 +82,7 @@ impl Default for ChainifySettings {
             endorse_calls_per_peer: 4,
             endorse_timeout: Duration::from_secs(5),
             wait_limit: Duration::from_secs(60),
-            nonce_window: 100_000,
+            nonce_window: chainify_node::admission::NONCE_WINDOW,
             recent_outcomes: 100_000,
             commit_stream_buffer: 256,
             query_wait: Duration::from_secs(10),
@@ -117,11 +119,27 @@ struct EndorseJob {
 #[derive(Debug)]
 struct Outcomes {
     waiters: Mutex<HashMap<TxId, Vec<oneshot::Sender<TxOutcome>>>>,
-    recent: Mutex<(HashMap<TxId, TxOutcome>, VecDeque<TxId>)>,
+    recent: Mutex<Recent<TxId, Kept>>,
+}
+
+/// A recent outcome without its id (the key): 32 bytes.
+#[derive(Debug)]
+struct Kept {
+    block: BlockNumber,
+    index: u32,
+    success: bool,
+    reason: Option<Box<str>>,
 }
 
 impl Outcomes {
-    fn record(&self, committed: &Committed, keep: usize) {
+    fn new(keep: usize) -> Outcomes {
+        Outcomes {
+            waiters: Mutex::new(HashMap::new()),
+            recent: Mutex::new(Recent::new(keep)),
+        }
+    }
+
+    fn record(&self, committed: &Committed) {
         let outcomes = committed.block.outcomes(&committed.reasons);
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
@@ -129,14 +147,27 @@ impl Outcomes {
             for w in waiters.remove(&o.tx_id).unwrap_or_default() {
                 let _ = w.send(o.clone());
             }
-            recent.1.push_back(o.tx_id);
-            recent.0.insert(o.tx_id, o);
+            let kept = Kept {
+                block: o.block,
+                index: o.index,
+                success: o.success,
+                reason: (!o.reason.is_empty()).then(|| o.reason.into_boxed_str()),
+            };
+            recent.insert(o.tx_id, kept);
         }
-        while recent.1.len() > keep {
-            if let Some(old) = recent.1.pop_front() {
-                recent.0.remove(&old);
-            }
-        }
+    }
+
+    /// A recent outcome (every outcome recorded is of an appended, so agreed, block).
+    fn recent(&self, id: &TxId) -> Option<TxOutcome> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.get(id).map(|k| TxOutcome {
+            tx_id: *id,
+            block: k.block,
+            index: k.index,
+            success: k.success,
+            agreed: true,
+            reason: k.reason.as_deref().unwrap_or_default().to_owned(),
+        })
     }
 }
 
@@ -261,16 +292,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             ));
             peers.insert(org.id, tx);
         }
-        let outcomes = Arc::new(Outcomes {
-            waiters: Mutex::new(HashMap::new()),
-            recent: Mutex::new((HashMap::new(), VecDeque::new())),
-        });
+        let outcomes = Arc::new(Outcomes::new(settings.recent_outcomes));
         let feed = parts.commits;
         let from = parts.status.borrow().next_block;
         tokio::spawn(follow_commits(
             feed.subscribe(from),
             Arc::downgrade(&outcomes),
-            settings.recent_outcomes,
         ));
         Ok(ChainifyServer {
             gateway: Arc::new(Gateway {
@@ -296,12 +323,11 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
 async fn follow_commits<B: Backend>(
     mut blocks: Subscription<B>,
     outcomes: std::sync::Weak<Outcomes>,
-    keep: usize,
 ) {
     while let Some(next) = blocks.next().await {
         match next {
             Ok(c) => match outcomes.upgrade() {
-                Some(o) => o.record(&c, keep),
+                Some(o) => o.record(&c),
                 None => return,
             },
             Err(e) => {
@@ -556,15 +582,8 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
 
     /// The outcome of an agreed transaction.
     async fn lookup(&self, id: TxId) -> Result<Option<TxOutcome>, Status> {
-        if let Some(o) = self
-            .outcomes
-            .recent
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .0
-            .get(&id)
-        {
-            return Ok(Some(o.clone()));
+        if let Some(o) = self.outcomes.recent(&id) {
+            return Ok(Some(o));
         }
         let agreed = self.agreed();
         let Some(block) = self

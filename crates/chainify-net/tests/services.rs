@@ -324,6 +324,15 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         .unwrap();
     assert!(!failed.success && failed.agreed);
     assert!(failed.reason.contains("statement 2"), "{failed:?}");
+    // TxStatus answers the same from the organization's recent outcomes, reason and all.
+    assert_eq!(
+        c1.status(&failed.tx_id).await.unwrap(),
+        TxState::Committed(failed.clone())
+    );
+    assert_eq!(
+        c1.status(&waited.tx_id).await.unwrap(),
+        TxState::Committed(waited.clone())
+    );
 
     // Rejections.
     let unknown = net
