@@ -195,6 +195,9 @@ impl KafkaOrderer {
     }
 }
 
+/// How much of the log a block stream fetches ahead of its reader, at most.
+const PREFETCH_KIB: usize = 8 * 1024;
+
 impl Inner {
     /// A consumer of the topic's partition from `position` on (no consumer group state).
     fn consumer(&self, position: u64) -> Result<StreamConsumer, OrdererError> {
@@ -209,6 +212,10 @@ impl Inner {
             )
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
+            // An organization behind the log would otherwise fetch up to 64 MB ahead (librdkafka's
+            // default): its memory grew with its lag (issue #17). 8 MB is still thousands of
+            // transactions ahead of the block being executed.
+            .set("queued.max.messages.kbytes", PREFETCH_KIB.to_string())
             .create()
             .map_err(|e| unavailable("creating a consumer", e))?;
         let mut partitions = TopicPartitionList::new();
