@@ -3543,6 +3543,14 @@ fn check_update_order(sets: &[(String, Ty, Limit, E)]) -> Result<(), Rejection> 
 }
 
 /// Evaluates a constant expression; `Ok(None)` when it is not one this evaluator knows.
+/// Whether a strict function or operator (every one here but COALESCE and NULLIF) has a NULL
+/// constant among its arguments: PostgreSQL then folds it to NULL when it plans, whatever the
+/// other arguments are (`replace(x, col, NULL)`, `col + NULL`, `col = NULL`), and a constant
+/// around it may be folded and checked in turn.
+fn strict_null(args: &[&Option<Value>]) -> bool {
+    args.iter().any(|a| matches!(a, Some(Value::Null)))
+}
+
 fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
     let overflow = || {
         Rejection::nondeterministic(format!(
@@ -3573,7 +3581,11 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             _ => return Ok(None),
         },
         E::Arith(op, a, b) => {
-            let (Some(x), Some(y)) = (eval(a, params)?, eval(b, params)?) else {
+            let (x, y) = (eval(a, params)?, eval(b, params)?);
+            if strict_null(&[&x, &y]) {
+                return Ok(Some(Value::Null));
+            }
+            let (Some(x), Some(y)) = (x, y) else {
                 return Ok(None);
             };
             match (x, y) {
@@ -3668,6 +3680,12 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             let Some(top) = eval(o, params)? else {
                 return Ok(None);
             };
+            // Every `NULL = w` folds to NULL: the ELSE, whatever the WHENs are.
+            let whens = if matches!(top, Value::Null) {
+                &[][..]
+            } else {
+                &whens[..]
+            };
             for (w, t) in whens {
                 let Some(v) = eval(w, params)? else {
                     return Ok(None);
@@ -3702,6 +3720,7 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             }
         }
         E::Cmp(op, a, b) => match (eval(a, params)?, eval(b, params)?) {
+            (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
             (Some(x), Some(y)) => from_truth(cmp_truth(*op, &x, &y)),
             _ => return Ok(None),
         },
@@ -3715,6 +3734,8 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             hi,
             negated,
         } => match (eval(x, params)?, eval(lo, params)?, eval(hi, params)?) {
+            // `NULL >= lo AND NULL <= hi`: both sides fold to NULL.
+            (Some(Value::Null), _, _) => Value::Null,
             (Some(x), Some(l), Some(h)) => {
                 let within = and3(cmp_truth(Cmp::Ge, &x, &l), cmp_truth(Cmp::Le, &x, &h));
                 from_truth(if *negated { within.map(|b| !b) } else { within })
@@ -3729,6 +3750,10 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             let Some(x) = eval(x, params)? else {
                 return Ok(None);
             };
+            // Every `NULL = item` folds to NULL, and so does their OR.
+            if matches!(x, Value::Null) {
+                return Ok(Some(Value::Null));
+            }
             let mut found = Some(false);
             for item in list {
                 let Some(v) = eval(item, params)? else {
@@ -3752,17 +3777,20 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
                 let pat: Vec<char> = p.chars().collect();
                 Value::Bool(like(&chars, &pat) != *negated)
             }
-            (Some(Value::Null), Some(_)) | (Some(_), Some(Value::Null)) => Value::Null,
+            (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
             _ => return Ok(None),
         },
         E::Func(f, args) => {
-            let mut vals = Vec::with_capacity(args.len());
-            for a in args {
-                match eval(a, params)? {
-                    Some(v) => vals.push(v),
-                    None => return Ok(None),
-                }
+            let evaluated = args
+                .iter()
+                .map(|a| eval(a, params))
+                .collect::<Result<Vec<_>, _>>()?;
+            if *f != Func::Nullif && strict_null(&evaluated.iter().collect::<Vec<_>>()) {
+                return Ok(Some(Value::Null));
             }
+            let Some(vals) = evaluated.into_iter().collect::<Option<Vec<Value>>>() else {
+                return Ok(None);
+            };
             if vals.iter().any(|v| matches!(v, Value::Null)) && *f != Func::Nullif {
                 Value::Null
             } else {
