@@ -147,7 +147,12 @@ impl Verifier {
     pub fn new(signatures: Signatures) -> Verifier {
         Verifier {
             signatures,
-            remembered: Mutex::new(Recent::new(REMEMBERED)),
+            // Nothing is remembered without signatures: no memory for it.
+            remembered: Mutex::new(Recent::new(if signatures.is_signed() {
+                REMEMBERED
+            } else {
+                0
+            })),
         }
     }
 
