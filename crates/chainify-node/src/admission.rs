@@ -137,7 +137,8 @@ pub enum Replay {
     /// The nonce is at or below the oldest one still remembered for the client.
     #[error(
         "client {client:?}: nonce {nonce} is not above {floor}, the oldest nonce still remembered \
-         for this client; it may be a replay: use a fresh nonce"
+         for this client, and transaction {tx} is not in the ledger yet; it may be a replay: ask \
+         TxStatus for {tx} (it may still be ordered) before signing it again with a fresh nonce"
     )]
     Forgotten {
         /// The client.
@@ -146,6 +147,8 @@ pub enum Replay {
         nonce: u64,
         /// The oldest nonce remembered.
         floor: u64,
+        /// The proposal's transaction.
+        tx: TxId,
     },
     /// Another transaction used the nonce.
     #[error(
@@ -306,6 +309,7 @@ impl NonceWindow {
                 client: client.as_str().to_owned(),
                 nonce,
                 floor,
+                tx: id,
             });
         }
         match self.seen.get(&nonce) {
@@ -548,7 +552,20 @@ impl Admission {
         self.check(proposal)?;
         let id = proposal.tx_id();
         // At the origin a nonce serves once; endorsers accept the same proposal again.
-        if self.claim_nonce(proposal, id, self.me)? == Claim::Same {
+        let claimed = match self.claim_nonce(proposal, id, self.me) {
+            // A proposal older than the window may be in the ledger: a client told only to use
+            // a fresh nonce would run it twice.
+            Err(forgotten @ Replay::Forgotten { .. }) => {
+                return Err(if in_ledger.await? {
+                    Replay::InLedger(id)
+                } else {
+                    forgotten
+                }
+                .into());
+            }
+            claimed => claimed?,
+        };
+        if claimed == Claim::Same {
             return Err(Replay::Resubmitted {
                 client: proposal.body.client.as_str().to_owned(),
                 nonce: proposal.body.nonce,
@@ -1012,6 +1029,35 @@ mod tests {
             matches!(again, Refusal::Replay(Replay::Resubmitted { .. })),
             "{again:?}"
         );
+    }
+
+    /// A proposal whose nonce has left the window is refused; if it is in the ledger, it says
+    /// so (a client told only to use a fresh nonce would run the transaction twice), and
+    /// otherwise it names the transaction to ask TxStatus about first.
+    #[tokio::test]
+    async fn a_forgotten_nonce_in_the_ledger_is_reported_as_in_the_ledger() {
+        let net = network("any-2");
+        let origin = admission(1, &net);
+        let endorser = Scripted::new(&net, &[(2, Answer::Honest), (3, Answer::Honest)]);
+        let old = proposal(1, UPDATE);
+        admit(&origin, &endorser, &old).await.unwrap();
+        // 100 newer nonces push nonce 1 out of the window of 100.
+        for n in 2..=101 {
+            admit(&origin, &endorser, &proposal(n, UPDATE))
+                .await
+                .unwrap();
+        }
+        let refusal = origin
+            .admit(&old, async { Ok(true) }, &endorser)
+            .await
+            .unwrap_err();
+        assert_eq!(refusal, Refusal::Replay(Replay::InLedger(old.tx_id())));
+        let refusal = admit(&origin, &endorser, &old).await.unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::Replay(Replay::Forgotten { tx, .. }) if tx == old.tx_id()),
+            "{refusal:?}"
+        );
+        assert!(refusal.to_string().contains("ask TxStatus"), "{refusal}");
     }
 
     /// An endorser checks a batch's client signatures together first: a clean batch is
