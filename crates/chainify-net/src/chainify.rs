@@ -143,9 +143,15 @@ impl Outcomes {
         let outcomes = committed.block.outcomes(&committed.reasons);
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        for o in outcomes {
+        for (i, o) in outcomes.into_iter().enumerate() {
             for w in waiters.remove(&o.tx_id).unwrap_or_default() {
                 let _ = w.send(o.clone());
+            }
+            // An invalid copy (a duplicate the orderer repeated) never hides the outcome of the
+            // transaction itself.
+            let valid = committed.block.valid.get(i).copied().unwrap_or(true);
+            if !valid && recent.contains(&o.tx_id) {
+                continue;
             }
             let kept = Kept {
                 block: o.block,
@@ -822,5 +828,63 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
         .await
         .map_err(|e| status::internal("checking proposals", e))?;
         Ok(Response::new(pb::EarlyAbortBatchResponse { responses }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_core::tx::{Certificate, LedgerBlock};
+    use chainify_core::{Digest, NetworkId};
+
+    fn committed(number: u64, txs: &[(TxId, bool, bool)], reasons: &[(usize, &str)]) -> Committed {
+        Committed {
+            block: LedgerBlock {
+                network: NetworkId::new("net").unwrap(),
+                number: BlockNumber(number),
+                tx_ids: txs.iter().map(|t| t.0).collect(),
+                success: txs.iter().map(|t| t.1).collect(),
+                valid: txs.iter().map(|t| t.2).collect(),
+                hash_digest: Digest::ZERO,
+                state_digest: Digest::ZERO,
+                hash_previous: Digest::ZERO,
+                orderer_position: 0,
+            },
+            certificate: Certificate {
+                block: BlockNumber(number),
+                ledger_block_hash: Digest::ZERO,
+                votes: Vec::new(),
+            },
+            reasons: reasons.iter().map(|(i, r)| (*i, (*r).to_owned())).collect(),
+        }
+    }
+
+    /// TxStatus answers with a transaction's own outcome, reason included, and a later invalid
+    /// copy of it (a duplicate the orderer repeated) does not replace it.
+    #[test]
+    fn a_duplicate_copy_does_not_hide_the_outcome() {
+        let (t, u) = (TxId(Digest::of(b"t")), TxId(Digest::of(b"u")));
+        let outcomes = Outcomes::new(100);
+        outcomes.record(&committed(
+            1,
+            &[(t, true, true), (u, false, true)],
+            &[(1, "statement 1: expected 1 rows, got 0")],
+        ));
+        outcomes.record(&committed(
+            2,
+            &[(t, false, false)],
+            &[(0, "duplicate: already in the ledger")],
+        ));
+        let held = outcomes.recent(&t).expect("t");
+        assert!(held.success && held.agreed && held.reason.is_empty());
+        assert_eq!((held.block, held.index), (BlockNumber(1), 0));
+        let failed = outcomes.recent(&u).expect("u");
+        assert!(!failed.success);
+        assert_eq!(failed.reason, "statement 1: expected 1 rows, got 0");
+        assert_eq!((failed.block, failed.index), (BlockNumber(1), 1));
+        // An invalid transaction seen for the first time is kept, with its reason.
+        let v = TxId(Digest::of(b"v"));
+        outcomes.record(&committed(3, &[(v, false, false)], &[(0, "not endorsed")]));
+        assert_eq!(outcomes.recent(&v).expect("v").reason, "not endorsed");
     }
 }
