@@ -195,7 +195,8 @@ impl KafkaOrderer {
     }
 }
 
-/// How much of the log a block stream fetches ahead of its reader, at most.
+/// How much of the log a block stream fetches ahead of its reader (about: librdkafka may
+/// overshoot by one fetch).
 const PREFETCH_KIB: usize = 8 * 1024;
 
 impl Inner {
@@ -216,6 +217,9 @@ impl Inner {
             // default): its memory grew with its lag (issue #17). 8 MB is still thousands of
             // transactions ahead of the block being executed.
             .set("queued.max.messages.kbytes", PREFETCH_KIB.to_string())
+            // With the queue full librdkafka waits this long before fetching again (1 s by
+            // default): an organization catching up would pause once per 8 MB.
+            .set("fetch.queue.backoff.ms", "50")
             .create()
             .map_err(|e| unavailable("creating a consumer", e))?;
         let mut partitions = TopicPartitionList::new();
