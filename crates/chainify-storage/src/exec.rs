@@ -56,24 +56,14 @@ pub(crate) fn row_chunks<T>(
     width: usize,
     dialect: Dialect,
 ) -> impl Iterator<Item = &[T]> {
-    let width = width.max(1);
-    debug_assert_eq!(values.len() % width, 0, "whole rows only");
-    let mut rest = values;
-    std::iter::from_fn(move || {
-        let rows = rest.len() / width;
-        if rows == 0 {
-            return None;
-        }
-        let take = if rows >= CONSUME_CHUNK {
+    split_rows(values, width, move |rows| {
+        if rows >= CONSUME_CHUNK {
             CONSUME_CHUNK
         } else if dialect == Dialect::MySql {
             1 << rows.ilog2()
         } else {
             rows
-        };
-        let (chunk, tail) = rest.split_at(take * width);
-        rest = tail;
-        Some(chunk)
+        }
     })
 }
 
@@ -87,6 +77,26 @@ pub(crate) fn padded_chunks<T>(
     dialect: Dialect,
 ) -> impl Iterator<Item = Vec<&T>> {
     let width = width.max(1);
+    split_rows(values, width, |rows| rows.min(CONSUME_CHUNK)).map(move |chunk| {
+        let mut padded: Vec<&T> = chunk.iter().collect();
+        if dialect == Dialect::MySql {
+            let rows = chunk.len() / width;
+            let last = &chunk[chunk.len() - width..];
+            for _ in rows..rows.next_power_of_two() {
+                padded.extend(last);
+            }
+        }
+        padded
+    })
+}
+
+/// Consecutive chunks of whole rows of `width` values, `take(rows left)` rows each.
+fn split_rows<T>(
+    values: &[T],
+    width: usize,
+    take: impl Fn(usize) -> usize,
+) -> impl Iterator<Item = &[T]> {
+    let width = width.max(1);
     debug_assert_eq!(values.len() % width, 0, "whole rows only");
     let mut rest = values;
     std::iter::from_fn(move || {
@@ -94,17 +104,9 @@ pub(crate) fn padded_chunks<T>(
         if rows == 0 {
             return None;
         }
-        let take = rows.min(CONSUME_CHUNK);
-        let (chunk, tail) = rest.split_at(take * width);
+        let (chunk, tail) = rest.split_at(take(rows) * width);
         rest = tail;
-        let mut padded: Vec<&T> = chunk.iter().collect();
-        if dialect == Dialect::MySql {
-            let last = &chunk[chunk.len() - width..];
-            for _ in take..take.next_power_of_two() {
-                padded.extend(last);
-            }
-        }
-        Some(padded)
+        Some(chunk)
     })
 }
 
