@@ -3542,7 +3542,6 @@ fn check_update_order(sets: &[(String, Ty, Limit, E)]) -> Result<(), Rejection> 
     Ok(())
 }
 
-/// Evaluates a constant expression; `Ok(None)` when it is not one this evaluator knows.
 /// Whether a strict function or operator (every one here but COALESCE and NULLIF) has a NULL
 /// constant among its arguments: PostgreSQL then folds it to NULL when it plans, whatever the
 /// other arguments are (`replace(x, col, NULL)`, `col + NULL`, `col = NULL`), and a constant
@@ -3551,6 +3550,31 @@ fn strict_null(args: &[&Option<Value>]) -> bool {
     args.iter().any(|a| matches!(a, Some(Value::Null)))
 }
 
+/// A comparison of two evaluated sides as PostgreSQL folds it: NULL when either is a NULL
+/// constant, its truth when both are constants, `None` (not folded) otherwise.
+fn cmp_fold(op: Cmp, x: &Option<Value>, y: &Option<Value>) -> Option<Option<bool>> {
+    match (x, y) {
+        (Some(Value::Null), _) | (_, Some(Value::Null)) => Some(None),
+        (Some(x), Some(y)) => Some(cmp_truth(op, x, y)),
+        _ => None,
+    }
+}
+
+/// AND (or OR) of two folded truths as PostgreSQL simplifies it: a deciding constant settles it
+/// whatever the other side is; otherwise both must be constants.
+fn bool_fold(and: bool, x: Option<Option<bool>>, y: Option<Option<bool>>) -> Option<Value> {
+    match (x, y) {
+        (Some(Some(b)), _) | (_, Some(Some(b))) if b != and => Some(Value::Bool(b)),
+        (Some(x), Some(y)) => Some(from_truth(match (x, y) {
+            (Some(x), Some(y)) => Some(if and { x && y } else { x || y }),
+            _ => None,
+        })),
+        _ => None,
+    }
+}
+
+/// Evaluates a constant expression as PostgreSQL folds it when it plans; `Ok(None)` when it is
+/// not one this evaluator knows. Folding more than PostgreSQL only refuses more.
 fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
     let overflow = || {
         Rejection::nondeterministic(format!(
@@ -3704,25 +3728,18 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             None => return Ok(None),
         },
         E::And(a, b) | E::Or(a, b) => {
-            let and = matches!(e, E::And(..));
             let (x, y) = (eval(a, params)?, eval(b, params)?);
-            let (x, y) = (x.as_ref().and_then(truth), y.as_ref().and_then(truth));
             // Three-valued logic; a known deciding side settles it even if the other is not
             // a constant.
-            match (x, y, and) {
-                (Some(Some(false)), _, true) | (_, Some(Some(false)), true) => Value::Bool(false),
-                (Some(Some(true)), _, false) | (_, Some(Some(true)), false) => Value::Bool(true),
-                (Some(x), Some(y), _) => from_truth(match (x, y) {
-                    (Some(x), Some(y)) => Some(if and { x && y } else { x || y }),
-                    _ => None,
-                }),
-                _ => return Ok(None),
-            }
+            return Ok(bool_fold(
+                matches!(e, E::And(..)),
+                x.as_ref().and_then(truth),
+                y.as_ref().and_then(truth),
+            ));
         }
-        E::Cmp(op, a, b) => match (eval(a, params)?, eval(b, params)?) {
-            (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
-            (Some(x), Some(y)) => from_truth(cmp_truth(*op, &x, &y)),
-            _ => return Ok(None),
+        E::Cmp(op, a, b) => match cmp_fold(*op, &eval(a, params)?, &eval(b, params)?) {
+            Some(t) => from_truth(t),
+            None => return Ok(None),
         },
         E::IsNull(x, negated) => match eval(x, params)? {
             Some(v) => Value::Bool(matches!(v, Value::Null) != *negated),
@@ -3733,30 +3750,46 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             lo,
             hi,
             negated,
-        } => match (eval(x, params)?, eval(lo, params)?, eval(hi, params)?) {
-            // `NULL >= lo AND NULL <= hi`: both sides fold to NULL.
-            (Some(Value::Null), _, _) => Value::Null,
-            (Some(x), Some(l), Some(h)) => {
-                let within = and3(cmp_truth(Cmp::Ge, &x, &l), cmp_truth(Cmp::Le, &x, &h));
-                from_truth(if *negated { within.map(|b| !b) } else { within })
-            }
-            _ => return Ok(None),
-        },
+        } => {
+            // PostgreSQL rewrites it as `x >= lo AND x <= hi` (NOT: `x < lo OR x > hi`) and
+            // folds those: a deciding half settles it, a NULL half makes it NULL or unknown.
+            let (x, l, h) = (eval(x, params)?, eval(lo, params)?, eval(hi, params)?);
+            return Ok(if *negated {
+                bool_fold(false, cmp_fold(Cmp::Lt, &x, &l), cmp_fold(Cmp::Gt, &x, &h))
+            } else {
+                bool_fold(true, cmp_fold(Cmp::Ge, &x, &l), cmp_fold(Cmp::Le, &x, &h))
+            });
+        }
         E::InList {
             e: x,
             list,
             negated,
         } => {
-            let Some(x) = eval(x, params)? else {
-                return Ok(None);
-            };
-            // Every `NULL = item` folds to NULL, and so does their OR.
-            if matches!(x, Value::Null) {
+            // PostgreSQL rewrites it as ORed `x = item` (the constant items as one `= ANY`).
+            let x = eval(x, params)?;
+            let items = list
+                .iter()
+                .map(|i| eval(i, params))
+                .collect::<Result<Vec<_>, _>>()?;
+            // `NULL = item` folds to NULL for every item, and so does their OR; so does a
+            // single `x = NULL`.
+            if matches!(x, Some(Value::Null)) || matches!(items[..], [Some(Value::Null)]) {
                 return Ok(Some(Value::Null));
             }
+            let Some(x) = x else {
+                return Ok(None);
+            };
+            // A constant item equal to a constant subject settles it, whatever the others are.
+            if items
+                .iter()
+                .flatten()
+                .any(|v| cmp_truth(Cmp::Eq, &x, v) == Some(true))
+            {
+                return Ok(Some(Value::Bool(!*negated)));
+            }
             let mut found = Some(false);
-            for item in list {
-                let Some(v) = eval(item, params)? else {
+            for v in items {
+                let Some(v) = v else {
                     return Ok(None);
                 };
                 found = match (found, cmp_truth(Cmp::Eq, &x, &v)) {
@@ -3785,8 +3818,13 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
                 .iter()
                 .map(|a| eval(a, params))
                 .collect::<Result<Vec<_>, _>>()?;
-            if *f != Func::Nullif && strict_null(&evaluated.iter().collect::<Vec<_>>()) {
-                return Ok(Some(Value::Null));
+            if strict_null(&evaluated.iter().collect::<Vec<_>>()) {
+                // NULLIF with a NULL constant on either side is its first argument.
+                return Ok(if *f == Func::Nullif {
+                    evaluated.into_iter().next().flatten()
+                } else {
+                    Some(Value::Null)
+                });
             }
             let Some(vals) = evaluated.into_iter().collect::<Option<Vec<Value>>>() else {
                 return Ok(None);
@@ -3852,14 +3890,6 @@ fn truth(v: &Value) -> Option<Option<bool>> {
 
 fn from_truth(t: Option<bool>) -> Value {
     t.map_or(Value::Null, Value::Bool)
-}
-
-fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
-    match (a, b) {
-        (Some(false), _) | (_, Some(false)) => Some(false),
-        (Some(true), Some(true)) => Some(true),
-        _ => None,
-    }
 }
 
 fn cmp_truth(op: Cmp, x: &Value, y: &Value) -> Option<bool> {

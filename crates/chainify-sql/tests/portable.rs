@@ -571,6 +571,13 @@ fn constants_folded_around_a_null_argument_are_checked() {
         format!(
             "UPDATE t SET x = CASE WHEN LENGTH(REPLACE(x, 'a', $1)) > 2 THEN x ELSE {long} END WHERE k = 99"
         ),
+        format!(
+            "UPDATE t SET x = CASE REPLACE(x, 'a', $1) WHEN 'b' THEN x ELSE {long} END WHERE k = 99"
+        ),
+        format!("UPDATE t SET x = CASE WHEN x IN ($1) THEN x ELSE {long} END WHERE k = 99"),
+        format!(
+            "UPDATE t SET x = CASE WHEN x NOT BETWEEN $1 AND $1 THEN x ELSE {long} END WHERE k = 99"
+        ),
     ];
     for sql in &cases {
         let e = a
@@ -578,8 +585,29 @@ fn constants_folded_around_a_null_argument_are_checked() {
             .unwrap_err()
             .to_string();
         assert!(e.contains("does not fit column x"), "{sql}: {e}");
-        a.analyze(&tx(sql, vec![Value::Text("q".into())]))
+        a.analyze(&tx(sql, vec![Value::Text("b".into())]))
             .unwrap_or_else(|e| panic!("{sql} with a value: {e}"));
+    }
+    // A constant deciding half settles IN and BETWEEN whatever the other items are.
+    for sql in [
+        format!("UPDATE t SET x = CASE WHEN $1 IN (x, 'b') THEN {long} ELSE x END WHERE k = 99"),
+        format!(
+            "UPDATE t SET x = CASE WHEN $1 NOT IN (x, 'b') THEN x ELSE {long} END WHERE k = 99"
+        ),
+        format!(
+            "UPDATE t SET x = CASE WHEN $1 BETWEEN x AND 'a' THEN x ELSE {long} END WHERE k = 99"
+        ),
+        format!(
+            "UPDATE t SET x = CASE WHEN $1 NOT BETWEEN x AND 'a' THEN {long} ELSE x END WHERE k = 99"
+        ),
+    ] {
+        let e = a
+            .analyze(&tx(&sql, vec![Value::Text("b".into())]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not fit column x"), "{sql}: {e}");
+        a.analyze(&tx(&sql, vec![Value::Text("0".into())]))
+            .unwrap_or_else(|e| panic!("{sql} with '0': {e}"));
     }
     let e = a
         .analyze(&tx(
