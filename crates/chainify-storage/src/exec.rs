@@ -1250,10 +1250,17 @@ mod tests {
                             }
                         }
                         if dialect == Dialect::MySql {
-                            assert!(n.is_power_of_two(), "{n} rows");
+                            assert_eq!(n, real.len().next_power_of_two(), "padded no further");
                         } else {
                             assert_eq!(n, real.len(), "no padding off MySQL");
                         }
+                        // Repeats come only after the chunk's last distinct row.
+                        let last = *real.last().unwrap();
+                        assert!(
+                            chunk[real.len() * width..]
+                                .iter()
+                                .all(|v| **v / width * width == last)
+                        );
                         given.extend(real);
                     }
                     let starts: Vec<usize> = (0..rows).map(|r| r * width).collect();
