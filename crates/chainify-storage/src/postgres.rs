@@ -35,7 +35,11 @@ pub struct Postgres {
 
 impl Postgres {
     /// Connects a pool to `url` (`postgres://…`), pinning every connection to UTC, READ
-    /// COMMITTED and standard strings. Fails with the (redacted) URL when unreachable.
+    /// COMMITTED, standard strings, `x = NULL` as NULL (not `x IS NULL`) and custom plans: the
+    /// analyser predicts what PostgreSQL folds when it plans with the statement's values, and a
+    /// generic plan (chosen after five runs of a cached statement) folds none of them, so whether
+    /// a statement failed would depend on the connection's history. Fails with the (redacted)
+    /// URL when unreachable.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Postgres, StorageError> {
         let redacted = redact_url(url);
         let connect_err = |reason: String| StorageError::Connect {
@@ -50,6 +54,8 @@ impl Postgres {
                 ("DateStyle", "ISO"),
                 ("default_transaction_isolation", "read committed"),
                 ("standard_conforming_strings", "on"),
+                ("transform_null_equals", "off"),
+                ("plan_cache_mode", "force_custom_plan"),
                 ("lock_timeout", lock_timeout.as_str()),
                 (
                     "default_transaction_read_only",

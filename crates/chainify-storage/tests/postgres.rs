@@ -95,3 +95,33 @@ async fn failed_install_leaves_nothing_behind() {
         .await
         .expect("cleanup");
 }
+
+/// Every connection plans with the statement's values and reads `x = NULL` as NULL, whatever the
+/// database's defaults say: the analyser's model of what PostgreSQL folds assumes both.
+#[tokio::test]
+async fn connections_pin_custom_plans_and_null_comparisons() {
+    PgFixture::create("pins").await;
+    let url = PgFixture::url("pins");
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("admin connection");
+    for sql in [
+        "ALTER DATABASE ct_pins SET plan_cache_mode = force_generic_plan",
+        "ALTER DATABASE ct_pins SET transform_null_equals = on",
+    ] {
+        admin.execute(AssertSqlSafe(sql)).await.expect(sql);
+    }
+    let store = Postgres::connect(&url, &StoreOptions::default())
+        .await
+        .expect("connect");
+    for (setting, pinned) in [
+        ("plan_cache_mode", "force_custom_plan"),
+        ("transform_null_equals", "off"),
+    ] {
+        let value: String = sqlx::query_scalar(AssertSqlSafe(format!("SHOW {setting}")))
+            .fetch_one(store.pool())
+            .await
+            .expect(setting);
+        assert_eq!(value, pinned, "{setting}");
+    }
+}
