@@ -654,6 +654,8 @@ struct ColRef {
     key_position: Option<usize>,
     /// The column's declared limit (its integer width, for overflow bounds).
     limit: Limit,
+    /// Never NULL here: declared NOT NULL, and not on the optional side of a LEFT JOIN.
+    not_null: bool,
 }
 
 #[derive(Debug)]
@@ -745,6 +747,8 @@ pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Reje
 /// One query level's tables: (name the query uses, occurrence, table).
 struct Level<'s> {
     tables: Vec<(String, Occurrence, &'s Table)>,
+    /// Per occurrence: on the optional side of a LEFT JOIN (its columns may be NULL).
+    left_joined: Vec<bool>,
     /// The level's output columns with their aliases, for ORDER BY.
     outputs: Vec<Option<String>>,
 }
@@ -824,6 +828,7 @@ impl<'s> Builder<'s> {
                 },
                 t,
             )],
+            left_joined: vec![false],
             outputs: Vec::new(),
         });
         Ok(())
@@ -976,6 +981,7 @@ impl<'s> Builder<'s> {
         self.enter()?;
         self.levels.push(Level {
             tables: Vec::new(),
+            left_joined: Vec::new(),
             outputs: Vec::new(),
         });
         let built = self.select(q, s);
@@ -1299,6 +1305,7 @@ impl<'s> Builder<'s> {
             key_arity: t.primary_key.len(),
         };
         self.levels[level].tables.push((used, occ.clone(), t));
+        self.levels[level].left_joined.push(join == JoinKind::Left);
         Ok(FromItem {
             occ,
             join,
@@ -1325,6 +1332,7 @@ impl<'s> Builder<'s> {
                     occurrence,
                     key_position: t.primary_key.iter().position(|k| *k == i),
                     limit: c.limit,
+                    not_null: c.not_null && !self.levels[level].left_joined[occurrence],
                 })
             })
             .collect()
@@ -1364,6 +1372,7 @@ impl<'s> Builder<'s> {
                             occurrence,
                             key_position: t.primary_key.iter().position(|k| *k == i),
                             limit: c.limit,
+                            not_null: c.not_null && !self.levels[level].left_joined[occurrence],
                         });
                     }
                     None if qualifier.is_some() => {
@@ -2296,6 +2305,28 @@ impl Writer<'_> {
         r
     }
 
+    /// Which operands of a binary operator (arithmetic, `||`, a comparison) SQLite may skip:
+    /// since 3.47 it evaluates first the operand without a subquery and, when that is NULL,
+    /// skips the one holding it (the result is NULL either way), where PostgreSQL and MariaDB
+    /// evaluate both and raise what fails in it. Such an operand is evaluated only sometimes.
+    /// Returns whether `a` and whether `b` may be skipped.
+    fn skippable(&self, a: &E, b: &E) -> (bool, bool) {
+        let (sa, sb) = (has_subquery(a), has_subquery(b));
+        (
+            sa && !sb && may_be_null(b, self.sig),
+            sb && may_be_null(a, self.sig),
+        )
+    }
+
+    /// `f`, [`Writer::lazily`] when `lazy`.
+    fn lazily_if<T>(
+        &mut self,
+        lazy: bool,
+        f: impl FnOnce(&mut Self) -> Result<T, Rejection>,
+    ) -> Result<T, Rejection> {
+        if lazy { self.lazily(f) } else { f(self) }
+    }
+
     /// A WHERE, ON or HAVING condition.
     fn filter(&mut self, e: &E, what: &str) -> Result<(), Rejection> {
         let outer = self.filter;
@@ -2670,7 +2701,8 @@ impl Writer<'_> {
             }
             E::Cmp(op, a, b) => {
                 self.push("(");
-                let ta = self.expr(a, Use::Other)?;
+                let (skip_a, _) = self.skippable(a, b);
+                let ta = self.lazily_if(skip_a, |w| w.expr(a, Use::Other))?;
                 let _ = write!(self.sql, " {} ", op.sql());
                 let tb = self.lazily(|w| w.expr(b, Use::Other))?;
                 self.push(")");
@@ -2679,7 +2711,8 @@ impl Writer<'_> {
             }
             E::Concat(a, b) => {
                 self.push("(");
-                let ta = self.expr(a, Use::Other)?;
+                let (skip_a, _) = self.skippable(a, b);
+                let ta = self.lazily_if(skip_a, |w| w.expr(a, Use::Other))?;
                 self.push(" || ");
                 // MariaDB's CONCAT stops at the first NULL argument.
                 let tb = self.lazily(|w| w.expr(b, Use::Other))?;
@@ -2955,8 +2988,9 @@ impl Writer<'_> {
                 // MariaDB returns 0 - (-2^63) as -2^63 instead of failing. When the right side
                 // may be -2^63, subtract one more from both sides there: (a + 1) - (b + 1)
                 // fails exactly when a - b overflows, and never with a zero on the left.
-                let (ta, pa) = self.capture(|w| w.operand(a, use_))?;
-                let (tb, pb) = self.capture(|w| w.operand(b, use_))?;
+                let (skip_a, skip_b) = self.skippable(a, b);
+                let (ta, pa) = self.lazily_if(skip_a, |s| s.capture(|w| w.operand(a, use_)))?;
+                let (tb, pb) = self.lazily_if(skip_b, |s| s.capture(|w| w.operand(b, use_)))?;
                 if ta == Ty::Int && tb == Ty::Int && self.may_be_min(b) {
                     self.push("(CASE WHEN ");
                     self.emit(&pb);
@@ -2980,7 +3014,8 @@ impl Writer<'_> {
             }
             E::Arith(op, a, b) => {
                 self.push("(");
-                let ta = self.operand(a, use_)?;
+                let (skip_a, skip_b) = self.skippable(a, b);
+                let ta = self.lazily_if(skip_a, |w| w.operand(a, use_))?;
                 self.push(match (op, self.dialect) {
                     (Arith::Add, _) => " + ",
                     (Arith::Sub, _) => " - ",
@@ -2989,7 +3024,7 @@ impl Writer<'_> {
                     (Arith::Div, _) => " / ",
                     (Arith::Mod, _) => " % ",
                 });
-                let tb = self.operand(b, use_)?;
+                let tb = self.lazily_if(skip_b, |w| w.operand(b, use_))?;
                 self.push(")");
                 self.arith_types(*op, a, b, ta, tb, use_)
             }
@@ -3452,6 +3487,31 @@ fn int_bound(e: &E, checks: &mut Vec<ValueCheck>) -> u128 {
             _ => ANY,
         },
         _ => ANY,
+    }
+}
+
+/// Whether `e` holds a subquery (scalar, EXISTS or IN) of its own.
+fn has_subquery(e: &E) -> bool {
+    let mut found = false;
+    let _ = walk_own(e, &mut |x| {
+        found |= matches!(x, E::Scalar(_) | E::Exists { .. } | E::InQuery { .. });
+        Ok(!found)
+    });
+    found
+}
+
+/// Whether `e` may be NULL on some row, given the parameters' types (a NULL parameter is typed
+/// [`Ty::Null`]): only literals, non-NULL parameters, NOT NULL columns and arithmetic of those
+/// are known not to be.
+fn may_be_null(e: &E, sig: &[Ty]) -> bool {
+    match e {
+        E::Lit(v) => matches!(v, Value::Null),
+        E::Param(i) => sig.get(*i).is_none_or(|t| *t == Ty::Null),
+        E::Col(c) => !c.not_null,
+        E::Neg(x) => may_be_null(x, sig),
+        E::Func(Func::Abs, args) => args.iter().any(|a| may_be_null(a, sig)),
+        E::Arith(_, a, b) | E::Concat(a, b) => may_be_null(a, sig) || may_be_null(b, sig),
+        _ => true,
     }
 }
 
@@ -4124,6 +4184,7 @@ mod tests {
             occurrence: 0,
             key_position: None,
             limit: Limit::None,
+            not_null: false,
         });
         let case = E::Case {
             operand: None,

@@ -197,6 +197,9 @@ pub struct Column {
     pub ty: ColumnType,
     /// What the declared type admits (width, precision, length).
     pub limit: Limit,
+    /// Declared NOT NULL (primary-key columns always are): an operand that cannot be NULL
+    /// never lets SQLite skip a subquery beside it (see `portable`'s `may_be_null`).
+    pub not_null: bool,
 }
 
 /// A foreign key of a child table.
@@ -441,6 +444,10 @@ fn table_from_create(ct: &CreateTable) -> Result<Table, SchemaError> {
             name: cname.clone(),
             limit: Limit::of_declared(&col.data_type.to_string(), &ty),
             ty,
+            not_null: col
+                .options
+                .iter()
+                .any(|o| matches!(o.option, ColumnOption::NotNull)),
         });
         for opt in &col.options {
             match &opt.option {
@@ -507,6 +514,10 @@ fn table_from_create(ct: &CreateTable) -> Result<Table, SchemaError> {
             on_delete: fk.on_delete.as_ref().into(),
             on_update: fk.on_update.as_ref().into(),
         });
+    }
+    // Every engine keeps key columns non-NULL (registration refuses a nullable one on SQLite).
+    for &k in &primary_key {
+        table.columns[k].not_null = true;
     }
     table.primary_key = primary_key;
     table.uniques = unique_idx;

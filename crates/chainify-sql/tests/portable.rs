@@ -627,3 +627,69 @@ fn constants_folded_around_a_null_argument_are_checked() {
     ))
     .unwrap();
 }
+
+/// SQLite (3.47 on) evaluates first the operand of `+`, `||` or a comparison that holds no
+/// subquery and, when it is NULL, skips the one that does; PostgreSQL and MariaDB evaluate both
+/// and raise what fails there. The difftest found `i + (ABS(b) - (SELECT …))` failing on two
+/// engines and succeeding on SQLite for a row whose `i` is NULL. An operand SQLite may skip is
+/// now held to what may fail on some rows only; one beside an operand that cannot be NULL (NOT
+/// NULL columns, keys, non-NULL parameters and arithmetic of those) is not.
+#[test]
+fn operands_sqlite_skips_beside_a_null_must_not_fail() {
+    let a = Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT, n BIGINT NOT NULL, i INTEGER);
+             CREATE TABLE e (k BIGINT PRIMARY KEY, v BIGINT NOT NULL);
+             CREATE TABLE s (k BIGINT PRIMARY KEY, v BIGINT NOT NULL);",
+        )
+        .unwrap(),
+    );
+    let run =
+        |sql: &str, params: Vec<Value>| a.analyze(&tx(sql, params)).map_err(|e| e.to_string());
+    let one = || vec![Value::Int(1)];
+    let sub = "(SELECT v FROM e WHERE e.k = 1)";
+    // The subquery on the right of a nullable operand, on the left of one, under comparisons:
+    // each time what could overflow there is refused.
+    for sql in [
+        format!("UPDATE t SET v = i + (ABS(v) - {sub}) WHERE k = $1"),
+        format!("UPDATE t SET v = i + (v + {sub}) WHERE k = $1"),
+        format!("UPDATE t SET v = (v + {sub}) - i WHERE k = $1"),
+        format!("UPDATE t SET i = CASE WHEN (n + {sub}) > v THEN 1 ELSE 0 END WHERE k = $1"),
+        format!("UPDATE t SET i = CASE WHEN v < (n * {sub}) THEN 1 ELSE 0 END WHERE k = $1"),
+    ] {
+        let e = run(&sql, one()).unwrap_err();
+        assert!(e.contains("may overflow"), "{sql}: {e}");
+    }
+    // Beside operands that cannot be NULL nothing is skipped: Smallbank's WriteCheck shape.
+    let write_check = format!(
+        "UPDATE t SET n = n - $2 - CASE WHEN n + {sub} < $2 THEN 1 ELSE 0 END WHERE k = $1"
+    );
+    run(&write_check, vec![Value::Int(1), Value::Int(5)]).unwrap();
+    run(
+        &format!("UPDATE t SET n = k + (n + {sub}) WHERE k = $1"),
+        one(),
+    )
+    .unwrap();
+    // … but a NULL parameter beside it lets SQLite skip the CASE, and its sum may overflow.
+    let e = run(&write_check, vec![Value::Int(1), Value::Null]).unwrap_err();
+    assert!(
+        e.contains("may overflow") || e.contains("always NULL"),
+        "{e}"
+    );
+    // A subquery alone, or one whose operand cannot fail, is fine beside anything.
+    run(&format!("UPDATE t SET v = i + {sub} WHERE k = $1"), one()).unwrap();
+    run(
+        &format!("UPDATE t SET i = CASE WHEN v > {sub} THEN 1 ELSE 0 END WHERE k = $1"),
+        one(),
+    )
+    .unwrap();
+    // The optional side of a LEFT JOIN may be NULL whatever its column says.
+    let e = run(
+        &format!(
+            "INSERT INTO s (k, v) SELECT t.k, e.v + (t.n + {sub}) FROM t LEFT JOIN e ON e.k = t.k ORDER BY t.k"
+        ),
+        vec![],
+    )
+    .unwrap_err();
+    assert!(e.contains("may overflow"), "{e}");
+}

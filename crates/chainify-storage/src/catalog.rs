@@ -220,6 +220,7 @@ impl CatalogTable {
                     name: c.name.clone(),
                     ty: c.ty.clone(),
                     limit: Limit::of_declared(&c.native_type, &c.ty),
+                    not_null: c.not_null,
                 })
                 .collect(),
             primary_key,
