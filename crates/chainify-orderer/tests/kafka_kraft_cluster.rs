@@ -17,8 +17,10 @@ use futures_util::StreamExt;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-/// Node n listens on BASE_PORT + 10·n (clients) and BASE_PORT + 10·n + 1 (controller).
-const BASE_PORT: u16 = 59300;
+/// Node n listens on BASE_PORT + 10·n (clients) and BASE_PORT + 10·n + 1 (controller): below
+/// the kernel's ephemeral range (32768 on), so no outgoing connection can hold one (59300 was
+/// inside it, and a node once exited at start).
+const BASE_PORT: u16 = 28300;
 const STARTED_LINE: &str = "Kafka Server started";
 
 fn broker_port(n: u16) -> u16 {
