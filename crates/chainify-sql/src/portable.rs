@@ -2318,6 +2318,17 @@ impl Writer<'_> {
         )
     }
 
+    /// Whether `e` is a NULL constant (the literal, or a parameter whose value is NULL):
+    /// PostgreSQL folds a comparison, `||`, BETWEEN, IN or LIKE with one to NULL when it plans,
+    /// without evaluating the other operands, which MariaDB and SQLite evaluate (and fail in).
+    fn null_const(&self, e: &E) -> bool {
+        match e {
+            E::Lit(Value::Null) => true,
+            E::Param(i) => self.sig.get(*i).is_none_or(|t| *t == Ty::Null),
+            _ => false,
+        }
+    }
+
     /// `f`, [`Writer::lazily`] when `lazy`.
     fn lazily_if<T>(
         &mut self,
@@ -2701,7 +2712,7 @@ impl Writer<'_> {
             }
             E::Cmp(op, a, b) => {
                 self.push("(");
-                let (skip_a, _) = self.skippable(a, b);
+                let skip_a = self.skippable(a, b).0 || self.null_const(b);
                 let ta = self.lazily_if(skip_a, |w| w.expr(a, Use::Other))?;
                 let _ = write!(self.sql, " {} ", op.sql());
                 let tb = self.lazily(|w| w.expr(b, Use::Other))?;
@@ -2711,7 +2722,7 @@ impl Writer<'_> {
             }
             E::Concat(a, b) => {
                 self.push("(");
-                let (skip_a, _) = self.skippable(a, b);
+                let skip_a = self.skippable(a, b).0 || self.null_const(b);
                 let ta = self.lazily_if(skip_a, |w| w.expr(a, Use::Other))?;
                 self.push(" || ");
                 // MariaDB's CONCAT stops at the first NULL argument.
@@ -2741,7 +2752,8 @@ impl Writer<'_> {
             }
             E::Between { e, lo, hi, negated } => {
                 self.push("(");
-                let t = self.expr(e, Use::Other)?;
+                let folded = self.null_const(lo) || self.null_const(hi);
+                let t = self.lazily_if(folded, |w| w.expr(e, Use::Other))?;
                 self.push(if *negated {
                     " NOT BETWEEN "
                 } else {
@@ -2757,7 +2769,10 @@ impl Writer<'_> {
             }
             E::InList { e, list, negated } => {
                 self.push("(");
-                let t = self.expr(e, Use::Other)?;
+                // SQLite also reads `x IN (c)` as `x = c`, and may skip `x` beside a NULL `c`.
+                let folded = list.iter().any(|x| self.null_const(x))
+                    || (list.len() == 1 && self.skippable(e, &list[0]).0);
+                let t = self.lazily_if(folded, |w| w.expr(e, Use::Other))?;
                 self.push(if *negated { " NOT IN (" } else { " IN (" });
                 for (i, x) in list.iter().enumerate() {
                     if i > 0 {
@@ -2908,7 +2923,8 @@ impl Writer<'_> {
                 negated,
             } => {
                 self.push("(");
-                let t = self.expr(e, Use::Other)?;
+                let folded = self.null_const(pattern);
+                let t = self.lazily_if(folded, |w| w.expr(e, Use::Other))?;
                 self.push(if *negated { " NOT LIKE " } else { " LIKE " });
                 let tp = match pattern.as_ref() {
                     E::Lit(Value::Text(p)) => {
@@ -2955,7 +2971,7 @@ impl Writer<'_> {
         let bound = int_bound(e, &mut checks);
         if bound > u128::from(i64::MAX.unsigned_abs()) {
             return Err(Rejection::nondeterministic(
-                "integer arithmetic in a WHERE, ON or HAVING may overflow 64 bits, and engines evaluate filters on different rows; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)",
+                "integer arithmetic that engines evaluate on different rows (in a WHERE, ON or HAVING, or an operand some engine skips beside a NULL, a subquery or a LIMIT) may overflow 64 bits; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)",
             ));
         }
         self.checks.extend(checks);

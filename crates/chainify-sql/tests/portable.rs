@@ -683,6 +683,19 @@ fn operands_sqlite_skips_beside_a_null_must_not_fail() {
         one(),
     )
     .unwrap();
+    // PostgreSQL folds a comparison, IN, BETWEEN or LIKE with a NULL constant to NULL when it
+    // plans, without evaluating the other side; MariaDB and SQLite evaluate it (found by the
+    // review, with SQLite reading `x IN (c)` as `x = c` and skipping `x` beside a NULL `c`).
+    for sql in [
+        "SELECT k, ABS(v) = $1 FROM t".to_owned(),
+        "SELECT k, ABS(v) IN ($1) FROM t".to_owned(),
+        "SELECT k, ABS(v) NOT BETWEEN $1 AND $1 FROM t".to_owned(),
+        format!("SELECT k, (ABS(v) + {sub}) IN ($1) FROM t"),
+    ] {
+        let e = run(&sql, vec![Value::Null]).unwrap_err();
+        assert!(e.contains("may overflow"), "{sql}: {e}");
+        run(&sql, one()).unwrap_or_else(|e| panic!("{sql} with a value: {e}"));
+    }
     // The optional side of a LEFT JOIN may be NULL whatever its column says.
     let e = run(
         &format!(
