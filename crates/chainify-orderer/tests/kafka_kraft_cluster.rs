@@ -247,9 +247,20 @@ fn the_shipped_three_node_cluster_orders_through_the_loss_of_its_leader() {
         markers_from: Resume::START,
     };
     let (orderer, mut reading) = runtime.block_on(async {
-        let orderer = KafkaOrderer::connect(settings.clone())
-            .await
-            .expect("kafka");
+        // A freshly started cluster may still be settling its controller and brokers: creating
+        // the replicated topic can fail transiently then (seen: DestroyBroker), so try again
+        // until it is ready or a minute has passed.
+        let ready_by = Instant::now() + Duration::from_secs(60);
+        let orderer = loop {
+            match KafkaOrderer::connect(settings.clone()).await {
+                Ok(orderer) => break orderer,
+                Err(e) if Instant::now() < ready_by => {
+                    eprintln!("connecting to the fresh cluster: {e}; trying again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("kafka: {e:?}"),
+            }
+        };
         for nonce in 1..=8 {
             orderer
                 .broadcast(transaction(nonce))
