@@ -1801,8 +1801,31 @@ fn has_aggregate(e: &E) -> bool {
 }
 
 /// A grouped query (GROUP BY or an aggregate in its outputs) may show only grouped columns of
-/// its own tables outside aggregates: engines pick different rows for the others.
+/// its own tables outside aggregates, in its subqueries too: engines pick different rows for the
+/// others (or PostgreSQL refuses them). An aggregate over an outer query's column is refused:
+/// PostgreSQL moves it to that outer query, which the others do not all do alike.
 fn check_grouping(q: &Q, level: usize) -> Result<(), Rejection> {
+    let mut outer = None;
+    for_own(q, &mut |e| {
+        walk_own(e, &mut |x| {
+            if let E::Agg(_, Some(arg)) = x {
+                walk_deep(arg, &mut |y| {
+                    if let E::Col(c) = y
+                        && c.owner < level
+                        && outer.is_none()
+                    {
+                        outer = Some(format!("{}.{}", c.qualifier, c.column));
+                    }
+                });
+            }
+            Ok(true)
+        })
+    })?;
+    if let Some(c) = outer {
+        return Err(Rejection::unsupported(format!(
+            "an aggregate over the outer query's column {c} is not portable (PostgreSQL computes it in the outer query)"
+        )));
+    }
     let grouped = !q.group_by.is_empty()
         || q.items.iter().any(has_aggregate)
         || q.having.as_ref().is_some_and(has_aggregate);
@@ -1828,14 +1851,29 @@ fn check_grouping(q: &Q, level: usize) -> Result<(), Rejection> {
             _ => None,
         })
         .collect();
+    let ungrouped = |c: &ColRef| {
+        Rejection::nondeterministic(format!(
+            "column {}.{} is neither grouped nor aggregated; engines pick different rows for it",
+            c.qualifier, c.column
+        ))
+    };
     let check = |e: &E| {
         walk_own(e, &mut |x| match x {
             E::Agg(..) => Ok(false),
-            E::Col(c) if c.owner == level && !keys.contains(&c) => {
-                Err(Rejection::nondeterministic(format!(
-                    "column {}.{} is neither grouped nor aggregated; engines pick different rows for it",
-                    c.qualifier, c.column
-                )))
+            E::Col(c) if c.owner == level && !keys.contains(&c) => Err(ungrouped(c)),
+            E::Scalar(sub) | E::Exists { q: sub, .. } | E::InQuery { q: sub, .. } => {
+                // A subquery sees the group's columns as constants: only grouped ones are.
+                let mut found = None;
+                walk_query(sub, &mut |y| {
+                    if let E::Col(c) = y
+                        && c.owner == level
+                        && !keys.contains(&c)
+                        && found.is_none()
+                    {
+                        found = Some(ungrouped(c));
+                    }
+                });
+                found.map_or(Ok(true), Err)
             }
             _ => Ok(true),
         })
@@ -3566,12 +3604,19 @@ fn walk_statement(s: &Stmt, f: &mut dyn FnMut(&E)) {
 }
 
 fn walk_query(q: &Q, f: &mut dyn FnMut(&E)) {
+    let _ = for_own(q, &mut |e| {
+        walk_deep(e, f);
+        Ok(())
+    });
+}
+
+/// Calls `f` on each of the query's own top-level expressions (its subqueries are inside them).
+fn for_own(q: &Q, f: &mut dyn FnMut(&E) -> Result<(), Rejection>) -> Result<(), Rejection> {
     let order = q.order_by.iter().filter_map(|o| match &o.key {
         OrderKey::Expr(e) => Some(e),
         OrderKey::Output(_) => None,
     });
-    for e in q
-        .items
+    q.items
         .iter()
         .chain(q.from.iter().filter_map(|x| x.on.as_ref()))
         .chain(q.selection.iter())
@@ -3580,9 +3625,7 @@ fn walk_query(q: &Q, f: &mut dyn FnMut(&E)) {
         .chain(order)
         .chain(q.limit.iter())
         .chain(q.offset.iter())
-    {
-        walk_deep(e, f);
-    }
+        .try_for_each(f)
 }
 
 fn walk_deep(e: &E, f: &mut dyn FnMut(&E)) {

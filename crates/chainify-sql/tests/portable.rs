@@ -706,3 +706,39 @@ fn operands_sqlite_skips_beside_a_null_must_not_fail() {
     .unwrap_err();
     assert!(e.contains("may overflow"), "{e}");
 }
+
+/// A grouped query's subqueries see its rows' columns as constants of the group: only grouped
+/// columns are. PostgreSQL refuses the others where MariaDB and SQLite pick a row (found by the
+/// review); an aggregate over an outer column is computed in the outer query by PostgreSQL only.
+#[test]
+fn grouping_reaches_into_subqueries() {
+    let a = review_analyzer();
+    let run = |sql: &str| a.analyze(&tx(sql, vec![])).map_err(|e| e.to_string());
+    for sql in [
+        "SELECT COUNT(*), (SELECT e.v FROM e WHERE e.k = t.k) FROM t",
+        "SELECT t.i, COUNT(*) FROM t GROUP BY t.i HAVING EXISTS (SELECT 1 FROM e WHERE e.k = t.k)",
+        "SELECT t.i FROM t GROUP BY t.i ORDER BY (SELECT e.v FROM e WHERE e.k = t.v)",
+        "SELECT MAX(t.v), t.i IN (SELECT e.v FROM e WHERE e.k = t.k) FROM t",
+        "SELECT COUNT(*) FROM t HAVING 1 IN (SELECT e.k FROM e WHERE e.v = (SELECT t.v FROM e AS f WHERE f.k = 1))",
+    ] {
+        let e = run(sql).unwrap_err();
+        assert!(e.contains("neither grouped nor aggregated"), "{sql}: {e}");
+    }
+    for sql in [
+        "SELECT (SELECT MAX(t.v) FROM e WHERE e.k = 1) FROM t",
+        "SELECT t.k FROM t WHERE t.v > (SELECT MIN(t.i) FROM e WHERE e.k = 1)",
+        "SELECT (SELECT MAX(e.v + t.v) FROM e) FROM t",
+    ] {
+        let e = run(sql).unwrap_err();
+        assert!(e.contains("outer query's column"), "{sql}: {e}");
+    }
+    // Grouped columns, aggregates and a WHERE (evaluated before grouping) are fine.
+    for sql in [
+        "SELECT t.i, COUNT(*), (SELECT MAX(e.v) FROM e WHERE e.k = t.i) FROM t GROUP BY t.i",
+        "SELECT COUNT(*) FROM t WHERE EXISTS (SELECT 1 FROM e WHERE e.k = t.k)",
+        "SELECT t.i FROM t GROUP BY t.i HAVING MAX(t.v) > (SELECT MIN(e.v) FROM e)",
+        "SELECT (SELECT MAX(e.v) FROM e WHERE e.k = t.k) FROM t",
+    ] {
+        run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
