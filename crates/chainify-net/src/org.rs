@@ -17,7 +17,9 @@ use chainify_node::{
     CommitFeed, ExecutionServer, Inbox, LocalExecution, Node, NodeParts, NodeSettings, NodeStatus,
     ReadGate, StateServer, resume_point,
 };
-use chainify_orderer::{BlockStream, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume};
+use chainify_orderer::{
+    BlockStream, Demand, KafkaOrderer, KafkaSettings, Orderer, OrdererError, Resume,
+};
 use chainify_proto::FILE_DESCRIPTOR_SET;
 use chainify_proto::pb::admin_service_client::AdminServiceClient;
 use chainify_proto::pb::admin_service_server::AdminServiceServer;
@@ -67,6 +69,13 @@ impl Orderer for AnyOrderer {
         match self {
             AnyOrderer::Solo(o) => o.deliver(from).await,
             AnyOrderer::Kafka(o) => o.deliver(from).await,
+        }
+    }
+
+    async fn deliver_on(&self, from: Resume, demand: Demand) -> Result<BlockStream, OrdererError> {
+        match self {
+            AnyOrderer::Solo(o) => o.deliver_on(from, demand).await,
+            AnyOrderer::Kafka(o) => o.deliver_on(from, demand).await,
         }
     }
 }

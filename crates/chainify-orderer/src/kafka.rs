@@ -32,7 +32,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::time::Instant;
 
-use crate::{BlockCutter, BlockStream, Cut, LogEntry, Orderer, OrdererError, Resume};
+use crate::{BlockCutter, BlockStream, Cut, Demand, LogEntry, Orderer, OrdererError, Resume};
 
 const TAG_TX: u8 = 1;
 const TAG_CUT: u8 = 2;
@@ -300,6 +300,10 @@ impl Orderer for KafkaOrderer {
     }
 
     async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
+        self.deliver_on(from, Demand::always()).await
+    }
+
+    async fn deliver_on(&self, from: Resume, demand: Demand) -> Result<BlockStream, OrdererError> {
         // Only an instance that waits for blocks needs them cut; one that only broadcasts would
         // fetch and decode the whole log for nothing.
         if !self.inner.markers.swap(true, Ordering::AcqRel) {
@@ -322,24 +326,32 @@ impl Orderer for KafkaOrderer {
             self.inner.settings.max_block_txs,
             from.block,
         );
-        let demand = (self.inner.settings.cut == Cut::OnDemand).then(|| Demand {
+        let asking = (self.inner.settings.cut == Cut::OnDemand).then(|| Asking {
             orderer: Arc::downgrade(&self.inner),
             asked: None,
         });
         let stream = futures_util::stream::unfold(
-            (consumer, cutter, demand),
-            |(consumer, mut cutter, mut demand)| async move {
+            (consumer, cutter, asking, demand),
+            |(consumer, mut cutter, mut asking, mut demand)| async move {
                 loop {
                     // A message already fetched is read at once; only a reader that has caught
-                    // up with the log, with a block half filled, asks for the cut.
+                    // up with the log, with a block half filled, asks for the cut, and only
+                    // while it wants the block (a reader looking ahead waits for its demand).
                     let ready = consumer.recv().now_or_never();
                     let received = match ready {
                         Some(received) => received,
                         None => {
-                            if let Some(demand) = &mut demand {
-                                demand.ask(&cutter);
+                            if let Some(asking) = &mut asking
+                                && demand.wanted()
+                            {
+                                asking.ask(&cutter);
                             }
-                            consumer.recv().await
+                            // `recv` takes a message only when it returns one: dropping it for
+                            // a changed demand loses nothing.
+                            tokio::select! {
+                                received = consumer.recv() => received,
+                                () = demand.changed() => continue,
+                            }
                         }
                     };
                     let message = match received {
@@ -354,7 +366,7 @@ impl Orderer for KafkaOrderer {
                         Err(e) => {
                             return Some((
                                 Err(unavailable("consuming", e)),
-                                (consumer, cutter, demand),
+                                (consumer, cutter, asking, demand),
                             ));
                         }
                     };
@@ -363,7 +375,7 @@ impl Orderer for KafkaOrderer {
                         continue;
                     };
                     if let Some(block) = cutter.push(entry, position) {
-                        return Some((Ok(block), (consumer, cutter, demand)));
+                        return Some((Ok(block), (consumer, cutter, asking, demand)));
                     }
                 }
             },
@@ -372,15 +384,15 @@ impl Orderer for KafkaOrderer {
     }
 }
 
-/// A block stream's demand for the block being filled ([`Cut::OnDemand`]).
-struct Demand {
+/// A block stream's markers for the block being filled ([`Cut::OnDemand`]).
+struct Asking {
     /// Weak, as the markers task's: a stream does not keep a dropped orderer producing.
     orderer: std::sync::Weak<Inner>,
     /// The block this stream last produced a marker for: once per block is enough.
     asked: Option<BlockNumber>,
 }
 
-impl Demand {
+impl Asking {
     /// Produces the time-to-cut marker of the block `cutter` is filling, unless it is empty or
     /// already asked for. The stream does not wait for the broker's acknowledgement: it reads the
     /// marker back from the log like any other entry, and a marker that is lost only leaves the

@@ -72,6 +72,40 @@ impl Resume {
     }
 }
 
+/// Whether a block stream's reader wants the block being filled cut now ([`Cut::OnDemand`]).
+///
+/// A reader busy with the block before clears it to look ahead: its stream then delivers only
+/// blocks cut without it (full, timed out, or asked for by another reader), so looking ahead
+/// never makes a block smaller. Setting it again asks at once.
+#[derive(Debug, Clone)]
+pub struct Demand(tokio::sync::watch::Receiver<bool>);
+
+impl Demand {
+    /// A reader that always wants the block being filled (what [`Orderer::deliver`] gives).
+    pub fn always() -> Demand {
+        Demand(tokio::sync::watch::channel(true).1)
+    }
+
+    /// A demand the reader sets and clears through the sender, starting at `wanted`.
+    pub fn channel(wanted: bool) -> (tokio::sync::watch::Sender<bool>, Demand) {
+        let (tx, rx) = tokio::sync::watch::channel(wanted);
+        (tx, Demand(rx))
+    }
+
+    /// Whether the reader wants the block being filled now.
+    pub fn wanted(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Returns when the demand may have changed; never once its sender is gone (it stays as it
+    /// was).
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// An ordering service.
 pub trait Orderer: Send + Sync {
     /// Appends a transaction to the ordered log; returns once the orderer has it.
@@ -85,4 +119,16 @@ pub trait Orderer: Send + Sync {
         &self,
         from: Resume,
     ) -> impl Future<Output = Result<BlockStream, OrdererError>> + Send;
+
+    /// As [`Orderer::deliver`], cutting a partial block on demand only while `demand` says the
+    /// reader wants it. An orderer that cannot tell (it cuts for its readers elsewhere, as the
+    /// solo orderer's server does) delivers as [`Orderer::deliver`].
+    fn deliver_on(
+        &self,
+        from: Resume,
+        demand: Demand,
+    ) -> impl Future<Output = Result<BlockStream, OrdererError>> + Send {
+        let _ = demand;
+        self.deliver(from)
+    }
 }

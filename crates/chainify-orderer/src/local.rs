@@ -12,7 +12,7 @@ use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{BlockCutter, BlockStream, Cut, LogEntry, Orderer, OrdererError, Resume};
+use crate::{BlockCutter, BlockStream, Cut, Demand, LogEntry, Orderer, OrdererError, Resume};
 
 #[derive(Debug)]
 struct State {
@@ -139,30 +139,41 @@ impl Orderer for LocalOrderer {
     }
 
     async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
+        self.deliver_on(from, Demand::always()).await
+    }
+
+    async fn deliver_on(&self, from: Resume, demand: Demand) -> Result<BlockStream, OrdererError> {
         // Blocks are kept by number here; the position matters to log-based orderers.
         let start = usize::try_from(from.block.0.saturating_sub(Resume::START.block.0))
             .unwrap_or(usize::MAX);
         let inner = Arc::downgrade(&self.inner);
         let rx = self.inner.cut.subscribe();
-        let stream =
-            futures_util::stream::unfold((inner, rx, start), |(inner, mut rx, i)| async move {
+        let stream = futures_util::stream::unfold(
+            (inner, rx, demand, start),
+            |(inner, mut rx, mut demand, i)| async move {
                 loop {
                     {
                         let strong = inner.upgrade()?;
                         let mut state = strong.lock();
-                        strong.cut_on_demand(&mut state, i);
+                        if demand.wanted() {
+                            strong.cut_on_demand(&mut state, i);
+                        }
                         if let Some(block) = state.blocks.get(i) {
                             let block = block.clone();
                             drop(state);
                             drop(strong);
-                            return Some((Ok(block), (inner, rx, i + 1)));
+                            return Some((Ok(block), (inner, rx, demand, i + 1)));
                         }
                     }
-                    if rx.changed().await.is_err() {
-                        return None;
+                    tokio::select! {
+                        changed = rx.changed() => if changed.is_err() {
+                            return None;
+                        },
+                        () = demand.changed() => {}
                     }
                 }
-            });
+            },
+        );
         Ok(Box::pin(stream))
     }
 }

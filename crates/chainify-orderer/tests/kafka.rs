@@ -62,6 +62,19 @@ async fn cuts_on_demand() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looking_ahead_cuts_nothing() {
+    conformance::looking_ahead_cuts_nothing(|max, timeout| async move {
+        KafkaOrderer::connect(KafkaSettings {
+            cut: Cut::OnDemand,
+            ..settings("ahead", max, timeout)
+        })
+        .await
+        .expect("kafka")
+    })
+    .await;
+}
+
 /// Reads blocks from the start until they hold `count` transactions.
 async fn collect(o: &KafkaOrderer, count: usize) -> Vec<chainify_core::tx::TransactionBlock> {
     let mut stream = o.deliver(Resume::START).await.expect("deliver");

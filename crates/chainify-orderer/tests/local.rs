@@ -36,3 +36,11 @@ async fn on_demand_passes_the_timeout_suite() {
     conformance::cuts_by_count_and_by_timeout(on_demand).await;
     conformance::consumers_agree_and_resume(on_demand).await;
 }
+
+#[tokio::test]
+async fn looking_ahead_cuts_nothing() {
+    conformance::looking_ahead_cuts_nothing(|max, timeout| async move {
+        LocalOrderer::start_cutting(network(), max, timeout, Cut::OnDemand)
+    })
+    .await;
+}

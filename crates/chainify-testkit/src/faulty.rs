@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chainify_core::BlockNumber;
 use chainify_core::tx::{ChainedTransaction, TransactionBlock};
-use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
+use chainify_orderer::{BlockStream, Demand, Orderer, OrdererError, Resume};
 use futures_util::StreamExt;
 
 /// How the orderer misbehaves.
@@ -112,11 +112,15 @@ impl<O: Orderer> Orderer for FaultyOrderer<O> {
     }
 
     async fn deliver(&self, from: Resume) -> Result<BlockStream, OrdererError> {
+        self.deliver_on(from, Demand::always()).await
+    }
+
+    async fn deliver_on(&self, from: Resume, demand: Demand) -> Result<BlockStream, OrdererError> {
         let consumer = self
             .fixed
             .unwrap_or_else(|| self.consumers.fetch_add(1, Ordering::Relaxed));
         let (fault, start, end) = (self.fault, self.from, self.through);
-        let honest = self.inner.deliver(from).await?;
+        let honest = self.inner.deliver_on(from, demand).await?;
         Ok(Box::pin(honest.map(move |block| {
             block.map(|b| {
                 if b.number >= start && end.is_none_or(|end| b.number <= end) {

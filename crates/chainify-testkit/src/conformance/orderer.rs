@@ -10,7 +10,7 @@ use chainify_core::testing::signed_transaction;
 use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use futures_util::StreamExt;
 
-use chainify_orderer::{BlockStream, Orderer, Resume};
+use chainify_orderer::{BlockStream, Demand, Orderer, Resume};
 
 /// The network the suite's transactions belong to.
 pub fn network() -> NetworkId {
@@ -144,4 +144,56 @@ pub async fn cuts_on_demand<O: Orderer, F: Future<Output = O>>(
         take(&mut b, 2).await,
         vec![first[0].clone(), second[0].clone()]
     );
+}
+
+/// For orderers that cut on demand (`make` gets a batch timeout of an hour): a consumer that
+/// looks ahead (its demand cleared) cuts nothing; it still receives a block that fills up, and
+/// one another consumer asked for; setting its demand again cuts the block being filled at
+/// once.
+pub async fn looking_ahead_cuts_nothing<O: Orderer, F: Future<Output = O>>(
+    make: impl FnOnce(usize, Duration) -> F,
+) {
+    let orderer = make(3, Duration::from_secs(3600)).await;
+    let (wants, demand) = Demand::channel(false);
+    let mut ahead = orderer
+        .deliver_on(Resume::START, demand)
+        .await
+        .expect("deliver");
+    for nonce in 1..=4 {
+        orderer
+            .broadcast(transaction(nonce))
+            .await
+            .expect("broadcast");
+    }
+    // Transaction 4 waits in the block being filled: looking ahead takes the full block only.
+    let full = take(&mut ahead, 1).await;
+    assert_eq!(nonces(&full[0]), vec![1, 2, 3], "the full block arrives");
+    let mut next = Box::pin(take(&mut ahead, 1));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        futures_util::FutureExt::now_or_never(&mut next).is_none(),
+        "looking ahead cut a partial block"
+    );
+    // Another consumer that wants it cuts it, for everyone.
+    let mut other = orderer
+        .deliver(Resume::after(&full[0]))
+        .await
+        .expect("deliver");
+    let cut = take(&mut other, 1).await;
+    assert_eq!(nonces(&cut[0]), vec![4], "the other consumer's cut");
+    assert_eq!(
+        next.await,
+        cut,
+        "the consumer looking ahead sees the same block"
+    );
+    // Wanting the block again asks at once, even while waiting.
+    orderer.broadcast(transaction(5)).await.expect("broadcast");
+    let mut waiting = Box::pin(take(&mut ahead, 1));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        futures_util::FutureExt::now_or_never(&mut waiting).is_none(),
+        "nothing asked yet"
+    );
+    wants.send_replace(true);
+    assert_eq!(nonces(&waiting.await[0]), vec![5], "cut when wanted");
 }
