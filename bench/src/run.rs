@@ -34,6 +34,14 @@ const OBSERVER: OrgId = OrgId(1);
 /// How often throughput and heights are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other}: expected on or off")),
+    }
+}
+
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchArgs {
     /// Drive the network of processes in this directory (`chainify devnet up`) with SDK clients
@@ -41,7 +49,7 @@ pub struct BenchArgs {
     /// execution are the network's own, and its Smallbank accounts are the keys.
     #[arg(long, conflicts_with_all = [
         "engines", "policy", "block_txs", "batch_timeout_ms", "cut", "keys", "execution", "crypto",
-        "parallelism", "pipeline_depth", "checkpoint_interval", "state_check_interval", "raw", "tamper", "fail", "dir",
+        "parallelism", "pipeline_depth", "look_ahead", "checkpoint_interval", "state_check_interval", "raw", "tamper", "fail", "dir",
         "postgres_url", "mysql_url",
     ])]
     devnet: Option<PathBuf>,
@@ -110,6 +118,10 @@ pub struct BenchArgs {
     /// Blocks executed ahead of agreement.
     #[arg(long, default_value_t = 1)]
     pipeline_depth: u64,
+    /// Validate and analyse a block the orderer already cut while the one before executes:
+    /// on, or off (to measure what it saves).
+    #[arg(long, default_value = "on", value_parser = on_off)]
+    look_ahead: bool,
     /// Blocks between checkpoints.
     #[arg(long, default_value_t = 100)]
     checkpoint_interval: u64,
@@ -903,6 +915,7 @@ async fn start_local(
         checkpoint_interval: args.checkpoint_interval,
         state_check_interval: args.state_check_interval,
         pipeline_depth: args.pipeline_depth,
+        look_ahead: args.look_ahead,
         ..NodeSettings::default()
     };
     spec.store_options.max_connections = u32::try_from(args.parallelism + 2).unwrap_or(u32::MAX);
@@ -1055,6 +1068,7 @@ fn report(
             "warmup_s": args.warmup, "duration_s": args.duration, "transactions": args.transactions,
             "execution": args.execution,
             "crypto": args.crypto, "parallelism": args.parallelism, "pipeline_depth": args.pipeline_depth,
+            "look_ahead": if args.look_ahead { "on" } else { "off" },
             "checkpoint_interval": args.checkpoint_interval,
             "state_check_interval": args.state_check_interval, "seed": args.seed,
         },

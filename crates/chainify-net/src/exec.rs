@@ -183,6 +183,7 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
             invalid: from_reasons(response.invalid),
             validate_time: Duration::ZERO,
             analyse_time: Duration::ZERO,
+            analysed_ahead: 0,
         },
         checkpoint: match (response.checkpoint_asked, response.checkpoint_error) {
             (false, _) => Checkpoint::NotAsked,

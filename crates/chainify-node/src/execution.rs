@@ -1,15 +1,15 @@
 //! The ExecutionServer (docs/design/overview.md §2.3).
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::admission::{ClientSignature, check_proposal};
+use crate::admission::{ClientSignature, Refusal, check_proposal};
 use chainify_core::config::NetworkConfig;
 use chainify_core::tx::{LedgerBlock, TransactionBlock};
 use chainify_core::validate::{BlockSignatures, validate_block};
 use chainify_core::verify::Verifier;
-use chainify_core::{Digest, TxId};
-use chainify_sql::Analyzer;
+use chainify_core::{BlockNumber, Digest, TxId};
+use chainify_sql::{Analyzer, TxAnalysis};
 use chainify_storage::{Backend, BlockOutcome, ExecBlock, ExecMode, ExecTx, StorageError, Store};
 
 /// Why a block could not be executed (the block can be run again).
@@ -45,6 +45,8 @@ pub struct Executed {
     pub validate_time: std::time::Duration,
     /// Time spent analysing its SQL (likewise).
     pub analyse_time: std::time::Duration,
+    /// Transactions whose analysis was made ahead, while the block before executed.
+    pub analysed_ahead: usize,
 }
 
 /// A block validated and analysed, not yet executed.
@@ -58,16 +60,77 @@ pub(crate) struct Prepared {
     invalid: Vec<(usize, String)>,
     validate_time: std::time::Duration,
     analyse_time: std::time::Duration,
+    analysed_ahead: usize,
+}
+
+/// Analyses made ahead, by transaction id: an analysis depends only on the proposal's body,
+/// which its id is the hash of, and on the schema and network this server was made with.
+type Analysed = HashMap<TxId, Result<TxAnalysis, Refusal>>;
+
+/// Blocks whose analyses are kept at most (the node looks one block ahead; the one before may
+/// not have started executing yet).
+const KEPT_AHEAD: usize = 4;
+
+/// What validates and analyses a block ahead of its execution, without the database: it
+/// checks the block's signatures into the organization's verifier (which remembers them) and
+/// keeps the analyses of its transactions for [`ExecutionServer::prepare`], by block number.
+#[derive(Debug, Clone)]
+pub struct LookAhead {
+    network: Arc<NetworkConfig>,
+    analyzer: Arc<Analyzer>,
+    verifier: Arc<Verifier>,
+    analysed: Arc<Mutex<BTreeMap<BlockNumber, Analysed>>>,
+}
+
+impl LookAhead {
+    /// Checks `block`'s signatures and analyses its transactions (CPU only: call it on the
+    /// blocking pool). Nothing it finds is trusted later beyond what the id commits to.
+    pub fn prepare(&self, block: &TransactionBlock) {
+        if block.network != self.network.network_id {
+            return;
+        }
+        let _ = BlockSignatures::of(block, &self.network).check(&self.verifier);
+        let analysed: Analysed = block
+            .transactions
+            .iter()
+            .map(|chained| {
+                let analysis = check_proposal(
+                    &self.network,
+                    &self.analyzer,
+                    &chained.proposal,
+                    ClientSignature::Verified,
+                );
+                (chained.proposal.tx_id(), analysis)
+            })
+            .collect();
+        let mut kept = self.lock();
+        kept.insert(block.number, analysed);
+        while kept.len() > KEPT_AHEAD {
+            kept.pop_first();
+        }
+    }
+
+    /// The analyses kept for block `number`; those of earlier blocks are dropped (a block
+    /// executes after the ones before it).
+    fn take(&self, number: BlockNumber) -> Analysed {
+        let mut kept = self.lock();
+        let later = kept.split_off(&BlockNumber(number.0.saturating_add(1)));
+        let this = kept.remove(&number).unwrap_or_default();
+        *kept = later;
+        this
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<BlockNumber, Analysed>> {
+        self.analysed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Executes ordered blocks on one organization's database.
 #[derive(Debug)]
 pub struct ExecutionServer<B: Backend> {
     store: Arc<Store<B>>,
-    network: Arc<NetworkConfig>,
-    analyzer: Analyzer,
     mode: ExecMode,
-    verifier: Arc<Verifier>,
+    ahead: LookAhead,
 }
 
 impl<B: Backend> ExecutionServer<B> {
@@ -80,14 +143,22 @@ impl<B: Backend> ExecutionServer<B> {
         mode: ExecMode,
         verifier: Arc<Verifier>,
     ) -> Result<Self, ExecutionError> {
-        let analyzer = Analyzer::new(store.schema()?);
+        let analyzer = Arc::new(Analyzer::new(store.schema()?));
         Ok(ExecutionServer {
             store,
-            network,
-            analyzer,
             mode,
-            verifier,
+            ahead: LookAhead {
+                network,
+                analyzer,
+                verifier,
+                analysed: Arc::default(),
+            },
         })
+    }
+
+    /// What prepares blocks ahead for this server, while it executes the one before.
+    pub fn look_ahead(&self) -> LookAhead {
+        self.ahead.clone()
     }
 
     /// Validates, analyses, executes and digests `block`, and builds its LedgerBlock chained to
@@ -109,7 +180,8 @@ impl<B: Backend> ExecutionServer<B> {
         &self,
         block: &TransactionBlock,
     ) -> Result<Prepared, ExecutionError> {
-        if block.network != self.network.network_id {
+        let network = &self.ahead.network;
+        if block.network != network.network_id {
             return Err(ExecutionError::WrongNetwork {
                 block: block.number,
                 network: block.network.to_string(),
@@ -123,16 +195,18 @@ impl<B: Backend> ExecutionServer<B> {
         let validating = std::time::Instant::now();
         // The signature checks are the CPU-heavy part: all at once, on the blocking pool (which
         // spreads them over the cores), while the ledger lookup runs.
-        let signatures = BlockSignatures::of(block, &self.network);
-        let verifier = self.verifier.clone();
+        let signatures = BlockSignatures::of(block, network);
+        let verifier = self.ahead.verifier.clone();
         let checking = tokio::task::spawn_blocking(move || signatures.check(&verifier));
         let known: BTreeSet<TxId> = self.store.known_transactions(block.number, &ids).await?;
         let verdicts = checking.await.map_err(|e| {
             ExecutionError::Remote(format!("checking block {}'s signatures: {e}", block.number))
         })?;
-        let validation = validate_block(block, &self.network, &verdicts, |id| known.contains(id));
+        let validation = validate_block(block, network, &verdicts, |id| known.contains(id));
         let validate_time = validating.elapsed();
         let analysing = std::time::Instant::now();
+        let mut ahead = self.ahead.take(block.number);
+        let mut reused = 0;
         let mut invalid = Vec::new();
         let mut txs = Vec::with_capacity(block.transactions.len());
         let mut valid_ids = Vec::new();
@@ -150,13 +224,20 @@ impl<B: Backend> ExecutionServer<B> {
             valid.push(true);
             valid_ids.push(id);
             // The admission checks again: the orderer is untrusted. Validation verified the
-            // client's signature.
-            match check_proposal(
-                &self.network,
-                &self.analyzer,
-                &chained.proposal,
-                ClientSignature::Verified,
-            ) {
+            // client's signature. The analysis made ahead for this id is the same.
+            let checked = match ahead.remove(&id) {
+                Some(checked) => {
+                    reused += 1;
+                    checked
+                }
+                None => check_proposal(
+                    network,
+                    &self.ahead.analyzer,
+                    &chained.proposal,
+                    ClientSignature::Verified,
+                ),
+            };
+            match checked {
                 Ok(analysis) => txs.push(Some(ExecTx {
                     transaction: chained.proposal.body.transaction.clone(),
                     analysis,
@@ -181,6 +262,7 @@ impl<B: Backend> ExecutionServer<B> {
             invalid,
             validate_time,
             analyse_time,
+            analysed_ahead: reused,
         })
     }
 
@@ -200,6 +282,7 @@ impl<B: Backend> ExecutionServer<B> {
             invalid,
             validate_time,
             analyse_time,
+            analysed_ahead,
         } = prepared;
         let outcome = self.store.execute_block(&exec, self.mode).await?;
         let ledger = LedgerBlock {
@@ -219,6 +302,7 @@ impl<B: Backend> ExecutionServer<B> {
             invalid,
             validate_time,
             analyse_time,
+            analysed_ahead,
         })
     }
 }

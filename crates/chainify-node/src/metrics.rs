@@ -155,6 +155,10 @@ pub struct Metrics {
     pub state_checks: AtomicU64,
     /// Full scans that found the tables differ from the state digest.
     pub state_mismatches: AtomicU64,
+    /// Blocks validated and analysed ahead, while the block before executed.
+    pub prepared_ahead: AtomicU64,
+    /// Transactions whose analysis an execution found made ahead.
+    pub analysed_ahead: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -168,6 +172,8 @@ impl Default for Metrics {
             trigger_repairs: AtomicU64::new(0),
             state_checks: AtomicU64::new(0),
             state_mismatches: AtomicU64::new(0),
+            prepared_ahead: AtomicU64::new(0),
+            analysed_ahead: AtomicU64::new(0),
         }
     }
 }
@@ -227,6 +233,16 @@ impl Metrics {
                 "chainify_state_mismatches_total",
                 "Full scans that found the shared tables differ from the state digest.",
                 &self.state_mismatches,
+            ),
+            (
+                "chainify_blocks_prepared_ahead_total",
+                "Blocks validated and analysed while the block before executed.",
+                &self.prepared_ahead,
+            ),
+            (
+                "chainify_transactions_analysed_ahead_total",
+                "Transactions whose execution found their analysis made ahead.",
+                &self.analysed_ahead,
             ),
         ] {
             sample(

@@ -36,7 +36,7 @@ use chainify_core::tx::{Certificate, LedgerBlock, TransactionBlock};
 use chainify_core::verify::Verifier;
 use chainify_core::votes::VoteContext;
 use chainify_core::{BlockNumber, Digest, OrgId};
-use chainify_orderer::{BlockStream, Orderer, OrdererError, Resume};
+use chainify_orderer::{BlockStream, Demand, Orderer, OrdererError, Resume};
 use chainify_storage::{Backend, ExecMode, Store};
 use futures_util::StreamExt;
 use tokio::sync::{OwnedRwLockWriteGuard, broadcast, mpsc, watch};
@@ -93,6 +93,10 @@ pub struct NodeSettings {
     pub transfer_timeout: Duration,
     /// How long one peer may take to serve a state transfer before the next one is tried.
     pub peer_transfer_timeout: Duration,
+    /// Take a block the orderer cut without this node asking (full, timed out, or cut for
+    /// another organization) while the block before executes, and validate and analyse it
+    /// meanwhile. Off only to measure what it saves.
+    pub look_ahead: bool,
 }
 
 impl Default for NodeSettings {
@@ -111,6 +115,7 @@ impl Default for NodeSettings {
             fast_join: true,
             transfer_timeout: Duration::from_secs(300),
             peer_transfer_timeout: Duration::from_secs(120),
+            look_ahead: true,
         }
     }
 }
@@ -308,8 +313,38 @@ const KEEP_CERTIFICATES: usize = 256;
 /// meanwhile found the tables differ from the state digest.
 struct Replayed {
     last: Executed,
-    stream: BlockStream,
+    stream: Blocks,
     repair_needed: bool,
+}
+
+/// The orderer's block stream as the node reads it: whether it wants the block being filled
+/// cut, and what the stream delivered while the node looked ahead.
+struct Blocks {
+    stream: BlockStream,
+    /// Set while the pipeline takes blocks; cleared while it only looks ahead, so looking
+    /// ahead never cuts a block early.
+    demand: watch::Sender<bool>,
+    /// A block (or the stream's end or failure) taken while looking ahead, for the pipeline
+    /// when it wants the next block. Dropped with the stream when it is closed or replaced.
+    ahead: Option<Option<Result<TransactionBlock, OrdererError>>>,
+}
+
+impl Blocks {
+    /// The stream from `from`, wanting blocks until told otherwise.
+    async fn open<O: Orderer>(orderer: &O, from: Resume) -> Result<Blocks, OrdererError> {
+        let (demand, wants) = Demand::channel(true);
+        Ok(Blocks {
+            stream: orderer.deliver_on(from, wants).await?,
+            demand,
+            ahead: None,
+        })
+    }
+
+    /// Says whether the node wants the block being filled cut now.
+    fn want(&self, wanted: bool) {
+        self.demand
+            .send_if_modified(|d| std::mem::replace(d, wanted) != wanted);
+    }
 }
 
 /// Time spent by the recovery under way, for its report.
@@ -335,7 +370,7 @@ pub struct Node<B: Backend, O: Orderer> {
     inbox_rx: mpsc::Receiver<PeerMessage>,
     status: watch::Sender<NodeStatus>,
     commits: broadcast::Sender<Arc<Committed>>,
-    blocks: Option<BlockStream>,
+    blocks: Option<Blocks>,
     in_flight: Option<InFlight>,
     /// Executed blocks not yet appended, for the failure reasons of their commit event.
     executed: BTreeMap<BlockNumber, Executed>,
@@ -560,6 +595,17 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             if wants_block && self.writing.is_none() && gate_wait.is_none() {
                 gate_wait = Some(Box::pin(self.gate.lock.clone().write_owned()));
             }
+            // What the stream delivered while the node looked ahead goes first.
+            if take_block && let Some(held) = self.blocks.as_mut().and_then(|b| b.ahead.take()) {
+                self.on_block(held).await?;
+                continue;
+            }
+            let look_ahead = !take_block
+                && self.settings.look_ahead
+                && self.blocks.as_ref().is_some_and(|b| b.ahead.is_none());
+            if let Some(b) = &self.blocks {
+                b.want(take_block);
+            }
             let gating = gate_wait.is_some();
             let arrived = self.gate.arrived.clone();
             let (in_flight, blocks, inbox) =
@@ -573,9 +619,9 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     None => None,
                 } }, if flying => Wake::Executed(Box::new(flight?)),
                 Some(block) = async { match blocks.as_mut() {
-                    Some(s) => Some(s.next().await),
+                    Some(b) => Some(b.stream.next().await),
                     None => None,
-                } }, if take_block => Wake::Block(block),
+                } }, if take_block || look_ahead => Wake::Block(block),
                 guard = async { match gate_wait.as_mut() {
                     Some(wait) => wait.await,
                     None => std::future::pending().await,
@@ -590,7 +636,8 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                     self.in_flight = None;
                     self.on_executed(*flight).await?;
                 }
-                Wake::Block(block) => self.on_block(block).await?,
+                Wake::Block(block) if take_block => self.on_block(block).await?,
+                Wake::Block(block) => self.hold_ahead(block),
                 Wake::Gate(guard) => {
                     gate_wait = None;
                     self.writing = Some(guard);
@@ -616,6 +663,18 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         if self.writing.is_none() {
             self.writing = Some(self.gate.lock.clone().write_owned().await);
         }
+    }
+
+    /// Keeps what the stream delivered while the node looked ahead, and validates and analyses
+    /// a block meanwhile (the port keeps what it found for the block's execution).
+    fn hold_ahead(&mut self, block: Option<Result<TransactionBlock, OrdererError>>) {
+        let Some(held) = self.blocks.as_mut() else {
+            return;
+        };
+        if let Some(Ok(b)) = &block {
+            self.port.prepare_ahead(b.clone());
+        }
+        held.ahead = Some(block);
     }
 
     async fn on_block(
@@ -751,7 +810,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 self.carry_out_commit(command).await?;
                 None
             }
-            Command::OpenStream(resume) => match self.orderer.deliver(resume).await {
+            Command::OpenStream(resume) => match Blocks::open(&*self.orderer, resume).await {
                 Ok(stream) => {
                     self.blocks = Some(stream);
                     Some(Event::StreamOpened)
@@ -1191,13 +1250,13 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
         previous: Digest,
         agreed_before: BlockNumber,
     ) -> Result<Replayed, RecoveryError> {
-        let mut stream = self.orderer.deliver(from).await?;
+        let mut stream = Blocks::open(&*self.orderer, from).await?;
         let mut previous = previous;
         let mut last = None;
         let mut repair_needed = false;
         for n in from.block.0..=through.0 {
             let number = BlockNumber(n);
-            let block = tokio::time::timeout(self.settings.replay_timeout, stream.next())
+            let block = tokio::time::timeout(self.settings.replay_timeout, stream.stream.next())
                 .await
                 .map_err(|_| RecoveryError::NotDelivered(number))?
                 .ok_or(RecoveryError::StreamEnded(number))??;

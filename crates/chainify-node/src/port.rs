@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use chainify_core::tx::TransactionBlock;
 use chainify_core::{BlockNumber, Digest};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use chainify_storage::{Backend, StateCheck, StorageError, Store, TriggerFault};
 use futures_util::FutureExt;
 use tokio::sync::Mutex;
 
-use crate::execution::{Executed, ExecutionError, ExecutionServer};
+use crate::execution::{Executed, ExecutionError, ExecutionServer, LookAhead};
 use crate::metrics::{Metrics, Phase};
 
 /// A boxed future of the port (the trait is used as `Arc<dyn ExecutionPort>`).
@@ -90,6 +90,15 @@ pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
     /// database itself: it adopts a transferred state that way, which no single call could
     /// carry.
     fn settle(&self) -> PortFuture<'_, ()>;
+
+    /// Starts validating and analysing `block` while the block before it executes, without the
+    /// database, so that executing it finds that work done (its signatures remembered, its
+    /// analyses kept; the next `execute` waits for it). It changes nothing, and `execute`
+    /// trusts nothing from it beyond what a transaction id commits to. The default does
+    /// nothing: an execution process prepares when it executes.
+    fn prepare_ahead(&self, block: TransactionBlock) {
+        let _ = block;
+    }
 }
 
 /// The ExecutionServer in this process.
@@ -97,6 +106,10 @@ pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
 pub struct LocalExecution<B: Backend> {
     store: Arc<Store<B>>,
     server: Arc<Mutex<ExecutionServer<B>>>,
+    ahead: LookAhead,
+    /// Look-aheads under way, by block: that block's execution waits for its own rather than
+    /// repeat its work.
+    preparing: std::sync::Mutex<BTreeMap<BlockNumber, tokio::task::JoinHandle<()>>>,
     metrics: Arc<Metrics>,
     integrity: std::sync::Mutex<Integrity>,
 }
@@ -347,6 +360,8 @@ impl<B: Backend> LocalExecution<B> {
     ) -> LocalExecution<B> {
         LocalExecution {
             store,
+            ahead: server.look_ahead(),
+            preparing: std::sync::Mutex::default(),
             server: Arc::new(Mutex::new(server)),
             metrics,
             integrity: std::sync::Mutex::new(Integrity::default()),
@@ -363,6 +378,17 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             state_check,
         } = job;
         Box::pin(async move {
+            let preparing = {
+                let mut under_way = self.preparing.lock().unwrap_or_else(|e| e.into_inner());
+                let later = under_way.split_off(&BlockNumber(block.number.0.saturating_add(1)));
+                let this = under_way.remove(&block.number);
+                *under_way = later;
+                this
+            };
+            if let Some(preparing) = preparing {
+                // It only warms what `prepare` checks anyway: a failure loses nothing.
+                let _ = preparing.await;
+            }
             // Dropping this future cuts the block short as a crash would; the store resumes it.
             let mut server = self.server.lock().await;
             // The trigger check is a catalog read: it overlaps validation, and both finish
@@ -377,6 +403,8 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             let m = &self.metrics;
             m.observe(Phase::Validate, executed.validate_time);
             m.observe(Phase::Analyse, executed.analyse_time);
+            m.analysed_ahead
+                .fetch_add(executed.analysed_ahead as u64, Ordering::Relaxed);
             // A block run again returns its stored outcome: nothing was executed or digested.
             if !(outcome.execute_time.is_zero() && outcome.digest_time.is_zero()) {
                 m.observe(Phase::Execute, outcome.execute_time);
@@ -429,6 +457,18 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
             drop(self.server.lock().await);
             Ok(())
         })
+    }
+
+    fn prepare_ahead(&self, block: TransactionBlock) {
+        let ahead = self.ahead.clone();
+        self.metrics.prepared_ahead.fetch_add(1, Ordering::Relaxed);
+        let number = block.number;
+        let preparing = tokio::task::spawn_blocking(move || ahead.prepare(&block));
+        let mut under_way = self.preparing.lock().unwrap_or_else(|e| e.into_inner());
+        under_way.insert(number, preparing);
+        while under_way.len() > 4 {
+            under_way.pop_first();
+        }
     }
 }
 

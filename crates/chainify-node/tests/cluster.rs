@@ -563,3 +563,46 @@ async fn all_3_cannot_agree_with_a_tampered_org_and_waits() {
     assert_eq!(blocks, 2);
     cluster.shutdown().await.expect("shutdown");
 }
+
+/// Blocks the orderer cuts while the block before executes (full ones here, cut on demand) are
+/// taken ahead, their signatures checked and their SQL analysed meanwhile; the execution uses
+/// those analyses and the result is the serial one on every engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_cut_meanwhile_are_prepared_ahead_and_change_nothing() {
+    let urls = smallbank_dbs("ahead", &["postgres", "mariadb", "sqlite"], ACCOUNTS).await;
+    let spec = spec("ahead", "any-2", &urls, 16);
+    let orderer = shared(LocalOrderer::start_cutting(
+        spec.network.network_id.clone(),
+        spec.network.max_block_txs,
+        spec.network.batch_timeout,
+        chainify_orderer::Cut::OnDemand,
+    ));
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 7);
+    let ids = drive(&cluster, &mut workload, 1500).await;
+    let orgs = cluster.orgs();
+    cluster
+        .wait_committed(&orgs, &ids, WAIT)
+        .await
+        .expect("committed");
+    cluster.check_consistent(&orgs).await.expect("consistent");
+    let oracle = smallbank_db("sqlite", "ahead_oracle", ACCOUNTS).await;
+    cluster
+        .check_against_serial(OrgId(3), &oracle)
+        .await
+        .expect("serial oracle");
+    for org in &orgs {
+        let m = cluster.metrics(*org).expect("running");
+        let blocks = m.prepared_ahead.load(std::sync::atomic::Ordering::Relaxed);
+        let analysed = m.analysed_ahead.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(blocks >= 5, "{org}: {blocks} blocks prepared ahead");
+        assert!(
+            analysed >= 5 * 16,
+            "{org}: {analysed} transactions analysed ahead in {blocks} blocks"
+        );
+    }
+    for status in cluster.statuses().values() {
+        assert!(status.alarms.is_empty(), "{status:?}");
+    }
+    cluster.shutdown().await.expect("shutdown");
+}
