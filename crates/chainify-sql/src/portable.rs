@@ -1826,9 +1826,36 @@ fn check_grouping(q: &Q, level: usize) -> Result<(), Rejection> {
             "an aggregate over the outer query's column {c} is not portable (PostgreSQL computes it in the outer query)"
         )));
     }
-    let grouped = !q.group_by.is_empty()
-        || q.items.iter().any(has_aggregate)
-        || q.having.as_ref().is_some_and(has_aggregate);
+    // SQLite groups a query only by GROUP BY or an aggregate in its outputs.
+    let grouped = !q.group_by.is_empty() || q.items.iter().any(has_aggregate);
+    for g in &q.group_by {
+        if let E::Col(c) = g
+            && c.owner != level
+        {
+            return Err(Rejection::unsupported(format!(
+                "GROUP BY names {}.{} of an outer query (SQLite cannot see it there)",
+                c.qualifier, c.column
+            )));
+        }
+    }
+    if !grouped {
+        // Engines disagree on what such a query is: PostgreSQL groups it into one row,
+        // MariaDB filters its rows, SQLite refuses it (found by the review).
+        if q.having.is_some() {
+            return Err(Rejection::unsupported(
+                "HAVING without GROUP BY or an aggregate in the outputs is not portable",
+            ));
+        }
+        let order_aggregate = q.order_by.iter().any(|o| match &o.key {
+            OrderKey::Expr(e) => has_aggregate(e),
+            OrderKey::Output(_) => false,
+        });
+        if order_aggregate {
+            return Err(Rejection::unsupported(
+                "an aggregate in ORDER BY needs GROUP BY or an aggregate in the outputs (engines group such a query differently)",
+            ));
+        }
+    }
     for e in q
         .selection
         .iter()

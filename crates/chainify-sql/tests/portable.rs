@@ -732,12 +732,40 @@ fn grouping_reaches_into_subqueries() {
         let e = run(sql).unwrap_err();
         assert!(e.contains("outer query's column"), "{sql}: {e}");
     }
+    // What engines group differently (found by the second review): HAVING or an aggregate in
+    // ORDER BY in a query not otherwise grouped, and GROUP BY on an outer query's column.
+    for (sql, why) in [
+        (
+            "DELETE FROM e WHERE e.k IN (SELECT t.k FROM t HAVING t.k > 2)",
+            "HAVING without GROUP BY",
+        ),
+        ("SELECT 1 FROM t HAVING 1 = 1", "HAVING without GROUP BY"),
+        (
+            "SELECT 1 FROM t HAVING COUNT(*) > 3",
+            "HAVING without GROUP BY",
+        ),
+        (
+            "UPDATE e SET v = 0 WHERE EXISTS (SELECT 1 FROM t WHERE t.k = e.v ORDER BY MAX(t.v))",
+            "aggregate in ORDER BY",
+        ),
+        ("SELECT 1 FROM t ORDER BY COUNT(*)", "aggregate in ORDER BY"),
+        (
+            "UPDATE e SET v = 0 WHERE EXISTS (SELECT 1 FROM t GROUP BY t.i, e.x)",
+            "of an outer query",
+        ),
+    ] {
+        let e = run(sql).unwrap_err();
+        assert!(e.contains(why), "{sql}: {e}");
+    }
     // Grouped columns, aggregates and a WHERE (evaluated before grouping) are fine.
     for sql in [
         "SELECT t.i, COUNT(*), (SELECT MAX(e.v) FROM e WHERE e.k = t.i) FROM t GROUP BY t.i",
         "SELECT COUNT(*) FROM t WHERE EXISTS (SELECT 1 FROM e WHERE e.k = t.k)",
         "SELECT t.i FROM t GROUP BY t.i HAVING MAX(t.v) > (SELECT MIN(e.v) FROM e)",
         "SELECT (SELECT MAX(e.v) FROM e WHERE e.k = t.k) FROM t",
+        "SELECT COUNT(*) FROM t ORDER BY COUNT(*)",
+        "SELECT COUNT(*) FROM t HAVING COUNT(*) > 0",
+        "SELECT t.i FROM t GROUP BY t.i HAVING t.i > 1 ORDER BY MAX(t.v), t.i",
     ] {
         run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
