@@ -120,7 +120,7 @@ pub struct BenchArgs {
     pipeline_depth: u64,
     /// Validate and analyse a block the orderer already cut while the one before executes:
     /// on, or off (to measure what it saves).
-    #[arg(long, default_value = "on", value_parser = on_off)]
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     look_ahead: bool,
     /// Blocks between checkpoints.
     #[arg(long, default_value_t = 100)]

@@ -105,8 +105,10 @@ impl LookAhead {
             .collect();
         let mut kept = self.lock();
         kept.insert(block.number, analysed);
+        // The highest numbers go first: a block numbered far ahead (a forged one, which the
+        // pipeline refuses) must not push out the next block's.
         while kept.len() > KEPT_AHEAD {
-            kept.pop_first();
+            kept.pop_last();
         }
     }
 
@@ -304,5 +306,91 @@ impl<B: Backend> ExecutionServer<B> {
             analyse_time,
             analysed_ahead,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_core::config::{GrantEntry, NetworkBuilder, PortPlan, StatementKind};
+    use chainify_core::crypto::SigningKey;
+    use chainify_core::tx::{ChainedTransaction, Proposal, ProposalBody, Statement, Transaction};
+    use chainify_core::{ClientId, NetworkId};
+    use chainify_sql::Schema;
+
+    fn look_ahead() -> LookAhead {
+        let mut b = NetworkBuilder::new("net", "any-1", PortPlan { base: 7010 });
+        b.org(&SigningKey::from_seed(&[1; 32]).public_key(), "127.0.0.1");
+        let grant = GrantEntry {
+            table: "kv".into(),
+            kinds: vec![StatementKind::Update],
+        };
+        b.client(
+            "alice",
+            &SigningKey::from_seed(&[42; 32]).public_key(),
+            vec![grant],
+        );
+        let network = Arc::new(b.config("network.toml").expect("network"));
+        let schema =
+            Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
+        LookAhead {
+            verifier: Arc::new(Verifier::new(network.signatures)),
+            network,
+            analyzer: Arc::new(Analyzer::new(schema)),
+            analysed: Arc::default(),
+        }
+    }
+
+    fn block(number: u64, sql: &str) -> TransactionBlock {
+        let body = ProposalBody {
+            client: ClientId::new("alice").expect("client"),
+            nonce: number,
+            network: NetworkId::new("net").expect("network"),
+            transaction: Transaction {
+                statements: vec![Statement::new(sql, vec![])],
+            },
+        };
+        let signature = SigningKey::from_seed(&[42; 32]).sign(&body.encode_canonical());
+        TransactionBlock {
+            network: body.network.clone(),
+            number: BlockNumber(number),
+            transactions: vec![ChainedTransaction {
+                proposal: Proposal { body, signature },
+                responses: vec![],
+            }],
+            orderer_position: number,
+        }
+    }
+
+    /// What a look-ahead keeps is found by its block's execution (refusals too), dropped
+    /// with the blocks before it, and bounded; blocks numbered far ahead (forged ones) never
+    /// push out the next block's.
+    #[test]
+    fn analyses_made_ahead_are_kept_by_block_and_bounded() {
+        let ahead = look_ahead();
+        let fine = block(5, "UPDATE kv SET v = v + 1 WHERE k = 1");
+        let refused = block(6, "DELETE FROM kv WHERE k = 1");
+        ahead.prepare(&fine);
+        ahead.prepare(&refused);
+        let id = |b: &TransactionBlock| b.transactions[0].proposal.tx_id();
+        let six = ahead.take(BlockNumber(6));
+        assert!(six[&id(&refused)].is_err(), "the grant refusal is kept");
+        assert!(
+            ahead.take(BlockNumber(5)).is_empty(),
+            "block 5's went with block 6's"
+        );
+        for n in 0..KEPT_AHEAD as u64 {
+            ahead.prepare(&block(1_000_000 + n, "UPDATE kv SET v = 1 WHERE k = 2"));
+        }
+        let next = block(7, "UPDATE kv SET v = 2 WHERE k = 3");
+        ahead.prepare(&next);
+        let seven = ahead.take(BlockNumber(7));
+        assert!(seven[&id(&next)].is_ok(), "the next block's analysis stays");
+        assert!(ahead.lock().len() <= KEPT_AHEAD);
+        // Another network's block is not analysed.
+        let mut foreign = block(8, "UPDATE kv SET v = 3 WHERE k = 4");
+        foreign.network = NetworkId::new("other").expect("network");
+        ahead.prepare(&foreign);
+        assert!(ahead.take(BlockNumber(8)).is_empty());
     }
 }

@@ -466,8 +466,9 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
         let preparing = tokio::task::spawn_blocking(move || ahead.prepare(&block));
         let mut under_way = self.preparing.lock().unwrap_or_else(|e| e.into_inner());
         under_way.insert(number, preparing);
+        // As the analyses kept: a block numbered far ahead goes first.
         while under_way.len() > 4 {
-            under_way.pop_first();
+            under_way.pop_last();
         }
     }
 }
