@@ -740,7 +740,8 @@ impl Gen {
         }
         let depth = 1 + u32::try_from(self.rng.below(4)).unwrap_or(0);
         let (sql, kind) = match self.rng.below(100) {
-            0..=26 => (
+            0..=4 => self.grouped(depth),
+            5..=26 => (
                 format!(
                     "SELECT k FROM d WHERE {} ORDER BY k",
                     self.expr(T::Bool, depth, Ctx::RowOfD, false)
@@ -908,6 +909,144 @@ impl Gen {
         format!("INSERT INTO e ({cols}) SELECT {key}, {v}{s} FROM d{filter} ORDER BY {order}{page}")
     }
 
+    /// An aggregate of `d`'s rows: COUNT(*), or COUNT, MIN or MAX of an integer expression.
+    fn aggregate(&mut self, depth: u32) -> String {
+        match self.rng.below(4) {
+            0 => "COUNT(*)".to_owned(),
+            n => {
+                let f = ["COUNT", "MIN", "MAX"][usize::try_from(n - 1).unwrap_or(0)];
+                let arg = if self.chance(50) {
+                    (*self.pick(&["i", "b", "k"])).to_owned()
+                } else {
+                    self.expr(T::Int, depth.min(2), Ctx::RowOfD, false)
+                };
+                format!("{f}({arg})")
+            }
+        }
+    }
+
+    /// A subquery of `e` correlated with `d`'s column `col` (`d.k` outside a grouped query's
+    /// keys is for the analyser to refuse).
+    fn correlated_e(&mut self, col: &str) -> String {
+        match self.rng.below(3) {
+            0 => format!("(SELECT MAX(e.v) FROM e WHERE e.k = d.{col})"),
+            1 => format!("(SELECT e.v FROM e WHERE e.k = d.{col})"),
+            _ => format!("(SELECT COUNT(*) FROM e WHERE e.v > d.{col})"),
+        }
+    }
+
+    /// Grouped queries: GROUP BY a column of `d` or none, aggregates of computed values,
+    /// HAVING, ORDER BY aggregates, correlated subqueries in the outputs and in grouped
+    /// subqueries of WHERE; now and then a shape engines group differently (for the analyser to
+    /// refuse).
+    fn grouped(&mut self, depth: u32) -> (String, Kind) {
+        let key = *self.pick(&["i", "b"]);
+        let filter = self.maybe_where(depth);
+        let having = if self.chance(40) {
+            match self.rng.below(3) {
+                0 => format!(" HAVING COUNT(*) > {}", self.rng.below(3)),
+                1 => {
+                    let a = self.aggregate(depth);
+                    let p = self.int_lit();
+                    format!(" HAVING {a} > {p}")
+                }
+                _ => format!(" HAVING d.{key} > {}", self.int_lit()),
+            }
+        } else {
+            String::new()
+        };
+        match self.rng.below(7) {
+            0 => {
+                let (a, b) = (self.aggregate(depth), self.aggregate(depth));
+                (
+                    format!(
+                        "SELECT d.{key}, {a}, {b} FROM d{filter} GROUP BY d.{key}{having} ORDER BY d.{key}"
+                    ),
+                    Kind::Ints(3),
+                )
+            }
+            1 => {
+                let (a, b) = (self.aggregate(depth), self.aggregate(depth));
+                // HAVING on a column without GROUP BY: refused.
+                (
+                    format!("SELECT {a}, {b} FROM d{filter}{having}"),
+                    Kind::Ints(2),
+                )
+            }
+            2 => {
+                let a = self.aggregate(depth);
+                let order = self.aggregate(depth);
+                let grouping = if self.chance(85) {
+                    format!(" GROUP BY d.{key}")
+                } else {
+                    String::new()
+                };
+                (
+                    format!(
+                        "SELECT d.{key}, {a} FROM d{filter}{grouping} ORDER BY {order}, d.{key}"
+                    ),
+                    Kind::Ints(2),
+                )
+            }
+            3 => {
+                let col = if self.chance(85) { key } else { "k" };
+                let sub = self.correlated_e(col);
+                let a = self.aggregate(depth);
+                (
+                    format!(
+                        "SELECT d.{key}, {sub}, {a} FROM d{filter} GROUP BY d.{key}{having} ORDER BY d.{key}"
+                    ),
+                    Kind::Ints(3),
+                )
+            }
+            4 => {
+                // A grouped subquery of `e` in WHERE, correlated with the row of `d`.
+                let outer = *self.pick(&["d.i", "d.b", "d.k"]);
+                let inner_having = if self.chance(50) {
+                    format!(" HAVING COUNT(*) > {}", self.rng.below(2))
+                } else {
+                    String::new()
+                };
+                let cond = match self.rng.below(3) {
+                    0 => format!(
+                        "EXISTS (SELECT 1 FROM e WHERE e.k <> {outer} GROUP BY e.v{inner_having})"
+                    ),
+                    1 => format!("{outer} IN (SELECT MAX(e.k) FROM e GROUP BY e.v{inner_having})"),
+                    _ => format!(
+                        "{outer} < (SELECT COUNT(*) FROM e WHERE e.v >= {outer}{inner_having})"
+                    ),
+                };
+                (
+                    format!("SELECT k FROM d WHERE {cond} ORDER BY k"),
+                    Kind::Keys,
+                )
+            }
+            5 => {
+                let a = self.aggregate(depth);
+                let grouping = if self.chance(80) {
+                    format!(" GROUP BY d.{key}")
+                } else {
+                    String::new()
+                };
+                (
+                    format!(
+                        "UPDATE e SET v = e.k + 1 WHERE e.v IN (SELECT {a} FROM d{filter}{grouping}{having})"
+                    ),
+                    Kind::Change,
+                )
+            }
+            _ => {
+                let a = self.aggregate(depth);
+                (
+                    format!(
+                        "INSERT INTO e (k, v) SELECT d.{key} + 1000, {a} FROM d WHERE d.{key} IS NOT NULL GROUP BY d.{key}{having} ORDER BY d.{key}"
+                    ),
+                    Kind::Change,
+                )
+            }
+        }
+    }
+
     /// Parameters with no type from their context: COUNT of one, one alone in the select list,
     /// IS NULL on one (NULL is bound untyped).
     fn untyped_parameter(&mut self) -> String {
@@ -932,6 +1071,8 @@ impl Gen {
 enum Kind {
     /// A query of `d`'s keys (compared in order).
     Keys,
+    /// A query of this many integer columns (compared in order).
+    Ints(usize),
     /// A change (compared by rows affected and the tables afterwards).
     Change,
 }
@@ -966,6 +1107,10 @@ async fn run_case<B: Backend>(
         let result = match kind {
             Kind::Keys => conn
                 .query(&rendered.sql, &bound, &[ReadType::Int])
+                .await
+                .map(Outcome::Keys),
+            Kind::Ints(n) => conn
+                .query(&rendered.sql, &bound, &vec![ReadType::Int; n])
                 .await
                 .map(Outcome::Keys),
             Kind::Change => match conn.execute(&rendered.sql, &bound, false).await {
