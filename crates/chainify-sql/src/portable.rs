@@ -2859,7 +2859,10 @@ impl Writer<'_> {
                     ));
                 }
                 self.push("(");
-                let t = self.expr(e, Use::Other)?;
+                // PostgreSQL compares the left side with each row of the subquery, so it never
+                // evaluates it when the subquery is empty; the others do (found by the
+                // difftest).
+                let t = self.lazily(|w| w.expr(e, Use::Other))?;
                 self.push(if *negated { " NOT IN (" } else { " IN (" });
                 // MariaDB turns it into EXISTS with the comparison pushed down and stops at
                 // the first match; the others compute every row of the subquery.
@@ -3039,7 +3042,7 @@ impl Writer<'_> {
         let bound = int_bound(e, &mut checks);
         if bound > u128::from(i64::MAX.unsigned_abs()) {
             return Err(Rejection::nondeterministic(
-                "integer arithmetic that engines evaluate on different rows (in a WHERE, ON or HAVING, COUNT's argument, an operand some engine skips beside a NULL or a subquery, or outputs under LIMIT or HAVING) may overflow 64 bits; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)",
+                "integer arithmetic that engines evaluate on different rows (in a WHERE, ON or HAVING, COUNT's argument, the left side of IN (SELECT …), an operand some engine skips beside a NULL or a subquery, or outputs under LIMIT or HAVING) may overflow 64 bits; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)",
             ));
         }
         self.checks.extend(checks);

@@ -762,6 +762,8 @@ fn grouping_reaches_into_subqueries() {
     for sql in [
         "INSERT INTO e (k, v) SELECT t.v + 1000, COUNT(*) FROM t GROUP BY t.v HAVING COUNT(*) > 2",
         "SELECT t.v, COUNT(*) FROM t GROUP BY t.v HAVING COUNT(*) > 0 ORDER BY t.v + 1",
+        // PostgreSQL never evaluates IN's left side against an empty subquery.
+        "UPDATE t SET b = ((2 + t.v) IN (SELECT e.v FROM e WHERE FALSE)) WHERE t.k = 1",
         // MariaDB only asks COUNT's argument whether it is NULL: an overflow there passes.
         "SELECT MAX(t.k), COUNT(t.k - COALESCE(t.v, -9223372036854775807)) FROM t",
     ] {
@@ -770,6 +772,7 @@ fn grouping_reaches_into_subqueries() {
     }
     run("INSERT INTO e (k, v) SELECT t.i + 1000, COUNT(*) FROM t GROUP BY t.i HAVING COUNT(*) > 2")
         .unwrap();
+    run("UPDATE t SET b = ((2 + t.i) IN (SELECT e.v FROM e WHERE FALSE)) WHERE t.k = 1").unwrap();
     // Grouped columns, aggregates and a WHERE (evaluated before grouping) are fine.
     for sql in [
         "SELECT t.i, COUNT(*), (SELECT MAX(e.v) FROM e WHERE e.k = t.i) FROM t GROUP BY t.i",
