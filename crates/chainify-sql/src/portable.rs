@@ -2470,6 +2470,12 @@ impl Writer<'_> {
                         self.push("CAST(");
                         self.emit(&piece);
                         self.push(" AS SIGNED)");
+                    } else if ty == Ty::Dec {
+                        // Likewise for a decimal beyond the column's precision (found by the
+                        // review); every portable decimal fits, exactly.
+                        self.push("CAST(");
+                        self.emit(&piece);
+                        self.push(" AS DECIMAL(65, 30))");
                     } else {
                         self.emit(&piece);
                     }
@@ -2893,7 +2899,9 @@ impl Writer<'_> {
                 } else {
                     "(EXISTS ("
                 });
-                self.query(q, None)?;
+                // PostgreSQL computes the outputs of an aggregating subquery under EXISTS,
+                // MariaDB and SQLite never do (found by the review).
+                self.lazily(|w| w.query(q, None))?;
                 self.push("))");
                 Ok(Ty::Bool)
             }
@@ -3042,7 +3050,7 @@ impl Writer<'_> {
         let bound = int_bound(e, &mut checks);
         if bound > u128::from(i64::MAX.unsigned_abs()) {
             return Err(Rejection::nondeterministic(
-                "integer arithmetic that engines evaluate on different rows (in a WHERE, ON or HAVING, COUNT's argument, the left side of IN (SELECT …), an operand some engine skips beside a NULL or a subquery, or outputs under LIMIT or HAVING) may overflow 64 bits; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)",
+                "integer arithmetic that engines evaluate on different rows (in a WHERE, ON or HAVING, COUNT's argument, the left side of IN (SELECT …), a query under EXISTS, an operand some engine skips beside a NULL or a subquery, or outputs under LIMIT or HAVING) may overflow 64 bits; bound it (INTEGER columns, parameters within ±2^31) or compare without arithmetic (e.g. bal >= -$2 instead of bal + $2 >= 0)",
             ));
         }
         self.checks.extend(checks);

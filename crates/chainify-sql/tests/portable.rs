@@ -786,3 +786,23 @@ fn grouping_reaches_into_subqueries() {
         run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
+
+/// What the second hunt found: PostgreSQL computes the outputs of an aggregating subquery
+/// under EXISTS where the others never do, and MariaDB decides that a decimal beyond the
+/// subquery column's precision matches nothing in `IN (SELECT …)` even beside a NULL.
+#[test]
+fn exists_outputs_and_decimal_in_subqueries_agree() {
+    let a = review_analyzer();
+    let run = |sql: &str| a.analyze(&tx(sql, vec![])).map_err(|e| e.to_string());
+    for sql in [
+        "SELECT CASE WHEN EXISTS (SELECT MAX(e.v) + 1 FROM e) THEN 1 ELSE 0 END FROM t",
+        "UPDATE e SET v = CASE WHEN NOT EXISTS (SELECT -MIN(t.v) FROM t WHERE t.k = 9) THEN 1 ELSE 0 END WHERE e.k = 1",
+    ] {
+        let e = run(sql).unwrap_err();
+        assert!(e.contains("may overflow"), "{sql}: {e}");
+    }
+    run("SELECT CASE WHEN EXISTS (SELECT MAX(e.v) FROM e) THEN 1 ELSE 0 END FROM t").unwrap();
+    let sql = "SELECT k FROM t WHERE t.d NOT IN (SELECT f.d FROM t AS f)";
+    let mysql = rendered(&a, sql, vec![]).unwrap()[1].clone();
+    assert!(mysql.contains("AS DECIMAL(65, 30))"), "{mysql}");
+}

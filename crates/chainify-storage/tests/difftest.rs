@@ -925,6 +925,16 @@ impl Gen {
         }
     }
 
+    /// ` GROUP BY d.<key>` `percent` times in a hundred, else nothing (for the analyser to
+    /// refuse what then is not grouped).
+    fn group_by_mostly(&mut self, key: &str, percent: u64) -> String {
+        if self.chance(percent) {
+            format!(" GROUP BY d.{key}")
+        } else {
+            String::new()
+        }
+    }
+
     /// A subquery of `e` correlated with `d`'s column `col` (`d.k` outside a grouped query's
     /// keys is for the analyser to refuse).
     fn correlated_e(&mut self, col: &str) -> String {
@@ -976,11 +986,7 @@ impl Gen {
             2 => {
                 let a = self.aggregate(depth);
                 let order = self.aggregate(depth);
-                let grouping = if self.chance(85) {
-                    format!(" GROUP BY d.{key}")
-                } else {
-                    String::new()
-                };
+                let grouping = self.group_by_mostly(key, 85);
                 (
                     format!(
                         "SELECT d.{key}, {a} FROM d{filter}{grouping} ORDER BY {order}, d.{key}"
@@ -1023,11 +1029,7 @@ impl Gen {
             }
             5 => {
                 let a = self.aggregate(depth);
-                let grouping = if self.chance(80) {
-                    format!(" GROUP BY d.{key}")
-                } else {
-                    String::new()
-                };
+                let grouping = self.group_by_mostly(key, 80);
                 (
                     format!(
                         "UPDATE e SET v = e.k + 1 WHERE e.v IN (SELECT {a} FROM d{filter}{grouping}{having})"
