@@ -1013,10 +1013,24 @@ impl Gen {
                 } else {
                     String::new()
                 };
-                let cond = match self.rng.below(3) {
+                let cond = match self.rng.below(5) {
                     0 => format!(
                         "EXISTS (SELECT 1 FROM e WHERE e.k <> {outer} GROUP BY e.v{inner_having})"
                     ),
+                    3 => {
+                        // What the query under EXISTS outputs: computed by PostgreSQL only
+                        // when it aggregates.
+                        let out = self.arith(1, Ctx::RowOfE);
+                        let agg = *self.pick(&["MAX", "MIN"]);
+                        format!("EXISTS (SELECT {agg}(e.v) + ({out}) FROM e WHERE e.k <> {outer})")
+                    }
+                    4 => {
+                        // Decimals of different precisions: MariaDB's out-of-range shortcut.
+                        let (l, r) =
+                            *self.pick(&[("d.w", "m"), ("d.m", "w"), ("COALESCE(d.w, 0)", "m")]);
+                        let not = if self.chance(50) { "NOT " } else { "" };
+                        format!("{l} {not}IN (SELECT d2.{r} FROM d AS d2)")
+                    }
                     1 => format!("{outer} IN (SELECT MAX(e.k) FROM e GROUP BY e.v{inner_having})"),
                     _ => format!(
                         "{outer} < (SELECT COUNT(*) FROM e WHERE e.v >= {outer}{inner_having})"
