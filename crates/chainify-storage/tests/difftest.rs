@@ -741,7 +741,8 @@ impl Gen {
         let depth = 1 + u32::try_from(self.rng.below(4)).unwrap_or(0);
         let (sql, kind) = match self.rng.below(100) {
             0..=4 => self.grouped(depth),
-            5..=26 => (
+            5..=8 => self.joined(depth),
+            9..=26 => (
                 format!(
                     "SELECT k FROM d WHERE {} ORDER BY k",
                     self.expr(T::Bool, depth, Ctx::RowOfD, false)
@@ -923,6 +924,50 @@ impl Gen {
                 format!("{f}({arg})")
             }
         }
+    }
+
+    /// `d` joined with `e` (inner or LEFT, on keys, on a range, or with a condition on `e`):
+    /// expressions over either side, NULL-extended rows, a WHERE on `d`; the rows, or what an
+    /// INSERT stores from them.
+    fn joined(&mut self, depth: u32) -> (String, Kind) {
+        let join = *self.pick(&["LEFT JOIN", "LEFT JOIN", "JOIN"]);
+        let unique = self.chance(50);
+        let on = if unique {
+            let key = *self.pick(&["e.k = d.i", "e.k = d.k", "e.k = d.b"]);
+            if self.chance(40) {
+                let extra = self.expr(T::Bool, 1, Ctx::RowOfE, false);
+                format!("{key} AND {extra}")
+            } else {
+                key.to_owned()
+            }
+        } else {
+            (*self.pick(&["e.v > d.b", "e.k <> d.k", "e.v = d.i"])).to_owned()
+        };
+        let out = match self.rng.below(3) {
+            0 => self.arith(depth.saturating_sub(1), Ctx::RowOfE),
+            1 => self.expr(T::Int, depth.min(2), Ctx::RowOfE, false),
+            _ => format!("COALESCE(e.v, d.b, {})", self.int_lit()),
+        };
+        let filter = if self.chance(30) {
+            format!(
+                " WHERE {}",
+                self.expr(T::Bool, depth.min(2), Ctx::RowOfE, false)
+            )
+        } else {
+            String::new()
+        };
+        if unique && self.chance(35) {
+            return (
+                format!(
+                    "INSERT INTO e (k, v) SELECT d.k + 1000, {out} FROM d {join} e ON {on}{filter} ORDER BY d.k"
+                ),
+                Kind::Change,
+            );
+        }
+        (
+            format!("SELECT d.k, e.k, {out} FROM d {join} e ON {on}{filter} ORDER BY d.k, e.k"),
+            Kind::Ints(3),
+        )
     }
 
     /// ` GROUP BY d.<key>` `percent` times in a hundred, else nothing (for the analyser to
