@@ -2126,8 +2126,9 @@ impl Writer<'_> {
                     }
                     Source::Query(q) => {
                         let types = self.query(q, None)?;
-                        for ((c, cty, _), ty) in columns.iter().zip(types) {
+                        for (((c, cty, limit), ty), e) in columns.iter().zip(types).zip(&q.items) {
                             assignable(table, c, *cty, ty)?;
+                            self.stored_text(e, ty, *limit, c)?;
                         }
                     }
                 }
@@ -2224,11 +2225,25 @@ impl Writer<'_> {
         }
     }
 
-    /// A text value stored into an unbounded TEXT column: at most [`MAX_STORED_TEXT`].
-    /// (VARCHAR(n) bounds itself alike on every engine.)
+    /// A text value stored into an unbounded TEXT column: at most [`MAX_STORED_TEXT`]. One
+    /// computed into VARCHAR(n) provably fits: a longer one does not fail alike (PostgreSQL
+    /// cuts excess spaces silently, MariaDB spaces and tabs, SQLite fails; found by the
+    /// review). A literal or parameter alone is checked by its value.
     fn stored_text(&mut self, e: &E, ty: Ty, limit: Limit, column: &str) -> Result<(), Rejection> {
-        if ty != Ty::Text || matches!(limit, Limit::Chars(_)) {
+        if ty != Ty::Text {
             return Ok(());
+        }
+        if let Limit::Chars(n) = limit {
+            if matches!(e, E::Lit(_) | E::Param(_)) {
+                return Ok(());
+            }
+            return if overlong_blank(e, u64::from(n)) {
+                Err(Rejection::limit(format!(
+                    "the text computed into VARCHAR({n}) column {column} may be longer than {n} characters and end in blanks, and engines differ on what they do then (PostgreSQL cuts trailing spaces, MariaDB spaces and tabs, SQLite fails); compute it from columns and literals that fit, or end it with a literal that is not blank"
+                )))
+            } else {
+                Ok(())
+            };
         }
         let n = self.text_bound(e, MAX_STORED_TEXT);
         if n > MAX_STORED_TEXT {
@@ -3521,6 +3536,87 @@ fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Rejectio
             cty.name(),
             ty.name()
         )))
+    }
+}
+
+/// Whether text computed by `e` may be longer than `n` characters and end in blanks: stored
+/// into VARCHAR(n), engines then differ (a longer value that ends otherwise fails on all).
+/// Each branch of a CASE, COALESCE or NULLIF counts on its own.
+fn overlong_blank(e: &E, n: u64) -> bool {
+    match e {
+        E::Func(Func::Coalesce | Func::Nullif, args) => args.iter().any(|a| overlong_blank(a, n)),
+        E::Case {
+            whens, otherwise, ..
+        } => whens
+            .iter()
+            .map(|(_, t)| t)
+            .chain(otherwise.as_deref())
+            .any(|t| overlong_blank(t, n)),
+        _ => char_bound(e).is_none_or(|b| b > n) && may_end_blank(e),
+    }
+}
+
+/// Whether text computed by `e` may end in a blank (space, tab or another ASCII white space):
+/// unknown text may; a concatenation ends as its right side, or its left one when the right
+/// may be empty.
+fn may_end_blank(e: &E) -> bool {
+    match e {
+        E::Lit(Value::Text(t)) => t.ends_with(|c: char| c.is_ascii_whitespace()),
+        E::Lit(_) => false,
+        E::Concat(a, b) => {
+            may_end_blank(b)
+                || (!matches!(&**b, E::Lit(Value::Text(t)) if !t.is_empty()) && may_end_blank(a))
+        }
+        E::Func(Func::Coalesce | Func::Nullif, args) => args.iter().any(may_end_blank),
+        E::Case {
+            whens, otherwise, ..
+        } => whens
+            .iter()
+            .map(|(_, t)| t)
+            .chain(otherwise.as_deref())
+            .any(may_end_blank),
+        _ => true,
+    }
+}
+
+/// The most characters a text expression can hold, when that is known without parameter
+/// values: literals, VARCHAR columns, and what concatenation, SUBSTR, TRIM, COALESCE, NULLIF,
+/// CASE, MIN, MAX and single-output subqueries make of them.
+fn char_bound(e: &E) -> Option<u64> {
+    let max_of = |xs: &mut dyn Iterator<Item = &E>| -> Option<u64> {
+        xs.map(char_bound).try_fold(0, |m, b| b.map(|b| m.max(b)))
+    };
+    match e {
+        E::Lit(Value::Text(t)) => Some(t.chars().count() as u64),
+        E::Lit(_) => Some(0),
+        E::Col(c) => match c.limit {
+            Limit::Chars(n) => Some(u64::from(n)),
+            _ => None,
+        },
+        E::Concat(a, b) => Some(char_bound(a)?.saturating_add(char_bound(b)?)),
+        E::Func(Func::Substr, args) => {
+            let whole = char_bound(args.first()?);
+            match args.get(2) {
+                Some(E::Lit(Value::Int(l))) => {
+                    let l = u64::try_from(*l).unwrap_or(0);
+                    Some(whole.map_or(l, |w| w.min(l)))
+                }
+                _ => whole,
+            }
+        }
+        E::Func(Func::Trim | Func::Ltrim | Func::Rtrim, args) => {
+            char_bound(args.first()?)
+        }
+        E::Func(Func::Coalesce | Func::Nullif, args) => max_of(&mut args.iter()),
+        E::Case {
+            whens, otherwise, ..
+        } => max_of(&mut whens.iter().map(|(_, t)| t).chain(otherwise.as_deref())),
+        E::Scalar(q) => match q.items.as_slice() {
+            [item] => char_bound(item),
+            _ => None,
+        },
+        E::Agg(Agg::Min | Agg::Max, Some(x)) => char_bound(x),
+        _ => None,
     }
 }
 
