@@ -945,6 +945,24 @@ impl<'s> Builder<'s> {
                             .collect::<Result<Vec<_>, _>>()?,
                     );
                 }
+                // MariaDB evaluates each row's subqueries after inserting the rows before it,
+                // the others all before the statement (found by the review).
+                if rows.len() > 1 {
+                    let mut reads = false;
+                    for e in rows.iter().flatten() {
+                        walk_deep(e, &mut |x| {
+                            if let E::Scalar(q) | E::Exists { q, .. } | E::InQuery { q, .. } = x {
+                                reads |= q.from.iter().any(|f| f.occ.table == t.name);
+                            }
+                        });
+                    }
+                    if reads {
+                        return Err(Rejection::unsupported(format!(
+                            "a subquery in a VALUES row of several reads table {}, which the statement inserts into; MariaDB sees the rows inserted before it, the others do not (insert one row per statement)",
+                            t.name
+                        )));
+                    }
+                }
                 Source::Values(rows)
             }
             _ => {
@@ -1014,11 +1032,13 @@ impl<'s> Builder<'s> {
             ));
         }
         let distinct = matches!(s.distinct, Some(Distinct::Distinct));
-        // FROM: every occurrence named first, then the ON conditions (which may name any table
-        // of the FROM clause: the rendered joins are all at one level, left to right).
-        let mut pending_on: Vec<(usize, &SqlExpr)> = Vec::new();
+        // FROM: every occurrence named first, then the ON conditions. An ON may name only its
+        // own table and those joined before it since the last comma: PostgreSQL and MariaDB
+        // see no other, SQLite sees every table (found by the review).
+        let mut pending_on: Vec<(usize, usize, &SqlExpr)> = Vec::new();
         let mut from = Vec::new();
         for twj in &s.from {
+            let group = from.len();
             from.push(self.occurrence(&twj.relation, JoinKind::Cross)?);
             for j in &twj.joins {
                 let (kind, constraint) = match &j.join_operator {
@@ -1033,7 +1053,7 @@ impl<'s> Builder<'s> {
                 };
                 let item = self.occurrence(&j.relation, kind)?;
                 match constraint {
-                    JoinConstraint::On(e) => pending_on.push((from.len(), e)),
+                    JoinConstraint::On(e) => pending_on.push((group, from.len(), e)),
                     JoinConstraint::None if kind == JoinKind::Cross => {}
                     _ => {
                         return Err(Rejection::unsupported(
@@ -1049,8 +1069,25 @@ impl<'s> Builder<'s> {
                 "a FROM clause joins at most {MAX_FROM} tables (every organization would compute the whole product)"
             )));
         }
-        for (i, e) in pending_on {
-            from[i].on = Some(self.expr(e)?);
+        let level = self.levels.len() - 1;
+        for (group, i, e) in pending_on {
+            let on = self.expr(e)?;
+            let mut unseen = None;
+            walk_deep(&on, &mut |x| {
+                if let E::Col(c) = x
+                    && c.owner == level
+                    && !(group..=i).contains(&c.occurrence)
+                    && unseen.is_none()
+                {
+                    unseen = Some(c.qualifier.clone());
+                }
+            });
+            if let Some(t) = unseen {
+                return Err(Rejection::unsupported(format!(
+                    "an ON condition names {t}, which is not joined before it (PostgreSQL and MariaDB see only the tables joined so far, since the last comma)"
+                )));
+            }
+            from[i].on = Some(on);
         }
         // Output columns, with wildcards expanded.
         let mut items = Vec::new();
@@ -3604,9 +3641,7 @@ fn char_bound(e: &E) -> Option<u64> {
                 _ => whole,
             }
         }
-        E::Func(Func::Trim | Func::Ltrim | Func::Rtrim, args) => {
-            char_bound(args.first()?)
-        }
+        E::Func(Func::Trim | Func::Ltrim | Func::Rtrim, args) => char_bound(args.first()?),
         E::Func(Func::Coalesce | Func::Nullif, args) => max_of(&mut args.iter()),
         E::Case {
             whens, otherwise, ..

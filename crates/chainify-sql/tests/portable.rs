@@ -846,3 +846,34 @@ fn overlong_text_ending_in_blanks_is_refused() {
         run(sql, Value::Text("  ".into())).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
+
+/// From the review's second hunt: an ON naming a table joined after it (SQLite sees it, the
+/// others do not), and a subquery reading the INSERT's own table in a VALUES row of several
+/// (MariaDB sees the rows inserted before it).
+#[test]
+fn join_scopes_and_values_subqueries_agree() {
+    let a = review_analyzer();
+    let run = |sql: &str| a.analyze(&tx(sql, vec![])).map_err(|e| e.to_string());
+    for sql in [
+        "SELECT t.k FROM t JOIN e ON f.k = t.k JOIN e AS f ON f.k = e.k ORDER BY t.k",
+        "SELECT t.k FROM t, e JOIN e AS f ON f.k = t.k ORDER BY t.k",
+        "SELECT t.k FROM t JOIN e ON EXISTS (SELECT 1 FROM e AS g WHERE g.k = f.k) JOIN e AS f ON f.k = e.k ORDER BY t.k",
+    ] {
+        let e = run(sql).unwrap_err();
+        assert!(e.contains("not joined before it"), "{sql}: {e}");
+    }
+    run(
+        "SELECT t.k FROM t JOIN e ON e.k = t.k JOIN e AS f ON f.k = e.k AND f.v = t.v ORDER BY t.k",
+    )
+    .unwrap();
+    run("SELECT t.k FROM t, e JOIN e AS f ON f.k = e.k ORDER BY t.k, e.k").unwrap();
+    for sql in [
+        "INSERT INTO e (k, v) VALUES (100, 1), (101, (SELECT COUNT(*) FROM e))",
+        "INSERT INTO e (k, v) VALUES (100, 1), (101, CASE WHEN EXISTS (SELECT 1 FROM e AS g WHERE g.v = 1) THEN 1 ELSE 0 END)",
+    ] {
+        let e = run(sql).unwrap_err();
+        assert!(e.contains("inserts into"), "{sql}: {e}");
+    }
+    run("INSERT INTO e (k, v) VALUES (100, (SELECT COUNT(*) FROM e))").unwrap();
+    run("INSERT INTO e (k, v) VALUES (100, 1), (101, (SELECT COUNT(*) FROM t))").unwrap();
+}
