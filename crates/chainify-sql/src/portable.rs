@@ -2446,6 +2446,18 @@ impl Writer<'_> {
         }
     }
 
+    /// A compared operand; with `widen` (MySQL, integers meeting decimals) an integer one is
+    /// compared as a decimal.
+    fn emit_compared(&mut self, widen: bool, t: Ty, piece: &Piece) {
+        if widen && t == Ty::Int {
+            self.push("CAST(");
+            self.emit(piece);
+            self.push(" AS DECIMAL(65, 0))");
+        } else {
+            self.emit(piece);
+        }
+    }
+
     /// `f`, [`Writer::lazily`] when `lazy`.
     fn lazily_if<T>(
         &mut self,
@@ -2837,13 +2849,23 @@ impl Writer<'_> {
                 Ok(Ty::Bool)
             }
             E::Cmp(op, a, b) => {
-                self.push("(");
                 let skip_a = self.skippable(a, b).0 || self.null_const(b);
-                let ta = self.lazily_if(skip_a, |w| w.expr(a, Use::Other))?;
-                let _ = write!(self.sql, " {} ", op.sql());
-                let tb = self.lazily(|w| w.expr(b, Use::Other))?;
-                self.push(")");
+                let (ta, pa) = self.lazily_if(skip_a, |s| s.capture(|w| w.expr(a, Use::Other)))?;
+                let (tb, pb) = self.lazily(|s| s.capture(|w| w.expr(b, Use::Other)))?;
                 comparable(ta, tb, op.sql())?;
+                // MariaDB's optimizer rounds a decimal compared with an integer key when it
+                // turns the comparison into a key lookup (`e.k = d.k AND e.k = 2.675` matched
+                // e.k = 3 under a LEFT JOIN; found by the difftest): compare as decimals there.
+                let widen = self.dialect == Dialect::MySql
+                    && matches!((ta, tb), (Ty::Int, Ty::Dec) | (Ty::Dec, Ty::Int));
+                self.push("(");
+                for (i, (t, piece)) in [(ta, &pa), (tb, &pb)].into_iter().enumerate() {
+                    if i == 1 {
+                        let _ = write!(self.sql, " {} ", op.sql());
+                    }
+                    self.emit_compared(widen, t, piece);
+                }
+                self.push(")");
                 Ok(Ty::Bool)
             }
             E::Concat(a, b) => {
@@ -2898,14 +2920,29 @@ impl Writer<'_> {
                 // SQLite also reads `x IN (c)` as `x = c`, and may skip `x` beside a NULL `c`.
                 let folded = list.iter().any(|x| self.null_const(x))
                     || (list.len() == 1 && self.skippable(e, &list[0]).0);
-                let t = self.lazily_if(folded, |w| w.expr(e, Use::Other))?;
+                let left = self.lazily_if(folded, |s| s.capture(|w| w.expr(e, Use::Other)))?;
+                let mut items = Vec::with_capacity(list.len());
+                for x in list {
+                    let item = self.lazily(|s| s.capture(|w| w.expr(x, Use::Other)))?;
+                    comparable(left.0, item.0, "IN")?;
+                    items.push(item);
+                }
+                // As for `=`: MariaDB rounds a decimal it looks an integer key up by (a single
+                // item is read as `=`), so integers meet decimals as decimals there.
+                let widen = self.dialect == Dialect::MySql
+                    && std::iter::once(&left)
+                        .chain(&items)
+                        .any(|(t, _)| *t == Ty::Int)
+                    && std::iter::once(&left)
+                        .chain(&items)
+                        .any(|(t, _)| *t == Ty::Dec);
+                self.emit_compared(widen, left.0, &left.1);
                 self.push(if *negated { " NOT IN (" } else { " IN (" });
-                for (i, x) in list.iter().enumerate() {
+                for (i, (t, piece)) in items.iter().enumerate() {
                     if i > 0 {
                         self.push(", ");
                     }
-                    let tx = self.lazily(|w| w.expr(x, Use::Other))?;
-                    comparable(t, tx, "IN")?;
+                    self.emit_compared(widen, *t, piece);
                 }
                 self.push("))");
                 Ok(Ty::Bool)

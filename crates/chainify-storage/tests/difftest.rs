@@ -129,6 +129,8 @@ const TEXTS: &[&str] = &[
     "xxxxxxxxxxxxxxx",
     " a",
     "é",
+    "b\t",
+    "          ",
 ];
 const PATTERNS: &[&str] = &[
     "a%", "%b%", "_", "%", "a\\%%", "%é%", "A%", "", "__", "%\\_%", "a_", "%😀",
