@@ -152,6 +152,9 @@ pub enum ValueCheck {
     TextAtMost(usize, u64),
     /// An integer other than -2^63 (it is subtracted: MariaDB computes 0 - (-2^63) wrongly).
     NotMin(usize),
+    /// Text that is not empty and does not end in a blank (it ends text computed into a
+    /// VARCHAR column, where engines differ on trailing blanks past its length).
+    EndsNonBlank(usize),
 }
 
 /// Text a statement computes: at most this many bytes anywhere. MariaDB yields NULL or fails
@@ -441,6 +444,16 @@ fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
                 } else {
                     "text of at most 1 MiB (text is stored or computed from it)"
                 },
+            ),
+            ValueCheck::EndsNonBlank(i) => (
+                i,
+                match params.get(i) {
+                    Some(Value::Text(t)) => {
+                        t.chars().last().is_some_and(|c| !c.is_ascii_whitespace())
+                    }
+                    _ => true,
+                },
+                "text that is not empty and does not end in a blank (it ends text computed into a VARCHAR column, and engines differ on storing trailing blanks past its length)",
             ),
             ValueCheck::NotMin(i) => (
                 i,
@@ -2274,7 +2287,7 @@ impl Writer<'_> {
             if matches!(e, E::Lit(_) | E::Param(_)) {
                 return Ok(());
             }
-            return if overlong_blank(e, u64::from(n)) {
+            return if self.overlong_blank(e, u64::from(n)) {
                 Err(Rejection::limit(format!(
                     "the text computed into VARCHAR({n}) column {column} may be longer than {n} characters and end in blanks, and engines differ on what they do then (PostgreSQL cuts trailing spaces, MariaDB spaces and tabs, SQLite fails); compute it from columns and literals that fit, or end it with a literal that is not blank"
                 )))
@@ -2443,6 +2456,64 @@ impl Writer<'_> {
             E::Lit(Value::Null) => true,
             E::Param(i) => self.sig.get(*i).is_none_or(|t| *t == Ty::Null),
             _ => false,
+        }
+    }
+
+    /// Whether text computed by `e` may be longer than `n` characters and end in blanks:
+    /// stored into VARCHAR(n), engines then differ (a longer value that ends otherwise fails on
+    /// all). Each branch of a CASE, COALESCE or NULLIF counts on its own.
+    fn overlong_blank(&mut self, e: &E, n: u64) -> bool {
+        match e {
+            E::Func(Func::Coalesce | Func::Nullif, args) => {
+                args.iter().any(|a| self.overlong_blank(a, n))
+            }
+            E::Case {
+                whens, otherwise, ..
+            } => whens
+                .iter()
+                .map(|(_, t)| t)
+                .chain(otherwise.as_deref())
+                .any(|t| self.overlong_blank(t, n)),
+            _ => char_bound(e).is_none_or(|b| b > n) && self.may_end_blank(e),
+        }
+    }
+
+    /// Whether text computed by `e` may end in a blank (an ASCII white space): unknown text
+    /// may; a text parameter is checked to be neither empty nor end in one; a concatenation
+    /// ends as its right side, or as its left one when the right may be empty.
+    fn may_end_blank(&mut self, e: &E) -> bool {
+        match e {
+            E::Lit(Value::Text(t)) => t.ends_with(|c: char| c.is_ascii_whitespace()),
+            E::Lit(_) => false,
+            E::Param(i) => {
+                if self.sig.get(*i) == Some(&Ty::Text) {
+                    self.checks.push(ValueCheck::EndsNonBlank(*i));
+                }
+                false
+            }
+            E::Concat(a, b) => {
+                if self.may_end_blank(b) {
+                    return true;
+                }
+                // A parameter was just checked to be non-empty; a literal is as it is.
+                let empty = match &**b {
+                    E::Lit(Value::Text(t)) => t.is_empty(),
+                    E::Lit(_) | E::Param(_) => false,
+                    _ => true,
+                };
+                empty && self.may_end_blank(a)
+            }
+            E::Func(Func::Coalesce | Func::Nullif, args) => {
+                args.iter().any(|a| self.may_end_blank(a))
+            }
+            E::Case {
+                whens, otherwise, ..
+            } => whens
+                .iter()
+                .map(|(_, t)| t)
+                .chain(otherwise.as_deref())
+                .any(|t| self.may_end_blank(t)),
+            _ => true,
         }
     }
 
@@ -3610,46 +3681,6 @@ fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Rejectio
             cty.name(),
             ty.name()
         )))
-    }
-}
-
-/// Whether text computed by `e` may be longer than `n` characters and end in blanks: stored
-/// into VARCHAR(n), engines then differ (a longer value that ends otherwise fails on all).
-/// Each branch of a CASE, COALESCE or NULLIF counts on its own.
-fn overlong_blank(e: &E, n: u64) -> bool {
-    match e {
-        E::Func(Func::Coalesce | Func::Nullif, args) => args.iter().any(|a| overlong_blank(a, n)),
-        E::Case {
-            whens, otherwise, ..
-        } => whens
-            .iter()
-            .map(|(_, t)| t)
-            .chain(otherwise.as_deref())
-            .any(|t| overlong_blank(t, n)),
-        _ => char_bound(e).is_none_or(|b| b > n) && may_end_blank(e),
-    }
-}
-
-/// Whether text computed by `e` may end in a blank (space, tab or another ASCII white space):
-/// unknown text may; a concatenation ends as its right side, or its left one when the right
-/// may be empty.
-fn may_end_blank(e: &E) -> bool {
-    match e {
-        E::Lit(Value::Text(t)) => t.ends_with(|c: char| c.is_ascii_whitespace()),
-        E::Lit(_) => false,
-        E::Concat(a, b) => {
-            may_end_blank(b)
-                || (!matches!(&**b, E::Lit(Value::Text(t)) if !t.is_empty()) && may_end_blank(a))
-        }
-        E::Func(Func::Coalesce | Func::Nullif, args) => args.iter().any(may_end_blank),
-        E::Case {
-            whens, otherwise, ..
-        } => whens
-            .iter()
-            .map(|(_, t)| t)
-            .chain(otherwise.as_deref())
-            .any(may_end_blank),
-        _ => true,
     }
 }
 

@@ -834,7 +834,20 @@ fn overlong_text_ending_in_blanks_is_refused() {
         "UPDATE t SET x = CASE WHEN k > 1 THEN x || x ELSE 'a' END WHERE k = 5",
     ] {
         let e = run(sql, Value::Text("\t\t".into())).unwrap_err();
-        assert!(e.contains("end in blanks"), "{sql}: {e}");
+        assert!(
+            e.contains("end in blanks") || e.contains("does not end in a blank"),
+            "{sql}: {e}"
+        );
+    }
+    // A parameter ending the text is checked by its value: neither empty nor ending in a blank.
+    let appended = "UPDATE t SET x = x || $1 WHERE k = 7";
+    run(appended, Value::Text("ab".into())).unwrap();
+    for v in ["a ", ""] {
+        let e = run(appended, Value::Text(v.into())).unwrap_err();
+        assert!(
+            e.contains("parameter $1 must be text that is not empty"),
+            "{e}"
+        );
     }
     for sql in [
         "UPDATE t SET x = x || 'abc' WHERE k = 5",
