@@ -2463,18 +2463,9 @@ impl Writer<'_> {
     /// stored into VARCHAR(n), engines then differ (a longer value that ends otherwise fails on
     /// all). Each branch of a CASE, COALESCE or NULLIF counts on its own.
     fn overlong_blank(&mut self, e: &E, n: u64) -> bool {
-        match e {
-            E::Func(Func::Coalesce | Func::Nullif, args) => {
-                args.iter().any(|a| self.overlong_blank(a, n))
-            }
-            E::Case {
-                whens, otherwise, ..
-            } => whens
-                .iter()
-                .map(|(_, t)| t)
-                .chain(otherwise.as_deref())
-                .any(|t| self.overlong_blank(t, n)),
-            _ => char_bound(e).is_none_or(|b| b > n) && self.may_end_blank(e),
+        match branches(e) {
+            Some(yields) => yields.into_iter().any(|y| self.overlong_blank(y, n)),
+            None => char_bound(e).is_none_or(|b| b > n) && self.may_end_blank(e),
         }
     }
 
@@ -2482,6 +2473,9 @@ impl Writer<'_> {
     /// may; a text parameter is checked to be neither empty nor end in one; a concatenation
     /// ends as its right side, or as its left one when the right may be empty.
     fn may_end_blank(&mut self, e: &E) -> bool {
+        if let Some(yields) = branches(e) {
+            return yields.into_iter().any(|y| self.may_end_blank(y));
+        }
         match e {
             E::Lit(Value::Text(t)) => t.ends_with(|c: char| c.is_ascii_whitespace()),
             E::Lit(_) => false,
@@ -2503,16 +2497,6 @@ impl Writer<'_> {
                 };
                 empty && self.may_end_blank(a)
             }
-            E::Func(Func::Coalesce | Func::Nullif, args) => {
-                args.iter().any(|a| self.may_end_blank(a))
-            }
-            E::Case {
-                whens, otherwise, ..
-            } => whens
-                .iter()
-                .map(|(_, t)| t)
-                .chain(otherwise.as_deref())
-                .any(|t| self.may_end_blank(t)),
             _ => true,
         }
     }
@@ -3684,13 +3668,34 @@ fn assignable(table: &str, column: &str, cty: Ty, ty: Ty) -> Result<(), Rejectio
     }
 }
 
+/// What a CASE, COALESCE or NULLIF may yield (NULLIF: its first argument, counted with the
+/// rest for simplicity); `None` for any other expression.
+fn branches(e: &E) -> Option<Vec<&E>> {
+    match e {
+        E::Func(Func::Coalesce | Func::Nullif, args) => Some(args.iter().collect()),
+        E::Case {
+            whens, otherwise, ..
+        } => Some(
+            whens
+                .iter()
+                .map(|(_, t)| t)
+                .chain(otherwise.as_deref())
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
 /// The most characters a text expression can hold, when that is known without parameter
 /// values: literals, VARCHAR columns, and what concatenation, SUBSTR, TRIM, COALESCE, NULLIF,
 /// CASE, MIN, MAX and single-output subqueries make of them.
 fn char_bound(e: &E) -> Option<u64> {
-    let max_of = |xs: &mut dyn Iterator<Item = &E>| -> Option<u64> {
-        xs.map(char_bound).try_fold(0, |m, b| b.map(|b| m.max(b)))
-    };
+    if let Some(yields) = branches(e) {
+        return yields
+            .into_iter()
+            .map(char_bound)
+            .try_fold(0, |m, b| b.map(|b| m.max(b)));
+    }
     match e {
         E::Lit(Value::Text(t)) => Some(t.chars().count() as u64),
         E::Lit(_) => Some(0),
@@ -3710,10 +3715,6 @@ fn char_bound(e: &E) -> Option<u64> {
             }
         }
         E::Func(Func::Trim | Func::Ltrim | Func::Rtrim, args) => char_bound(args.first()?),
-        E::Func(Func::Coalesce | Func::Nullif, args) => max_of(&mut args.iter()),
-        E::Case {
-            whens, otherwise, ..
-        } => max_of(&mut whens.iter().map(|(_, t)| t).chain(otherwise.as_deref())),
         E::Scalar(q) => match q.items.as_slice() {
             [item] => char_bound(item),
             _ => None,
