@@ -672,7 +672,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
             return;
         };
         if let Some(Ok(b)) = &block {
-            self.port.prepare_ahead(b.clone());
+            self.port.prepare_ahead(b);
         }
         held.ahead = Some(block);
     }

@@ -96,7 +96,7 @@ pub trait ExecutionPort: Send + Sync + std::fmt::Debug + 'static {
     /// analyses kept; the next `execute` waits for it). It changes nothing, and `execute`
     /// trusts nothing from it beyond what a transaction id commits to. The default does
     /// nothing: an execution process prepares when it executes.
-    fn prepare_ahead(&self, block: TransactionBlock) {
+    fn prepare_ahead(&self, block: &TransactionBlock) {
         let _ = block;
     }
 }
@@ -459,8 +459,8 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
         })
     }
 
-    fn prepare_ahead(&self, block: TransactionBlock) {
-        let ahead = self.ahead.clone();
+    fn prepare_ahead(&self, block: &TransactionBlock) {
+        let (ahead, block) = (self.ahead.clone(), block.clone());
         self.metrics.prepared_ahead.fetch_add(1, Ordering::Relaxed);
         let number = block.number;
         let preparing = tokio::task::spawn_blocking(move || ahead.prepare(&block));

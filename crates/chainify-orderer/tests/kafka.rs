@@ -49,30 +49,24 @@ async fn consumers_agree_and_resume() {
     .await;
 }
 
+/// An orderer on its own topic `name` that cuts on demand.
+async fn on_demand(name: &str, max: usize, timeout: Duration) -> KafkaOrderer {
+    KafkaOrderer::connect(KafkaSettings {
+        cut: Cut::OnDemand,
+        ..settings(name, max, timeout)
+    })
+    .await
+    .expect("kafka")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cuts_on_demand() {
-    conformance::cuts_on_demand(|max, timeout| async move {
-        KafkaOrderer::connect(KafkaSettings {
-            cut: Cut::OnDemand,
-            ..settings("demand", max, timeout)
-        })
-        .await
-        .expect("kafka")
-    })
-    .await;
+    conformance::cuts_on_demand(|max, timeout| on_demand("demand", max, timeout)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn looking_ahead_cuts_nothing() {
-    conformance::looking_ahead_cuts_nothing(|max, timeout| async move {
-        KafkaOrderer::connect(KafkaSettings {
-            cut: Cut::OnDemand,
-            ..settings("ahead", max, timeout)
-        })
-        .await
-        .expect("kafka")
-    })
-    .await;
+    conformance::looking_ahead_cuts_nothing(|max, timeout| on_demand("ahead", max, timeout)).await;
 }
 
 /// Reads blocks from the start until they hold `count` transactions.
