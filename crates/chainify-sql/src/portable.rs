@@ -2502,12 +2502,17 @@ impl Writer<'_> {
     }
 
     /// A compared operand; with `widen` (MySQL, integers meeting decimals) an integer one is
-    /// compared as a decimal.
-    fn emit_compared(&mut self, widen: bool, t: Ty, piece: &Piece) {
+    /// compared as a decimal; with `exact` (MySQL, decimal columns of different scales meeting)
+    /// a decimal column is compared as DECIMAL(65, 30).
+    fn emit_compared(&mut self, widen: bool, exact: bool, t: Ty, e: &E, piece: &Piece) {
         if widen && t == Ty::Int {
             self.push("CAST(");
             self.emit(piece);
             self.push(" AS DECIMAL(65, 0))");
+        } else if exact && decimal_scale(e).is_some() {
+            self.push("CAST(");
+            self.emit(piece);
+            self.push(" AS DECIMAL(65, 30))");
         } else {
             self.emit(piece);
         }
@@ -2586,9 +2591,12 @@ impl Writer<'_> {
                     let wide_column =
                         matches!(e, E::Col(c) if !matches!(c.limit, Limit::IntBits(b) if b < 64));
                     if ty == Ty::Int && !wide_column {
+                        // Not AS SIGNED: MariaDB keeps a SMALLINT's narrow type through that
+                        // cast (d.b NOT IN (SELECT CAST(g.s AS SIGNED) …) was TRUE for ±2⁶³−1
+                        // beside a NULL; found by the difftest's SMALLINT column).
                         self.push("CAST(");
                         self.emit(&piece);
-                        self.push(" AS SIGNED)");
+                        self.push(" AS DECIMAL(65, 0))");
                     } else if ty == Ty::Dec {
                         // Likewise for a decimal beyond the column's precision (found by the
                         // review); every portable decimal fits, exactly.
@@ -2913,12 +2921,16 @@ impl Writer<'_> {
                 // e.k = 3 under a LEFT JOIN; found by the difftest): compare as decimals there.
                 let widen = self.dialect == Dialect::MySql
                     && matches!((ta, tb), (Ty::Int, Ty::Dec) | (Ty::Dec, Ty::Int));
+                // Likewise between decimal columns of different scales: MariaDB carried
+                // `g2.r = 1.0004` over `g1.k = g2.r` to `g1.k = 1.0004` and looked the
+                // DECIMAL(5,3) key g1.k up by 1.000 (found by the difftest's third table).
+                let exact = self.dialect == Dialect::MySql && scales_differ([&**a, &**b]);
                 self.push("(");
-                for (i, (t, piece)) in [(ta, &pa), (tb, &pb)].into_iter().enumerate() {
+                for (i, (t, e, piece)) in [(ta, a, &pa), (tb, b, &pb)].into_iter().enumerate() {
                     if i == 1 {
                         let _ = write!(self.sql, " {} ", op.sql());
                     }
-                    self.emit_compared(widen, t, piece);
+                    self.emit_compared(widen, exact, t, e, piece);
                 }
                 self.push(")");
                 Ok(Ty::Bool)
@@ -2991,13 +3003,15 @@ impl Writer<'_> {
                     && std::iter::once(&left)
                         .chain(&items)
                         .any(|(t, _)| *t == Ty::Dec);
-                self.emit_compared(widen, left.0, &left.1);
+                let exact = self.dialect == Dialect::MySql
+                    && scales_differ(std::iter::once(&**e).chain(list.iter()));
+                self.emit_compared(widen, exact, left.0, e, &left.1);
                 self.push(if *negated { " NOT IN (" } else { " IN (" });
-                for (i, (t, piece)) in items.iter().enumerate() {
+                for (i, ((t, piece), x)) in items.iter().zip(list).enumerate() {
                     if i > 0 {
                         self.push(", ");
                     }
-                    self.emit_compared(widen, *t, piece);
+                    self.emit_compared(widen, exact, *t, x, piece);
                 }
                 self.push("))");
                 Ok(Ty::Bool)
@@ -3788,6 +3802,26 @@ fn int_bound(e: &E, checks: &mut Vec<ValueCheck>) -> u128 {
 }
 
 /// Whether `e` holds a subquery (scalar, EXISTS or IN) of its own.
+/// The declared scale of a DECIMAL column.
+fn decimal_scale(e: &E) -> Option<u8> {
+    match e {
+        E::Col(c) => match c.limit {
+            Limit::Decimal { scale, .. } => Some(scale),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether two of these operands are DECIMAL columns of different scales.
+fn scales_differ<'a>(operands: impl IntoIterator<Item = &'a E>) -> bool {
+    let mut scales = operands.into_iter().filter_map(decimal_scale);
+    let Some(first) = scales.next() else {
+        return false;
+    };
+    scales.any(|s| s != first)
+}
+
 fn has_subquery(e: &E) -> bool {
     let mut found = false;
     let _ = walk_own(e, &mut |x| {

@@ -529,7 +529,7 @@ fn what_the_review_broke_is_refused() {
             "SELECT k FROM t WHERE v NOT IN (SELECT i FROM t AS u) ORDER BY k LIMIT 5",
             vec![]
         )
-        .contains("SELECT CAST(\"chainify_t2\".\"i\" AS SIGNED) FROM")
+        .contains("SELECT CAST(\"chainify_t2\".\"i\" AS DECIMAL(65, 0)) FROM")
     );
     // Growth of bounded text is fine: VARCHAR(n) bounds itself alike everywhere.
     a.analyze(&tx("UPDATE t SET x = x || 'a' WHERE k = 1", vec![]))
@@ -907,4 +907,57 @@ fn join_scopes_and_values_subqueries_agree() {
         );
     }
     run("INSERT INTO e (k, v) VALUES (100, 1), (101, (SELECT COUNT(*) FROM t))").unwrap();
+}
+
+/// What the hunt over SMALLINT, DECIMAL(5,3) keys and DECIMAL(15,6) columns found on MariaDB:
+/// `g1.k = g2.r AND g2.r = 1.0004` was carried over to `g1.k = 1.0004` and the DECIMAL(5,3)
+/// key looked up by 1.000, and `b NOT IN (SELECT CAST(s AS SIGNED) …)` with a SMALLINT `s`
+/// still decided that ±2⁶³−1 matches nothing beside a NULL. On MySQL decimal columns of
+/// different scales are compared as DECIMAL(65, 30), and a narrow integer output of
+/// `IN (SELECT …)` is widened to DECIMAL(65, 0).
+#[test]
+fn decimal_scales_and_smallint_subqueries_compare_exactly_on_mysql() {
+    let a = Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE g (k DECIMAL(5,3) PRIMARY KEY, s SMALLINT, p DECIMAL(5,3), r DECIMAL(15,6));
+             CREATE TABLE d (k BIGINT PRIMARY KEY, b BIGINT);",
+        )
+        .unwrap(),
+    );
+    let my = |sql: &str| rendered(&a, sql, vec![]).unwrap()[1].clone();
+    let join = my(
+        "SELECT g1.s FROM g AS g2 LEFT JOIN g AS g1 ON g1.k = g2.r AND g2.r = 1.0004 ORDER BY g2.k",
+    );
+    assert!(
+        join.contains("(CAST(\"chainify_t2\".\"k\" AS DECIMAL(65, 30)) = CAST(\"chainify_t1\".\"r\" AS DECIMAL(65, 30)))"),
+        "{join}"
+    );
+    // The constant meets one column: MariaDB compares it exactly, and the key stays usable.
+    assert!(join.contains("(\"chainify_t1\".\"r\" = 1.0004)"), "{join}");
+    let listed = my("SELECT g1.s FROM g AS g1, g AS g2 WHERE g1.k IN (g2.r, 2.5)");
+    assert!(
+        listed.contains("CAST(\"chainify_t2\".\"r\" AS DECIMAL(65, 30))"),
+        "{listed}"
+    );
+    // Columns of the same scale, and a column beside a literal, are compared as they are.
+    for sql in [
+        "SELECT g1.s FROM g AS g1, g AS g2 WHERE g1.k = g2.p",
+        "SELECT s FROM g WHERE k = 1.0004",
+        "SELECT s FROM g WHERE r IN (1.0004, 2)",
+    ] {
+        assert!(!my(sql).contains("65, 30"), "{sql}: {}", my(sql));
+    }
+    let narrow = my("SELECT k FROM d WHERE b NOT IN (SELECT g.s FROM g)");
+    assert!(
+        narrow.contains("SELECT CAST(\"chainify_t2\".\"s\" AS DECIMAL(65, 0)) FROM"),
+        "{narrow}"
+    );
+    // PostgreSQL and SQLite are given the comparison as written.
+    let pg = rendered(
+        &a,
+        "SELECT g1.s FROM g AS g1, g AS g2 WHERE g1.k = g2.r",
+        vec![],
+    )
+    .unwrap();
+    assert!(!pg[0].contains("CAST") && !pg[2].contains("CAST"), "{pg:?}");
 }
