@@ -28,7 +28,10 @@ use std::fmt::Write as _;
 /// (MySQL refuses a subquery on the table a statement modifies).
 const SCHEMA: &str = "\
 CREATE TABLE d (k BIGINT NOT NULL PRIMARY KEY, i INTEGER, b BIGINT, m DECIMAL(10,2), t VARCHAR(12), x {text}, f BOOLEAN, y {bytes}, w DECIMAL(15,2));
-CREATE TABLE e (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, s VARCHAR(20))";
+CREATE TABLE e (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, s VARCHAR(20));
+CREATE TABLE g (k DECIMAL(5,3) NOT NULL PRIMARY KEY, s SMALLINT, p DECIMAL(5,3), z DECIMAL(15,0), n DECIMAL(3,0), r DECIMAL(15,6), u VARCHAR(4), UNIQUE (u));
+CREATE TABLE h (k VARCHAR(4) NOT NULL PRIMARY KEY, s SMALLINT NOT NULL DEFAULT 7, v BIGINT, x {text});
+CREATE TABLE c (a BIGINT NOT NULL, b VARCHAR(6) NOT NULL, s SMALLINT, m DECIMAL(7,1), PRIMARY KEY (a, b))";
 
 const ROWS: &str = "\
 INSERT INTO d (k, i, b, m, t, x, f, y) VALUES (1, 0, 0, 0.00, '', '', FALSE, {x:});
@@ -44,7 +47,30 @@ INSERT INTO d (k, m, t, x, w) VALUES (10, 12.34, 'aa', 'aaaa a', 99999999999.98)
 INSERT INTO e (k, v, s) VALUES (1, 10, 'abc');
 INSERT INTO e (k, v, s) VALUES (2, NULL, NULL);
 INSERT INTO e (k, v, s) VALUES (3, -5, 'é');
-INSERT INTO e (k, v, s) VALUES (7, 9223372036854775807, 'a ')";
+INSERT INTO e (k, v, s) VALUES (7, 9223372036854775807, 'a ');
+INSERT INTO g (k, s, p, z, n, r, u) VALUES (1.000, 32767, 99.999, 999999999999999, 999, 999999999.999999, 'abc');
+INSERT INTO g (k, s, p, z, n, r, u) VALUES (-1.000, -32768, -99.999, -999999999999999, -999, -999999999.999999, 'a ');
+INSERT INTO g (k, s, p, z, n, r, u) VALUES (0.005, 0, 0.005, 0, 0, 0.000001, '');
+INSERT INTO g (k, s, p, z, n, r, u) VALUES (2.675, 100, 2.675, 3, 3, 2.675, 'é東');
+INSERT INTO g (k) VALUES (99.999);
+INSERT INTO g (k, s, p, z, n, r, u) VALUES (-0.001, -1, -0.001, -1, -1, -0.000001, 'A');
+INSERT INTO g (k, s, p, z, n, r, u) VALUES (3.000, 3, 3.000, 1000, 10, 12345.5, 'a');
+INSERT INTO g (k, s, p, z, n, r, u) VALUES (4.000, 4, 4.000, 4, 4, 1.0004, 'b');
+INSERT INTO h (k, s, v, x) VALUES ('a', 1, 10, 'a');
+INSERT INTO h (k, s, v, x) VALUES ('a ', 2, NULL, 'a ');
+INSERT INTO h (k, s, v, x) VALUES ('A', 32767, 9223372036854775807, 'A');
+INSERT INTO h (k, s, v, x) VALUES ('', -32768, -1, '');
+INSERT INTO h (k, s, v, x) VALUES ('é東😀x', 0, 0, NULL);
+INSERT INTO h (k, s, v) VALUES ('abcd', 3, 3);
+INSERT INTO h (k, s, v, x) VALUES ('b	', -1, 7, 'b');
+INSERT INTO c (a, b, s, m) VALUES (1, 'a', 1, 0.5);
+INSERT INTO c (a, b, s, m) VALUES (1, 'a ', 2, -0.5);
+INSERT INTO c (a, b, s, m) VALUES (1, 'b', NULL, 999999.9);
+INSERT INTO c (a, b, s, m) VALUES (2, 'a', 32767, NULL);
+INSERT INTO c (a, b, s, m) VALUES (-9223372036854775807, '', -32768, -999999.9)";
+
+/// The registered tables, in the order the difftest reads them back.
+const TABLES: [&str; 5] = ["d", "e", "g", "h", "c"];
 
 async fn store<F: Fixture>(f: &F, name: &str) -> Store<F::B> {
     let backend = f.backend(name, &StoreOptions::default()).await;
@@ -64,7 +90,7 @@ async fn store<F: Fixture>(f: &F, name: &str) -> Store<F::B> {
     let store = Store::open(backend, StoreOptions::default())
         .await
         .expect("store opens");
-    store.register(&["d", "e"]).await.expect("tables register");
+    store.register(&TABLES).await.expect("tables register");
     store
 }
 
@@ -741,6 +767,9 @@ impl Gen {
             self.params.push(v);
         }
         let depth = 1 + u32::try_from(self.rng.below(4)).unwrap_or(0);
+        if self.chance(10) {
+            return self.on_g(depth);
+        }
         let (sql, kind) = match self.rng.below(100) {
             0..=4 => self.grouped(depth),
             5..=8 => self.joined(depth),
@@ -1110,6 +1139,249 @@ impl Gen {
         }
     }
 
+    /// A decimal of the third table's widths: more places than its scales (ties included),
+    /// beyond their ranges, integers at SMALLINT's bounds.
+    fn g_dec(&mut self) -> String {
+        const GDECS: &[&str] = &[
+            "1.0004",
+            "1.0005",
+            "2.675",
+            "2.6755",
+            "2.6745",
+            "0.005",
+            "0.0045",
+            "-0.0005",
+            "99.999",
+            "99.9994",
+            "100",
+            "1000.5",
+            "12345.5",
+            "0.5",
+            "2.5",
+            "-2.5",
+            "4",
+            "999999999.999999",
+            "-999999999.999999",
+            "999999999999999",
+            "1.0000005",
+            "12345678.1234565",
+            "3",
+        ];
+        let v = *self.pick(GDECS);
+        self.dec_operand(v)
+    }
+
+    fn g_int(&mut self) -> String {
+        let v = *self.pick(&[0i64, 1, -1, 3, 100, 32767, -32768, 32768, -32769, 65536]);
+        if self.chance(25) {
+            self.param(Value::Int(v))
+        } else {
+            v.to_string()
+        }
+    }
+
+    /// A condition on a row of `g` (its columns unqualified).
+    fn g_cond(&mut self, depth: u32) -> String {
+        let leaf = |g: &mut Gen| -> String {
+            let op = *g.pick(&["=", "<>", "<", "<=", ">", ">="]);
+            match g.rng.below(7) {
+                0 => {
+                    let c = *g.pick(&["k", "p", "z", "n", "r"]);
+                    format!("({c} {op} {})", g.g_dec())
+                }
+                1 => {
+                    let c = *g.pick(&["s", "s", "n", "k"]);
+                    format!("({c} {op} {})", g.g_int())
+                }
+                2 => {
+                    let (a, b) = *g.pick(&[
+                        ("k", "p"),
+                        ("k", "r"),
+                        ("p", "r"),
+                        ("n", "z"),
+                        ("s", "n"),
+                        ("s", "k"),
+                        ("z", "r"),
+                    ]);
+                    format!("({a} {op} {b})")
+                }
+                3 => {
+                    let c = *g.pick(&["k", "p", "r", "s"]);
+                    let not = if g.chance(30) { "NOT " } else { "" };
+                    let (x, y) = (g.g_dec(), g.g_dec());
+                    format!("({c} {not}IN ({x}, {y}))")
+                }
+                4 => {
+                    let arith = *g.pick(&[
+                        "s * s",
+                        "s + s",
+                        "(- s)",
+                        "ABS(s)",
+                        "s % 7",
+                        "s / 2",
+                        "(s - 1) * 2",
+                    ]);
+                    format!("({arith} {op} {})", g.g_int())
+                }
+                5 => {
+                    let u = *g.pick(&["'abc'", "'a '", "'a'", "'A'", "''", "'abcde'", "'é東'"]);
+                    let op = *g.pick(&["=", "<", ">=", "LIKE"]);
+                    format!("(u {op} {u})")
+                }
+                _ => {
+                    let c = *g.pick(&["s", "p", "r", "u", "n"]);
+                    format!("({c} IS NULL)")
+                }
+            }
+        };
+        if depth > 1 && self.chance(40) {
+            let op = *self.pick(&["AND", "OR"]);
+            let (a, b) = (self.g_cond(depth - 1), self.g_cond(depth - 1));
+            return format!("({a} {op} {b})");
+        }
+        leaf(self)
+    }
+
+    /// A value stored into column `col` of `g`.
+    fn g_value(&mut self, col: &str) -> String {
+        match col {
+            "s" => match self.rng.below(5) {
+                0 => self.g_int(),
+                1 => (*self.pick(&[
+                    "s + 1", "s - 1", "s * 2", "(- s)", "ABS(s)", "s % 7", "s / 3", "s * s",
+                ]))
+                .to_owned(),
+                2 => (*self.pick(&[
+                    "LENGTH(u)",
+                    "COALESCE(s, 0) + 1",
+                    "CASE WHEN s > 0 THEN s ELSE - s END",
+                ]))
+                .to_owned(),
+                3 => "(SELECT MAX(e.v) FROM e)".to_owned(),
+                _ => "NULL".to_owned(),
+            },
+            "u" => (*self.pick(&[
+                "'abc'",
+                "'a '",
+                "'q'",
+                "u || 'x'",
+                "SUBSTR(u, 1, 2)",
+                "NULL",
+                "TRIM(u)",
+                "'ab'",
+            ]))
+            .to_owned(),
+            _ => match self.rng.below(5) {
+                0 | 1 => self.g_dec(),
+                2 => (*self.pick(&[
+                    "p", "r", "n", "z", "k", "s", "s * 2", "n + 1", "p + 1", "z - 1", "r - p",
+                    "p - s",
+                ]))
+                .to_owned(),
+                3 => {
+                    let d = self.g_dec();
+                    format!("COALESCE({col}, {d})")
+                }
+                _ => format!("({col} * {})", self.g_int()),
+            },
+        }
+    }
+
+    /// Statements on the third table `g` (a DECIMAL(5,3) key, SMALLINT, decimals of other
+    /// precisions and scales, a UNIQUE VARCHAR(4)): lookups by values of other scales, stores
+    /// that round or overflow, joins carrying constants across scales.
+    fn on_g(&mut self, depth: u32) -> (String, Vec<Value>, Kind) {
+        let (sql, kind) = match self.rng.below(8) {
+            0 | 1 => {
+                let cond = self.g_cond(depth);
+                (
+                    format!("SELECT s FROM g WHERE {cond} ORDER BY k"),
+                    Kind::Keys,
+                )
+            }
+            2 | 3 => {
+                let col = *self.pick(&["s", "p", "z", "n", "r", "u", "s"]);
+                let value = self.g_value(col);
+                let cond = if self.chance(50) {
+                    format!("k = {}", self.g_dec())
+                } else {
+                    self.g_cond(depth.min(2))
+                };
+                (
+                    format!("UPDATE g SET {col} = {value} WHERE {cond}"),
+                    Kind::Change,
+                )
+            }
+            4 => {
+                let k = self.g_dec();
+                let s = self.g_int();
+                let (p, z, n, r) = (self.g_dec(), self.g_dec(), self.g_dec(), self.g_dec());
+                let u = *self.pick(&["'abc'", "'a '", "'new'", "NULL", "''"]);
+                (
+                    format!(
+                        "INSERT INTO g (k, s, p, z, n, r, u) VALUES ({k}, {s}, {p}, {z}, {n}, {r}, {u})"
+                    ),
+                    Kind::Change,
+                )
+            }
+            5 => {
+                let (a, b) = *self.pick(&[
+                    ("k", "r"),
+                    ("k", "p"),
+                    ("p", "r"),
+                    ("k", "k"),
+                    ("n", "z"),
+                    ("s", "n"),
+                ]);
+                let (a, b) = if self.chance(50) { (a, b) } else { (b, a) };
+                let left = if self.chance(60) { "LEFT " } else { "" };
+                let c = self.g_dec();
+                let pinned = *self.pick(&["g2", "g1"]);
+                (
+                    format!(
+                        "SELECT g1.s FROM g AS g2 {left}JOIN g AS g1 ON g1.{a} = g2.{b} AND {pinned}.{} = {c} ORDER BY g2.k, g1.k",
+                        if pinned == "g1" { a } else { b }
+                    ),
+                    Kind::Keys,
+                )
+            }
+            6 => {
+                let (dcol, gcol) = *self.pick(&[
+                    ("m", "k"),
+                    ("w", "k"),
+                    ("m", "p"),
+                    ("w", "r"),
+                    ("i", "s"),
+                    ("b", "s"),
+                    ("k", "n"),
+                    ("b", "z"),
+                ]);
+                let not = if self.chance(40) { "NOT " } else { "" };
+                if self.chance(50) {
+                    (
+                        format!(
+                            "SELECT k FROM d WHERE d.{dcol} {not}IN (SELECT g.{gcol} FROM g) ORDER BY k"
+                        ),
+                        Kind::Keys,
+                    )
+                } else {
+                    let c = self.g_dec();
+                    (
+                        format!(
+                            "SELECT d.k FROM d LEFT JOIN g ON g.{gcol} = d.{dcol} AND d.{dcol} = {c} WHERE g.s IS {not}NULL ORDER BY d.k"
+                        ),
+                        Kind::Keys,
+                    )
+                }
+            }
+            _ => {
+                let cond = self.g_cond(depth.min(2));
+                (format!("DELETE FROM g WHERE {cond}"), Kind::Change)
+            }
+        };
+        (sql, std::mem::take(&mut self.params), kind)
+    }
+
     /// Parameters with no type from their context: COUNT of one, one alone in the select list,
     /// IS NULL on one (NULL is bound untyped).
     fn untyped_parameter(&mut self) -> String {
@@ -1138,6 +1410,8 @@ enum Kind {
     Ints(usize),
     /// A change (compared by rows affected and the tables afterwards).
     Change,
+    /// A given query read as these types (`DIFFTEST_SQL`'s `## … ## i d3 t` suffix).
+    Read(&'static [ReadType]),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1176,10 +1450,14 @@ async fn run_case<B: Backend>(
                 .query(&rendered.sql, &bound, &vec![ReadType::Int; n])
                 .await
                 .map(Outcome::Keys),
+            Kind::Read(types) => conn
+                .query(&rendered.sql, &bound, types)
+                .await
+                .map(Outcome::Keys),
             Kind::Change => match conn.execute(&rendered.sql, &bound, false).await {
                 Ok(rows) => {
                     let mut tables = Vec::new();
-                    for t in ["d", "e"] {
+                    for t in TABLES {
                         let all = store.tables();
                         let (sql, types) = select_all(dialect, &all[t]);
                         tables.push(conn.query(&sql, &[], &types).await.expect("read back"));
@@ -1213,7 +1491,9 @@ struct Totals {
 
 /// Statements to run instead of generated ones, to reproduce a difference: `DIFFTEST_SQL` holds
 /// one per line, each optionally followed by `## p1 | p2 …` (`null`, `true`, `false`, `'text'`,
-/// `x:hex`, a decimal with a point, an integer).
+/// `x:hex`, a decimal with a point, an integer). A query is read as one integer column unless a
+/// second `##` gives its columns' types: `i` integer, `d<scale>` decimal, `t` text, `b` boolean,
+/// `x` bytes (`SELECT k, u FROM g ## ## d3 t`).
 fn given_statements() -> Option<Vec<(String, Vec<Value>, Kind)>> {
     let text = std::env::var("DIFFTEST_SQL").ok()?;
     let param = |p: &str| -> Value {
@@ -1238,13 +1518,28 @@ fn given_statements() -> Option<Vec<(String, Vec<Value>, Kind)>> {
             .filter(|l| !l.trim().is_empty())
             .map(|line| {
                 let (sql, params) = line.split_once("##").unwrap_or((line, ""));
+                let (params, types) = params.split_once("##").unwrap_or((params, ""));
+                let types: Vec<ReadType> = types
+                    .split_whitespace()
+                    .map(|t| match t {
+                        "i" => ReadType::Int,
+                        "t" => ReadType::Text,
+                        "b" => ReadType::Bool,
+                        "x" => ReadType::Bytes,
+                        _ => ReadType::Decimal(
+                            t.trim_start_matches('d').parse().expect("a read type"),
+                        ),
+                    })
+                    .collect();
                 let params: Vec<Value> = if params.trim().is_empty() {
                     Vec::new()
                 } else {
                     params.split('|').map(param).collect()
                 };
                 let sql = sql.trim().to_owned();
-                let kind = if sql.to_uppercase().starts_with("SELECT") {
+                let kind = if !types.is_empty() {
+                    Kind::Read(Vec::leak(types))
+                } else if sql.to_uppercase().starts_with("SELECT") {
                     Kind::Keys
                 } else {
                     Kind::Change
@@ -1320,8 +1615,20 @@ async fn run_seed(
                     .filter(|r| !base.iter().flatten().any(|b| b == *r))
                     .map(|r| format!("{r:?}"))
                     .collect();
+                // The same rows in another order: name the table and show its order.
+                let order = if differing.is_empty() {
+                    tables
+                        .iter()
+                        .zip(base)
+                        .zip(TABLES)
+                        .find(|((a, b), _)| a != b)
+                        .map(|((a, b), t)| format!(" (table {t}: {a:?}\n    postgres's: {b:?})"))
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
                 format!(
-                    "Changed {rows} rows; rows unlike postgres's: {}",
+                    "Changed {rows} rows; rows unlike postgres's: {}{order}",
                     differing.join(" ")
                 )
             }
