@@ -174,6 +174,10 @@ impl Backend for AnyBackend {
         each!(AnyBackend, self, b => b.concurrent_writers())
     }
 
+    fn calls_inline(&self) -> bool {
+        each!(AnyBackend, self, b => b.calls_inline())
+    }
+
     fn transactional_ddl(&self) -> bool {
         each!(AnyBackend, self, b => b.transactional_ddl())
     }

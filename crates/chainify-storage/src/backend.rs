@@ -27,6 +27,13 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// single writer runs a block serially in one database transaction).
     fn concurrent_writers(&self) -> bool;
 
+    /// Whether the connections run the engine on the calling thread (SQLite in process): the
+    /// store then runs long work (a block, a scan, a checkpoint) where blocking a thread is
+    /// harmless rather than on the async runtime's workers.
+    fn calls_inline(&self) -> bool {
+        false
+    }
+
     /// Whether DDL is transactional (PostgreSQL, SQLite); MySQL commits each DDL statement.
     fn transactional_ddl(&self) -> bool;
 

@@ -57,183 +57,186 @@ impl<B: Backend> Store<B> {
     /// block with no changes from outside chainify pending (they belong to the next block's
     /// digest; a snapshot must not capture them).
     pub async fn checkpoint(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
-        let started = Instant::now();
-        let last = self.last_applied_block().await?;
-        if last != Some(block) {
-            return Err(StorageError::Checkpoint(format!(
-                "block {block} is not the last applied block ({})",
-                last.map_or_else(|| "none".to_owned(), |b| b.to_string())
-            )));
-        }
-        let dialect = self.backend.dialect();
-        let p = |n| ddl::placeholder(dialect, n);
-        let b = int(block)?;
-        let during = format!("taking the checkpoint at block {block}");
-        let tables = self.tables();
-        let mut conn = self.acquire(&during).await?;
-        self.db(conn.begin_snapshot().await, &during)?;
-        let result = async {
-            for t in tables.values() {
-                let rows = self.db(
+        self.off_runtime(async {
+            let started = Instant::now();
+            let last = self.last_applied_block().await?;
+            if last != Some(block) {
+                return Err(StorageError::Checkpoint(format!(
+                    "block {block} is not the last applied block ({})",
+                    last.map_or_else(|| "none".to_owned(), |b| b.to_string())
+                )));
+            }
+            let dialect = self.backend.dialect();
+            let p = |n| ddl::placeholder(dialect, n);
+            let b = int(block)?;
+            let during = format!("taking the checkpoint at block {block}");
+            let tables = self.tables();
+            let mut conn = self.acquire(&during).await?;
+            self.db(conn.begin_snapshot().await, &during)?;
+            let result = async {
+                for t in tables.values() {
+                    let rows = self.db(
+                        conn.query(
+                            &format!("SELECT COUNT(*) FROM {}", ddl::digest_table(&t.name)),
+                            &[],
+                            &[ReadType::Int],
+                        )
+                        .await,
+                        &during,
+                    )?;
+                    if !matches!(rows.first().and_then(|r| r.first()), Some(Value::Int(0))) {
+                        return Err(StorageError::Checkpoint(format!(
+                            "table {} has changes made outside chainify since block {block}; they go into the next block's digest first",
+                            t.name
+                        )));
+                    }
+                }
+                // One query answers both: whether this block has a checkpoint already, and the
+                // previous one. A table changed since that one is copied as a delta of the keys
+                // changed after it on top of its layers (the dirty-key tables keep every key changed
+                // after the oldest kept checkpoint).
+                let newest = self.db(
                     conn.query(
-                        &format!("SELECT COUNT(*) FROM {}", ddl::digest_table(&t.name)),
-                        &[],
+                        &format!("SELECT MAX(block) FROM chainify_checkpoints WHERE block <= {}", p(1)),
+                        &[&b],
                         &[ReadType::Int],
                     )
                     .await,
                     &during,
                 )?;
-                if !matches!(rows.first().and_then(|r| r.first()), Some(Value::Int(0))) {
-                    return Err(StorageError::Checkpoint(format!(
-                        "table {} has changes made outside chainify since block {block}; they go into the next block's digest first",
-                        t.name
-                    )));
-                }
-            }
-            // One query answers both: whether this block has a checkpoint already, and the
-            // previous one. A table changed since that one is copied as a delta of the keys
-            // changed after it on top of its layers (the dirty-key tables keep every key changed
-            // after the oldest kept checkpoint).
-            let newest = self.db(
-                conn.query(
-                    &format!("SELECT MAX(block) FROM chainify_checkpoints WHERE block <= {}", p(1)),
-                    &[&b],
-                    &[ReadType::Int],
-                )
-                .await,
-                &during,
-            )?;
-            let previous = match newest.first().and_then(|r| r.first()) {
-                Some(Value::Int(n)) if Value::Int(*n) == b => {
-                    return Err(StorageError::Checkpoint(format!(
-                        "a checkpoint at block {block} already exists"
-                    )));
-                }
-                Some(Value::Int(n)) => Some(*n),
-                _ => None,
-            };
-            let before = match previous {
-                Some(p) => self.layers_in(&mut conn, p, &during).await?,
-                None => BTreeMap::new(),
-            };
-            let changed = self.db(
-                conn.query(
-                    "SELECT table_name, last_changed_block, last_snapshot_block FROM chainify_shared_tables",
-                    &[],
-                    &[ReadType::Text, ReadType::Int, ReadType::Int],
-                )
-                .await,
-                &during,
-            )?;
-            let changed: BTreeMap<String, (i64, i64)> = changed
-                .into_iter()
-                .filter_map(|r| match (&r[0], &r[1], &r[2]) {
-                    (Value::Text(n), Value::Int(c), Value::Int(s)) => Some((n.clone(), (*c, *s))),
+                let previous = match newest.first().and_then(|r| r.first()) {
+                    Some(Value::Int(n)) if Value::Int(*n) == b => {
+                        return Err(StorageError::Checkpoint(format!(
+                            "a checkpoint at block {block} already exists"
+                        )));
+                    }
+                    Some(Value::Int(n)) => Some(*n),
                     _ => None,
-                })
-                .collect();
-            let mut copied = Vec::new();
-            let mut holders = Vec::new();
-            let mut rows = 0;
-            for t in tables.values() {
-                let name = Value::Text(t.name.clone());
-                let (last_change, last_snapshot) =
-                    changed.get(&t.name).copied().unwrap_or((i64::MAX, -1));
-                // The tables hold the previous checkpoint's layer (plus the recorded changes)
-                // only when it is the table's last snapshot: a transferred state written as a
-                // checkpoint but never adopted (a crash, a refusal) sets it to -1, and the next
-                // checkpoint copies the table whole.
-                let before = previous
-                    .zip(before.get(&t.name).filter(|l| l.tag == last_snapshot).copied());
-                if let Some((prev, layer)) = before
-                    && last_change <= prev
-                {
-                    holders.push((t.name.clone(), Value::Int(layer.tag)));
-                    continue;
-                }
-                // Layers after the one this builds on belong to a state a restore discarded
-                // and a crash kept from being dropped.
-                let after = before.map_or(b.clone(), |(_, l)| Value::Int(l.tag + 1));
-                let stale = format!(
-                    "DELETE FROM {} WHERE chainify_cp_block >= {}",
-                    ddl::snapshot_table(&t.name),
-                    p(1)
-                );
-                self.db(conn.execute(&stale, &[&after], false).await, &during)?;
-                let stale = format!(
-                    "DELETE FROM chainify_snapshot_layers WHERE block >= {} AND table_name = {}",
-                    p(1),
-                    p(2)
-                );
-                self.db(
-                    conn.execute(&stale, &[&after, &name], false).await,
-                    &during,
-                )?;
-                let layer = match before {
-                    Some((prev, before)) => {
-                        let since = Value::Int(prev);
-                        for sql in ddl::snapshot_delta(dialect, t) {
-                            rows += self.db(
-                                conn.execute(&sql, &[&b, &since], false).await,
-                                &during,
-                            )?;
-                        }
-                        Layer {
-                            tag: tag(block)?,
-                            base: before.base,
-                        }
-                    }
-                    None => {
-                        rows += self.db(
-                            conn.execute(&ddl::snapshot(dialect, t), &[&b], false).await,
-                            &during,
-                        )?;
-                        Layer::base(tag(block)?)
-                    }
                 };
-                self.insert_row(
-                    &mut conn,
-                    "chainify_snapshot_layers (table_name, block, base_block)",
-                    &[&name, &b, &Value::Int(layer.base)],
-                    &during,
-                )
-                .await?;
-                self.db(
-                    conn.execute(
-                        &format!(
-                            "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE table_name = {}",
-                            p(1),
-                            p(2)
-                        ),
-                        &[&b, &name],
-                        false,
+                let before = match previous {
+                    Some(p) => self.layers_in(&mut conn, p, &during).await?,
+                    None => BTreeMap::new(),
+                };
+                let changed = self.db(
+                    conn.query(
+                        "SELECT table_name, last_changed_block, last_snapshot_block FROM chainify_shared_tables",
+                        &[],
+                        &[ReadType::Text, ReadType::Int, ReadType::Int],
                     )
                     .await,
                     &during,
                 )?;
-                copied.push(t.name.clone());
-                holders.push((t.name.clone(), Value::Int(layer.tag)));
+                let changed: BTreeMap<String, (i64, i64)> = changed
+                    .into_iter()
+                    .filter_map(|r| match (&r[0], &r[1], &r[2]) {
+                        (Value::Text(n), Value::Int(c), Value::Int(s)) => Some((n.clone(), (*c, *s))),
+                        _ => None,
+                    })
+                    .collect();
+                let mut copied = Vec::new();
+                let mut holders = Vec::new();
+                let mut rows = 0;
+                for t in tables.values() {
+                    let name = Value::Text(t.name.clone());
+                    let (last_change, last_snapshot) =
+                        changed.get(&t.name).copied().unwrap_or((i64::MAX, -1));
+                    // The tables hold the previous checkpoint's layer (plus the recorded changes)
+                    // only when it is the table's last snapshot: a transferred state written as a
+                    // checkpoint but never adopted (a crash, a refusal) sets it to -1, and the next
+                    // checkpoint copies the table whole.
+                    let before = previous
+                        .zip(before.get(&t.name).filter(|l| l.tag == last_snapshot).copied());
+                    if let Some((prev, layer)) = before
+                        && last_change <= prev
+                    {
+                        holders.push((t.name.clone(), Value::Int(layer.tag)));
+                        continue;
+                    }
+                    // Layers after the one this builds on belong to a state a restore discarded
+                    // and a crash kept from being dropped.
+                    let after = before.map_or(b.clone(), |(_, l)| Value::Int(l.tag + 1));
+                    let stale = format!(
+                        "DELETE FROM {} WHERE chainify_cp_block >= {}",
+                        ddl::snapshot_table(&t.name),
+                        p(1)
+                    );
+                    self.db(conn.execute(&stale, &[&after], false).await, &during)?;
+                    let stale = format!(
+                        "DELETE FROM chainify_snapshot_layers WHERE block >= {} AND table_name = {}",
+                        p(1),
+                        p(2)
+                    );
+                    self.db(
+                        conn.execute(&stale, &[&after, &name], false).await,
+                        &during,
+                    )?;
+                    let layer = match before {
+                        Some((prev, before)) => {
+                            let since = Value::Int(prev);
+                            for sql in ddl::snapshot_delta(dialect, t) {
+                                rows += self.db(
+                                    conn.execute(&sql, &[&b, &since], false).await,
+                                    &during,
+                                )?;
+                            }
+                            Layer {
+                                tag: tag(block)?,
+                                base: before.base,
+                            }
+                        }
+                        None => {
+                            rows += self.db(
+                                conn.execute(&ddl::snapshot(dialect, t), &[&b], false).await,
+                                &during,
+                            )?;
+                            Layer::base(tag(block)?)
+                        }
+                    };
+                    self.insert_row(
+                        &mut conn,
+                        "chainify_snapshot_layers (table_name, block, base_block)",
+                        &[&name, &b, &Value::Int(layer.base)],
+                        &during,
+                    )
+                    .await?;
+                    self.db(
+                        conn.execute(
+                            &format!(
+                                "UPDATE chainify_shared_tables SET last_snapshot_block = {} WHERE table_name = {}",
+                                p(1),
+                                p(2)
+                            ),
+                            &[&b, &name],
+                            false,
+                        )
+                        .await,
+                        &during,
+                    )?;
+                    copied.push(t.name.clone());
+                    holders.push((t.name.clone(), Value::Int(layer.tag)));
+                }
+                self.register_checkpoint(&mut conn, &b, &holders, &during)
+                    .await?;
+                Ok((copied, rows))
             }
-            self.register_checkpoint(&mut conn, &b, &holders, &during)
-                .await?;
-            Ok((copied, rows))
-        }
-        .await;
-        match result {
-            Ok((tables, rows)) => {
-                self.db(conn.commit().await, &during)?;
-                Ok(CheckpointInfo {
-                    block,
-                    tables,
-                    rows,
-                    elapsed: started.elapsed(),
-                })
+            .await;
+            match result {
+                Ok((tables, rows)) => {
+                    self.db(conn.commit().await, &during)?;
+                    Ok(CheckpointInfo {
+                        block,
+                        tables,
+                        rows,
+                        elapsed: started.elapsed(),
+                    })
+                }
+                Err(e) => {
+                    let _ = conn.rollback().await;
+                    Err(e)
+                }
             }
-            Err(e) => {
-                let _ = conn.rollback().await;
-                Err(e)
-            }
-        }
+        })
+        .await
     }
 
     /// Records the checkpoint of block `b`: which snapshot holds each table, and when it was
@@ -291,7 +294,8 @@ impl<B: Backend> Store<B> {
     /// recorded as changed since the checkpoint are compared: a change that bypassed the
     /// triggers needs [`Store::restore_full`].
     pub async fn restore(&self, block: BlockNumber) -> Result<CheckpointInfo, StorageError> {
-        self.restore_scope(block, None, None).await
+        self.off_runtime(async { self.restore_scope(block, None, None).await })
+            .await
     }
 
     /// Restores checkpoint `block` comparing every row, after checking that its snapshots hold
@@ -302,16 +306,19 @@ impl<B: Backend> Store<B> {
         block: BlockNumber,
         agreed: Digest,
     ) -> Result<CheckpointInfo, StorageError> {
-        let states = self.snapshot_state(block).await?;
-        let found = crate::state::state_digest(&states);
-        if found != agreed {
-            return Err(StorageError::Checkpoint(format!(
-                "the checkpoint at block {block} holds state {found}, not the agreed {agreed}: it cannot repair the tables"
-            )));
-        }
-        // The recorded accumulators of the checkpoint are replaced by the verified ones: a
-        // wrong one would otherwise survive every repair.
-        self.restore_scope(block, Some(&states), None).await
+        self.off_runtime(async {
+            let states = self.snapshot_state(block).await?;
+            let found = crate::state::state_digest(&states);
+            if found != agreed {
+                return Err(StorageError::Checkpoint(format!(
+                    "the checkpoint at block {block} holds state {found}, not the agreed {agreed}: it cannot repair the tables"
+                )));
+            }
+            // The recorded accumulators of the checkpoint are replaced by the verified ones: a
+            // wrong one would otherwise survive every repair.
+            self.restore_scope(block, Some(&states), None).await
+        })
+        .await
     }
 
     /// [`Store::restore_full`] of an adopted state's checkpoint, recording the adoption (applied

@@ -662,108 +662,112 @@ impl<B: Backend> Store<B> {
         block: &ExecBlock,
         mode: ExecMode,
     ) -> Result<BlockOutcome, StorageError> {
-        let number = block.number;
-        let block_value = block_param(number)?;
-        // One query on the usual path: a block at or below the last applied one is either
-        // applied (run again after a crash: its stored outcome) or out of order.
-        let last = self.last_applied_block().await?;
-        if let Some(last) = last
-            && number <= last
-            && let Some(done) = self.applied_outcome(number).await?
-        {
-            return Ok(done);
-        }
-        if let Some(last) = last
-            && number.0 != last.0 + 1
-        {
-            return Err(StorageError::BadBlock {
-                block: number,
-                problem: format!(
-                    "the last applied block is {last}; blocks must be applied in order"
-                ),
-            });
-        }
-        if !self.backend.concurrent_writers() {
-            return self.execute_in_one_transaction(block).await;
-        }
-        let p = |n| ddl::placeholder(self.backend.dialect(), n);
-        let mut prior = vec![None; block.txs.len()];
-        let found = self
-            .query(
-                "reading the transactions of an interrupted block",
-                &format!(
-                    "SELECT tx_index, success FROM chainify_applied_txs WHERE block = {}",
-                    p(1)
-                ),
-                &[&block_value],
-                &[ReadType::Int, ReadType::Int],
-            )
-            .await?;
-        // Any marker of this block number, even one no transaction of this block claims, is
-        // cleared with the digest.
-        let stale = !found.is_empty();
-        for row in found {
-            if let (Value::Int(i), Value::Int(s)) = (&row[0], &row[1])
-                && let Some(slot) = usize::try_from(*i).ok().and_then(|i| prior.get_mut(i))
+        self.off_runtime(async {
+            let number = block.number;
+            let block_value = block_param(number)?;
+            // One query on the usual path: a block at or below the last applied one is either
+            // applied (run again after a crash: its stored outcome) or out of order.
+            let last = self.last_applied_block().await?;
+            if let Some(last) = last
+                && number <= last
+                && let Some(done) = self.applied_outcome(number).await?
             {
-                *slot = Some(*s != 0);
+                return Ok(done);
             }
-        }
-        let resumed = prior.iter().filter(|p| p.is_some()).count();
-        let started = Instant::now();
-        let run = Run {
-            store: self,
-            block,
-            block_value,
-            prior,
-            success: Mutex::new(vec![false; block.txs.len()]),
-            failures: Mutex::new(Vec::new()),
-            retries: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            failed: AtomicBool::new(false),
-            marker: ddl::insert_markers(self.backend.dialect(), 1),
-            idle: Mutex::new(Vec::new()),
-        };
-        match mode {
-            ExecMode::Parallel(k) => run.run_lanes(&block.graph(), k).await?,
-            // The reference: block order, a database commit per transaction.
-            ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
-        }
-        let commits = usize::try_from(run.commits.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        let success = run.success.into_inner().unwrap_or_else(|e| e.into_inner());
-        let mut failures = run.failures.into_inner().unwrap_or_else(|e| e.into_inner());
-        failures.sort_by_key(|f| f.index);
-        let execute_time = started.elapsed();
-        let started = Instant::now();
-        let during = format!("digesting block {number}");
-        let mut conn = self.acquire(&during).await?;
-        self.db(conn.begin().await, &during)?;
-        // Every marker is written by a commit counted here, or was there before (`stale`).
-        let markers = commits > 0 || stale;
-        let digested = self
-            .finalize(&mut conn, number, &success, &block.tx_ids, markers)
-            .await;
-        let (digest, state, changed_rows) = match digested {
-            Ok(d) => d,
-            Err(e) => {
-                let _ = conn.rollback().await;
-                return Err(e);
+            if let Some(last) = last
+                && number.0 != last.0 + 1
+            {
+                return Err(StorageError::BadBlock {
+                    block: number,
+                    problem: format!(
+                        "the last applied block is {last}; blocks must be applied in order"
+                    ),
+                });
             }
-        };
-        self.db(conn.commit().await, &during)?;
-        Ok(BlockOutcome {
-            block: number,
-            success,
-            digest,
-            state,
-            changed_rows,
-            failures,
-            retries: run.retries.into_inner(),
-            resumed,
-            commits,
-            execute_time,
-            digest_time: started.elapsed(),
+            if !self.backend.concurrent_writers() {
+                return self.execute_in_one_transaction(block).await;
+            }
+            let p = |n| ddl::placeholder(self.backend.dialect(), n);
+            let mut prior = vec![None; block.txs.len()];
+            let found = self
+                .query(
+                    "reading the transactions of an interrupted block",
+                    &format!(
+                        "SELECT tx_index, success FROM chainify_applied_txs WHERE block = {}",
+                        p(1)
+                    ),
+                    &[&block_value],
+                    &[ReadType::Int, ReadType::Int],
+                )
+                .await?;
+            // Any marker of this block number, even one no transaction of this block claims, is
+            // cleared with the digest.
+            let stale = !found.is_empty();
+            for row in found {
+                if let (Value::Int(i), Value::Int(s)) = (&row[0], &row[1])
+                    && let Some(slot) = usize::try_from(*i).ok().and_then(|i| prior.get_mut(i))
+                {
+                    *slot = Some(*s != 0);
+                }
+            }
+            let resumed = prior.iter().filter(|p| p.is_some()).count();
+            let started = Instant::now();
+            let run = Run {
+                store: self,
+                block,
+                block_value,
+                prior,
+                success: Mutex::new(vec![false; block.txs.len()]),
+                failures: Mutex::new(Vec::new()),
+                retries: AtomicU64::new(0),
+                commits: AtomicU64::new(0),
+                failed: AtomicBool::new(false),
+                marker: ddl::insert_markers(self.backend.dialect(), 1),
+                idle: Mutex::new(Vec::new()),
+            };
+            match mode {
+                ExecMode::Parallel(k) => run.run_lanes(&block.graph(), k).await?,
+                // The reference: block order, a database commit per transaction.
+                ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
+            }
+            let commits =
+                usize::try_from(run.commits.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+            let success = run.success.into_inner().unwrap_or_else(|e| e.into_inner());
+            let mut failures = run.failures.into_inner().unwrap_or_else(|e| e.into_inner());
+            failures.sort_by_key(|f| f.index);
+            let execute_time = started.elapsed();
+            let started = Instant::now();
+            let during = format!("digesting block {number}");
+            let mut conn = self.acquire(&during).await?;
+            self.db(conn.begin().await, &during)?;
+            // Every marker is written by a commit counted here, or was there before (`stale`).
+            let markers = commits > 0 || stale;
+            let digested = self
+                .finalize(&mut conn, number, &success, &block.tx_ids, markers)
+                .await;
+            let (digest, state, changed_rows) = match digested {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = conn.rollback().await;
+                    return Err(e);
+                }
+            };
+            self.db(conn.commit().await, &during)?;
+            Ok(BlockOutcome {
+                block: number,
+                success,
+                digest,
+                state,
+                changed_rows,
+                failures,
+                retries: run.retries.into_inner(),
+                resumed,
+                commits,
+                execute_time,
+                digest_time: started.elapsed(),
+            })
         })
+        .await
     }
 
     /// SQLite: the whole block in one database transaction, a savepoint per transaction.

@@ -1,156 +1,284 @@
 //! SQLite: one writer, so blocks run serially in one database transaction.
+//!
+//! The engine runs in process through rusqlite and is called in-line: a statement costs SQLite's
+//! own work, not a hand-off to a driver thread and back (sqlx's SQLite driver ran each
+//! connection on a thread of its own; the wake-ups were a fifth of a one-organization run). The
+//! store moves long work (a block, a full scan, a checkpoint) off the runtime's workers as a
+//! whole ([`Backend::calls_inline`]), so a block costs one hand-off instead of one a statement.
 
-use std::str::FromStr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chainify_core::Value;
 use chainify_sql::ColumnType;
 use chainify_sql::render::Dialect;
-use sqlx::query::Query;
-use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous, SqliteValueRef,
-};
-use sqlx::{Decode, Row, TypeInfo, ValueRef};
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::StoreOptions;
-use crate::backend::{
-    Backend, DeferForeignKeys, catalog_error, classify, plain_statement_text as statement_text,
-    sqlx_backend_basics, sqlx_conn,
-};
+use crate::backend::{Backend, Conn, DeferForeignKeys, PoolUse};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
 use crate::value::{bool_from_i64, decimal_from_f64, decimal_from_i64, parse_decimal};
 
+/// The migrations, embedded at build time; applied by [`Sqlite::migrate`] in sqlx's own
+/// bookkeeping table, so that databases made before rusqlite carry on.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 /// SQLite keeps DECIMAL values as 64-bit floating point, exact to 15 significant digits.
 pub(crate) const MAX_DECIMAL_PRECISION: u32 = 15;
 
+/// Prepared statements kept per connection: every rendered statement shape of a busy workload,
+/// chainify's own multi-row statements in their few sizes, and the digest's per-table texts.
+const STATEMENT_CACHE: usize = 512;
+
 /// An SQLite database file.
 #[derive(Debug)]
 pub struct Sqlite {
-    pool: SqlitePool,
+    pool: Arc<Pool>,
     url: String,
+}
+
+/// What a connection opens, and how.
+#[derive(Debug)]
+struct Target {
+    path: PathBuf,
+    in_memory: bool,
+    flags: OpenFlags,
+    read_only: bool,
+    lock_timeout: Duration,
+}
+
+/// A bounded pool of connections: a permit per connection in use, idle connections kept open.
+#[derive(Debug)]
+struct Pool {
+    target: Target,
+    idle: Mutex<Vec<Connection>>,
+    permits: Arc<Semaphore>,
+    max: u32,
+    open: AtomicU32,
+    acquire_timeout: Duration,
+}
+
+impl Pool {
+    fn open_connection(&self) -> Result<Connection, DbError> {
+        let t = &self.target;
+        let conn = if t.in_memory {
+            Connection::open_in_memory()
+        } else {
+            Connection::open_with_flags(&t.path, t.flags)
+        }
+        .map_err(db_err)?;
+        // No busy handler: a connection waits for a lock asynchronously (`patiently`).
+        conn.busy_timeout(Duration::ZERO).map_err(db_err)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        if !t.read_only {
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))
+                .map_err(db_err)?;
+        }
+        // Case-sensitive LIKE, as PostgreSQL and MySQL's binary collations.
+        conn.execute_batch(
+            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA case_sensitive_like = ON",
+        )
+        .map_err(db_err)?;
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Ok(conn)
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Closes a connection (an open transaction is rolled back by SQLite).
+    fn discard(&self, conn: Connection) {
+        drop(conn);
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Splits `sqlite://path?options` (or `sqlite:path`, `sqlite::memory:`) into what to open.
+fn target(url: &str, options: &StoreOptions) -> Result<Target, String> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or("an SQLite URL starts with sqlite://")?;
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut in_memory = path == ":memory:";
+    let mut create = !options.read_only;
+    let mut read_only = options.read_only;
+    for option in query.split('&').filter(|o| !o.is_empty()) {
+        match option {
+            "mode=memory" => in_memory = true,
+            "mode=ro" => read_only = true,
+            "mode=rw" => create = false,
+            "mode=rwc" => {}
+            other => {
+                return Err(format!(
+                    "unknown option {other} (known: mode=ro|rw|rwc|memory)"
+                ));
+            }
+        }
+    }
+    if path.is_empty() && !in_memory {
+        return Err("no database file named".into());
+    }
+    let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if read_only {
+        flags |= OpenFlags::SQLITE_OPEN_READ_ONLY;
+    } else {
+        flags |= OpenFlags::SQLITE_OPEN_READ_WRITE;
+        if create {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+    }
+    Ok(Target {
+        path: PathBuf::from(path),
+        in_memory,
+        flags,
+        read_only,
+        lock_timeout: options.lock_timeout,
+    })
 }
 
 impl Sqlite {
     /// Opens (creating if missing) the database at `url` (`sqlite://path` or `sqlite::memory:`)
     /// with WAL, foreign keys on, case-sensitive LIKE (as PostgreSQL and binary MySQL
-    /// collations) and a busy timeout.
+    /// collations) and a busy timeout. One connection is opened at once, so a database that
+    /// cannot be opened fails here.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Sqlite, StorageError> {
         let redacted = redact_url(url);
         let connect_err = |reason: String| StorageError::Connect {
             url: redacted.clone(),
             reason,
         };
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let connect = SqliteConnectOptions::from_str(url)
-            .map_err(|e| connect_err(e.to_string()))?
-            .create_if_missing(!options.read_only)
-            .read_only(options.read_only)
-            .foreign_keys(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(options.lock_timeout)
-            .pragma("case_sensitive_like", "ON");
-        let pool = SqlitePoolOptions::new()
-            // Every connection to an in-memory database is a separate database.
-            .max_connections(if in_memory {
-                1
-            } else {
-                options.max_connections
-            })
-            .acquire_timeout(options.connect_timeout)
-            .connect_with(connect)
-            .await
-            .map_err(|e| connect_err(e.to_string()))?;
+        let target = target(url, options).map_err(connect_err)?;
+        // Every connection to an in-memory database is a separate database.
+        let max = if target.in_memory {
+            1
+        } else {
+            options.max_connections.max(1)
+        };
+        let pool = Pool {
+            target,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(max as usize)),
+            max,
+            open: AtomicU32::new(0),
+            acquire_timeout: options.connect_timeout,
+        };
+        let first = pool.open_connection().map_err(|e| connect_err(e.message))?;
+        pool.idle().push(first);
         Ok(Sqlite {
-            pool,
+            pool: Arc::new(pool),
             url: redacted,
         })
     }
-
-    /// The underlying pool (tests, tools).
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
 }
 
-fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String>) {
-    let code = e.code().map(|c| c.into_owned());
-    let primary = code
-        .as_deref()
-        .and_then(|c| c.parse::<i32>().ok())
-        .map(|c| c & 0xff);
-    let kind = match primary {
+fn error_kind(extended_code: i32) -> DbErrorKind {
+    match extended_code & 0xff {
         // SQLITE_BUSY, SQLITE_LOCKED.
-        Some(5 | 6) => DbErrorKind::Transient,
+        5 | 6 => DbErrorKind::Transient,
         // SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB.
-        Some(10 | 11 | 13 | 14 | 26) => DbErrorKind::Connection,
+        10 | 11 | 13 | 14 | 26 => DbErrorKind::Connection,
         _ => DbErrorKind::Statement,
-    };
-    (kind, code)
-}
-
-fn db_err(e: sqlx::Error) -> DbError {
-    classify(e, error_kind)
-}
-
-fn bind<'q>(
-    q: Query<'q, sqlx::Sqlite, SqliteArguments>,
-    v: &Value,
-) -> Query<'q, sqlx::Sqlite, SqliteArguments> {
-    match v {
-        Value::Null => q.bind(Option::<i64>::None),
-        Value::Int(i) => q.bind(*i),
-        // SQLite's DECIMAL is a floating-point or integer number.
-        Value::Decimal(d) => match d.to_i64_exact() {
-            Some(i) => q.bind(i),
-            None => q.bind(d.to_string().parse::<f64>().unwrap_or(f64::NAN)),
-        },
-        Value::Text(s) => q.bind(s.clone()),
-        Value::Bool(b) => q.bind(i64::from(*b)),
-        Value::Bytes(b) => q.bind(b.clone()),
     }
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, but not SQLITE_BUSY_SNAPSHOT (a read snapshot that may not
+/// turn into a write: waiting cannot help, the transaction must start over).
+fn lock_held_elsewhere(e: &DbError) -> bool {
+    e.kind == DbErrorKind::Transient && e.code.as_deref() != Some("517")
+}
+
+fn db_err(e: rusqlite::Error) -> DbError {
+    match e {
+        rusqlite::Error::SqliteFailure(failure, message) => DbError {
+            kind: error_kind(failure.extended_code),
+            code: Some(failure.extended_code.to_string()),
+            message: message.unwrap_or_else(|| failure.to_string()),
+        },
+        other => DbError {
+            kind: DbErrorKind::Statement,
+            code: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Binds `params` as sqlx did: `?NNN` takes the NNN-th value, a bare `?` the next one, and a
+/// parameter without a value stays NULL.
+fn bind(stmt: &mut rusqlite::CachedStatement<'_>, params: &[&Value]) -> Result<(), DbError> {
+    let mut next = 0;
+    for i in 1..=stmt.parameter_count() {
+        let n: usize = match stmt.parameter_name(i) {
+            Some(name) => match name.strip_prefix(['?', '$']).and_then(|n| n.parse().ok()) {
+                Some(n) => n,
+                None => {
+                    return Err(DbError {
+                        kind: DbErrorKind::Statement,
+                        code: None,
+                        message: format!("unsupported parameter {name}"),
+                    });
+                }
+            },
+            None => {
+                next += 1;
+                next
+            }
+        };
+        let Some(value) = n.checked_sub(1).and_then(|n| params.get(n)) else {
+            continue;
+        };
+        let raw = match **value {
+            Value::Null => ValueRef::Null,
+            Value::Int(i) => ValueRef::Integer(i),
+            // SQLite's DECIMAL is a floating-point or integer number.
+            Value::Decimal(ref d) => match d.to_i64_exact() {
+                Some(i) => ValueRef::Integer(i),
+                None => ValueRef::Real(d.to_string().parse::<f64>().unwrap_or(f64::NAN)),
+            },
+            Value::Text(ref s) => ValueRef::Text(s.as_bytes()),
+            Value::Bool(b) => ValueRef::Integer(i64::from(b)),
+            Value::Bytes(ref b) => ValueRef::Blob(b),
+        };
+        stmt.raw_bind_parameter(i, ToSqlOutput::Borrowed(raw))
+            .map_err(db_err)?;
+    }
+    Ok(())
 }
 
 /// Reads whatever SQLite stored (its columns accept any storage class) as faithfully as
 /// possible for the declared type.
-fn decode_value(raw: SqliteValueRef<'_>, ty: ReadType) -> Result<Value, sqlx::error::BoxDynError> {
-    if raw.is_null() {
-        return Ok(Value::Null);
-    }
-    let class = raw.type_info().name().to_owned();
-    Ok(match class.as_str() {
-        "INTEGER" => {
-            let i = <i64 as Decode<sqlx::Sqlite>>::decode(raw)?;
+fn decode_value(raw: ValueRef<'_>, ty: ReadType) -> Result<Value, String> {
+    Ok(match raw {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => match ty {
+            ReadType::Bool => bool_from_i64(i),
+            ReadType::Decimal(s) => decimal_from_i64(i, s),
+            _ => Value::Int(i),
+        },
+        ValueRef::Real(x) => match ty {
+            ReadType::Decimal(s) => decimal_from_f64(x, s),
+            // A float where none belongs: keep its digits so the digest shows it.
+            _ => Value::Text(x.to_string()),
+        },
+        ValueRef::Text(bytes) => {
+            let s = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
             match ty {
-                ReadType::Bool => bool_from_i64(i),
-                ReadType::Decimal(s) => decimal_from_i64(i, s),
-                _ => Value::Int(i),
+                ReadType::Decimal(scale) => parse_decimal(s, scale),
+                _ => Value::Text(s.to_owned()),
             }
         }
-        "REAL" => {
-            let x = <f64 as Decode<sqlx::Sqlite>>::decode(raw)?;
-            match ty {
-                ReadType::Decimal(s) => decimal_from_f64(x, s),
-                // A float where none belongs: keep its digits so the digest shows it.
-                _ => Value::Text(x.to_string()),
-            }
-        }
-        "TEXT" => {
-            let s = <String as Decode<sqlx::Sqlite>>::decode(raw)?;
-            match ty {
-                ReadType::Decimal(scale) => parse_decimal(&s, scale),
-                _ => Value::Text(s),
-            }
-        }
-        _ => Value::Bytes(<Vec<u8> as Decode<sqlx::Sqlite>>::decode(raw)?),
+        ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
     })
 }
 
-fn decode(row: &SqliteRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
+fn decode(row: &rusqlite::Row<'_>, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
     let bad = |e: String| DbError {
         kind: DbErrorKind::Statement,
         code: None,
@@ -160,15 +288,192 @@ fn decode(row: &SqliteRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .iter()
         .enumerate()
         .map(|(i, ty)| {
-            let raw = row.try_get_raw(i).map_err(|e| bad(e.to_string()))?;
-            decode_value(raw, *ty).map_err(|e| bad(e.to_string()))
+            let raw = row.get_ref(i).map_err(|e| bad(e.to_string()))?;
+            decode_value(raw, *ty).map_err(bad)
         })
         .collect()
 }
 
-// The snapshot transaction takes the writer lock up front: nobody changes anything while it runs.
-// A read snapshot is a deferred transaction: in WAL mode its first read fixes what it sees.
-sqlx_conn!(SqliteConn, sqlx::Sqlite, begin: ["BEGIN IMMEDIATE"], snapshot: ["BEGIN IMMEDIATE"], read_snapshot: ["BEGIN"]);
+/// A pooled connection. Each call runs SQLite on the calling thread.
+#[derive(Debug)]
+pub struct SqliteConn {
+    conn: Option<Connection>,
+    pool: Arc<Pool>,
+    in_transaction: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for SqliteConn {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        // A connection dropped inside a transaction is closed, never handed on half-done.
+        if self.in_transaction || self.pool.permits.is_closed() {
+            self.pool.discard(conn);
+        } else {
+            self.pool.idle().push(conn);
+        }
+    }
+}
+
+impl SqliteConn {
+    fn conn(&self) -> &Connection {
+        self.conn.as_ref().expect("a connection until dropped")
+    }
+
+    /// Runs `op`, waiting for a lock another connection holds without holding the thread:
+    /// SQLite's own busy handler sleeps in place, which on a runtime worker would stall every
+    /// task there, the lock's holder among them. Every call also spends from the task's
+    /// cooperative budget, since a call that never waits would otherwise never yield.
+    async fn patiently<T>(
+        &mut self,
+        mut op: impl FnMut(&mut Self) -> Result<T, DbError>,
+    ) -> Result<T, DbError> {
+        tokio::task::consume_budget().await;
+        let started = Instant::now();
+        let mut pause = Duration::ZERO;
+        loop {
+            match op(self) {
+                Err(e)
+                    if lock_held_elsewhere(&e)
+                        && started.elapsed() < self.pool.target.lock_timeout =>
+                {
+                    if pause.is_zero() {
+                        tokio::task::yield_now().await;
+                        pause = Duration::from_micros(500);
+                    } else {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(8));
+                    }
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn simple(&mut self, sql: &str) -> Result<(), DbError> {
+        self.patiently(|c| c.conn().execute_batch(sql).map_err(db_err))
+            .await
+    }
+
+    /// Runs `sql` with `params`, handing each row to `each`; returns the rows it returned.
+    fn run(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        mut each: impl FnMut(&rusqlite::Row<'_>) -> Result<(), DbError>,
+    ) -> Result<u64, DbError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(sql).map_err(db_err)?;
+        bind(&mut stmt, params)?;
+        let mut rows = stmt.raw_query();
+        let mut n = 0;
+        while let Some(row) = rows.next().map_err(db_err)? {
+            each(row)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Runs a query and decodes its rows, on the calling thread.
+    fn query_now(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> Result<Vec<Vec<Value>>, DbError> {
+        let mut out = Vec::new();
+        self.run(sql, params, |row| {
+            out.push(decode(row, types)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+impl Conn for SqliteConn {
+    async fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        returns_rows: bool,
+    ) -> Result<u64, DbError> {
+        self.patiently(|c| {
+            let returned = c.run(sql, params, |_| Ok(()))?;
+            Ok(if returns_rows {
+                returned
+            } else {
+                c.conn().changes()
+            })
+        })
+        .await
+    }
+
+    async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+    ) -> Result<Vec<Vec<Value>>, DbError> {
+        self.patiently(|c| c.query_now(sql, params, types)).await
+    }
+
+    async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        self.simple(sql).await
+    }
+
+    // The snapshot transaction takes the writer lock up front: nobody changes anything while
+    // it runs.
+    async fn begin(&mut self) -> Result<(), DbError> {
+        self.in_transaction = true;
+        self.simple("BEGIN IMMEDIATE").await
+    }
+
+    async fn begin_snapshot(&mut self) -> Result<(), DbError> {
+        self.in_transaction = true;
+        self.simple("BEGIN IMMEDIATE").await
+    }
+
+    // A deferred transaction: in WAL mode its first read fixes what it sees.
+    async fn begin_read_snapshot(&mut self) -> Result<(), DbError> {
+        self.in_transaction = true;
+        self.simple("BEGIN").await
+    }
+
+    async fn commit(&mut self) -> Result<(), DbError> {
+        self.simple("COMMIT").await?;
+        self.in_transaction = false;
+        Ok(())
+    }
+
+    async fn rollback(&mut self) -> Result<(), DbError> {
+        self.simple("ROLLBACK").await?;
+        self.in_transaction = false;
+        Ok(())
+    }
+}
+
+/// A catalog query's error on the database at `url` while doing `during`.
+fn catalog_error(url: &str, during: &str) -> impl Fn(DbError) -> StorageError + use<> {
+    let (url, during) = (url.to_owned(), during.to_owned());
+    move |source| StorageError::Database {
+        url: url.clone(),
+        during: during.clone(),
+        source,
+    }
+}
+
+/// The first column of each row as text (NULL as `None`).
+fn texts(conn: &mut SqliteConn, sql: &str, param: &str) -> Result<Vec<Option<String>>, DbError> {
+    let param = Value::Text(param.to_owned());
+    Ok(conn
+        .query_now(sql, &[&param], &[ReadType::Text])?
+        .into_iter()
+        .map(|mut row| match row.pop() {
+            Some(Value::Text(s)) => Some(s),
+            _ => None,
+        })
+        .collect())
+}
 
 fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
     let (ty, precision) = classify_declared_type(declared);
@@ -267,50 +572,132 @@ fn conflict_resolution(definition: &str) -> Option<String> {
     })
 }
 
-impl Backend for Sqlite {
-    type Conn = SqliteConn;
-
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-
-    fn concurrent_writers(&self) -> bool {
-        false
-    }
-
-    fn transactional_ddl(&self) -> bool {
-        true
-    }
-
-    async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
-        let err = |during: &str| catalog_error(&self.url, during, db_err);
-        let kind: Option<String> =
-            sqlx::query_scalar("SELECT type FROM sqlite_master WHERE name = ?1 AND type = 'table'")
-                .bind(table)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err("looking up a table"))?;
-        if kind.is_none() {
-            return Ok(None);
+/// Applies the embedded migrations that `conn`'s database lacks, each in a transaction,
+/// recorded in sqlx's `_sqlx_migrations` (version, checksum) as sqlx's migrator did.
+fn apply_migrations(conn: &Connection) -> Result<(), String> {
+    let e = |e: rusqlite::Error| e.to_string();
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS _sqlx_migrations (version BIGINT PRIMARY KEY, \
+         description TEXT NOT NULL, installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, \
+         success BOOLEAN NOT NULL, checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .map_err(e)?;
+    let mut applied = std::collections::BTreeMap::new();
+    {
+        let mut stmt = conn
+            .prepare("SELECT version, checksum, success FROM _sqlx_migrations")
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    (r.get::<_, Vec<u8>>(1)?, r.get::<_, bool>(2)?),
+                ))
+            })
+            .map_err(e)?;
+        for row in rows {
+            let (version, found) = row.map_err(e)?;
+            applied.insert(version, found);
         }
-        let rows = sqlx::query(
-            "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid",
-        )
-        .bind(table)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(err("reading the columns of a table"))?;
+    }
+    let known: Vec<_> = MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .collect();
+    if let Some(version) = applied
+        .keys()
+        .find(|v| !known.iter().any(|m| m.version == **v))
+    {
+        return Err(format!(
+            "the database has migration {version}, which this build does not know (made by a newer chainify?)"
+        ));
+    }
+    for m in known {
+        match applied.get(&m.version) {
+            Some((_, false)) => {
+                return Err(format!(
+                    "migration {} ({}) was left half-applied",
+                    m.version, m.description
+                ));
+            }
+            Some((checksum, true)) if checksum[..] != m.checksum[..] => {
+                return Err(format!(
+                    "migration {} ({}) differs from the one applied to the database",
+                    m.version, m.description
+                ));
+            }
+            Some(_) => {}
+            None => {
+                let started = Instant::now();
+                let tx = conn.unchecked_transaction().map_err(e)?;
+                tx.execute_batch(m.sql.as_str())
+                    .map_err(|err| format!("migration {} ({}): {err}", m.version, m.description))?;
+                tx.execute(
+                    "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+                     VALUES (?1, ?2, TRUE, ?3, ?4)",
+                    rusqlite::params![
+                        m.version,
+                        m.description.as_ref(),
+                        m.checksum.as_ref(),
+                        i64::try_from(started.elapsed().as_nanos()).unwrap_or(i64::MAX)
+                    ],
+                )
+                .map_err(e)?;
+                tx.commit().map_err(e)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Sqlite {
+    /// Reads `table`'s definition from the catalog on `conn`.
+    fn read_catalog(
+        &self,
+        conn: &mut SqliteConn,
+        table: &str,
+    ) -> Result<Option<CatalogTable>, StorageError> {
+        let err = |during: &str| catalog_error(&self.url, during);
+        let definition: Option<Option<String>> = conn
+            .conn()
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE name = ?1 AND type = 'table'",
+                [table],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)
+            .map_err(err("looking up a table"))?;
+        let Some(definition) = definition else {
+            return Ok(None);
+        };
+        let rows = conn
+            .query_now(
+                "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid",
+                &[&Value::Text(table.to_owned())],
+                &[ReadType::Text, ReadType::Text, ReadType::Int, ReadType::Int],
+            )
+            .map_err(err("reading the columns of a table"))?;
         let mut t = CatalogTable {
             name: table.to_owned(),
             ..CatalogTable::default()
         };
         let mut pk: Vec<(i64, String)> = Vec::new();
-        for r in &rows {
-            let e = err("decoding a column");
-            let name: String = r.try_get(0).map_err(&e)?;
-            let declared: String = r.try_get(1).map_err(&e)?;
-            let not_null: i64 = r.try_get(2).map_err(&e)?;
-            let pk_pos: i64 = r.try_get(3).map_err(&e)?;
+        for r in rows {
+            let [
+                Value::Text(name),
+                declared,
+                Value::Int(not_null),
+                Value::Int(pk_pos),
+            ] = <[Value; 4]>::try_from(r).map_err(|_| err("decoding a column")(bad_row()))?
+            else {
+                return Err(err("decoding a column")(bad_row()));
+            };
+            // A column declared without a type has an empty (or NULL) one.
+            let declared = match declared {
+                Value::Text(s) => s,
+                _ => String::new(),
+            };
             if pk_pos > 0 {
                 pk.push((pk_pos, name.clone()));
             }
@@ -325,26 +712,28 @@ impl Backend for Sqlite {
         {
             c.not_null = true;
         }
-        let indexes = sqlx::query(
-            "SELECT name, origin, \"partial\" FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
-        )
-        .bind(table)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(err("reading the indexes of a table"))?;
+        let indexes = conn
+            .query_now(
+                "SELECT name, origin FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
+                &[&Value::Text(table.to_owned())],
+                &[ReadType::Text, ReadType::Text],
+            )
+            .map_err(err("reading the indexes of a table"))?;
         for r in indexes {
-            let e = err("decoding an index");
-            let name: String = r.try_get(0).map_err(&e)?;
-            let origin: String = r.try_get(1).map_err(&e)?;
+            let [Value::Text(name), Value::Text(origin)] =
+                <[Value; 2]>::try_from(r).map_err(|_| err("decoding an index")(bad_row()))?
+            else {
+                return Err(err("decoding an index")(bad_row()));
+            };
             if origin == "pk" {
                 continue;
             }
-            let cols: Vec<Option<String>> =
-                sqlx::query_scalar("SELECT name FROM pragma_index_info(?1) ORDER BY seqno")
-                    .bind(&name)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(err("reading an index"))?;
+            let cols = texts(
+                conn,
+                "SELECT name FROM pragma_index_info(?1) ORDER BY seqno",
+                &name,
+            )
+            .map_err(err("reading an index"))?;
             match cols.into_iter().collect::<Option<Vec<String>>>() {
                 Some(cols) => t.uniques.push(cols),
                 None => t.problems.push(format!(
@@ -354,13 +743,6 @@ impl Backend for Sqlite {
         }
         // A column COLLATE NOCASE or RTRIM compares text unlike the other engines; user
         // triggers would change rows differently from the other organizations.
-        let definition: Option<String> =
-            sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE name = ?1 AND type = 'table'")
-                .bind(table)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err("reading a table's definition"))?
-                .flatten();
         if let Some(collation) = definition.as_deref().and_then(non_binary_collation) {
             t.problems.push(format!(
                 "declares COLLATE {collation}, which compares text unlike the other engines; use the default (BINARY)"
@@ -371,33 +753,42 @@ impl Backend for Sqlite {
                 "declares ON CONFLICT {resolution}, with which SQLite resolves a constraint violation where the other engines abort the statement (REPLACE deletes rows no trigger records, ROLLBACK ends the block's transaction); remove the clause"
             ));
         }
-        let triggers: Vec<String> = sqlx::query_scalar(
+        let triggers = texts(
+            conn,
             "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
              AND name NOT LIKE 'chainify!_%' ESCAPE '!' ORDER BY name",
+            table,
         )
-        .bind(table)
-        .fetch_all(&self.pool)
-        .await
         .map_err(err("reading the triggers of a table"))?;
-        for name in triggers {
+        for name in triggers.into_iter().flatten() {
             t.problems.push(format!(
                 "{name} is a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify's triggers"
             ));
         }
-        let fks = sqlx::query(
-            "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq",
-        )
-        .bind(table)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(err("reading the foreign keys of a table"))?;
+        let fks = conn
+            .query_now(
+                "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq",
+                &[&Value::Text(table.to_owned())],
+                &[ReadType::Int, ReadType::Text, ReadType::Text, ReadType::Text, ReadType::Text, ReadType::Text],
+            )
+            .map_err(err("reading the foreign keys of a table"))?;
         let mut last = None;
         for r in fks {
-            let e = err("decoding a foreign key");
-            let id: i64 = r.try_get(0).map_err(&e)?;
-            let parent: String = r.try_get(1).map_err(&e)?;
-            let from: String = r.try_get(2).map_err(&e)?;
-            let to: Option<String> = r.try_get(3).map_err(&e)?;
+            let [
+                Value::Int(id),
+                Value::Text(parent),
+                Value::Text(from),
+                to,
+                Value::Text(on_update),
+                Value::Text(on_delete),
+            ] = <[Value; 6]>::try_from(r).map_err(|_| err("decoding a foreign key")(bad_row()))?
+            else {
+                return Err(err("decoding a foreign key")(bad_row()));
+            };
+            let to = match to {
+                Value::Text(s) => Some(s),
+                _ => None,
+            };
             if last == Some(id)
                 && let Some(fk) = t.foreign_keys.last_mut()
             {
@@ -409,25 +800,58 @@ impl Backend for Sqlite {
                 columns: vec![from],
                 parent,
                 parent_columns: to.into_iter().collect(),
-                on_update: r.try_get(4).map_err(&e)?,
-                on_delete: r.try_get(5).map_err(&e)?,
+                on_update,
+                on_delete,
             });
             last = Some(id);
         }
         // `REFERENCES parent` without columns means the parent's primary key.
         for fk in &mut t.foreign_keys {
             if fk.parent_columns.is_empty() {
-                let keys: Vec<String> = sqlx::query_scalar(
+                fk.parent_columns = texts(
+                    conn,
                     "SELECT name FROM pragma_table_info(?1) WHERE pk > 0 ORDER BY pk",
+                    &fk.parent,
                 )
-                .bind(&fk.parent)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(err("reading a referenced table"))?;
-                fk.parent_columns = keys;
+                .map_err(err("reading a referenced table"))?
+                .into_iter()
+                .flatten()
+                .collect();
             }
         }
         Ok(Some(t))
+    }
+}
+
+fn bad_row() -> DbError {
+    DbError {
+        kind: DbErrorKind::Statement,
+        code: None,
+        message: "unexpected values in a catalog row".into(),
+    }
+}
+
+impl Backend for Sqlite {
+    type Conn = SqliteConn;
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn concurrent_writers(&self) -> bool {
+        false
+    }
+
+    fn transactional_ddl(&self) -> bool {
+        true
+    }
+
+    fn calls_inline(&self) -> bool {
+        true
     }
 
     fn foreign_keys_deferred(&self) -> DeferForeignKeys {
@@ -437,7 +861,73 @@ impl Backend for Sqlite {
         }
     }
 
-    sqlx_backend_basics!(SqliteConn);
+    async fn acquire(&self) -> Result<SqliteConn, DbError> {
+        let pool = &self.pool;
+        let permit =
+            tokio::time::timeout(pool.acquire_timeout, pool.permits.clone().acquire_owned())
+                .await
+                .map_err(|_| {
+                    DbError::connection(format!(
+                        "no connection free within {:?} (all {} in use)",
+                        pool.acquire_timeout, pool.max
+                    ))
+                })?
+                .map_err(|_| DbError::connection("the pool is closed"))?;
+        let idle = pool.idle().pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => pool.open_connection()?,
+        };
+        Ok(SqliteConn {
+            conn: Some(conn),
+            pool: pool.clone(),
+            in_transaction: false,
+            _permit: permit,
+        })
+    }
+
+    async fn migrate(&self) -> Result<(), StorageError> {
+        let migration_err = |reason: String| StorageError::Migration {
+            url: self.url.clone(),
+            reason,
+        };
+        let conn = self.acquire().await.map_err(|e| migration_err(e.message))?;
+        // Once, at start: waiting in place for another process's lock is harmless here.
+        let set_wait = |d| {
+            conn.conn()
+                .busy_timeout(d)
+                .map_err(|e| migration_err(e.to_string()))
+        };
+        set_wait(self.pool.target.lock_timeout)?;
+        let applied = apply_migrations(conn.conn()).map_err(migration_err);
+        set_wait(Duration::ZERO)?;
+        applied
+    }
+
+    async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
+        let mut conn = self
+            .acquire()
+            .await
+            .map_err(catalog_error(&self.url, "reading the catalog"))?;
+        self.read_catalog(&mut conn, table)
+    }
+
+    async fn close(&self) {
+        self.pool.permits.close();
+        let idle = std::mem::take(&mut *self.pool.idle());
+        for conn in idle {
+            self.pool.discard(conn);
+        }
+    }
+
+    fn pool_use(&self) -> PoolUse {
+        let idle = u32::try_from(self.pool.idle().len()).unwrap_or(u32::MAX);
+        PoolUse {
+            open: self.pool.open.load(Ordering::Relaxed),
+            idle,
+            max: self.pool.max,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -248,12 +248,15 @@ impl<B: Backend> Store<B> {
     /// the recorded changes of a block in progress are in it together with their rows, so the
     /// check may run beside the executor.
     pub async fn check_state(&self) -> Result<StateCheck, StorageError> {
-        let during = "checking the state digest by a full scan";
-        let mut conn = self.acquire(during).await?;
-        self.db(conn.begin_read_snapshot().await, during)?;
-        let result = self.check_state_in(&mut conn, during).await;
-        let _ = conn.rollback().await;
-        result
+        self.off_runtime(async {
+            let during = "checking the state digest by a full scan";
+            let mut conn = self.acquire(during).await?;
+            self.db(conn.begin_read_snapshot().await, during)?;
+            let result = self.check_state_in(&mut conn, during).await;
+            let _ = conn.rollback().await;
+            result
+        })
+        .await
     }
 
     async fn check_state_in(

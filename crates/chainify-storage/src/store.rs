@@ -14,6 +14,27 @@ use crate::catalog::CatalogTable;
 use crate::ddl::{self, ReadType};
 use crate::error::{DbError, DbErrorKind, RegistrationError, StorageError};
 
+thread_local! {
+    /// Set while a thread runs [`Store::off_runtime`] work: nested calls run in place.
+    static OFF_RUNTIME: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the thread as running off-runtime work until dropped (also when the work panics).
+struct OffRuntime;
+
+impl OffRuntime {
+    fn enter() -> OffRuntime {
+        OFF_RUNTIME.set(true);
+        OffRuntime
+    }
+}
+
+impl Drop for OffRuntime {
+    fn drop(&mut self) {
+        OFF_RUNTIME.set(false);
+    }
+}
+
 /// A database with chainify's system tables, its registered shared tables and their digest
 /// objects.
 #[derive(Debug)]
@@ -238,6 +259,23 @@ impl<B: Backend> Store<B> {
             }
         }
         Ok(())
+    }
+
+    /// Runs `work` to its end where blocking a thread is harmless, when the backend runs its
+    /// engine on the calling thread ([`Backend::calls_inline`]): a block's statements then cost
+    /// one hand-off in all instead of one each, and a long scan holds no runtime worker. On a
+    /// current-thread runtime (tests) and inside such work, it simply runs `work`.
+    pub(crate) async fn off_runtime<T>(&self, work: impl Future<Output = T>) -> T {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let multi_thread =
+            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if !self.backend.calls_inline() || !multi_thread || OFF_RUNTIME.get() {
+            return work.await;
+        }
+        tokio::task::block_in_place(|| {
+            let _mark = OffRuntime::enter();
+            Handle::current().block_on(work)
+        })
     }
 
     /// A connection, or an error naming the database.

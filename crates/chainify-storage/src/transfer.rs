@@ -238,22 +238,25 @@ impl<B: Backend> Store<B> {
     /// of `a.block` and restores that checkpoint fully, verified against `a.state`. On an error
     /// no shared table, applied block or ledger entry has changed.
     pub async fn adopt(&self, a: &Adoption) -> Result<CheckpointInfo, StorageError> {
-        self.check_adoption(a)?;
-        self.import_checkpoint(a).await?;
-        match self.restore_adopting(a).await {
-            Ok(info) => Ok(info),
-            Err(e) => {
-                // The refused state must not stay behind as a checkpoint a later restore trusts.
-                // A cleanup that fails is this database's fault, not the sender's: not
-                // `Transfer`, which would blame the peer.
-                match self.forget_checkpoint(a.block).await {
-                    Ok(()) => Err(e),
-                    Err(cleanup) => Err(StorageError::Checkpoint(format!(
-                        "{e}; removing the refused checkpoint failed too: {cleanup}"
-                    ))),
+        self.off_runtime(async {
+            self.check_adoption(a)?;
+            self.import_checkpoint(a).await?;
+            match self.restore_adopting(a).await {
+                Ok(info) => Ok(info),
+                Err(e) => {
+                    // The refused state must not stay behind as a checkpoint a later restore trusts.
+                    // A cleanup that fails is this database's fault, not the sender's: not
+                    // `Transfer`, which would blame the peer.
+                    match self.forget_checkpoint(a.block).await {
+                        Ok(()) => Err(e),
+                        Err(cleanup) => Err(StorageError::Checkpoint(format!(
+                            "{e}; removing the refused checkpoint failed too: {cleanup}"
+                        ))),
+                    }
                 }
             }
-        }
+        })
+        .await
     }
 
     /// Removes the checkpoint at `block` and its snapshots.
