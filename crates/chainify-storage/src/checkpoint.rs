@@ -625,48 +625,51 @@ impl<B: Backend> Store<B> {
     /// Keeps the newest `keep` checkpoints and drops older ones with the snapshots only they
     /// used. Returns the dropped checkpoint blocks.
     pub async fn prune_checkpoints(&self, keep: usize) -> Result<Vec<BlockNumber>, StorageError> {
-        let all = self.checkpoints().await?;
-        let drop_count = all.len().saturating_sub(keep);
-        let dropped: Vec<BlockNumber> = all[..drop_count].to_vec();
-        let Some(newest_dropped) = dropped.last() else {
-            return Ok(dropped);
-        };
-        let p = |n| ddl::placeholder(self.backend.dialect(), n);
-        let b = int(*newest_dropped)?;
-        let during = "pruning checkpoints";
-        let mut conn = self.acquire(during).await?;
-        self.db(conn.begin().await, during)?;
-        let result = async {
-            for sql in [
-                format!(
-                    "DELETE FROM chainify_checkpoint_tables WHERE block <= {}",
-                    p(1)
-                ),
-                format!("DELETE FROM chainify_checkpoints WHERE block <= {}", p(1)),
-            ] {
-                self.db(conn.execute(&sql, &[&b], false).await, during)?;
+        self.off_runtime(async {
+            let all = self.checkpoints().await?;
+            let drop_count = all.len().saturating_sub(keep);
+            let dropped: Vec<BlockNumber> = all[..drop_count].to_vec();
+            let Some(newest_dropped) = dropped.last() else {
+                return Ok(dropped);
+            };
+            let p = |n| ddl::placeholder(self.backend.dialect(), n);
+            let b = int(*newest_dropped)?;
+            let during = "pruning checkpoints";
+            let mut conn = self.acquire(during).await?;
+            self.db(conn.begin().await, during)?;
+            let result = async {
+                for sql in [
+                    format!(
+                        "DELETE FROM chainify_checkpoint_tables WHERE block <= {}",
+                        p(1)
+                    ),
+                    format!("DELETE FROM chainify_checkpoints WHERE block <= {}", p(1)),
+                ] {
+                    self.db(conn.execute(&sql, &[&b], false).await, during)?;
+                }
+                // Restores to the kept checkpoints need only keys changed after the oldest one.
+                if let Some(oldest) = all.get(drop_count) {
+                    let oldest = int(*oldest)?;
+                    for t in self.tables().values() {
+                        let sql = ddl::prune_dirty(self.backend.dialect(), t);
+                        self.db(conn.execute(&sql, &[&oldest], false).await, during)?;
+                    }
+                }
+                Ok(())
             }
-            // Restores to the kept checkpoints need only keys changed after the oldest one.
-            if let Some(oldest) = all.get(drop_count) {
-                let oldest = int(*oldest)?;
-                for t in self.tables().values() {
-                    let sql = ddl::prune_dirty(self.backend.dialect(), t);
-                    self.db(conn.execute(&sql, &[&oldest], false).await, during)?;
+            .await;
+            match result {
+                Ok(()) => self.db(conn.commit().await, during)?,
+                Err(e) => {
+                    let _ = conn.rollback().await;
+                    return Err(e);
                 }
             }
-            Ok(())
-        }
-        .await;
-        match result {
-            Ok(()) => self.db(conn.commit().await, during)?,
-            Err(e) => {
-                let _ = conn.rollback().await;
-                return Err(e);
-            }
-        }
-        drop(conn);
-        self.settle_layers().await?;
-        Ok(dropped)
+            drop(conn);
+            self.settle_layers().await?;
+            Ok(dropped)
+        })
+        .await
     }
 
     /// Leaves exactly the snapshot layers the checkpoints need ([`layers::plan`]): drops the

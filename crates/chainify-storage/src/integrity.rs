@@ -130,34 +130,37 @@ impl<B: Backend> Store<B> {
     /// Installs the digest objects of `tables` again (enables, recreates and redefines their
     /// triggers; leaves recorded changes and snapshots alone). A user trigger is not removed.
     pub async fn reinstall_triggers(&self, tables: &[&str]) -> Result<(), StorageError> {
-        let dialect = self.backend().dialect();
-        let during = "reinstalling the digest triggers";
-        let all = self.tables();
-        let mut conn = self.acquire(during).await?;
-        let transactional = self.backend().transactional_ddl();
-        if transactional {
-            self.db(conn.begin().await, during)?;
-        }
-        let result = async {
-            for name in tables {
-                let t = all.get(*name).ok_or_else(|| {
-                    StorageError::Corrupt(format!("{name} is not a registered shared table"))
-                })?;
-                for sql in ddl::artifacts(dialect, t).install {
-                    self.db(conn.batch(&sql).await, during)?;
+        self.off_runtime(async {
+            let dialect = self.backend().dialect();
+            let during = "reinstalling the digest triggers";
+            let all = self.tables();
+            let mut conn = self.acquire(during).await?;
+            let transactional = self.backend().transactional_ddl();
+            if transactional {
+                self.db(conn.begin().await, during)?;
+            }
+            let result = async {
+                for name in tables {
+                    let t = all.get(*name).ok_or_else(|| {
+                        StorageError::Corrupt(format!("{name} is not a registered shared table"))
+                    })?;
+                    for sql in ddl::artifacts(dialect, t).install {
+                        self.db(conn.batch(&sql).await, during)?;
+                    }
+                }
+                Ok(())
+            }
+            .await;
+            if transactional {
+                match &result {
+                    Ok(()) => self.db(conn.commit().await, during)?,
+                    Err(_) => {
+                        let _ = conn.rollback().await;
+                    }
                 }
             }
-            Ok(())
-        }
-        .await;
-        if transactional {
-            match &result {
-                Ok(()) => self.db(conn.commit().await, during)?,
-                Err(_) => {
-                    let _ = conn.rollback().await;
-                }
-            }
-        }
-        result
+            result
+        })
+        .await
     }
 }

@@ -13,7 +13,8 @@
 //! The digest is documented in `docs/design/digest.md`; values are normalized as described in
 //! the `value` module so honest engines produce identical bytes.
 //!
-//! Where it sits: the only crate that talks SQL to an engine (sqlx on tokio). It builds on
+//! Where it sits: the only crate that talks SQL to an engine (sqlx on tokio; SQLite in
+//! process through rusqlite). It builds on
 //! `chainify-core`, `chainify-sql` (schema and rendered statements) and `chainify-sched` (the
 //! executor's scheduling); `chainify-node`, `chainify-net`, the binary and the benchmarks use it.
 

@@ -22,32 +22,35 @@ impl<B: Backend> Store<B> {
         query: &QueryPlan,
         params: &[Value],
     ) -> Result<QueryResult, StorageError> {
-        let rendered = query.typed.rendered(self.backend().dialect());
-        let mut bound = Vec::with_capacity(rendered.bind_order.len());
-        for &p in &rendered.bind_order {
-            bound.push(params.get(p).ok_or_else(|| {
-                StorageError::Query(format!(
-                    "uses ${} but {} parameters were given",
-                    p + 1,
-                    params.len()
-                ))
-            })?);
-        }
-        // The rendered query asks for at most one row more than allowed (the cap is part of
-        // its text), which tells an oversized result from a full one.
-        let text = &rendered.sql;
-        let types: Vec<ReadType> = query.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-        let rows = self.query("running a query", text, &bound, &types).await?;
-        if rows.len() > MAX_QUERY_ROWS {
-            return Err(StorageError::Query(format!(
-                "the result has more than {MAX_QUERY_ROWS} rows; narrow the WHERE clause or page \
-                 with ORDER BY … LIMIT"
-            )));
-        }
-        Ok(QueryResult {
-            columns: query.columns.iter().map(|c| c.name.clone()).collect(),
-            rows,
+        self.off_runtime(async {
+            let rendered = query.typed.rendered(self.backend().dialect());
+            let mut bound = Vec::with_capacity(rendered.bind_order.len());
+            for &p in &rendered.bind_order {
+                bound.push(params.get(p).ok_or_else(|| {
+                    StorageError::Query(format!(
+                        "uses ${} but {} parameters were given",
+                        p + 1,
+                        params.len()
+                    ))
+                })?);
+            }
+            // The rendered query asks for at most one row more than allowed (the cap is part of
+            // its text), which tells an oversized result from a full one.
+            let text = &rendered.sql;
+            let types: Vec<ReadType> = query.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
+            let rows = self.query("running a query", text, &bound, &types).await?;
+            if rows.len() > MAX_QUERY_ROWS {
+                return Err(StorageError::Query(format!(
+                    "the result has more than {MAX_QUERY_ROWS} rows; narrow the WHERE clause or page \
+                     with ORDER BY … LIMIT"
+                )));
+            }
+            Ok(QueryResult {
+                columns: query.columns.iter().map(|c| c.name.clone()).collect(),
+                rows,
+            })
         })
+        .await
     }
 
     /// The block an applied transaction is in (agreed or not yet), if any.

@@ -32,9 +32,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqli
 /// SQLite keeps DECIMAL values as 64-bit floating point, exact to 15 significant digits.
 pub(crate) const MAX_DECIMAL_PRECISION: u32 = 15;
 
-/// Prepared statements kept per connection: every rendered statement shape of a busy workload,
-/// chainify's own multi-row statements in their few sizes, and the digest's per-table texts.
-const STATEMENT_CACHE: usize = 512;
+/// Prepared statements kept per connection (sqlx's default): clients choose the texts, up to
+/// 64 KiB each, so the cache stays bounded as before.
+const STATEMENT_CACHE: usize = 100;
 
 /// An SQLite database file.
 #[derive(Debug)]
@@ -73,8 +73,9 @@ impl Pool {
             Connection::open_with_flags(&t.path, t.flags)
         }
         .map_err(db_err)?;
-        // No busy handler: a connection waits for a lock asynchronously (`patiently`).
-        conn.busy_timeout(Duration::ZERO).map_err(db_err)?;
+        // Opening waits in place for another process's lock (converting the file to WAL);
+        // afterwards a connection waits asynchronously (`patiently`), with no busy handler.
+        conn.busy_timeout(t.lock_timeout).map_err(db_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         if !t.read_only {
             conn.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))
@@ -85,6 +86,7 @@ impl Pool {
             "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA case_sensitive_like = ON",
         )
         .map_err(db_err)?;
+        conn.busy_timeout(Duration::ZERO).map_err(db_err)?;
         self.open.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
     }
@@ -107,6 +109,8 @@ fn target(url: &str, options: &StoreOptions) -> Result<Target, String> {
         .or_else(|| url.strip_prefix("sqlite:"))
         .ok_or("an SQLite URL starts with sqlite://")?;
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let path = percent_decoded(path)?;
+    let path = path.as_str();
     let mut in_memory = path == ":memory:";
     let mut create = !options.read_only;
     let mut read_only = options.read_only;
@@ -142,6 +146,27 @@ fn target(url: &str, options: &StoreOptions) -> Result<Target, String> {
         read_only,
         lock_timeout: options.lock_timeout,
     })
+}
+
+/// `path` with its `%XX` escapes decoded, as sqlx read SQLite URLs.
+fn percent_decoded(path: &str) -> Result<String, String> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let byte = path
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| format!("bad escape at byte {i} of the path {path:?}"))?;
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("the path {path:?} decodes to no UTF-8 text"))
 }
 
 impl Sqlite {
@@ -183,8 +208,10 @@ fn error_kind(extended_code: i32) -> DbErrorKind {
     match extended_code & 0xff {
         // SQLITE_BUSY, SQLITE_LOCKED.
         5 | 6 => DbErrorKind::Transient,
-        // SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB.
-        10 | 11 | 13 | 14 | 26 => DbErrorKind::Connection,
+        // SQLITE_NOMEM, SQLITE_READONLY, SQLITE_INTERRUPT, SQLITE_IOERR, SQLITE_CORRUPT,
+        // SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB: this organization's fault, never the
+        // statement's (an abort here would differ from the other organizations).
+        7..=11 | 13 | 14 | 26 => DbErrorKind::Connection,
         _ => DbErrorKind::Statement,
     }
 }
@@ -201,6 +228,12 @@ fn db_err(e: rusqlite::Error) -> DbError {
             kind: error_kind(failure.extended_code),
             code: Some(failure.extended_code.to_string()),
             message: message.unwrap_or_else(|| failure.to_string()),
+        },
+        // A prepare error: the message without the statement's text (up to 64 KiB).
+        rusqlite::Error::SqlInputError { error, msg, .. } => DbError {
+            kind: error_kind(error.extended_code),
+            code: Some(error.extended_code.to_string()),
+            message: msg,
         },
         other => DbError {
             kind: DbErrorKind::Statement,
@@ -299,18 +332,22 @@ fn decode(row: &rusqlite::Row<'_>, types: &[ReadType]) -> Result<Vec<Value>, DbE
 pub struct SqliteConn {
     conn: Option<Connection>,
     pool: Arc<Pool>,
-    in_transaction: bool,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Drop for SqliteConn {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
-        // A connection dropped inside a transaction is closed, never handed on half-done.
-        if self.in_transaction || self.pool.permits.is_closed() {
-            self.pool.discard(conn);
+        // Never handed on half-done, by SQLite's own state (a SAVEPOINT opens a transaction
+        // too, and SQLite may end one by itself): rolled back, or else closed.
+        let clean = conn.is_autocommit() || conn.execute_batch("ROLLBACK").is_ok();
+        let mut idle = self.pool.idle();
+        // Checked under the idle list's lock, which `close` drains after closing the permits.
+        if clean && !self.pool.permits.is_closed() {
+            idle.push(conn);
         } else {
-            self.pool.idle().push(conn);
+            drop(idle);
+            self.pool.discard(conn);
         }
     }
 }
@@ -350,6 +387,17 @@ impl SqliteConn {
         }
     }
 
+    /// Runs `op` with SQLite's busy handler waiting up to the lock timeout in place: for rare
+    /// work (migrations, catalog reads, several statements in one text).
+    fn waiting_in_place<T>(&mut self, op: impl FnOnce(&mut Self) -> T) -> Result<T, DbError> {
+        let wait = self.pool.target.lock_timeout;
+        self.conn().busy_timeout(wait).map_err(db_err)?;
+        let done = op(self);
+        self.conn().busy_timeout(Duration::ZERO).map_err(db_err)?;
+        Ok(done)
+    }
+
+    /// One statement of chainify's own (BEGIN, COMMIT, ROLLBACK), waited for patiently.
     async fn simple(&mut self, sql: &str) -> Result<(), DbError> {
         self.patiently(|c| c.conn().execute_batch(sql).map_err(db_err))
             .await
@@ -417,38 +465,35 @@ impl Conn for SqliteConn {
         self.patiently(|c| c.query_now(sql, params, types)).await
     }
 
+    // Several statements: retrying the whole text after a wait would run again what already
+    // ran, so a lock is waited for in place (DDL and savepoints; inside a block's transaction
+    // the writer lock is already held).
     async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
-        self.simple(sql).await
+        tokio::task::consume_budget().await;
+        self.waiting_in_place(|c| c.conn().execute_batch(sql).map_err(db_err))?
     }
 
     // The snapshot transaction takes the writer lock up front: nobody changes anything while
     // it runs.
     async fn begin(&mut self) -> Result<(), DbError> {
-        self.in_transaction = true;
         self.simple("BEGIN IMMEDIATE").await
     }
 
     async fn begin_snapshot(&mut self) -> Result<(), DbError> {
-        self.in_transaction = true;
         self.simple("BEGIN IMMEDIATE").await
     }
 
     // A deferred transaction: in WAL mode its first read fixes what it sees.
     async fn begin_read_snapshot(&mut self) -> Result<(), DbError> {
-        self.in_transaction = true;
         self.simple("BEGIN").await
     }
 
     async fn commit(&mut self) -> Result<(), DbError> {
-        self.simple("COMMIT").await?;
-        self.in_transaction = false;
-        Ok(())
+        self.simple("COMMIT").await
     }
 
     async fn rollback(&mut self) -> Result<(), DbError> {
-        self.simple("ROLLBACK").await?;
-        self.in_transaction = false;
-        Ok(())
+        self.simple("ROLLBACK").await
     }
 }
 
@@ -629,7 +674,23 @@ fn apply_migrations(conn: &Connection) -> Result<(), String> {
             Some(_) => {}
             None => {
                 let started = Instant::now();
-                let tx = conn.unchecked_transaction().map_err(e)?;
+                // The writer lock first, then a second look: another process starting on the
+                // same file may have applied it meanwhile.
+                let tx = rusqlite::Transaction::new_unchecked(
+                    conn,
+                    rusqlite::TransactionBehavior::Immediate,
+                )
+                .map_err(e)?;
+                let done: bool = tx
+                    .query_row(
+                        "SELECT COUNT(*) > 0 FROM _sqlx_migrations WHERE version = ?1",
+                        [m.version],
+                        |r| r.get(0),
+                    )
+                    .map_err(e)?;
+                if done {
+                    continue;
+                }
                 tx.execute_batch(m.sql.as_str())
                     .map_err(|err| format!("migration {} ({}): {err}", m.version, m.description))?;
                 tx.execute(
@@ -881,7 +942,6 @@ impl Backend for Sqlite {
         Ok(SqliteConn {
             conn: Some(conn),
             pool: pool.clone(),
-            in_transaction: false,
             _permit: permit,
         })
     }
@@ -891,17 +951,11 @@ impl Backend for Sqlite {
             url: self.url.clone(),
             reason,
         };
-        let conn = self.acquire().await.map_err(|e| migration_err(e.message))?;
+        let mut conn = self.acquire().await.map_err(|e| migration_err(e.message))?;
         // Once, at start: waiting in place for another process's lock is harmless here.
-        let set_wait = |d| {
-            conn.conn()
-                .busy_timeout(d)
-                .map_err(|e| migration_err(e.to_string()))
-        };
-        set_wait(self.pool.target.lock_timeout)?;
-        let applied = apply_migrations(conn.conn()).map_err(migration_err);
-        set_wait(Duration::ZERO)?;
-        applied
+        conn.waiting_in_place(|c| apply_migrations(c.conn()))
+            .map_err(|e| migration_err(e.message))?
+            .map_err(migration_err)
     }
 
     async fn introspect(&self, table: &str) -> Result<Option<CatalogTable>, StorageError> {
@@ -909,7 +963,9 @@ impl Backend for Sqlite {
             .acquire()
             .await
             .map_err(catalog_error(&self.url, "reading the catalog"))?;
-        self.read_catalog(&mut conn, table)
+        // Catalog reads are few and short: they may wait for a lock in place.
+        conn.waiting_in_place(|c| self.read_catalog(c, table))
+            .map_err(catalog_error(&self.url, "reading the catalog"))?
     }
 
     async fn close(&self) {

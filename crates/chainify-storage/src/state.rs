@@ -224,22 +224,25 @@ impl<B: Backend> Store<B> {
 
     /// The state digest after applied block `block`.
     pub async fn state_digest_at(&self, block: BlockNumber) -> Result<Digest, StorageError> {
-        let during = format!("reading the state digest of block {block}");
-        let mut conn = self.acquire(&during).await?;
-        let (found, states) = self
-            .read_states(
-                &mut conn,
-                Some(BlockNumber(block.0.saturating_add(1))),
-                &during,
-            )
-            .await?;
-        if found != Some(block) {
-            return Err(corrupt(
-                Some(block),
-                format!("no accumulator for block {block} (it was forgotten or never applied)"),
-            ));
-        }
-        Ok(state_digest(&states))
+        self.off_runtime(async {
+            let during = format!("reading the state digest of block {block}");
+            let mut conn = self.acquire(&during).await?;
+            let (found, states) = self
+                .read_states(
+                    &mut conn,
+                    Some(BlockNumber(block.0.saturating_add(1))),
+                    &during,
+                )
+                .await?;
+            if found != Some(block) {
+                return Err(corrupt(
+                    Some(block),
+                    format!("no accumulator for block {block} (it was forgotten or never applied)"),
+                ));
+            }
+            Ok(state_digest(&states))
+        })
+        .await
     }
 
     /// Recomputes every shared table's accumulator from its rows and compares it with the

@@ -165,69 +165,72 @@ impl<B: Backend> Store<B> {
     /// its objects (repairing a dropped trigger). Either every table is installed or, on
     /// failure, none of the newly registered ones is left behind.
     pub async fn register(&self, names: &[&str]) -> Result<(), StorageError> {
-        let current = self.tables();
-        let mut offered = Vec::new();
-        for name in names {
-            let lower = name.to_lowercase();
-            let t = self.backend.introspect(&lower).await?.ok_or_else(|| {
-                RegistrationError::UnknownTable {
-                    table: (*name).to_owned(),
-                    database: self.backend.url().to_owned(),
+        self.off_runtime(async {
+            let current = self.tables();
+            let mut offered = Vec::new();
+            for name in names {
+                let lower = name.to_lowercase();
+                let t = self.backend.introspect(&lower).await?.ok_or_else(|| {
+                    RegistrationError::UnknownTable {
+                        table: (*name).to_owned(),
+                        database: self.backend.url().to_owned(),
+                    }
+                })?;
+                t.to_shared()?;
+                if let Some(old) = current.get(&t.name)
+                    && old.fingerprint() != t.fingerprint()
+                {
+                    return Err(RegistrationError::Definition {
+                        table: t.name.clone(),
+                        problem: "changed since it was registered; re-registering a changed table is not supported".into(),
+                    }
+                    .into());
                 }
-            })?;
-            t.to_shared()?;
-            if let Some(old) = current.get(&t.name)
-                && old.fingerprint() != t.fingerprint()
-            {
-                return Err(RegistrationError::Definition {
-                    table: t.name.clone(),
-                    problem: "changed since it was registered; re-registering a changed table is not supported".into(),
-                }
-                .into());
+                offered.push(t);
             }
-            offered.push(t);
-        }
-        let mut all: BTreeMap<String, CatalogTable> = (*current).clone();
-        for t in &offered {
-            all.insert(t.name.clone(), t.clone());
-        }
-        schema_of(all.values())?;
+            let mut all: BTreeMap<String, CatalogTable> = (*current).clone();
+            for t in &offered {
+                all.insert(t.name.clone(), t.clone());
+            }
+            schema_of(all.values())?;
 
-        let dialect = self.backend.dialect();
-        let mut conn = self.acquire("registering shared tables").await?;
-        if self.backend.transactional_ddl() {
-            self.db(conn.begin().await, "registering shared tables")?;
-            let outcome = self.install(&mut conn, &offered, &current, dialect).await;
-            match outcome {
-                Ok(()) => self.db(conn.commit().await, "registering shared tables")?,
-                Err(e) => {
-                    let _ = conn.rollback().await;
-                    return Err(e);
+            let dialect = self.backend.dialect();
+            let mut conn = self.acquire("registering shared tables").await?;
+            if self.backend.transactional_ddl() {
+                self.db(conn.begin().await, "registering shared tables")?;
+                let outcome = self.install(&mut conn, &offered, &current, dialect).await;
+                match outcome {
+                    Ok(()) => self.db(conn.commit().await, "registering shared tables")?,
+                    Err(e) => {
+                        let _ = conn.rollback().await;
+                        return Err(e);
+                    }
                 }
+            } else if let Err(e) = self.install(&mut conn, &offered, &current, dialect).await {
+                // No transactional DDL (MySQL): remove what this call created.
+                for t in offered.iter().filter(|t| !current.contains_key(&t.name)) {
+                    for sql in ddl::artifacts(dialect, t).uninstall {
+                        let _ = conn.batch(&sql).await;
+                    }
+                    for system in ["chainify_shared_tables", "chainify_state"] {
+                        let _ = conn
+                            .execute(
+                                &format!(
+                                    "DELETE FROM {system} WHERE table_name = {}",
+                                    ddl::placeholder(dialect, 1)
+                                ),
+                                &[&Value::Text(t.name.clone())],
+                                false,
+                            )
+                            .await;
+                    }
+                }
+                return Err(e);
             }
-        } else if let Err(e) = self.install(&mut conn, &offered, &current, dialect).await {
-            // No transactional DDL (MySQL): remove what this call created.
-            for t in offered.iter().filter(|t| !current.contains_key(&t.name)) {
-                for sql in ddl::artifacts(dialect, t).uninstall {
-                    let _ = conn.batch(&sql).await;
-                }
-                for system in ["chainify_shared_tables", "chainify_state"] {
-                    let _ = conn
-                        .execute(
-                            &format!(
-                                "DELETE FROM {system} WHERE table_name = {}",
-                                ddl::placeholder(dialect, 1)
-                            ),
-                            &[&Value::Text(t.name.clone())],
-                            false,
-                        )
-                        .await;
-                }
-            }
-            return Err(e);
-        }
-        *self.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(all);
-        Ok(())
+            *self.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(all);
+            Ok(())
+        })
+        .await
     }
 
     async fn install(
@@ -265,6 +268,10 @@ impl<B: Backend> Store<B> {
     /// engine on the calling thread ([`Backend::calls_inline`]): a block's statements then cost
     /// one hand-off in all instead of one each, and a long scan holds no runtime worker. On a
     /// current-thread runtime (tests) and inside such work, it simply runs `work`.
+    ///
+    /// Two consequences for callers: `work` runs to its end once started (a timeout around it
+    /// cannot cut it short), and other futures of the calling task (`join!`, `select!`) wait
+    /// meanwhile, so none of them may be what `work` waits for; give such a future a task.
     pub(crate) async fn off_runtime<T>(&self, work: impl Future<Output = T>) -> T {
         use tokio::runtime::{Handle, RuntimeFlavor};
         let multi_thread =

@@ -109,13 +109,16 @@ impl<B: Backend> Store<B> {
         table: &str,
         checkpoint: Option<BlockNumber>,
     ) -> Result<RangeTree, StorageError> {
-        let t = self.shared(table)?;
-        let rows = self.read_rows(&t, checkpoint).await?;
-        let mut tree = RangeTree::new(&t.name, key_positions(&t));
-        for row in &rows {
-            tree.add(row);
-        }
-        Ok(tree)
+        self.off_runtime(async {
+            let t = self.shared(table)?;
+            let rows = self.read_rows(&t, checkpoint).await?;
+            let mut tree = RangeTree::new(&t.name, key_positions(&t));
+            for row in &rows {
+                tree.add(row);
+            }
+            Ok(tree)
+        })
+        .await
     }
 
     /// The rows of `table` in the checkpoint at `block` whose keys fall in `ranges`.
@@ -125,13 +128,16 @@ impl<B: Backend> Store<B> {
         table: &str,
         ranges: &BTreeSet<u32>,
     ) -> Result<Vec<Vec<Value>>, StorageError> {
-        let t = self.shared(table)?;
-        let tree = RangeTree::new(&t.name, key_positions(&t));
-        let rows = self.read_rows(&t, Some(block)).await?;
-        Ok(rows
-            .into_iter()
-            .filter(|r| ranges.contains(&tree.leaf_of_row(r)))
-            .collect())
+        self.off_runtime(async {
+            let t = self.shared(table)?;
+            let tree = RangeTree::new(&t.name, key_positions(&t));
+            let rows = self.read_rows(&t, Some(block)).await?;
+            Ok(rows
+                .into_iter()
+                .filter(|r| ranges.contains(&tree.leaf_of_row(r)))
+                .collect())
+        })
+        .await
     }
 
     /// The state digest the snapshots of the checkpoint at `block` hold.
@@ -139,9 +145,12 @@ impl<B: Backend> Store<B> {
         &self,
         block: BlockNumber,
     ) -> Result<Digest, StorageError> {
-        Ok(crate::state::state_digest(
-            &self.snapshot_state(block).await?,
-        ))
+        self.off_runtime(async {
+            Ok(crate::state::state_digest(
+                &self.snapshot_state(block).await?,
+            ))
+        })
+        .await
     }
 
     async fn read_rows(

@@ -20,3 +20,140 @@ async fn unreachable_database_fails_naming_the_url() {
         "{message}"
     );
 }
+
+use chainify_core::Value;
+use chainify_storage::{Backend, Conn};
+use std::time::Duration;
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = chainify_testkit::engines::SqliteFixture::path(name)
+        .parent()
+        .expect("a directory")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+#[tokio::test]
+async fn urls_decode_escapes_and_refuse_what_they_cannot_honour() {
+    let dir = scratch("sqlite_urls");
+    let url = format!("sqlite://{}/a%20b.db", dir.display());
+    let db = Sqlite::connect(&url, &StoreOptions::default())
+        .await
+        .expect("an escaped path opens");
+    assert!(dir.join("a b.db").exists(), "the path is decoded");
+    db.close().await;
+    for (url, problem) in [
+        (
+            format!("sqlite://{}/x.db?cache=shared", dir.display()),
+            "unknown option cache=shared",
+        ),
+        (format!("sqlite://{}/x%zz.db", dir.display()), "bad escape"),
+        ("postgres://x".to_owned(), "sqlite://"),
+    ] {
+        let err = Sqlite::connect(&url, &StoreOptions::default())
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains(problem), "{url}: {err}");
+    }
+    // mode=rw opens only what exists.
+    let err = Sqlite::connect(
+        &format!("sqlite://{}/missing.db?mode=rw", dir.display()),
+        &StoreOptions::default(),
+    )
+    .await
+    .expect_err("no such file");
+    assert!(err.to_string().starts_with("cannot connect to "), "{err}");
+}
+
+/// A connection dropped inside a transaction, even one a SAVEPOINT opened without BEGIN, never
+/// reaches the next user with that transaction open.
+#[tokio::test]
+async fn a_connection_dropped_mid_transaction_is_handed_on_clean() {
+    let dir = scratch("sqlite_drop");
+    let options = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::default()
+    };
+    let db = Sqlite::connect(&format!("sqlite://{}/d.db", dir.display()), &options)
+        .await
+        .expect("open");
+    let mut conn = db.acquire().await.expect("conn");
+    conn.batch("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+        .await
+        .expect("ddl");
+    for open in ["SAVEPOINT s", "BEGIN IMMEDIATE"] {
+        conn.batch(open).await.expect("open a transaction");
+        conn.execute("INSERT INTO t (k) VALUES (?1)", &[&Value::Int(1)], false)
+            .await
+            .expect("insert");
+        drop(conn);
+        conn = db.acquire().await.expect("the only connection again");
+        let rows = conn
+            .query(
+                "SELECT COUNT(*) FROM t",
+                &[],
+                &[chainify_storage::ddl::ReadType::Int],
+            )
+            .await
+            .expect("count");
+        assert_eq!(rows, vec![vec![Value::Int(0)]], "{open}: rolled back");
+        conn.begin().await.expect("no transaction left open");
+        conn.rollback().await.expect("rollback");
+    }
+}
+
+/// A writer waits for another connection's lock without holding its thread: on a runtime of
+/// one thread the holder still gets to commit (SQLite's busy handler would sleep in place and
+/// starve it until the lock timeout).
+#[tokio::test(flavor = "current_thread")]
+async fn a_lock_held_elsewhere_is_waited_for_without_blocking_the_runtime() {
+    let dir = scratch("sqlite_wait");
+    let options = StoreOptions {
+        lock_timeout: Duration::from_secs(20),
+        ..StoreOptions::default()
+    };
+    let db = Sqlite::connect(&format!("sqlite://{}/w.db", dir.display()), &options)
+        .await
+        .expect("open");
+    let mut holder = db.acquire().await.expect("conn");
+    holder
+        .batch("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+        .await
+        .expect("ddl");
+    holder.begin().await.expect("take the writer lock");
+    let held = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        holder
+            .execute("INSERT INTO t (k) VALUES (1)", &[], false)
+            .await
+            .expect("insert");
+        holder.commit().await.expect("commit");
+    });
+    let mut waiter = db.acquire().await.expect("conn");
+    let started = std::time::Instant::now();
+    waiter
+        .begin()
+        .await
+        .expect("the lock once the holder commits");
+    let rows = waiter
+        .query(
+            "SELECT k FROM t",
+            &[],
+            &[chainify_storage::ddl::ReadType::Int],
+        )
+        .await
+        .expect("read");
+    assert_eq!(
+        rows,
+        vec![vec![Value::Int(1)]],
+        "began after the holder's commit"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "not by the timeout"
+    );
+    waiter.rollback().await.expect("rollback");
+    held.await.expect("holder");
+}
