@@ -507,17 +507,16 @@ fn catalog_error(url: &str, during: &str) -> impl Fn(DbError) -> StorageError + 
     }
 }
 
-/// The first column of each row as text (NULL as `None`).
-fn texts(conn: &mut SqliteConn, sql: &str, param: &str) -> Result<Vec<Option<String>>, DbError> {
-    let param = Value::Text(param.to_owned());
-    Ok(conn
-        .query_now(sql, &[&param], &[ReadType::Text])?
-        .into_iter()
-        .map(|mut row| match row.pop() {
-            Some(Value::Text(s)) => Some(s),
-            _ => None,
-        })
-        .collect())
+/// The rows `sql` returns for `param` (a catalog read), each read by `row`.
+fn catalog_rows<T>(
+    conn: &Connection,
+    sql: &str,
+    param: &str,
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, DbError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(db_err)?;
+    let rows = stmt.query_map([param], row).map_err(db_err)?;
+    rows.collect::<Result<_, _>>().map_err(db_err)
 }
 
 fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
@@ -715,12 +714,11 @@ impl Sqlite {
     /// Reads `table`'s definition from the catalog on `conn`.
     fn read_catalog(
         &self,
-        conn: &mut SqliteConn,
+        conn: &Connection,
         table: &str,
     ) -> Result<Option<CatalogTable>, StorageError> {
         let err = |during: &str| catalog_error(&self.url, during);
         let definition: Option<Option<String>> = conn
-            .conn()
             .query_row(
                 "SELECT sql FROM sqlite_master WHERE name = ?1 AND type = 'table'",
                 [table],
@@ -732,33 +730,27 @@ impl Sqlite {
         let Some(definition) = definition else {
             return Ok(None);
         };
-        let rows = conn
-            .query_now(
-                "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid",
-                &[&Value::Text(table.to_owned())],
-                &[ReadType::Text, ReadType::Text, ReadType::Int, ReadType::Int],
-            )
-            .map_err(err("reading the columns of a table"))?;
+        let columns = catalog_rows(
+            conn,
+            "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid",
+            table,
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    // A column declared without a type has an empty (or NULL) one.
+                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            },
+        )
+        .map_err(err("reading the columns of a table"))?;
         let mut t = CatalogTable {
             name: table.to_owned(),
             ..CatalogTable::default()
         };
         let mut pk: Vec<(i64, String)> = Vec::new();
-        for r in rows {
-            let [
-                Value::Text(name),
-                declared,
-                Value::Int(not_null),
-                Value::Int(pk_pos),
-            ] = <[Value; 4]>::try_from(r).map_err(|_| err("decoding a column")(bad_row()))?
-            else {
-                return Err(err("decoding a column")(bad_row()));
-            };
-            // A column declared without a type has an empty (or NULL) one.
-            let declared = match declared {
-                Value::Text(s) => s,
-                _ => String::new(),
-            };
+        for (name, declared, not_null, pk_pos) in columns {
             if pk_pos > 0 {
                 pk.push((pk_pos, name.clone()));
             }
@@ -773,26 +765,22 @@ impl Sqlite {
         {
             c.not_null = true;
         }
-        let indexes = conn
-            .query_now(
-                "SELECT name, origin FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
-                &[&Value::Text(table.to_owned())],
-                &[ReadType::Text, ReadType::Text],
-            )
-            .map_err(err("reading the indexes of a table"))?;
-        for r in indexes {
-            let [Value::Text(name), Value::Text(origin)] =
-                <[Value; 2]>::try_from(r).map_err(|_| err("decoding an index")(bad_row()))?
-            else {
-                return Err(err("decoding an index")(bad_row()));
-            };
+        let indexes = catalog_rows(
+            conn,
+            "SELECT name, origin FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
+            table,
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )
+        .map_err(err("reading the indexes of a table"))?;
+        for (name, origin) in indexes {
             if origin == "pk" {
                 continue;
             }
-            let cols = texts(
+            let cols = catalog_rows(
                 conn,
                 "SELECT name FROM pragma_index_info(?1) ORDER BY seqno",
                 &name,
+                |r| r.get::<_, Option<String>>(0),
             )
             .map_err(err("reading an index"))?;
             match cols.into_iter().collect::<Option<Vec<String>>>() {
@@ -814,42 +802,37 @@ impl Sqlite {
                 "declares ON CONFLICT {resolution}, with which SQLite resolves a constraint violation where the other engines abort the statement (REPLACE deletes rows no trigger records, ROLLBACK ends the block's transaction); remove the clause"
             ));
         }
-        let triggers = texts(
+        let triggers = catalog_rows(
             conn,
             "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
              AND name NOT LIKE 'chainify!_%' ESCAPE '!' ORDER BY name",
             table,
+            |r| r.get::<_, String>(0),
         )
         .map_err(err("reading the triggers of a table"))?;
-        for name in triggers.into_iter().flatten() {
+        for name in triggers {
             t.problems.push(format!(
                 "{name} is a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify's triggers"
             ));
         }
-        let fks = conn
-            .query_now(
-                "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq",
-                &[&Value::Text(table.to_owned())],
-                &[ReadType::Int, ReadType::Text, ReadType::Text, ReadType::Text, ReadType::Text, ReadType::Text],
-            )
-            .map_err(err("reading the foreign keys of a table"))?;
+        let fks = catalog_rows(
+            conn,
+            "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq",
+            table,
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            },
+        )
+        .map_err(err("reading the foreign keys of a table"))?;
         let mut last = None;
-        for r in fks {
-            let [
-                Value::Int(id),
-                Value::Text(parent),
-                Value::Text(from),
-                to,
-                Value::Text(on_update),
-                Value::Text(on_delete),
-            ] = <[Value; 6]>::try_from(r).map_err(|_| err("decoding a foreign key")(bad_row()))?
-            else {
-                return Err(err("decoding a foreign key")(bad_row()));
-            };
-            let to = match to {
-                Value::Text(s) => Some(s),
-                _ => None,
-            };
+        for (id, parent, from, to, on_update, on_delete) in fks {
             if last == Some(id)
                 && let Some(fk) = t.foreign_keys.last_mut()
             {
@@ -869,26 +852,16 @@ impl Sqlite {
         // `REFERENCES parent` without columns means the parent's primary key.
         for fk in &mut t.foreign_keys {
             if fk.parent_columns.is_empty() {
-                fk.parent_columns = texts(
+                fk.parent_columns = catalog_rows(
                     conn,
                     "SELECT name FROM pragma_table_info(?1) WHERE pk > 0 ORDER BY pk",
                     &fk.parent,
+                    |r| r.get::<_, String>(0),
                 )
-                .map_err(err("reading a referenced table"))?
-                .into_iter()
-                .flatten()
-                .collect();
+                .map_err(err("reading a referenced table"))?;
             }
         }
         Ok(Some(t))
-    }
-}
-
-fn bad_row() -> DbError {
-    DbError {
-        kind: DbErrorKind::Statement,
-        code: None,
-        message: "unexpected values in a catalog row".into(),
     }
 }
 
@@ -964,7 +937,7 @@ impl Backend for Sqlite {
             .await
             .map_err(catalog_error(&self.url, "reading the catalog"))?;
         // Catalog reads are few and short: they may wait for a lock in place.
-        conn.waiting_in_place(|c| self.read_catalog(c, table))
+        conn.waiting_in_place(|c| self.read_catalog(c.conn(), table))
             .map_err(catalog_error(&self.url, "reading the catalog"))?
     }
 
