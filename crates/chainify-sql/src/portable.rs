@@ -3801,7 +3801,6 @@ fn int_bound(e: &E, checks: &mut Vec<ValueCheck>) -> u128 {
     }
 }
 
-/// Whether `e` holds a subquery (scalar, EXISTS or IN) of its own.
 /// The declared scale of a DECIMAL column.
 fn decimal_scale(e: &E) -> Option<u8> {
     match e {
@@ -3822,6 +3821,7 @@ fn scales_differ<'a>(operands: impl IntoIterator<Item = &'a E>) -> bool {
     scales.any(|s| s != first)
 }
 
+/// Whether `e` holds a subquery (scalar, EXISTS or IN) of its own.
 fn has_subquery(e: &E) -> bool {
     let mut found = false;
     let _ = walk_own(e, &mut |x| {
