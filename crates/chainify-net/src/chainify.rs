@@ -71,6 +71,9 @@ pub struct ChainifySettings {
     pub commit_stream_buffer: usize,
     /// How long a query waits for the node to be between blocks.
     pub query_wait: Duration,
+    /// How long a query may run: the engine stops it then (the analysis bounds a query's rows,
+    /// not its work).
+    pub query_timeout: Duration,
 }
 
 impl Default for ChainifySettings {
@@ -86,6 +89,7 @@ impl Default for ChainifySettings {
             recent_outcomes: 100_000,
             commit_stream_buffer: 256,
             query_wait: Duration::from_secs(10),
+            query_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -275,6 +279,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             parts.network.clone(),
             parts.store.clone(),
             settings.query_wait,
+            settings.query_timeout,
         )?;
         let mut peers = BTreeMap::new();
         for org in parts.network.orgs.values().filter(|o| o.id != parts.me) {

@@ -708,6 +708,7 @@ impl Org {
             self.store.clone(),
             node.gate.clone(),
             runtime.chainify.query_wait,
+            runtime.chainify.query_timeout,
         )?;
         let admin = serve(
             self.me,

@@ -39,10 +39,11 @@ impl<B: Backend + 'static> Queries<B> {
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         wait: Duration,
+        limit: Duration,
     ) -> Result<Queries<B>, NetError> {
         Ok(match access {
             QueryAccess::Gate(gate) => {
-                Queries::Local(QueryServer::new(network, store, gate, wait)?)
+                Queries::Local(QueryServer::new(network, store, gate, wait, limit)?)
             }
             QueryAccess::Forward(channel) => Queries::Remote(QueryServiceClient::new(channel)),
         })
@@ -84,15 +85,19 @@ struct Inner<B: Backend> {
     gate: ReadGate,
     /// How long a query waits for the node to reach an agreed state.
     wait: Duration,
+    /// How long a query may run.
+    limit: Duration,
 }
 
 impl<B: Backend + 'static> QueryServer<B> {
-    /// A server over `store` (shared tables registered) behind `gate`.
+    /// A server over `store` (shared tables registered) behind `gate`: a query waits up to
+    /// `wait` for an agreed state and runs for at most `limit`.
     pub fn new(
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         gate: ReadGate,
         wait: Duration,
+        limit: Duration,
     ) -> Result<QueryServer<B>, NetError> {
         let analyzer = Analyzer::new(store.schema().map_err(NetError::Storage)?);
         Ok(QueryServer {
@@ -102,6 +107,7 @@ impl<B: Backend + 'static> QueryServer<B> {
                 store,
                 gate,
                 wait,
+                limit,
             }),
         })
     }
@@ -160,13 +166,19 @@ impl<B: Backend + 'static> QueryServer<B> {
                     this.wait
                 ))
             })?;
-        let result = this
+        // The gate is held only while the snapshot is taken: the node executes blocks while
+        // the query runs, and a slow query (stopped after `limit` in any case) stalls nothing.
+        let snapshot = this
             .store
-            .query_rows(&plan, &body.params)
+            .read_snapshot(this.limit)
             .await
             .map_err(status::query_failed)?;
         let height = guard.height.map_or(0, |b| b.0);
         drop(guard);
+        let result = snapshot
+            .query_rows(&plan, &body.params)
+            .await
+            .map_err(status::query_failed)?;
         Ok(pb::QueryResponse {
             columns: result.columns,
             rows: result

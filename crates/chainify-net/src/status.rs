@@ -94,6 +94,7 @@ pub(crate) fn query_failed(e: StorageError) -> Status {
         StorageError::Query(_) | StorageError::Database { .. } => {
             Status::invalid_argument(e.to_string())
         }
+        StorageError::QueryTimeout { .. } => Status::resource_exhausted(e.to_string()),
         other => Status::unavailable(other.to_string()),
     }
 }

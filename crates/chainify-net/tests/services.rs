@@ -774,3 +774,44 @@ async fn a_wiped_organization_fast_joins_from_a_peer_under_load() {
         net.stop_org(n).await;
     }
 }
+
+/// A query that would run for minutes (four tables joined with no key, a text built on every
+/// row) holds no block back: the organization commits while it runs, and the engine stops it
+/// after `query_timeout` with RESOURCE_EXHAUSTED naming the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_query_is_stopped_and_holds_no_block_back() {
+    let settings = ChainifySettings {
+        query_timeout: Duration::from_secs(3),
+        ..ChainifySettings::default()
+    };
+    let mut net = start(27900, settings).await;
+    wait_ready(&mut net).await;
+    let c1 = net.client1(1).await;
+    let asker = net.client1(1).await;
+    let slow = tokio::spawn(async move {
+        asker
+            .query(
+                "SELECT COUNT(*) FROM accounts a, savings b, checking c, accounts d \
+                 WHERE a.name || d.name <> '' AND b.custid <> c.custid",
+                [],
+            )
+            .await
+    });
+    let o = c1.submit_and_wait(deposit(1, 1)).await.unwrap();
+    assert!(o.success);
+    assert!(
+        !slow.is_finished(),
+        "the transaction was agreed only after the query ended"
+    );
+    let e = slow.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    assert!(e.to_string().contains("query_timeout"), "{e}");
+    let rows = c1
+        .query("SELECT bal FROM checking WHERE custid = 1", [])
+        .await
+        .unwrap();
+    assert!(rows.height >= o.block.0, "{} < {}", rows.height, o.block);
+    for n in 1..=3 {
+        net.stop_org(n).await;
+    }
+}

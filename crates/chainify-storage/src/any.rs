@@ -246,6 +246,10 @@ impl Conn for AnyConn {
         each!(AnyConn, self, c => c.begin_read_snapshot().await)
     }
 
+    async fn begin_limited_read(&mut self, limit: std::time::Duration) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.begin_limited_read(limit).await)
+    }
+
     async fn commit(&mut self) -> Result<(), DbError> {
         each!(AnyConn, self, c => c.commit().await)
     }

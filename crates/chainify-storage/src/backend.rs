@@ -3,6 +3,7 @@
 //! (`chainify_testkit::conformance::storage`).
 
 use std::future::Future;
+use std::time::Duration;
 
 use chainify_core::Value;
 use chainify_sql::render::Dialect;
@@ -116,6 +117,15 @@ pub trait Conn: Send {
     /// snapshot is fixed by its first read; [`Conn::begin_snapshot`] would take the writer lock.
     fn begin_read_snapshot(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
+    /// Starts a read snapshot as [`Conn::begin_read_snapshot`] in which the engine stops any
+    /// statement that has run for `limit` with an error: client queries, whose work the
+    /// analysis bounds in rows, not in time. The snapshot is fixed by its first read on every
+    /// engine; committing or rolling back lifts the limit.
+    fn begin_limited_read(
+        &mut self,
+        limit: Duration,
+    ) -> impl Future<Output = Result<(), DbError>> + Send;
+
     /// Commits the open transaction.
     fn commit(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
@@ -182,15 +192,19 @@ pub(crate) fn plain_statement_text(sql: &str, _: &[&Value]) -> String {
 
 /// Defines a backend's pooled connection type over an sqlx pool connection, implementing
 /// [`Conn`] with the calling module's `bind`, `decode`, `db_err` and `statement_text` functions,
-/// and the engine's statements that start a transaction and a snapshot transaction. A
-/// connection dropped inside a transaction is closed rather than returned to the pool.
+/// the engine's statements that start a transaction and a snapshot transaction, and its
+/// `limited_read` function (`async fn(&mut $name, Duration) -> Result<(), DbError>`, which may
+/// leave a statement in `after_end` that lifts the limit). A connection dropped inside a
+/// transaction, or whose limit could not be lifted, is closed rather than returned to the pool.
 macro_rules! sqlx_conn {
-    ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+], read_snapshot: [$($read:literal),+]) => {
+    ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+], read_snapshot: [$($read:literal),+], limited_read: $limited:path) => {
         /// A pooled connection.
         #[derive(Debug)]
         pub struct $name {
             conn: sqlx::pool::PoolConnection<$db>,
             in_transaction: bool,
+            /// Run after the transaction ends: a session setting of the transaction to undo.
+            after_end: Option<&'static str>,
         }
 
         impl Drop for $name {
@@ -206,7 +220,20 @@ macro_rules! sqlx_conn {
                 $name {
                     conn,
                     in_transaction: false,
+                    after_end: None,
                 }
+            }
+
+            /// Ends the transaction with `sql`, then undoes its session setting; until both
+            /// succeeded the connection counts as inside a transaction (closed when dropped).
+            async fn end(&mut self, sql: &'static str) -> Result<(), DbError> {
+                self.simple(sql).await?;
+                if let Some(reset) = self.after_end {
+                    self.simple(reset).await?;
+                    self.after_end = None;
+                }
+                self.in_transaction = false;
+                Ok(())
             }
 
             async fn simple(&mut self, sql: &'static str) -> Result<(), DbError> {
@@ -277,16 +304,17 @@ macro_rules! sqlx_conn {
                 Ok(())
             }
 
+            async fn begin_limited_read(&mut self, limit: std::time::Duration) -> Result<(), DbError> {
+                self.in_transaction = true;
+                $limited(self, limit).await
+            }
+
             async fn commit(&mut self) -> Result<(), DbError> {
-                self.simple("COMMIT").await?;
-                self.in_transaction = false;
-                Ok(())
+                self.end("COMMIT").await
             }
 
             async fn rollback(&mut self) -> Result<(), DbError> {
-                self.simple("ROLLBACK").await?;
-                self.in_transaction = false;
-                Ok(())
+                self.end("ROLLBACK").await
             }
         }
     };

@@ -146,6 +146,15 @@ pub enum StorageError {
     /// A read-only query cannot be answered as asked.
     #[error("query: {0}")]
     Query(String),
+    /// A read-only query ran for as long as a query may and was stopped by the engine.
+    #[error(
+        "query: stopped after {limit:?}, the longest a query may run (query_timeout); narrow it \
+         (fix a key in the WHERE clause, join fewer tables)"
+    )]
+    QueryTimeout {
+        /// How long a query may run.
+        limit: std::time::Duration,
+    },
     /// One of chainify's own tables holds something chainify never writes.
     #[error("corrupt system table: {0}")]
     Corrupt(String),

@@ -214,7 +214,36 @@ fn decode(row: &MySqlRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-sqlx_conn!(MySqlConn, sqlx::MySql, begin: ["BEGIN"], snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"], read_snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"]);
+sqlx_conn!(MySqlConn, sqlx::MySql, begin: ["BEGIN"], snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"], read_snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"], limited_read: limited_read);
+
+/// A read snapshot whose statements the server stops after `limit`: MariaDB's
+/// `max_statement_time` (seconds), else MySQL's `max_execution_time` (milliseconds, SELECTs
+/// only, which is all a client query is). A session setting, undone when the transaction ends.
+async fn limited_read(conn: &mut MySqlConn, limit: std::time::Duration) -> Result<(), DbError> {
+    let mariadb = format!(
+        "SET SESSION max_statement_time = {:.3}",
+        limit.as_secs_f64().max(0.001)
+    );
+    if Executor::execute(&mut *conn.conn, AssertSqlSafe(mariadb))
+        .await
+        .is_ok()
+    {
+        conn.after_end = Some("SET SESSION max_statement_time = DEFAULT");
+    } else {
+        let mysql = format!(
+            "SET SESSION max_execution_time = {}",
+            limit.as_millis().clamp(1, u128::from(u32::MAX))
+        );
+        Executor::execute(&mut *conn.conn, AssertSqlSafe(mysql))
+            .await
+            .map_err(db_err)?;
+        conn.after_end = Some("SET SESSION max_execution_time = DEFAULT");
+    }
+    conn.simple("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await?;
+    conn.simple("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        .await
+}
 
 const COLUMNS: &str = "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_TYPE USING utf8mb4), \
      CONVERT(COLUMN_TYPE USING utf8mb4), CONVERT(IS_NULLABLE USING utf8mb4), \

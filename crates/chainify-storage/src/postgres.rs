@@ -187,7 +187,21 @@ fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"], read_snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"]);
+sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"], read_snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"], limited_read: limited_read);
+
+/// A read snapshot whose statements PostgreSQL stops after `limit` (`SET LOCAL` ends with the
+/// transaction), in one round trip.
+async fn limited_read(conn: &mut PgConn, limit: std::time::Duration) -> Result<(), DbError> {
+    let text = format!(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {}",
+        limit.as_millis().clamp(1, i32::MAX as u128)
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(text))
+        .execute(&mut *conn.conn)
+        .await
+        .map_err(db_err)?;
+    Ok(())
+}
 
 const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod \
      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \

@@ -1,8 +1,11 @@
 //! Read-only queries for clients (`ChainifyService.Query`) and transaction lookups.
 
+use std::time::{Duration, Instant};
+
 use chainify_core::{BlockNumber, TxId, Value};
 use chainify_sql::{MAX_QUERY_ROWS, QueryPlan};
 
+use crate::backend::Conn;
 use crate::ddl::ReadType;
 use crate::{Backend, StorageError, Store};
 
@@ -15,44 +18,124 @@ pub struct QueryResult {
     pub rows: Vec<Vec<Value>>,
 }
 
+/// A read-only snapshot of the database, fixed when it was taken, for a client query
+/// ([`Store::read_snapshot`]). It holds back no writer, so the node may execute blocks while the
+/// query runs; the engine stops any statement of it that runs longer than its limit.
+pub struct ReadSnapshot<'s, B: Backend> {
+    store: &'s Store<B>,
+    conn: B::Conn,
+    limit: Duration,
+    /// Before the limit began (SQLite's deadline counts from the snapshot, the others' from
+    /// each statement).
+    taken: Instant,
+    height: Option<BlockNumber>,
+}
+
+impl<B: Backend> std::fmt::Debug for ReadSnapshot<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadSnapshot")
+            .field("limit", &self.limit)
+            .field("height", &self.height)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend> Store<B> {
-    /// Runs a checked read-only query with its parameters (never spliced into the text).
-    pub async fn query_rows(
+    /// Takes a read snapshot of the database as it is now, in which every statement may run for
+    /// at most `limit`. Once this returns, what the snapshot sees is fixed: a caller holding
+    /// back block execution (the node's read gate) may let it go.
+    pub async fn read_snapshot(
         &self,
-        query: &QueryPlan,
-        params: &[Value],
-    ) -> Result<QueryResult, StorageError> {
+        limit: Duration,
+    ) -> Result<ReadSnapshot<'_, B>, StorageError> {
         self.off_runtime(async {
-            let rendered = query.typed.rendered(self.backend().dialect());
-            let mut bound = Vec::with_capacity(rendered.bind_order.len());
-            for &p in &rendered.bind_order {
-                bound.push(params.get(p).ok_or_else(|| {
-                    StorageError::Query(format!(
-                        "uses ${} but {} parameters were given",
-                        p + 1,
-                        params.len()
-                    ))
-                })?);
-            }
-            // The rendered query asks for at most one row more than allowed (the cap is part of
-            // its text), which tells an oversized result from a full one.
-            let text = &rendered.sql;
-            let types: Vec<ReadType> = query.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-            let rows = self.query("running a query", text, &bound, &types).await?;
-            if rows.len() > MAX_QUERY_ROWS {
-                return Err(StorageError::Query(format!(
-                    "the result has more than {MAX_QUERY_ROWS} rows; narrow the WHERE clause or page \
-                     with ORDER BY … LIMIT"
-                )));
-            }
-            Ok(QueryResult {
-                columns: query.columns.iter().map(|c| c.name.clone()).collect(),
-                rows,
+            let during = "taking a snapshot for a query";
+            let mut conn = self.acquire(during).await?;
+            let taken = Instant::now();
+            self.db(conn.begin_limited_read(limit).await, during)?;
+            // The first read fixes the snapshot (PostgreSQL's and SQLite's are taken there).
+            let rows = self.db(
+                conn.query(
+                    "SELECT MAX(block) FROM chainify_applied_blocks",
+                    &[],
+                    &[ReadType::Int],
+                )
+                .await,
+                during,
+            )?;
+            let height = match rows.first().and_then(|r| r.first()) {
+                Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+                _ => None,
+            };
+            Ok(ReadSnapshot {
+                store: self,
+                conn,
+                limit,
+                taken,
+                height,
             })
         })
         .await
     }
+}
 
+impl<B: Backend> ReadSnapshot<'_, B> {
+    /// The newest block applied in the snapshot.
+    pub fn height(&self) -> Option<BlockNumber> {
+        self.height
+    }
+
+    /// Runs a checked read-only query with its parameters (never spliced into the text).
+    pub async fn query_rows(
+        mut self,
+        query: &QueryPlan,
+        params: &[Value],
+    ) -> Result<QueryResult, StorageError> {
+        let store = self.store;
+        store
+            .off_runtime(async {
+                let rendered = query.typed.rendered(store.backend().dialect());
+                let mut bound = Vec::with_capacity(rendered.bind_order.len());
+                for &p in &rendered.bind_order {
+                    bound.push(params.get(p).ok_or_else(|| {
+                        StorageError::Query(format!(
+                            "uses ${} but {} parameters were given",
+                            p + 1,
+                            params.len()
+                        ))
+                    })?);
+                }
+                // The rendered query asks for at most one row more than allowed (the cap is
+                // part of its text), which tells an oversized result from a full one.
+                let types: Vec<ReadType> =
+                    query.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
+                let rows = match self.conn.query(&rendered.sql, &bound, &types).await {
+                    Ok(rows) => rows,
+                    // Whatever each engine calls it (a cancel, an interrupt, a timeout): the
+                    // limit was reached.
+                    Err(_) if self.taken.elapsed() >= self.limit => {
+                        return Err(StorageError::QueryTimeout { limit: self.limit });
+                    }
+                    Err(e) => return store.db(Err(e), "running a query"),
+                };
+                // Dropped instead when this fails: closed, or rolled back before reuse.
+                let _ = self.conn.rollback().await;
+                if rows.len() > MAX_QUERY_ROWS {
+                    return Err(StorageError::Query(format!(
+                        "the result has more than {MAX_QUERY_ROWS} rows; narrow the WHERE clause or \
+                         page with ORDER BY … LIMIT"
+                    )));
+                }
+                Ok(QueryResult {
+                    columns: query.columns.iter().map(|c| c.name.clone()).collect(),
+                    rows,
+                })
+            })
+            .await
+    }
+}
+
+impl<B: Backend> Store<B> {
     /// The block an applied transaction is in (agreed or not yet), if any.
     pub async fn transaction_block(&self, id: &TxId) -> Result<Option<BlockNumber>, StorageError> {
         let rows = self

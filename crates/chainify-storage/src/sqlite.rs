@@ -333,14 +333,18 @@ pub struct SqliteConn {
     conn: Option<Connection>,
     pool: Arc<Pool>,
     _permit: OwnedSemaphorePermit,
+    /// A progress handler stops statements past a deadline ([`Conn::begin_limited_read`]).
+    limited: bool,
 }
 
 impl Drop for SqliteConn {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         // Never handed on half-done, by SQLite's own state (a SAVEPOINT opens a transaction
-        // too, and SQLite may end one by itself): rolled back, or else closed.
-        let clean = conn.is_autocommit() || conn.execute_batch("ROLLBACK").is_ok();
+        // too, and SQLite may end one by itself): rolled back, or else closed; nor with a
+        // deadline that would stop the next user's statements.
+        let unlimited = !self.limited || conn.progress_handler(0, None::<fn() -> bool>).is_ok();
+        let clean = unlimited && (conn.is_autocommit() || conn.execute_batch("ROLLBACK").is_ok());
         let mut idle = self.pool.idle();
         // Checked under the idle list's lock, which `close` drains after closing the permits.
         if clean && !self.pool.permits.is_closed() {
@@ -355,6 +359,18 @@ impl Drop for SqliteConn {
 impl SqliteConn {
     fn conn(&self) -> &Connection {
         self.conn.as_ref().expect("a connection until dropped")
+    }
+
+    /// Removes a deadline's progress handler (still `limited` if that fails: the connection is
+    /// then closed, not handed on).
+    fn unlimit(&mut self) -> Result<(), DbError> {
+        if self.limited {
+            self.conn()
+                .progress_handler(0, None::<fn() -> bool>)
+                .map_err(db_err)?;
+            self.limited = false;
+        }
+        Ok(())
     }
 
     /// Runs `op`, waiting for a lock another connection holds without holding the thread:
@@ -488,12 +504,25 @@ impl Conn for SqliteConn {
         self.simple("BEGIN").await
     }
 
+    // SQLite asks the handler every thousand virtual-machine steps (microseconds); once past
+    // the deadline, the statement stops with SQLITE_INTERRUPT.
+    async fn begin_limited_read(&mut self, limit: Duration) -> Result<(), DbError> {
+        self.simple("BEGIN").await?;
+        let deadline = Instant::now() + limit;
+        self.limited = true;
+        self.conn()
+            .progress_handler(1000, Some(move || Instant::now() >= deadline))
+            .map_err(db_err)
+    }
+
     async fn commit(&mut self) -> Result<(), DbError> {
-        self.simple("COMMIT").await
+        self.simple("COMMIT").await?;
+        self.unlimit()
     }
 
     async fn rollback(&mut self) -> Result<(), DbError> {
-        self.simple("ROLLBACK").await
+        self.simple("ROLLBACK").await?;
+        self.unlimit()
     }
 }
 
@@ -916,6 +945,7 @@ impl Backend for Sqlite {
             conn: Some(conn),
             pool: pool.clone(),
             _permit: permit,
+            limited: false,
         })
     }
 

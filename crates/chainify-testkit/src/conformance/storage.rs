@@ -16,7 +16,8 @@ use chainify_sql::render::Dialect;
 use chainify_workload::Rng;
 
 use chainify_storage::{
-    Backend, BlockOutcome, Conn, ExecBlock, ExecMode, StorageError, Store, StoreOptions, ddl,
+    Backend, BlockOutcome, Conn, ExecBlock, ExecMode, QueryResult, StorageError, Store,
+    StoreOptions, ddl,
 };
 
 /// Creates empty databases of one engine for the suite.
@@ -65,6 +66,7 @@ macro_rules! storage_conformance_tests {
             blocks_apply_once_and_in_order,
             ledger_is_a_hash_chain,
             queries_return_typed_rows_alike,
+            a_query_runs_in_a_snapshot_within_its_limit,
             pool_use_counts_connections);
     };
     (@cases $fixture:expr; $($case:ident),*) => {
@@ -2115,10 +2117,13 @@ pub async fn queries_return_typed_rows_alike<F: Fixture>(f: &F) {
             .query(sql, params)
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     };
-    let all = store
-        .query_rows(&query("SELECT * FROM awkward ORDER BY id, sub", &[]), &[])
-        .await
-        .expect("query");
+    let all = ask(
+        &store,
+        &query("SELECT * FROM awkward ORDER BY id, sub", &[]),
+        &[],
+    )
+    .await
+    .expect("query");
     assert_eq!(
         all.columns,
         ["id", "sub", "amount", "big", "note", "flag", "data"]
@@ -2128,28 +2133,28 @@ pub async fn queries_return_typed_rows_alike<F: Fixture>(f: &F) {
         dump(&store, "awkward").await,
         "typed like the table itself"
     );
-    let one = store
-        .query_rows(
-            &query(
-                "SELECT a.note AS n, a.amount FROM awkward a WHERE a.id = $1 ORDER BY a.sub",
-                &[Value::Int(10)],
-            ),
+    let one = ask(
+        &store,
+        &query(
+            "SELECT a.note AS n, a.amount FROM awkward a WHERE a.id = $1 ORDER BY a.sub",
             &[Value::Int(10)],
-        )
-        .await
-        .expect("query");
+        ),
+        &[Value::Int(10)],
+    )
+    .await
+    .expect("query");
     assert_eq!(one.columns, ["n", "amount"]);
     assert_eq!(one.rows, vec![vec![Value::Null, dec("-0.13")]]);
-    let agg = store
-        .query_rows(
-            &query(
-                "SELECT COUNT(*), MIN(amount), MAX(big), MAX(note) FROM awkward",
-                &[],
-            ),
+    let agg = ask(
+        &store,
+        &query(
+            "SELECT COUNT(*), MIN(amount), MAX(big), MAX(note) FROM awkward",
             &[],
-        )
-        .await
-        .expect("aggregates");
+        ),
+        &[],
+    )
+    .await
+    .expect("aggregates");
     let column = |i: usize| all.rows.iter().map(move |r| r[i].clone());
     let ordered = |i: usize| {
         let mut v: Vec<Value> = column(i).filter(|v| *v != Value::Null).collect();
@@ -2170,24 +2175,24 @@ pub async fn queries_return_typed_rows_alike<F: Fixture>(f: &F) {
         ordered(4).last(),
         "MAX(note), binary collation"
     );
-    let big = store
-        .query_rows(
-            &query("SELECT a.custid FROM accounts a, kv k, checking c", &[]),
-            &[],
-        )
-        .await
-        .expect_err("64 000 rows are more than a query returns");
+    let big = ask(
+        &store,
+        &query("SELECT a.custid FROM accounts a, kv k, checking c", &[]),
+        &[],
+    )
+    .await
+    .expect_err("64 000 rows are more than a query returns");
     assert!(big.to_string().contains("10000 rows"), "{big}");
-    let limited = store
-        .query_rows(
-            &query(
-                "SELECT a.custid, k.k FROM accounts a, kv k ORDER BY a.custid, k.k LIMIT 3",
-                &[],
-            ),
+    let limited = ask(
+        &store,
+        &query(
+            "SELECT a.custid, k.k FROM accounts a, kv k ORDER BY a.custid, k.k LIMIT 3",
             &[],
-        )
-        .await
-        .expect("a limited query");
+        ),
+        &[],
+    )
+    .await
+    .expect("a limited query");
     assert_eq!(
         limited.rows,
         vec![
@@ -2219,6 +2224,148 @@ pub async fn queries_return_typed_rows_alike<F: Fixture>(f: &F) {
             .expect("lookup"),
         None
     );
+}
+
+/// A client query in a fresh snapshot with a generous limit.
+async fn ask<B: Backend>(
+    store: &Store<B>,
+    plan: &chainify_sql::QueryPlan,
+    params: &[Value],
+) -> Result<QueryResult, StorageError> {
+    store
+        .read_snapshot(Duration::from_secs(60))
+        .await?
+        .query_rows(plan, params)
+        .await
+}
+
+/// Case: a client query runs in a snapshot fixed when it was taken and holds back no block
+/// (the node lets blocks run while queries do); the engine stops a query that runs longer than
+/// its limit with an error naming the limit; the connection goes back to the pool without the
+/// limit, whether the snapshot ended or was dropped.
+pub async fn a_query_runs_in_a_snapshot_within_its_limit<F: Fixture>(f: &F) {
+    let options = StoreOptions {
+        lock_timeout: Duration::from_millis(300),
+        max_attempts: 2,
+        ..StoreOptions::default()
+    };
+    let store = setup(f, "query_snapshot", options.clone()).await;
+    let analyzer = Analyzer::new(store.schema().expect("schema"));
+    let read = analyzer
+        .query("SELECT v FROM kv WHERE k = 1", &[])
+        .expect("analysed");
+    let b = block(
+        &store,
+        1,
+        vec![tx(vec![
+            st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![]).expect_rows(1),
+        ])],
+    );
+    run(&store, &b, ExecMode::Serial).await;
+    let snapshot = store
+        .read_snapshot(Duration::from_secs(60))
+        .await
+        .expect("snapshot");
+    assert_eq!(snapshot.height(), Some(BlockNumber(1)));
+    let b = block(
+        &store,
+        2,
+        vec![tx(vec![
+            st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![]).expect_rows(1),
+        ])],
+    );
+    // Two attempts of 300 ms: a block held back by the snapshot fails here instead of waiting.
+    let out = run(&store, &b, ExecMode::Serial).await;
+    assert_eq!((out.success, out.retries), (vec![true], 0));
+    let seen = snapshot.query_rows(&read, &[]).await.expect("query");
+    assert_eq!(
+        seen.rows,
+        vec![vec![Value::Int(11)]],
+        "fixed before block 2"
+    );
+    let now = ask(&store, &read, &[]).await.expect("query");
+    assert_eq!(now.rows, vec![vec![Value::Int(12)]]);
+
+    // One connection, so the next user is the one the limited snapshot had.
+    let one = StoreOptions {
+        max_connections: 1,
+        ..options
+    };
+    let single = Store::open(f.reconnect("query_snapshot", &one).await, one)
+        .await
+        .expect("reopen");
+    let rows: Vec<String> = (1_000..3_000).map(|k| format!("({k}, {k})")).collect();
+    outside(
+        single.backend(),
+        &format!("INSERT INTO kv (k, v) VALUES {}", rows.join(", ")),
+    )
+    .await;
+    let product = analyzer
+        .query(
+            "SELECT COUNT(*) FROM kv a, kv b, kv c, kv d WHERE a.v <> b.v OR c.v <> d.v",
+            &[],
+        )
+        .expect("four tables are allowed");
+    let limit = Duration::from_millis(300);
+    let err = single
+        .read_snapshot(limit)
+        .await
+        .expect("snapshot")
+        .query_rows(&product, &[])
+        .await
+        .expect_err("2 040^4 rows take longer than 300 ms");
+    assert!(
+        matches!(err, StorageError::QueryTimeout { limit: l } if l == limit),
+        "{err}"
+    );
+    assert!(err.to_string().contains("query_timeout"), "{err}");
+    unlimited(&single, limit).await;
+    drop(single.read_snapshot(limit).await.expect("snapshot"));
+    unlimited(&single, limit).await;
+    let quick = single
+        .read_snapshot(limit)
+        .await
+        .expect("snapshot")
+        .query_rows(&read, &[])
+        .await
+        .expect("a quick query within the limit");
+    assert_eq!(quick.rows, vec![vec![Value::Int(12)]]);
+    unlimited(&single, limit).await;
+}
+
+/// Asserts that the pool's connection carries no statement limit: the engine's setting
+/// (PostgreSQL, MySQL) is back to none, or a statement longer than `limit` runs (SQLite,
+/// whose deadline would have passed).
+async fn unlimited<B: Backend>(store: &Store<B>, limit: Duration) {
+    match store.backend().dialect() {
+        Dialect::Postgres => {
+            let mut conn = store.backend().acquire().await.expect("a connection");
+            let rows = conn
+                .query(
+                    "SELECT current_setting('statement_timeout')",
+                    &[],
+                    &[ddl::ReadType::Text],
+                )
+                .await
+                .expect("setting");
+            assert_eq!(rows, vec![vec![Value::Text("0".into())]]);
+        }
+        Dialect::MySql => assert_eq!(
+            count(
+                store,
+                "SELECT CAST(@@SESSION.max_statement_time = 0 AS SIGNED)"
+            )
+            .await,
+            1
+        ),
+        Dialect::Sqlite => {
+            tokio::time::sleep(limit).await;
+            assert_eq!(
+                count(store, "SELECT COUNT(*) FROM kv a, kv b").await,
+                2_040 * 2_040
+            );
+        }
+    }
 }
 
 /// The pool reports what it holds: a connection in use is open and not idle, within the limit.
