@@ -42,7 +42,7 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
 
 pub use analyze::StatementPlan;
-pub use portable::{MAX_DEPTH, MAX_TERMS, Typed};
+pub use portable::{MAX_DEGREE, MAX_DEPTH, MAX_TERMS, Typed, Work};
 pub use query::{MAX_QUERY_ROWS, OutputColumn, QueryPlan};
 pub use reject::{RejectKind, Rejection};
 pub use schema::{ColumnType, Schema, SchemaError};
@@ -138,6 +138,8 @@ type PlanResult = Result<Arc<StatementPlan>, Rejection>;
 pub struct Analyzer {
     schema: Schema,
     cache: RwLock<HashMap<Box<str>, PlanResult, FxBuildHasher>>,
+    /// The most whole-table scans a transaction's statement may nest.
+    max_degree: u32,
 }
 
 impl Analyzer {
@@ -146,7 +148,17 @@ impl Analyzer {
         Analyzer {
             schema,
             cache: RwLock::new(HashMap::with_hasher(FxBuildHasher)),
+            max_degree: portable::MAX_DEGREE,
         }
+    }
+
+    /// Lets a transaction's statement nest up to `degree` whole-table scans instead of
+    /// [`MAX_DEGREE`] (a join of small tables in tools and tests comparing the engines; a
+    /// network's organizations must all use the same, or they would disagree on what to
+    /// refuse).
+    pub fn with_nested_scans(mut self, degree: u32) -> Self {
+        self.max_degree = degree;
+        self
     }
 
     /// The schema.
@@ -254,6 +266,7 @@ impl Analyzer {
             let cap = (plan.kind == chainify_core::config::StatementKind::Select)
                 .then_some(MAX_QUERY_ROWS as u64);
             let t = plan.portable.typed_capped(&st.params, cap).map_err(err)?;
+            check_work(&t.work, self.max_degree).map_err(err)?;
             plan.portable.check_values(&t, &st.params).map_err(err)?;
             bind_into(&plan, &st.params, &mut rwset);
             plans.push(plan);
@@ -265,6 +278,20 @@ impl Analyzer {
             typed,
         })
     }
+}
+
+/// A transaction runs to its end on every organization: refuse one whose work grows faster
+/// than its tables (queries run under a deadline instead).
+fn check_work(work: &portable::Work, max_degree: u32) -> Result<(), Rejection> {
+    if work.degree <= max_degree {
+        return Ok(());
+    }
+    Err(Rejection::limit(format!(
+        "reads all of {}: its work grows with the product of the tables' sizes, and every \
+         organization would run it to the end; fix the whole primary key of all but one of them \
+         by equality, with the key's own type (ON b.k = a.x, WHERE k = $1)",
+        work.scans.join(", and for each of those rows all of ")
+    )))
 }
 
 fn check_params(plan: &StatementPlan, params: &[Value]) -> Result<(), Rejection> {

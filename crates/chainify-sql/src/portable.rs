@@ -35,6 +35,9 @@ use crate::reject::Rejection;
 use crate::render::{Dialect, Rendered};
 use crate::schema::{ColumnType, Limit, Schema, Table};
 
+mod work;
+pub use work::{MAX_DEGREE, Work};
+
 /// Deepest expression nesting accepted (operators, function arguments, subqueries).
 pub const MAX_DEPTH: usize = 48;
 
@@ -189,6 +192,8 @@ pub struct Typed {
     rendered: [Rendered; 3],
     /// Conditions on parameter values.
     pub checks: Vec<ValueCheck>,
+    /// The nested table scans it makes an engine do.
+    pub work: Work,
 }
 
 impl Typed {
@@ -294,6 +299,7 @@ impl Portable {
         Ok(Typed {
             rendered: [pg, my, lite],
             checks,
+            work: work::of_statement(&self.stmt, sig),
         })
     }
 }
@@ -527,11 +533,14 @@ enum Stmt {
     },
     Update {
         table: String,
+        /// Columns in the table's primary key.
+        key_arity: usize,
         sets: Vec<(String, Ty, Limit, E)>,
         selection: Option<E>,
     },
     Delete {
         table: String,
+        key_arity: usize,
         selection: Option<E>,
     },
 }
@@ -548,6 +557,8 @@ enum Source {
 struct Occurrence {
     table: String,
     alias: Option<String>,
+    /// The name the statement calls it by (its alias, or the table's name), for messages.
+    shown: String,
     /// Columns in the table's primary key.
     key_arity: usize,
 }
@@ -833,10 +844,11 @@ impl<'s> Builder<'s> {
         };
         self.levels.push(Level {
             tables: vec![(
-                name,
+                name.clone(),
                 Occurrence {
                     table: t.name.clone(),
                     alias: None,
+                    shown: name,
                     key_arity: t.primary_key.len(),
                 },
                 t,
@@ -893,6 +905,7 @@ impl<'s> Builder<'s> {
         }
         Ok(Stmt::Update {
             table: t.name.clone(),
+            key_arity: t.primary_key.len(),
             sets,
             selection,
         })
@@ -914,6 +927,7 @@ impl<'s> Builder<'s> {
         self.levels.pop();
         Ok(Stmt::Delete {
             table: t.name.clone(),
+            key_arity: t.primary_key.len(),
             selection,
         })
     }
@@ -1352,6 +1366,7 @@ impl<'s> Builder<'s> {
         let occ = Occurrence {
             table: t.name.clone(),
             alias: Some(self.next_alias()),
+            shown: used.clone(),
             key_arity: t.primary_key.len(),
         };
         self.levels[level].tables.push((used, occ.clone(), t));
@@ -2187,6 +2202,7 @@ impl Writer<'_> {
                 table,
                 sets,
                 selection,
+                ..
             } => {
                 self.push(&format!("UPDATE {} SET ", quote(table)));
                 self.level = 1;
@@ -2205,7 +2221,9 @@ impl Writer<'_> {
                     self.filter(w, "WHERE")?;
                 }
             }
-            Stmt::Delete { table, selection } => {
+            Stmt::Delete {
+                table, selection, ..
+            } => {
                 self.push(&format!("DELETE FROM {}", quote(table)));
                 self.level = 1;
                 if let Some(w) = selection {

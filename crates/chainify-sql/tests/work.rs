@@ -1,0 +1,251 @@
+//! A transaction's work is bounded by the analysis: one whose work grows faster than its tables
+//! (a product of whole tables, a subquery that scans for every row) is refused before it is
+//! ordered, since every organization would run it to its end; a query may, under its deadline.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use chainify_core::Value;
+use chainify_core::tx::{Statement, Transaction};
+use chainify_sql::{Analyzer, MAX_DEGREE, Schema};
+use proptest::prelude::*;
+
+fn analyzer() -> Analyzer {
+    Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT, d DECIMAL(15,2), x VARCHAR(20));
+             CREATE TABLE e (k BIGINT PRIMARY KEY, v BIGINT, d DECIMAL(15,2));
+             CREATE TABLE c (a BIGINT, b BIGINT, v BIGINT, PRIMARY KEY (a, b));
+             CREATE TABLE checking (custid BIGINT PRIMARY KEY, bal BIGINT NOT NULL);
+             CREATE TABLE savings (custid BIGINT PRIMARY KEY, bal BIGINT NOT NULL);",
+        )
+        .unwrap(),
+    )
+}
+
+fn tx(sql: &str, params: Vec<Value>) -> Transaction {
+    Transaction {
+        statements: vec![Statement::new(sql, params)],
+    }
+}
+
+fn degree(a: &Analyzer, sql: &str, params: &[Value]) -> u32 {
+    let plan = a.plan(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    plan.portable.typed(params).unwrap().work.degree
+}
+
+#[test]
+fn statements_whose_work_grows_faster_than_their_tables_are_refused() {
+    let a = analyzer();
+    let int = Value::Int(3);
+    for (sql, params, named) in [
+        (
+            "SELECT COUNT(*) FROM t a, t b",
+            vec![],
+            "t a, and for each of those rows all of t b",
+        ),
+        (
+            "UPDATE e SET v = 1 WHERE k = (SELECT COUNT(*) FROM t a, t b, t z)",
+            vec![],
+            "t a, and for each of those rows all of t b, and for each of those rows all of t z",
+        ),
+        // A correlated subquery that scans runs once per row of the scanned target.
+        (
+            "UPDATE e SET v = 1 WHERE EXISTS (SELECT 1 FROM t WHERE t.v = e.v)",
+            vec![],
+            "e, and for each of those rows all of t",
+        ),
+        (
+            "DELETE FROM e WHERE d IN (SELECT t.d FROM t WHERE t.v = e.v)",
+            vec![],
+            "e, and for each of those rows all of t",
+        ),
+        // Joined on a column that is not a key.
+        (
+            "INSERT INTO e (k, v) SELECT t.k, u.v FROM t JOIN t AS u ON u.v = t.v",
+            vec![],
+            "t",
+        ),
+        // A LEFT JOIN's optional side is read after the other: its ON must fix its key.
+        (
+            "SELECT a.k FROM t a LEFT JOIN t b ON a.k = b.v ORDER BY a.k",
+            vec![],
+            "t a, and for",
+        ),
+        // Of another type than the key: PostgreSQL compares BIGINT with NUMERIC without the
+        // key's index.
+        (
+            "SELECT a.k FROM t a JOIN e ON e.k = a.d ORDER BY a.k",
+            vec![],
+            "all of",
+        ),
+        (
+            "UPDATE e SET v = 1 WHERE EXISTS (SELECT 1 FROM t WHERE t.k = $1 AND t.v = e.v)",
+            vec![Value::Decimal("3.5".parse().unwrap())],
+            "e, and for each of those rows all of t",
+        ),
+        // Half a composite key is no lookup.
+        (
+            "UPDATE e SET v = (SELECT COUNT(*) FROM c WHERE c.a = e.k)",
+            vec![],
+            "e, and for each of those rows all of c",
+        ),
+        // A key fixed by an expression is not counted as a lookup.
+        (
+            "SELECT a.k FROM t a JOIN t b ON b.k = COALESCE(a.v, $1) ORDER BY a.k",
+            vec![int.clone()],
+            "all of",
+        ),
+    ] {
+        let e = a.analyze(&tx(sql, params)).expect_err(sql).to_string();
+        assert!(e.starts_with("statement 1: reads all of "), "{sql}: {e}");
+        assert!(e.contains(named), "{sql}: {e}");
+        assert!(
+            e.contains("every organization would run it to the end"),
+            "{sql}: {e}"
+        );
+    }
+}
+
+#[test]
+fn lookups_and_single_scans_are_accepted() {
+    let a = analyzer();
+    let int = || Value::Int(7);
+    for (sql, params, expected) in [
+        // Smallbank.
+        ("SELECT bal FROM checking WHERE custid = $1", vec![int()], 0),
+        (
+            "UPDATE checking SET bal = bal + $1 WHERE custid = $2",
+            vec![int(), int()],
+            0,
+        ),
+        (
+            "UPDATE checking SET bal = bal + (SELECT bal FROM savings WHERE custid = $1) WHERE custid = $2",
+            vec![int(), int()],
+            0,
+        ),
+        ("SELECT COUNT(*) FROM t", vec![], 1),
+        ("DELETE FROM e WHERE v > $1", vec![int()], 1),
+        // Whichever side is written first: b is scanned and a looked up.
+        (
+            "SELECT a.k FROM t a JOIN t b ON a.k = b.v ORDER BY a.k",
+            vec![],
+            1,
+        ),
+        (
+            "SELECT a.k FROM t a JOIN e b ON b.k = a.v JOIN t z ON z.k = b.v ORDER BY a.k",
+            vec![],
+            1,
+        ),
+        (
+            "SELECT a.k FROM t a LEFT JOIN e ON e.k = a.v ORDER BY a.k",
+            vec![],
+            1,
+        ),
+        (
+            "SELECT a.k FROM t a, e WHERE e.k = a.v AND a.k = $1",
+            vec![int()],
+            0,
+        ),
+        (
+            "SELECT c.v FROM c, t WHERE c.a = t.k AND c.b = t.v ORDER BY c.v",
+            vec![],
+            1,
+        ),
+        // A correlated subquery that looks its row up, per row of a scan.
+        (
+            "UPDATE e SET v = (SELECT t.v FROM t WHERE t.k = e.k)",
+            vec![],
+            1,
+        ),
+        (
+            "UPDATE e SET v = 1 WHERE EXISTS (SELECT 1 FROM t WHERE t.k = $1 AND t.v = e.v)",
+            vec![int()],
+            1,
+        ),
+        (
+            "UPDATE e SET v = 1 WHERE EXISTS (SELECT 1 FROM t WHERE t.k IN (1, 2, $1) AND t.v = e.v)",
+            vec![int()],
+            1,
+        ),
+        // An uncorrelated subquery runs once, beside the scan.
+        (
+            "DELETE FROM e WHERE v NOT IN (SELECT t.v FROM t WHERE t.v IS NOT NULL)",
+            vec![],
+            1,
+        ),
+        (
+            "INSERT INTO e (k, v) VALUES (1, (SELECT COUNT(*) FROM t))",
+            vec![],
+            1,
+        ),
+        // `= NULL` finds nothing, by index or not.
+        (
+            "UPDATE e SET v = 1 WHERE EXISTS (SELECT 1 FROM t WHERE t.k = $1 AND t.v = e.v)",
+            vec![Value::Null],
+            1,
+        ),
+    ] {
+        assert!(expected <= MAX_DEGREE);
+        a.analyze(&tx(sql, params.clone()))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(degree(&a, sql, &params), expected, "{sql}");
+    }
+}
+
+#[test]
+fn queries_and_an_allowance_may_nest_scans() {
+    let product = "SELECT COUNT(*) FROM t a, t b, e";
+    assert!(analyzer().analyze(&tx(product, vec![])).is_err());
+    analyzer()
+        .query(product, &[])
+        .expect("a query runs under a deadline");
+    analyzer()
+        .with_nested_scans(3)
+        .analyze(&tx(product, vec![]))
+        .expect("allowed");
+    assert!(
+        analyzer()
+            .with_nested_scans(2)
+            .analyze(&tx(product, vec![]))
+            .is_err()
+    );
+}
+
+proptest! {
+    /// The bound does not depend on how the FROM is written: the same inner joins in any order
+    /// and with their conditions in ON or WHERE nest the same number of scans; and one more
+    /// condition never adds a scan.
+    #[test]
+    fn the_bound_ignores_how_inner_joins_are_written(
+        keyed in proptest::collection::vec(any::<bool>(), 3),
+        order in Just([0usize, 1, 2]).prop_shuffle(),
+        in_where in any::<bool>(),
+        extra in any::<bool>(),
+    ) {
+        let a = analyzer().with_nested_scans(3);
+        // o1 joins o0 and o2 joins o1, on the key or on a plain column.
+        let cond = |i: usize| {
+            let col = if keyed[i] { "k" } else { "v" };
+            format!("o{i}.{col} = o{}.v", i - 1)
+        };
+        let conds = [cond(1), cond(2)];
+        let tables: Vec<String> = order.iter().map(|i| format!("t AS o{i}")).collect();
+        let mut clauses = conds.to_vec();
+        if extra {
+            clauses.push("o0.v > 5".to_owned());
+        }
+        let sql = if in_where {
+            format!("SELECT o0.k FROM {} WHERE {} ORDER BY o0.k", tables.join(", "), clauses.join(" AND "))
+        } else {
+            // Each ON names only tables joined before it, so the conditions go to the last join.
+            format!(
+                "SELECT o0.k FROM {} ON {} ORDER BY o0.k",
+                tables.join(" JOIN ").replacen(" JOIN ", " CROSS JOIN ", 1),
+                clauses.join(" AND ")
+            )
+        };
+        let d = degree(&a, &sql, &[]);
+        // o0 is always scanned; o1 and o2 are looked up when joined on their key.
+        let expected = 1 + u32::from(!keyed[1]) + u32::from(!keyed[2]);
+        prop_assert_eq!(d, expected, "{}", sql);
+    }
+}
