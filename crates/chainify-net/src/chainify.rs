@@ -74,6 +74,10 @@ pub struct ChainifySettings {
     /// How long a query may run: the engine stops it then (the analysis bounds a query's rows,
     /// not its work).
     pub query_timeout: Duration,
+    /// Queries run at once; each holds a database connection of its own (the pool has that
+    /// many more), so queries never take the connections blocks run on. More wait up to
+    /// `query_wait`, then are refused.
+    pub max_queries: usize,
 }
 
 impl Default for ChainifySettings {
@@ -90,6 +94,7 @@ impl Default for ChainifySettings {
             commit_stream_buffer: 256,
             query_wait: Duration::from_secs(10),
             query_timeout: Duration::from_secs(10),
+            max_queries: 2,
         }
     }
 }
@@ -280,6 +285,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             parts.store.clone(),
             settings.query_wait,
             settings.query_timeout,
+            settings.max_queries,
         )?;
         let mut peers = BTreeMap::new();
         for org in parts.network.orgs.values().filter(|o| o.id != parts.me) {

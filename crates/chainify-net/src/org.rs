@@ -342,8 +342,10 @@ pub async fn run_org(
     let tls = org_tls(&config)?;
     let listeners = Listeners::bind(&config, component).await?;
     let parallelism = config.execution.parallelism;
+    // A block's lanes, the digest and the ledger, and the queries' own.
     let options = StoreOptions {
-        max_connections: u32::try_from(parallelism + 2).unwrap_or(u32::MAX),
+        max_connections: u32::try_from(parallelism + 2 + runtime.chainify.max_queries)
+            .unwrap_or(u32::MAX),
         ..StoreOptions::default()
     };
     if network.tables.is_empty() {
@@ -709,6 +711,7 @@ impl Org {
             node.gate.clone(),
             runtime.chainify.query_wait,
             runtime.chainify.query_timeout,
+            runtime.chainify.max_queries,
         )?;
         let admin = serve(
             self.me,

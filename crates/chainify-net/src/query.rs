@@ -14,6 +14,7 @@ use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
 use chainify_sql::Analyzer;
 use chainify_storage::{Backend, Store};
+use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -40,11 +41,17 @@ impl<B: Backend + 'static> Queries<B> {
         store: Arc<Store<B>>,
         wait: Duration,
         limit: Duration,
+        max_queries: usize,
     ) -> Result<Queries<B>, NetError> {
         Ok(match access {
-            QueryAccess::Gate(gate) => {
-                Queries::Local(QueryServer::new(network, store, gate, wait, limit)?)
-            }
+            QueryAccess::Gate(gate) => Queries::Local(QueryServer::new(
+                network,
+                store,
+                gate,
+                wait,
+                limit,
+                max_queries,
+            )?),
             QueryAccess::Forward(channel) => Queries::Remote(QueryServiceClient::new(channel)),
         })
     }
@@ -87,17 +94,22 @@ struct Inner<B: Backend> {
     wait: Duration,
     /// How long a query may run.
     limit: Duration,
+    /// Queries running at once (each holds a connection).
+    slots: Semaphore,
+    max_queries: usize,
 }
 
 impl<B: Backend + 'static> QueryServer<B> {
     /// A server over `store` (shared tables registered) behind `gate`: a query waits up to
-    /// `wait` for an agreed state and runs for at most `limit`.
+    /// `wait` for an agreed state and for one of `max_queries` slots, and runs for at most
+    /// `limit`.
     pub fn new(
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         gate: ReadGate,
         wait: Duration,
         limit: Duration,
+        max_queries: usize,
     ) -> Result<QueryServer<B>, NetError> {
         let analyzer = Analyzer::new(store.schema().map_err(NetError::Storage)?);
         Ok(QueryServer {
@@ -108,6 +120,8 @@ impl<B: Backend + 'static> QueryServer<B> {
                 gate,
                 wait,
                 limit,
+                slots: Semaphore::new(max_queries),
+                max_queries,
             }),
         })
     }
@@ -157,6 +171,16 @@ impl<B: Backend + 'static> QueryServer<B> {
             .map_err(status::invalid)?;
         plan.check_grants(client)
             .map_err(status::permission_denied)?;
+        // A slot first: a flood of slow queries waits here, holding no connection.
+        let _slot = match tokio::time::timeout(this.wait, this.slots.acquire()).await {
+            Ok(Ok(slot)) => slot,
+            _ => {
+                return Err(Status::resource_exhausted(format!(
+                    "{} queries are running (max_queries); try again",
+                    this.max_queries
+                )));
+            }
+        };
         let guard = tokio::time::timeout(this.wait, this.gate.read())
             .await
             .map_err(|_| {

@@ -777,11 +777,14 @@ async fn a_wiped_organization_fast_joins_from_a_peer_under_load() {
 
 /// A query that would run for minutes (four tables joined with no key, a text built on every
 /// row) holds no block back: the organization commits while it runs, and the engine stops it
-/// after `query_timeout` with RESOURCE_EXHAUSTED naming the setting.
+/// after `query_timeout` with RESOURCE_EXHAUSTED naming the setting; queries beyond
+/// `max_queries` wait, then are refused, so they cannot take the blocks' connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_query_is_stopped_and_holds_no_block_back() {
     let settings = ChainifySettings {
         query_timeout: Duration::from_secs(3),
+        max_queries: 1,
+        query_wait: Duration::from_secs(1),
         ..ChainifySettings::default()
     };
     let mut net = start(27900, settings).await;
@@ -803,6 +806,13 @@ async fn a_slow_query_is_stopped_and_holds_no_block_back() {
         !slow.is_finished(),
         "the transaction was agreed only after the query ended"
     );
+    // The one query slot is taken: another query waits `query_wait`, then is refused.
+    let e = c1
+        .query("SELECT bal FROM checking WHERE custid = 1", [])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    assert!(e.to_string().contains("max_queries"), "{e}");
     let e = slow.await.unwrap().unwrap_err();
     assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
     assert!(e.to_string().contains("query_timeout"), "{e}");
