@@ -143,8 +143,9 @@ pub enum ValueCheck {
     /// An integer that takes part in arithmetic in a filter (WHERE, ON, HAVING): at most 2^31 in
     /// magnitude, so the arithmetic provably cannot overflow.
     Small(usize),
-    /// A LIKE pattern: `\` escapes only `%`, `_` and `\`, and never ends the pattern.
-    LikePattern(usize),
+    /// A LIKE pattern: `\` escapes only `%`, `_` and `\`, and never ends the pattern; at most
+    /// this many bytes.
+    LikePattern(usize, u64),
     /// A query's LIMIT: a non-negative integer of at most the row cap (plus one).
     AtMost(usize, u64),
     /// A decimal in arithmetic stored into a DECIMAL(precision, scale) column: it fits the
@@ -167,6 +168,12 @@ pub const MAX_TEXT_EXPR: u64 = 4 << 20;
 /// A text parameter, and a value stored into an unbounded TEXT column: at most 1 MiB. (So a
 /// TEXT column read by an expression holds at most that much.)
 pub const MAX_STORED_TEXT: u64 = 1 << 20;
+
+/// A LIKE pattern: at most this many bytes (SQLite refuses more than 50 000).
+pub const MAX_LIKE_PATTERN: u64 = 4 << 10;
+
+/// A LIKE's text bound times its pattern's length: at most this many byte comparisons a row.
+pub const MAX_LIKE_WORK: u64 = 1 << 24;
 
 /// A parameter used as REPLACE's replacement (it multiplies the text): at most 4 KiB.
 pub const MAX_REPLACEMENT: u64 = 4 << 10;
@@ -466,14 +473,17 @@ fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
                 !matches!(params.get(i), Some(Value::Int(i64::MIN))),
                 "an integer other than -9223372036854775808 (it is subtracted, and MariaDB computes 0 minus it wrongly)",
             ),
-            ValueCheck::LikePattern(i) => (
+            ValueCheck::LikePattern(i, max) => (
                 i,
                 match params.get(i) {
-                    Some(Value::Text(p)) => like_pattern_ok(p),
+                    Some(Value::Text(p)) => like_pattern_ok(p) && p.len() as u64 <= max,
                     Some(Value::Null) => true,
                     _ => false,
                 },
-                "a LIKE pattern whose \\ escapes only %, _ or \\",
+                &*format!(
+                    "a LIKE pattern of at most {max} bytes (for the text it matches) whose \\ \
+                     escapes only %, _ or \\"
+                ),
             ),
         };
         if !ok {
@@ -3181,6 +3191,10 @@ impl Writer<'_> {
                 let folded = self.null_const(pattern);
                 let t = self.lazily_if(folded, |w| w.expr(e, Use::Other))?;
                 self.push(if *negated { " NOT LIKE " } else { " LIKE " });
+                // An engine may compare every byte of the text with every byte of the pattern,
+                // and SQLite refuses patterns over 50 000 bytes that the others take.
+                let subject = self.text_bound(e, MAX_STORED_TEXT);
+                let max_pattern = (MAX_LIKE_WORK / subject.max(1)).min(MAX_LIKE_PATTERN);
                 let tp = match pattern.as_ref() {
                     E::Lit(Value::Text(p)) => {
                         if !like_pattern_ok(p) {
@@ -3188,10 +3202,16 @@ impl Writer<'_> {
                                 "LIKE pattern '{p}': \\ may only escape %, _ or \\"
                             )));
                         }
+                        if p.len() as u64 > max_pattern {
+                            return Err(Rejection::limit(format!(
+                                "a LIKE pattern of {} bytes on text of up to {subject} bytes; at most {max_pattern} (an engine may compare every byte of the one with every byte of the other)",
+                                p.len()
+                            )));
+                        }
                         self.expr(pattern, Use::Other)?
                     }
                     E::Param(i) => {
-                        self.checks.push(ValueCheck::LikePattern(*i));
+                        self.checks.push(ValueCheck::LikePattern(*i, max_pattern));
                         self.expr(pattern, Use::Other)?
                     }
                     E::Lit(Value::Null) => self.expr(pattern, Use::Other)?,

@@ -8,11 +8,18 @@
 //! fix its whole primary key to parameters, literals, outer columns or columns of occurrences
 //! joined before it, of exactly the key's type (the key's index is then usable on every engine:
 //! PostgreSQL does not use a BIGINT key's index for a NUMERIC comparison, MariaDB's join buffer
-//! joins unindexed equalities in quadratic time). Any other occurrence is a scan. A subquery that
-//! names an enclosing query's column runs once per row of that query; one that names none runs
-//! once. Engines may do better; never worse than this bound with an index per primary key.
+//! joins unindexed equalities in quadratic time). An `IN` list of several values is several
+//! lookups, which multiply across occurrences: a scan. Any other occurrence is a scan. A scalar
+//! or EXISTS subquery that names an enclosing query's column runs once per row of that query;
+//! one that names none runs once. `IN (SELECT …)` runs per row (MariaDB runs it so in an UPDATE
+//! or DELETE, PostgreSQL outside a WHERE's conjunction or past its hash memory), looked up by its
+//! left side only as a conjunct of a WHERE and never under NOT. Several VALUES rows are a scan
+//! their subqueries nest under. Engines may do better; never worse than this bound with an index
+//! per primary key (tests/work.rs in chainify-storage measures it).
 
-use super::{Cmp, E, JoinKind, Q, Source, Stmt, Ty, decimal_scale, for_own, walk_deep, walk_own};
+use super::{
+    Cmp, E, JoinKind, Limit, Q, Source, Stmt, Ty, decimal_scale, for_own, walk_deep, walk_own,
+};
 
 /// The most nested scans a transaction's statement may make: one pass over a table (with key
 /// lookups beside it) is linear in its size.
@@ -47,15 +54,31 @@ impl Work {
 /// The work of a statement whose parameters have the types `sig`.
 pub(super) fn of_statement(s: &Stmt, sig: &[Ty]) -> Work {
     match s {
-        Stmt::Select(q) => of_query(q, 0, sig),
+        Stmt::Select(q) => of_query(q, 0, sig, None),
         Stmt::Insert { source, .. } => match source {
-            Source::Query(q) => of_query(q, 0, sig),
-            // Rows given in the text: only their subqueries, each run once.
+            Source::Query(q) => of_query(q, 0, sig, None),
+            // A row's subqueries run for that row: several rows are a scan they nest under
+            // (MariaDB even runs them between the rows' inserts).
             Source::Values(rows) => {
-                let mut worst = Work::default();
+                let scan = if rows.len() > 1 {
+                    Work {
+                        degree: 1,
+                        scans: vec![format!("{} VALUES rows", rows.len())],
+                    }
+                } else {
+                    Work::default()
+                };
+                let mut worst = scan.clone();
                 for e in rows.iter().flatten() {
-                    each_subquery(e, &mut |q| {
-                        worst = std::mem::take(&mut worst).worst(of_query(q, 1, sig))
+                    // No query holds the rows: their subqueries are the outermost level.
+                    each_subquery(e, 0, false, &mut |q, pin, per_row| {
+                        let inner = of_query(q, 0, sig, pin);
+                        let total = if per_row || rows.len() > 1 {
+                            scan.then(&inner)
+                        } else {
+                            inner
+                        };
+                        worst = std::mem::take(&mut worst).worst(total);
                     });
                 }
                 worst
@@ -69,7 +92,7 @@ pub(super) fn of_statement(s: &Stmt, sig: &[Ty]) -> Work {
         } => of_target(
             table,
             *key_arity,
-            sets.iter().map(|s| &s.3).chain(selection),
+            sets.iter().map(|s| &s.3),
             selection.as_ref(),
             sig,
         ),
@@ -77,7 +100,13 @@ pub(super) fn of_statement(s: &Stmt, sig: &[Ty]) -> Work {
             table,
             key_arity,
             selection,
-        } => of_target(table, *key_arity, selection.iter(), selection.as_ref(), sig),
+        } => of_target(
+            table,
+            *key_arity,
+            std::iter::empty(),
+            selection.as_ref(),
+            sig,
+        ),
     }
 }
 
@@ -85,12 +114,12 @@ pub(super) fn of_statement(s: &Stmt, sig: &[Ty]) -> Work {
 fn of_target<'a>(
     table: &str,
     key_arity: usize,
-    exprs: impl Iterator<Item = &'a E>,
-    selection: Option<&E>,
+    sets: impl Iterator<Item = &'a E>,
+    selection: Option<&'a E>,
     sig: &[Ty],
 ) -> Work {
     let conjuncts: Vec<&E> = selection.map(conjuncts_of).unwrap_or_default();
-    let target = if key_fixed(0, 0, key_arity, &conjuncts, &[], sig) {
+    let target = if key_fixed(0, 0, key_arity, &equalities(&conjuncts), &[], sig) {
         Work::default()
     } else {
         Work {
@@ -99,34 +128,39 @@ fn of_target<'a>(
         }
     };
     let mut worst = target.clone();
-    for e in exprs {
-        each_subquery(e, &mut |q| {
-            let inner = of_query(q, 1, sig);
-            let total = if correlated(q, 1) {
-                target.then(&inner)
-            } else {
-                inner
-            };
+    let own = sets
+        .map(|e| (e, false))
+        .chain(conjuncts.iter().map(|c| (*c, true)));
+    for (e, conjunct) in own {
+        each_subquery(e, 1, conjunct, &mut |q, pin, per_row| {
+            let inner = of_query(q, 1, sig, pin);
+            let total = if per_row { target.then(&inner) } else { inner };
             worst = std::mem::take(&mut worst).worst(total);
         });
     }
     worst
 }
 
-/// The work of query `q` at nesting level `level`, per evaluation.
-fn of_query(q: &Q, level: usize, sig: &[Ty]) -> Work {
-    let join = of_join(q, level, sig);
+/// The work of query `q` at nesting level `level`, per evaluation; `pin` is the left side of an
+/// `IN (q)` by which the engines may look `q`'s output up.
+fn of_query(q: &Q, level: usize, sig: &[Ty], pin: Option<&E>) -> Work {
+    let join = of_join(q, level, sig, pin);
     let mut worst = join.clone();
-    let _ = for_own(q, &mut |e| {
-        each_subquery(e, &mut |s| {
-            let inner = of_query(s, level + 1, sig);
-            let total = if correlated(s, level + 1) {
-                join.then(&inner)
-            } else {
-                inner
-            };
+    let where_conjuncts: Vec<&E> = q.selection.as_ref().map(conjuncts_of).unwrap_or_default();
+    let mut visit = |e: &E, conjunct: bool| {
+        each_subquery(e, level + 1, conjunct, &mut |s, pin, per_row| {
+            let inner = of_query(s, level + 1, sig, pin);
+            let total = if per_row { join.then(&inner) } else { inner };
             worst = std::mem::take(&mut worst).worst(total);
         });
+    };
+    for c in &where_conjuncts {
+        visit(c, true);
+    }
+    let _ = for_own(q, &mut |e| {
+        if !q.selection.as_ref().is_some_and(|w| std::ptr::eq(w, e)) {
+            visit(e, false);
+        }
         Ok(())
     });
     worst
@@ -134,32 +168,44 @@ fn of_query(q: &Q, level: usize, sig: &[Ty]) -> Work {
 
 /// The fewest scans any join order of `q`'s FROM needs (an occurrence on the optional side of a
 /// LEFT JOIN comes after every occurrence before it, as the engines must join it).
-fn of_join(q: &Q, level: usize, sig: &[Ty]) -> Work {
+fn of_join(q: &Q, level: usize, sig: &[Ty], pin: Option<&E>) -> Work {
     let n = q.from.len();
-    // Each conjunct with the occurrence it alone may fix (a LEFT JOIN's ON condition), or None
-    // for those that fix any occurrence but one on an optional side (WHERE, inner ON).
-    let mut conjuncts: Vec<(&E, Option<usize>)> = Vec::new();
+    // Each equality with the occurrence it alone may fix (a LEFT JOIN's ON condition), or None
+    // for those that may fix any occurrence but one on an optional side (WHERE, inner ON, an
+    // IN's left side).
+    let mut fixing: Vec<((&E, &E), Option<usize>)> = Vec::new();
     if let Some(w) = &q.selection {
-        conjuncts.extend(conjuncts_of(w).into_iter().map(|c| (c, None)));
+        fixing.extend(equalities(&conjuncts_of(w)).into_iter().map(|c| (c, None)));
     }
     for (i, f) in q.from.iter().enumerate() {
         if let Some(on) = &f.on {
             let only = (f.join == JoinKind::Left).then_some(i);
-            conjuncts.extend(conjuncts_of(on).into_iter().map(|c| (c, only)));
+            fixing.extend(equalities(&conjuncts_of(on)).into_iter().map(|c| (c, only)));
         }
+    }
+    // `lhs IN (SELECT y …)` looks y up by lhs where y is rendered bare on every engine (MySQL
+    // widens an integer narrower than BIGINT and every decimal output, which hides the key).
+    if let (Some(lhs), [y @ E::Col(c)]) = (pin, q.items.as_slice())
+        && match c.ty {
+            Ty::Int => c.limit == Limit::IntBits(64),
+            Ty::Dec | Ty::Null => false,
+            Ty::Text | Ty::Bool | Ty::Bytes => true,
+        }
+    {
+        fixing.push(((y, lhs), None));
     }
     let mut best: Option<Work> = None;
     let mut order: Vec<usize> = (0..n).collect();
     permutations(&mut order, 0, &mut |order| {
-        let placed_after_predecessors = order.iter().enumerate().all(|(pos, &i)| {
+        let after_predecessors = order.iter().enumerate().all(|(pos, &i)| {
             q.from[i].join != JoinKind::Left || order[..pos].iter().filter(|&&j| j < i).count() == i
         });
-        if !placed_after_predecessors {
+        if !after_predecessors {
             return;
         }
         let mut work = Work::default();
         for (pos, &i) in order.iter().enumerate() {
-            let usable: Vec<&E> = conjuncts
+            let usable: Vec<(&E, &E)> = fixing
                 .iter()
                 .filter(|(_, only)| match only {
                     Some(o) => *o == i,
@@ -220,26 +266,39 @@ fn conjuncts_of(e: &E) -> Vec<&E> {
     out
 }
 
-/// Whether `conjuncts` fix every one of the `arity` key columns of occurrence `occurrence` of
-/// level `level` by equality with a value known before it is read: a parameter, a literal, a
-/// column of an enclosing level or of an occurrence in `before`, of exactly the key's type.
+/// The equalities among `conjuncts`: `a = b`, and `a IN (b)` with one value (a longer list is
+/// several lookups, which multiply across occurrences: it fixes nothing).
+fn equalities<'a>(conjuncts: &[&'a E]) -> Vec<(&'a E, &'a E)> {
+    let mut out = Vec::new();
+    for c in conjuncts {
+        match c {
+            E::Cmp(Cmp::Eq, a, b) => out.push((&**a, &**b)),
+            E::InList {
+                e,
+                list,
+                negated: false,
+            } if list.len() == 1 => out.push((&**e, &list[0])),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether `equalities` fix every one of the `arity` key columns of occurrence `occurrence` of
+/// level `level` to a value known before it is read: a parameter, a literal, a column of an
+/// enclosing level or of an occurrence in `before`, of exactly the key's type.
 fn key_fixed(
     level: usize,
     occurrence: usize,
     arity: usize,
-    conjuncts: &[&E],
+    equalities: &[(&E, &E)],
     before: &[usize],
     sig: &[Ty],
 ) -> bool {
-    let mut fixed = vec![false; arity];
-    fn key(e: &E, level: usize, occurrence: usize) -> Option<(usize, &E)> {
-        match e {
-            E::Col(c) if c.owner == level && c.occurrence == occurrence => {
-                c.key_position.map(|p| (p, e))
-            }
-            _ => None,
-        }
-    }
+    let key = |e: &E| match e {
+        E::Col(c) if c.owner == level && c.occurrence == occurrence => c.key_position,
+        _ => None,
+    };
     let known = |key: &E, other: &E| {
         let ty = match other {
             E::Col(c)
@@ -258,43 +317,33 @@ fn key_fixed(
         let E::Col(k) = key else { return false };
         ty == Ty::Null || ty == k.ty
     };
-    for c in conjuncts {
-        match c {
-            E::Cmp(Cmp::Eq, a, b) => {
-                for (col, other) in [(a, b), (b, a)] {
-                    if let Some((p, k)) = key(col, level, occurrence)
-                        && known(k, other)
-                        && let Some(slot) = fixed.get_mut(p)
-                    {
-                        *slot = true;
-                    }
-                }
+    let mut fixed = vec![false; arity];
+    for (a, b) in equalities {
+        for (col, other) in [(*a, *b), (*b, *a)] {
+            if let Some(p) = key(col)
+                && known(col, other)
+                && let Some(slot) = fixed.get_mut(p)
+            {
+                *slot = true;
             }
-            E::InList {
-                e,
-                list,
-                negated: false,
-            } if arity == 1 => {
-                if let Some((p, k)) = key(e, level, occurrence)
-                    && list
-                        .iter()
-                        .all(|x| matches!(x, E::Param(_) | E::Lit(_)) && known(k, x))
-                    && let Some(slot) = fixed.get_mut(p)
-                {
-                    *slot = true;
-                }
-            }
-            _ => {}
         }
     }
     arity > 0 && fixed.iter().all(|f| *f)
 }
 
-/// Calls `f` with each subquery directly inside `e` (not those nested in them).
-fn each_subquery(e: &E, f: &mut dyn FnMut(&Q)) {
+/// Calls `f(q, pin, per_row)` with each subquery `q` (at level `level`) directly inside `e`, not
+/// those nested in them. `IN (q)` runs per row of the query around it, looked up by its left
+/// side (`pin`) only when it is `e` itself and `e` is a conjunct of a WHERE (`conjunct`). A
+/// scalar or EXISTS subquery runs per row when it names a column around it, else once.
+fn each_subquery(e: &E, level: usize, conjunct: bool, f: &mut dyn FnMut(&Q, Option<&E>, bool)) {
     let _ = walk_own(e, &mut |x| {
-        if let E::Scalar(q) | E::Exists { q, .. } | E::InQuery { q, .. } = x {
-            f(q);
+        match x {
+            E::InQuery { e: lhs, q, negated } => {
+                let pin = (conjunct && !negated && std::ptr::eq(x, e)).then_some(&**lhs);
+                f(q, pin, true);
+            }
+            E::Scalar(q) | E::Exists { q, .. } => f(q, None, correlated(q, level)),
+            _ => {}
         }
         Ok(true)
     });
