@@ -12,7 +12,7 @@ use chainify_core::{ClientId, Value};
 use chainify_node::ReadGate;
 use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
-use chainify_sql::Analyzer;
+use chainify_sql::{Analyzer, QueryPlan};
 use chainify_storage::{Backend, Store};
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
@@ -171,36 +171,54 @@ impl<B: Backend + 'static> QueryServer<B> {
             .map_err(status::invalid)?;
         plan.check_grants(client)
             .map_err(status::permission_denied)?;
+        // The query runs in a task of its own, which holds its slot and connection until the
+        // engine is done with it: a caller that gives up (a gRPC deadline) cannot leave the
+        // statement running on the server with its connection back in the pool.
+        let inner = self.inner.clone();
+        let params = body.params;
+        tokio::spawn(async move { inner.run(&plan, &params).await })
+            .await
+            .map_err(|e| Status::internal(format!("the query failed unexpectedly: {e}")))?
+    }
+}
+
+impl<B: Backend + 'static> Inner<B> {
+    /// Runs a checked query: a slot, a connection, then the read gate only while the snapshot
+    /// is taken, so the node executes blocks while the query runs.
+    async fn run(&self, plan: &QueryPlan, params: &[Value]) -> Result<pb::QueryResponse, Status> {
         // A slot first: a flood of slow queries waits here, holding no connection.
-        let _slot = match tokio::time::timeout(this.wait, this.slots.acquire()).await {
+        let _slot = match tokio::time::timeout(self.wait, self.slots.acquire()).await {
             Ok(Ok(slot)) => slot,
             _ => {
                 return Err(Status::resource_exhausted(format!(
                     "{} queries are running (max_queries); try again",
-                    this.max_queries
+                    self.max_queries
                 )));
             }
         };
-        let guard = tokio::time::timeout(this.wait, this.gate.read())
+        // The connection before the gate: waiting for the pool never holds a block back.
+        let conn = self
+            .store
+            .query_conn()
+            .await
+            .map_err(status::query_failed)?;
+        let guard = tokio::time::timeout(self.wait, self.gate.read())
             .await
             .map_err(|_| {
                 status::failed(format!(
                     "the node did not reach an agreed state within {:?} (recovering or \
                      waiting for agreement); try again",
-                    this.wait
+                    self.wait
                 ))
             })?;
-        // The gate is held only while the snapshot is taken: the node executes blocks while
-        // the query runs, and a slow query (stopped after `limit` in any case) stalls nothing.
-        let snapshot = this
-            .store
-            .read_snapshot(this.limit)
+        let snapshot = conn
+            .snapshot(self.limit)
             .await
             .map_err(status::query_failed)?;
         let height = guard.height.map_or(0, |b| b.0);
         drop(guard);
         let result = snapshot
-            .query_rows(&plan, &body.params)
+            .query_rows(plan, params)
             .await
             .map_err(status::query_failed)?;
         Ok(pb::QueryResponse {

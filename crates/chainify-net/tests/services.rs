@@ -43,6 +43,12 @@ fn write(path: &Path, bytes: impl AsRef<[u8]>) {
 /// below 32768, outside the ports the kernel hands out to outgoing connections (a test's own
 /// client sockets could otherwise hold a port a server of another test needs).
 async fn start(base: u16, chainify: ChainifySettings) -> Net {
+    start_on(base, chainify, None).await
+}
+
+/// As [`start`], with organization 1 on the database at `org1_url` (Smallbank loaded) instead
+/// of SQLite.
+async fn start_on(base: u16, chainify: ChainifySettings, org1_url: Option<String>) -> Net {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
     let certs = issue_network_certs("svc", &[vec![], vec![], vec![], vec![]]).unwrap();
@@ -117,8 +123,14 @@ async fn start(base: u16, chainify: ChainifySettings) -> Net {
     };
     for n in 1..=3u16 {
         let org_dir = dir.join(format!("org{n}"));
-        let url = format!("sqlite://{}", org_dir.join("state.db").display());
-        load_smallbank(&url, 100).await;
+        let url = match (&org1_url, n) {
+            (Some(url), 1) => url.clone(),
+            _ => {
+                let url = format!("sqlite://{}", org_dir.join("state.db").display());
+                load_smallbank(&url, 100).await;
+                url
+            }
+        };
         let port = base + 10 * (n - 1);
         write(
             &org_dir.join("org.toml"),
@@ -787,7 +799,10 @@ async fn a_slow_query_is_stopped_and_holds_no_block_back() {
         query_wait: Duration::from_secs(1),
         ..ChainifySettings::default()
     };
-    let mut net = start(27900, settings).await;
+    // Organization 1 on PostgreSQL: there a query's statement runs on the server, where a
+    // caller that gives up could leave it running.
+    let pg = chainify_testkit::engines::smallbank_db("postgres", "svc_slow_query", 100).await;
+    let mut net = start_on(27900, settings, Some(pg)).await;
     wait_ready(&mut net).await;
     let c1 = net.client1(1).await;
     let asker = net.client1(1).await;
@@ -816,10 +831,36 @@ async fn a_slow_query_is_stopped_and_holds_no_block_back() {
     let e = slow.await.unwrap().unwrap_err();
     assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
     assert!(e.to_string().contains("query_timeout"), "{e}");
-    let rows = c1
+    // A caller that gives up leaves the query to run out on its slot and connection: the slot
+    // is not free until the engine stopped the statement.
+    let quitter = net.client1(1).await;
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        quitter.query(
+            "SELECT COUNT(*) FROM accounts a, savings b, checking c, accounts d \
+             WHERE a.name || d.name <> '' AND b.custid <> c.custid",
+            [],
+        ),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the query was still running");
+    let e = c1
         .query("SELECT bal FROM checking WHERE custid = 1", [])
         .await
-        .unwrap();
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    // Once the engine stopped it, the slot is free again.
+    let mut tries = 0;
+    let rows = loop {
+        match c1
+            .query("SELECT bal FROM checking WHERE custid = 1", [])
+            .await
+        {
+            Ok(rows) => break rows,
+            Err(e) if e.code() == Some(Code::ResourceExhausted) && tries < 10 => tries += 1,
+            Err(e) => panic!("{e}"),
+        }
+    };
     assert!(rows.height >= o.block.0, "{} < {}", rows.height, o.block);
     for n in 1..=3 {
         net.stop_org(n).await;

@@ -48,7 +48,7 @@ pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
 pub use integrity::{TriggerFault, TriggerProblem};
 pub use mysql::{MySql, MySqlConn, STATEMENT_CACHE_CLEAR};
 pub use postgres::{PgConn, Postgres};
-pub use query::{QueryResult, ReadSnapshot};
+pub use query::{QueryConn, QueryResult, ReadSnapshot};
 pub use sqlite::{Sqlite, SqliteConn};
 pub use state::{StateCheck, state_digest};
 pub use store::Store;

@@ -40,42 +40,71 @@ impl<B: Backend> std::fmt::Debug for ReadSnapshot<'_, B> {
     }
 }
 
+/// A connection held for a client query, before its snapshot is taken ([`Store::query_conn`]):
+/// waiting for the pool happens here, not while the caller holds back block execution.
+pub struct QueryConn<'s, B: Backend> {
+    store: &'s Store<B>,
+    conn: B::Conn,
+}
+
+impl<B: Backend> std::fmt::Debug for QueryConn<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryConn").finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend> Store<B> {
+    /// Takes a connection for a client query.
+    pub async fn query_conn(&self) -> Result<QueryConn<'_, B>, StorageError> {
+        let conn = self.acquire("taking a connection for a query").await?;
+        Ok(QueryConn { store: self, conn })
+    }
+
     /// Takes a read snapshot of the database as it is now, in which every statement may run for
-    /// at most `limit`. Once this returns, what the snapshot sees is fixed: a caller holding
-    /// back block execution (the node's read gate) may let it go.
+    /// at most `limit` ([`Store::query_conn`], then [`QueryConn::snapshot`]).
     pub async fn read_snapshot(
         &self,
         limit: Duration,
     ) -> Result<ReadSnapshot<'_, B>, StorageError> {
-        self.off_runtime(async {
-            let during = "taking a snapshot for a query";
-            let mut conn = self.acquire(during).await?;
-            let taken = Instant::now();
-            self.db(conn.begin_limited_read(limit).await, during)?;
-            // The first read fixes the snapshot (PostgreSQL's and SQLite's are taken there).
-            let rows = self.db(
-                conn.query(
-                    "SELECT MAX(block) FROM chainify_applied_blocks",
-                    &[],
-                    &[ReadType::Int],
-                )
-                .await,
-                during,
-            )?;
-            let height = match rows.first().and_then(|r| r.first()) {
-                Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
-                _ => None,
-            };
-            Ok(ReadSnapshot {
-                store: self,
+        self.query_conn().await?.snapshot(limit).await
+    }
+}
+
+impl<'s, B: Backend> QueryConn<'s, B> {
+    /// Takes a read snapshot of the database as it is now, in which every statement may run for
+    /// at most `limit`. Once this returns, what the snapshot sees is fixed: a caller holding
+    /// back block execution (the node's read gate) may let it go.
+    pub async fn snapshot(self, limit: Duration) -> Result<ReadSnapshot<'s, B>, StorageError> {
+        let QueryConn { store, mut conn } = self;
+        store
+            .off_runtime(async {
+                let during = "taking a snapshot for a query";
+                let taken = Instant::now();
+                store.db(conn.begin_limited_read(limit).await, during)?;
+                // The first read fixes the snapshot (PostgreSQL's and SQLite's are taken there).
+                let rows = store.db(
+                    conn.query(
+                        "SELECT MAX(block) FROM chainify_applied_blocks",
+                        &[],
+                        &[ReadType::Int],
+                    )
+                    .await,
+                    during,
+                )?;
+                let height = match rows.first().and_then(|r| r.first()) {
+                    Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+                    _ => None,
+                };
+                Ok((taken, height))
+            })
+            .await
+            .map(|(taken, height)| ReadSnapshot {
+                store,
                 conn,
                 limit,
                 taken,
                 height,
             })
-        })
-        .await
     }
 }
 
