@@ -288,8 +288,9 @@ fn check_work(work: &portable::Work, max_degree: u32) -> Result<(), Rejection> {
     }
     Err(Rejection::limit(format!(
         "reads all of {}: its work grows with the product of the tables' sizes, and every \
-         organization would run it to the end; fix the whole primary key of all but one of them \
-         by equality, with the key's own type (ON b.k = a.x, WHERE k = $1)",
+         organization would run it to the end; fix the whole primary key (or a UNIQUE \
+         constraint) of all but one of them by equality, with the key's own type (ON b.k = a.x, \
+         WHERE k = $1)",
         work.scans.join(", and for each of those rows all of ")
     )))
 }

@@ -543,14 +543,14 @@ enum Stmt {
     },
     Update {
         table: String,
-        /// Columns in the table's primary key.
-        key_arity: usize,
+        /// Column sets that identify at most one row (the primary key, each UNIQUE).
+        lookups: Vec<Vec<String>>,
         sets: Vec<(String, Ty, Limit, E)>,
         selection: Option<E>,
     },
     Delete {
         table: String,
-        key_arity: usize,
+        lookups: Vec<Vec<String>>,
         selection: Option<E>,
     },
 }
@@ -571,6 +571,8 @@ struct Occurrence {
     shown: String,
     /// Columns in the table's primary key.
     key_arity: usize,
+    /// Column sets that identify at most one row (the primary key, each UNIQUE).
+    lookups: Vec<Vec<String>>,
 }
 
 impl Occurrence {
@@ -860,6 +862,7 @@ impl<'s> Builder<'s> {
                     alias: None,
                     shown: name,
                     key_arity: t.primary_key.len(),
+                    lookups: lookups_of(t),
                 },
                 t,
             )],
@@ -915,7 +918,7 @@ impl<'s> Builder<'s> {
         }
         Ok(Stmt::Update {
             table: t.name.clone(),
-            key_arity: t.primary_key.len(),
+            lookups: lookups_of(t),
             sets,
             selection,
         })
@@ -937,7 +940,7 @@ impl<'s> Builder<'s> {
         self.levels.pop();
         Ok(Stmt::Delete {
             table: t.name.clone(),
-            key_arity: t.primary_key.len(),
+            lookups: lookups_of(t),
             selection,
         })
     }
@@ -1378,6 +1381,7 @@ impl<'s> Builder<'s> {
             alias: Some(self.next_alias()),
             shown: used.clone(),
             key_arity: t.primary_key.len(),
+            lookups: lookups_of(t),
         };
         self.levels[level].tables.push((used, occ.clone(), t));
         self.levels[level].left_joined.push(join == JoinKind::Left);
@@ -2068,6 +2072,16 @@ fn pins_key(selection: Option<&E>, level: usize, arity: usize) -> bool {
         }
     }
     arity > 0 && (0..arity).all(|p| fixed.contains(&p))
+}
+
+/// The column sets of `t` whose values identify at most one row, each backed by an index on
+/// every engine: the primary key and each UNIQUE constraint.
+fn lookups_of(t: &Table) -> Vec<Vec<String>> {
+    std::iter::once(&t.primary_key)
+        .chain(&t.uniques)
+        .filter(|set| !set.is_empty())
+        .map(|set| set.iter().map(|&i| t.columns[i].name.clone()).collect())
+        .collect()
 }
 
 fn key_arity(q: &Q) -> usize {

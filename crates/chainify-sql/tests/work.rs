@@ -14,6 +14,7 @@ fn analyzer() -> Analyzer {
             "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT, d DECIMAL(15,2), x VARCHAR(20));
              CREATE TABLE e (k BIGINT PRIMARY KEY, v BIGINT, d DECIMAL(15,2), s TEXT);
              CREATE TABLE n (k INTEGER PRIMARY KEY, v BIGINT);
+             CREATE TABLE u (k BIGINT PRIMARY KEY, name VARCHAR(20) NOT NULL UNIQUE, a BIGINT, b BIGINT, UNIQUE (a, b));
              CREATE TABLE c (a BIGINT, b BIGINT, v BIGINT, PRIMARY KEY (a, b));
              CREATE TABLE checking (custid BIGINT PRIMARY KEY, bal BIGINT NOT NULL);
              CREATE TABLE savings (custid BIGINT PRIMARY KEY, bal BIGINT NOT NULL);",
@@ -82,6 +83,12 @@ fn statements_whose_work_grows_faster_than_their_tables_are_refused() {
             "UPDATE e SET v = 1 WHERE EXISTS (SELECT 1 FROM t WHERE t.k = $1 AND t.v = e.v)",
             vec![Value::Decimal("3.5".parse().unwrap())],
             "e, and for each of those rows all of t",
+        ),
+        // Half a UNIQUE pair is no lookup either.
+        (
+            "DELETE FROM e WHERE EXISTS (SELECT 1 FROM u WHERE u.a = e.k)",
+            vec![],
+            "e, and for each of those rows all of u",
         ),
         // Half a composite key is no lookup.
         (
@@ -201,6 +208,13 @@ fn lookups_and_single_scans_are_accepted() {
         (
             "UPDATE e SET v = 1 WHERE EXISTS (SELECT 1 FROM t WHERE t.k = $1 AND t.v = e.v)",
             vec![int()],
+            1,
+        ),
+        // A UNIQUE constraint is indexed like the key.
+        ("SELECT COUNT(*) FROM t JOIN u ON u.name = t.x", vec![], 1),
+        (
+            "DELETE FROM e WHERE EXISTS (SELECT 1 FROM u WHERE u.a = e.k AND u.b = e.v)",
+            vec![],
             1,
         ),
         (

@@ -15,7 +15,8 @@ use chainify_testkit::engines::{MySqlFixture, PgFixture, SqliteFixture};
 
 const DDL: &str = "CREATE TABLE t (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL);
 CREATE TABLE e (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL);
-CREATE TABLE n (k INTEGER NOT NULL PRIMARY KEY, v BIGINT NOT NULL)";
+CREATE TABLE n (k INTEGER NOT NULL PRIMARY KEY, v BIGINT NOT NULL);
+CREATE TABLE w (k BIGINT NOT NULL PRIMARY KEY, u BIGINT NOT NULL UNIQUE, v BIGINT NOT NULL)";
 
 /// Rows at the small size; the large one has four times as many.
 const N: i64 = 300;
@@ -58,6 +59,14 @@ fn shapes() -> Vec<String> {
                         "UPDATE e SET v = CASE WHEN e.{c2} IN (SELECT {inner}.{c1} FROM {inner}) THEN 1 ELSE 0 END"
                     ));
                 }
+                // A UNIQUE column is a lookup like the key.
+                let wc = if c1 == "k" { "u" } else { "v" };
+                out.push(format!(
+                    "SELECT COUNT(*) FROM {a} x JOIN w y ON y.{wc} = x.{c2}"
+                ));
+                out.push(format!(
+                    "DELETE FROM e WHERE EXISTS (SELECT 1 FROM w WHERE w.{wc} = e.{c2})"
+                ));
                 for c3 in cols {
                     out.push(format!(
                         "SELECT COUNT(*) FROM {a} x JOIN {b} y ON y.{c1} = x.{c2} JOIN t z ON z.k = y.{c3}"
@@ -71,20 +80,28 @@ fn shapes() -> Vec<String> {
     out
 }
 
-/// The rows of `t` and `e` at `n` rows each: `v` a permutation of the keys, so every join
+/// The rows of every table at `n` rows each: `v` (and `w.u`) a permutation of the keys, so every join
 /// on it finds one row.
 async fn load<B: Backend>(backend: &B, n: i64) {
     let mut conn = backend.acquire().await.expect("conn");
-    for table in ["t", "e", "n"] {
+    for table in ["t", "e", "n", "w"] {
         conn.batch(&format!("DELETE FROM {table}"))
             .await
             .expect("empty");
-        let rows: Vec<String> = (0..n)
-            .map(|k| format!("({k}, {})", (k * 7 + 3) % n))
-            .collect();
+        let (columns, rows): (&str, Vec<String>) = if table == "w" {
+            let rows = (0..n)
+                .map(|k| format!("({k}, {}, {})", (k * 11 + 5) % n, (k * 7 + 3) % n))
+                .collect();
+            ("k, u, v", rows)
+        } else {
+            let rows = (0..n)
+                .map(|k| format!("({k}, {})", (k * 7 + 3) % n))
+                .collect();
+            ("k, v", rows)
+        };
         for chunk in rows.chunks(500) {
             conn.batch(&format!(
-                "INSERT INTO {table} (k, v) VALUES {}",
+                "INSERT INTO {table} ({columns}) VALUES {}",
                 chunk.join(", ")
             ))
             .await

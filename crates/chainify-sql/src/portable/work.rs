@@ -5,21 +5,20 @@
 //! one whose work grows with the square of a table (`FROM kv a, kv b`, a correlated subquery that
 //! scans) would hold every organization for as long as it takes. The analysis refuses those
 //! ([`MAX_DEGREE`]): it counts a table occurrence as a lookup, not a scan, only when equalities
-//! fix its whole primary key to parameters, literals, outer columns or columns of occurrences
-//! joined before it, of exactly the key's type (the key's index is then usable on every engine:
-//! PostgreSQL does not use a BIGINT key's index for a NUMERIC comparison, MariaDB's join buffer
-//! joins unindexed equalities in quadratic time). An `IN` list of several values is several
-//! lookups, which multiply across occurrences: a scan. Any other occurrence is a scan. A scalar
+//! fix its whole primary key or a whole UNIQUE constraint to parameters, literals, outer columns
+//! or columns of occurrences joined before it, of exactly the column's type (the index is then
+//! usable on every engine: PostgreSQL does not use a BIGINT key's index for a NUMERIC
+//! comparison, MariaDB's join buffer joins unindexed equalities in quadratic time). An `IN` list
+//! of several values is several lookups, which multiply across occurrences: a scan. Any other
+//! occurrence is a scan. A scalar
 //! or EXISTS subquery that names an enclosing query's column runs once per row of that query;
 //! one that names none runs once. `IN (SELECT …)` runs per row (MariaDB runs it so in an UPDATE
 //! or DELETE, PostgreSQL outside a WHERE's conjunction or past its hash memory), looked up by its
 //! left side only as a conjunct of a WHERE and never under NOT. Several VALUES rows are a scan
 //! their subqueries nest under. Engines may do better; never worse than this bound with an index
-//! per primary key (tests/work.rs in chainify-storage measures it).
+//! per key and UNIQUE constraint (tests/work.rs in chainify-storage measures it).
 
-use super::{
-    Cmp, E, JoinKind, Limit, Q, Source, Stmt, Ty, decimal_scale, for_own, walk_deep, walk_own,
-};
+use super::{Cmp, ColRef, E, JoinKind, Limit, Q, Source, Stmt, Ty, for_own, walk_deep, walk_own};
 
 /// The most nested scans a transaction's statement may make: one pass over a table (with key
 /// lookups beside it) is linear in its size.
@@ -86,40 +85,34 @@ pub(super) fn of_statement(s: &Stmt, sig: &[Ty]) -> Work {
         },
         Stmt::Update {
             table,
-            key_arity,
+            lookups,
             sets,
             selection,
         } => of_target(
             table,
-            *key_arity,
+            lookups,
             sets.iter().map(|s| &s.3),
             selection.as_ref(),
             sig,
         ),
         Stmt::Delete {
             table,
-            key_arity,
+            lookups,
             selection,
-        } => of_target(
-            table,
-            *key_arity,
-            std::iter::empty(),
-            selection.as_ref(),
-            sig,
-        ),
+        } => of_target(table, lookups, std::iter::empty(), selection.as_ref(), sig),
     }
 }
 
 /// An UPDATE's or DELETE's target (level 0, occurrence 0): a lookup when its WHERE fixes the key.
 fn of_target<'a>(
     table: &str,
-    key_arity: usize,
+    lookups: &[Vec<String>],
     sets: impl Iterator<Item = &'a E>,
     selection: Option<&'a E>,
     sig: &[Ty],
 ) -> Work {
     let conjuncts: Vec<&E> = selection.map(conjuncts_of).unwrap_or_default();
-    let target = if key_fixed(0, 0, key_arity, &equalities(&conjuncts), &[], sig) {
+    let target = if key_fixed(0, 0, lookups, &equalities(&conjuncts), &[], sig) {
         Work::default()
     } else {
         Work {
@@ -216,7 +209,7 @@ fn of_join(q: &Q, level: usize, sig: &[Ty], pin: Option<&E>) -> Work {
             if !key_fixed(
                 level,
                 i,
-                q.from[i].occ.key_arity,
+                &q.from[i].occ.lookups,
                 &usable,
                 &order[..pos],
                 sig,
@@ -284,27 +277,34 @@ fn equalities<'a>(conjuncts: &[&'a E]) -> Vec<(&'a E, &'a E)> {
     out
 }
 
-/// Whether `equalities` fix every one of the `arity` key columns of occurrence `occurrence` of
-/// level `level` to a value known before it is read: a parameter, a literal, a column of an
-/// enclosing level or of an occurrence in `before`, of exactly the key's type.
+/// Whether `equalities` fix every column of one of `lookups` (the primary key or a UNIQUE
+/// constraint) of occurrence `occurrence` of level `level` to a value known before it is read: a
+/// parameter, a literal, a column of an enclosing level or of an occurrence in `before`, of
+/// exactly the column's type.
 fn key_fixed(
     level: usize,
     occurrence: usize,
-    arity: usize,
+    lookups: &[Vec<String>],
     equalities: &[(&E, &E)],
     before: &[usize],
     sig: &[Ty],
 ) -> bool {
-    let key = |e: &E| match e {
-        E::Col(c) if c.owner == level && c.occurrence == occurrence => c.key_position,
+    fn own(e: &E, level: usize, occurrence: usize) -> Option<&ColRef> {
+        match e {
+            E::Col(c) if c.owner == level && c.occurrence == occurrence => Some(c),
+            _ => None,
+        }
+    }
+    let scale = |c: &ColRef| match c.limit {
+        Limit::Decimal { scale, .. } => Some(scale),
         _ => None,
     };
-    let known = |key: &E, other: &E| {
+    let known = |col: &ColRef, other: &E| {
         let ty = match other {
             E::Col(c)
                 if c.owner < level || (c.owner == level && before.contains(&c.occurrence)) =>
             {
-                if decimal_scale(other) != decimal_scale(key) {
+                if scale(c) != scale(col) {
                     return false;
                 }
                 c.ty
@@ -314,21 +314,21 @@ fn key_fixed(
             _ => return false,
         };
         // `= NULL` finds nothing, by index or not.
-        let E::Col(k) = key else { return false };
-        ty == Ty::Null || ty == k.ty
+        ty == Ty::Null || ty == col.ty
     };
-    let mut fixed = vec![false; arity];
+    let mut fixed: Vec<&str> = Vec::new();
     for (a, b) in equalities {
         for (col, other) in [(*a, *b), (*b, *a)] {
-            if let Some(p) = key(col)
-                && known(col, other)
-                && let Some(slot) = fixed.get_mut(p)
+            if let Some(c) = own(col, level, occurrence)
+                && known(c, other)
             {
-                *slot = true;
+                fixed.push(&c.column);
             }
         }
     }
-    arity > 0 && fixed.iter().all(|f| *f)
+    lookups
+        .iter()
+        .any(|set| !set.is_empty() && set.iter().all(|n| fixed.contains(&n.as_str())))
 }
 
 /// Calls `f(q, pin, per_row)` with each subquery `q` (at level `level`) directly inside `e`, not
