@@ -140,9 +140,12 @@ impl<B: Backend> ReadSnapshot<'_, B> {
                     query.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
                 let rows = match self.conn.query(&rendered.sql, &bound, &types).await {
                     Ok(rows) => rows,
-                    // Whatever each engine calls it (a cancel, an interrupt, a timeout): the
-                    // limit was reached.
-                    Err(_) if self.taken.elapsed() >= self.limit => {
+                    // Each engine's own word for it, once the limit has passed: PostgreSQL's
+                    // query_canceled, MariaDB's and MySQL's statement time, SQLite's interrupt.
+                    Err(e)
+                        if self.taken.elapsed() >= self.limit
+                            && matches!(e.code.as_deref(), Some("57014" | "1969" | "3024" | "9")) =>
+                    {
                         return Err(StorageError::QueryTimeout { limit: self.limit });
                     }
                     Err(e) => return store.db(Err(e), "running a query"),
