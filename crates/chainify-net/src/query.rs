@@ -95,7 +95,7 @@ struct Inner<B: Backend> {
     /// How long a query may run.
     limit: Duration,
     /// Queries running at once (each holds a connection).
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     max_queries: usize,
 }
 
@@ -120,7 +120,7 @@ impl<B: Backend + 'static> QueryServer<B> {
                 gate,
                 wait,
                 limit,
-                slots: Semaphore::new(max_queries),
+                slots: Arc::new(Semaphore::new(max_queries)),
                 max_queries,
             }),
         })
@@ -171,31 +171,41 @@ impl<B: Backend + 'static> QueryServer<B> {
             .map_err(status::invalid)?;
         plan.check_grants(client)
             .map_err(status::permission_denied)?;
-        // The query runs in a task of its own, which holds its slot and connection until the
-        // engine is done with it: a caller that gives up (a gRPC deadline) cannot leave the
-        // statement running on the server with its connection back in the pool.
-        let inner = self.inner.clone();
-        let params = body.params;
-        tokio::spawn(async move { inner.run(&plan, &params).await })
-            .await
-            .map_err(|e| Status::internal(format!("the query failed unexpectedly: {e}")))?
-    }
-}
-
-impl<B: Backend + 'static> Inner<B> {
-    /// Runs a checked query: a slot, a connection, then the read gate only while the snapshot
-    /// is taken, so the node executes blocks while the query runs.
-    async fn run(&self, plan: &QueryPlan, params: &[Value]) -> Result<pb::QueryResponse, Status> {
-        // A slot first: a flood of slow queries waits here, holding no connection.
-        let _slot = match tokio::time::timeout(self.wait, self.slots.acquire()).await {
+        // A slot first, in the caller's own time: a flood of slow queries waits here, holding
+        // no connection and no task (a caller that gives up while waiting leaves nothing).
+        let slot = match tokio::time::timeout(this.wait, this.slots.clone().acquire_owned()).await {
             Ok(Ok(slot)) => slot,
             _ => {
                 return Err(Status::resource_exhausted(format!(
                     "{} queries are running (max_queries); try again",
-                    self.max_queries
+                    this.max_queries
                 )));
             }
         };
+        // Then a task of its own, which holds the slot and the connection until the engine is
+        // done: a caller that gives up (a gRPC deadline) cannot leave the statement running on
+        // the server with its connection back in the pool.
+        let inner = self.inner.clone();
+        let params = body.params;
+        tokio::spawn(async move {
+            let _slot = slot;
+            inner.run(&plan, &params).await
+        })
+        .await
+        .map_err(|e| {
+            if e.is_cancelled() {
+                status::shutting_down()
+            } else {
+                Status::internal(format!("the query failed unexpectedly: {e}"))
+            }
+        })?
+    }
+}
+
+impl<B: Backend + 'static> Inner<B> {
+    /// Runs a checked query on its slot: a connection, then the read gate only while the
+    /// snapshot is taken, so the node executes blocks while the query runs.
+    async fn run(&self, plan: &QueryPlan, params: &[Value]) -> Result<pb::QueryResponse, Status> {
         // The connection before the gate: waiting for the pool never holds a block back.
         let conn = self
             .store

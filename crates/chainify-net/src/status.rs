@@ -18,7 +18,7 @@ use std::fmt::Display;
 
 use chainify_node::{Refusal, ServeError};
 use chainify_proto::ProtocolError;
-use chainify_storage::StorageError;
+use chainify_storage::{DbErrorKind, StorageError};
 use tonic::Status;
 
 /// The status of a refused proposal.
@@ -91,8 +91,15 @@ pub(crate) fn failed(e: impl Display) -> Status {
 /// A query the database refused (its text is the client's to fix) or could not run.
 pub(crate) fn query_failed(e: StorageError) -> Status {
     match e {
-        StorageError::Query(_) | StorageError::Database { .. } => {
-            Status::invalid_argument(e.to_string())
+        StorageError::Query(_) => Status::invalid_argument(e.to_string()),
+        // What the engine said, without the database's address: the statement's fault, or
+        // the database's (busy, unreachable: worth trying again).
+        StorageError::Database { during, source, .. } => {
+            let message = format!("{during}: {source}");
+            match source.kind {
+                DbErrorKind::Statement => Status::invalid_argument(message),
+                DbErrorKind::Transient | DbErrorKind::Connection => Status::unavailable(message),
+            }
         }
         StorageError::QueryTimeout { .. } => Status::resource_exhausted(e.to_string()),
         other => Status::unavailable(other.to_string()),
@@ -147,6 +154,36 @@ mod tests {
             (storage.code(), storage.message()),
             (Code::Unavailable, "checkpoint: gone")
         );
+    }
+
+    #[test]
+    fn a_failed_query_is_the_statement_s_fault_or_worth_retrying_and_never_names_the_database() {
+        let failure = |kind| {
+            query_failed(StorageError::Database {
+                url: "postgres://chainify@db.internal:5432/org1".into(),
+                during: "running a query".into(),
+                source: chainify_storage::DbError {
+                    kind,
+                    code: Some("40001".into()),
+                    message: "could not serialize".into(),
+                },
+            })
+        };
+        for (kind, code) in [
+            (DbErrorKind::Statement, Code::InvalidArgument),
+            (DbErrorKind::Transient, Code::Unavailable),
+            (DbErrorKind::Connection, Code::Unavailable),
+        ] {
+            let status = failure(kind);
+            assert_eq!(status.code(), code, "{kind:?}");
+            assert!(status.message().contains("could not serialize"), "{status}");
+            assert!(!status.message().contains("db.internal"), "{status}");
+        }
+        let timeout = query_failed(StorageError::QueryTimeout {
+            limit: std::time::Duration::from_secs(10),
+        });
+        assert_eq!(timeout.code(), Code::ResourceExhausted);
+        assert!(timeout.message().contains("query_timeout"), "{timeout}");
     }
 
     #[test]

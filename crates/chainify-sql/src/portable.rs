@@ -172,7 +172,8 @@ pub const MAX_STORED_TEXT: u64 = 1 << 20;
 /// A LIKE pattern: at most this many bytes (SQLite refuses more than 50 000).
 pub const MAX_LIKE_PATTERN: u64 = 4 << 10;
 
-/// A LIKE's text bound times its pattern's length: at most this many byte comparisons a row.
+/// A statement's LIKEs, each its text's bound times its pattern's length: at most this many byte
+/// comparisons a row.
 pub const MAX_LIKE_WORK: u64 = 1 << 24;
 
 /// A parameter used as REPLACE's replacement (it multiplies the text): at most 4 KiB.
@@ -275,6 +276,7 @@ impl Portable {
                 row_cap,
                 filter: false,
                 widen_outputs: false,
+                like_budget: MAX_LIKE_WORK,
             };
             w.stmt(&self.stmt)?;
             if w.sql.len() > MAX_RENDERED_LEN {
@@ -2142,6 +2144,8 @@ struct Writer<'a> {
     filter: bool,
     /// MySQL: the next query's integer outputs are written as BIGINT (`IN (SELECT …)`).
     widen_outputs: bool,
+    /// Byte comparisons a row the statement's LIKEs may still make ([`MAX_LIKE_WORK`] in all).
+    like_budget: u64,
 }
 
 fn quote(name: &str) -> String {
@@ -3207,8 +3211,10 @@ impl Writer<'_> {
                 self.push(if *negated { " NOT LIKE " } else { " LIKE " });
                 // An engine may compare every byte of the text with every byte of the pattern,
                 // and SQLite refuses patterns over 50 000 bytes that the others take.
-                let subject = self.text_bound(e, MAX_STORED_TEXT);
-                let max_pattern = (MAX_LIKE_WORK / subject.max(1)).min(MAX_LIKE_PATTERN);
+                // The statement's LIKEs share one budget: a thousand of them OR-ed on one row took
+                // half a minute (found by the review).
+                let subject = self.text_bound(e, MAX_STORED_TEXT).max(1);
+                let max_pattern = (self.like_budget / subject).min(MAX_LIKE_PATTERN);
                 let tp = match pattern.as_ref() {
                     E::Lit(Value::Text(p)) => {
                         if !like_pattern_ok(p) {
@@ -3218,14 +3224,16 @@ impl Writer<'_> {
                         }
                         if p.len() as u64 > max_pattern {
                             return Err(Rejection::limit(format!(
-                                "a LIKE pattern of {} bytes on text of up to {subject} bytes; at most {max_pattern} (an engine may compare every byte of the one with every byte of the other)",
+                                "a LIKE pattern of {} bytes on text of up to {subject} bytes; at most {max_pattern} (an engine may compare every byte of the one with every byte of the other, and a statement's LIKEs share {MAX_LIKE_WORK} such comparisons a row)",
                                 p.len()
                             )));
                         }
+                        self.like_budget -= subject * p.len() as u64;
                         self.expr(pattern, Use::Other)?
                     }
                     E::Param(i) => {
                         self.checks.push(ValueCheck::LikePattern(*i, max_pattern));
+                        self.like_budget -= subject * max_pattern;
                         self.expr(pattern, Use::Other)?
                     }
                     E::Lit(Value::Null) => self.expr(pattern, Use::Other)?,

@@ -131,6 +131,19 @@ fn statements_whose_work_grows_faster_than_their_tables_are_refused() {
             vec![],
             "e, and for each of those rows all of t",
         ),
+        // A correlated IN (SELECT …) is not looked up by its left side: PostgreSQL runs it as a
+        // plain subplan, SQLite rebuilds its list for every row; nor a grouped one, whose
+        // lookup MariaDB puts into the HAVING (found by the second review).
+        (
+            "SELECT COUNT(*) FROM t x WHERE x.v IN (SELECT y.k FROM e y WHERE y.v <> x.k)",
+            vec![],
+            "t x, and for each of those rows all of e y",
+        ),
+        (
+            "DELETE FROM e WHERE e.v IN (SELECT t.k FROM t GROUP BY t.k HAVING COUNT(*) > 0)",
+            vec![],
+            "e, and for each of those rows all of t",
+        ),
         // A row's subqueries run for that row.
         (
             "INSERT INTO e (k, v) VALUES (1, (SELECT COUNT(*) FROM t)), (2, 3)",
@@ -342,6 +355,21 @@ fn like_patterns_are_bounded_by_the_text_they_match() {
         let e = a.analyze(&tx(&sql, vec![])).expect_err(&sql).to_string();
         assert!(e.contains("LIKE pattern of"), "{e}");
     }
+    // The statement's LIKEs share one budget (a thousand OR-ed on one row took half a minute).
+    let e = a
+        .analyze(&tx(
+            "SELECT k FROM e WHERE k = 1 AND (s LIKE '%0123456789%' OR s LIKE '%9876543210%')",
+            vec![],
+        ))
+        .expect_err("two LIKEs on TEXT")
+        .to_string();
+    assert!(e.contains("LIKE pattern of 12 bytes"), "{e}");
+    let many: Vec<String> = (0..20).map(|i| format!("x LIKE '%{i:04}%'")).collect();
+    a.analyze(&tx(
+        &format!("SELECT k FROM t WHERE {}", many.join(" OR ")),
+        vec![],
+    ))
+    .expect("twenty short LIKEs on a VARCHAR(20)");
     let e = a
         .analyze(&tx(
             "SELECT k FROM e WHERE s LIKE $1",

@@ -59,6 +59,14 @@ fn shapes() -> Vec<String> {
                         "UPDATE e SET v = CASE WHEN e.{c2} IN (SELECT {inner}.{c1} FROM {inner}) THEN 1 ELSE 0 END"
                     ));
                 }
+                // Correlated or grouped IN (SELECT …) is no lookup (the second review).
+                out.push(format!(
+                    "SELECT COUNT(*) FROM {a} x WHERE x.{c2} IN (SELECT y.k FROM {b} y WHERE y.{c1} <> x.k)"
+                ));
+                out.push(format!(
+                    "DELETE FROM e WHERE e.{c2} IN (SELECT t.k FROM t GROUP BY t.k HAVING COUNT(*) > {})",
+                    if c1 == "k" { 0 } else { 1 }
+                ));
                 // A UNIQUE column is a lookup like the key.
                 let wc = if c1 == "k" { "u" } else { "v" };
                 out.push(format!(

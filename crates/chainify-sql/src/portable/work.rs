@@ -339,7 +339,17 @@ fn each_subquery(e: &E, level: usize, conjunct: bool, f: &mut dyn FnMut(&Q, Opti
     let _ = walk_own(e, &mut |x| {
         match x {
             E::InQuery { e: lhs, q, negated } => {
-                let pin = (conjunct && !negated && std::ptr::eq(x, e)).then_some(&**lhs);
+                // Only an uncorrelated, ungrouped subquery is looked up by its left side:
+                // PostgreSQL runs a correlated one as a plain SubPlan and SQLite rebuilds its
+                // list per row (neither pushes lhs = y in); MariaDB's IN->EXISTS puts the
+                // equality into HAVING when the subquery groups.
+                let pin = (conjunct
+                    && !negated
+                    && std::ptr::eq(x, e)
+                    && !correlated(q, level)
+                    && q.group_by.is_empty()
+                    && q.having.is_none())
+                .then_some(&**lhs);
                 f(q, pin, true);
             }
             E::Scalar(q) | E::Exists { q, .. } => f(q, None, correlated(q, level)),
