@@ -69,14 +69,10 @@ pub(super) fn of_statement(s: &Stmt, sig: &[Ty]) -> Work {
                 };
                 let mut worst = scan.clone();
                 for e in rows.iter().flatten() {
-                    // No query holds the rows: their subqueries are the outermost level.
-                    each_subquery(e, 0, false, &mut |q, pin, per_row| {
-                        let inner = of_query(q, 0, sig, pin);
-                        let total = if per_row || rows.len() > 1 {
-                            scan.then(&inner)
-                        } else {
-                            inner
-                        };
+                    // No query holds the rows: their subqueries are the outermost level, and
+                    // each runs for its row (one row: `scan` is no work).
+                    each_subquery(e, 0, false, &mut |q, pin, _| {
+                        let total = scan.then(&of_query(q, 0, sig, pin));
                         worst = std::mem::take(&mut worst).worst(total);
                     });
                 }
@@ -125,11 +121,7 @@ fn of_target<'a>(
         .map(|e| (e, false))
         .chain(conjuncts.iter().map(|c| (*c, true)));
     for (e, conjunct) in own {
-        each_subquery(e, 1, conjunct, &mut |q, pin, per_row| {
-            let inner = of_query(q, 1, sig, pin);
-            let total = if per_row { target.then(&inner) } else { inner };
-            worst = std::mem::take(&mut worst).worst(total);
-        });
+        add_subqueries(e, 1, conjunct, &target, sig, &mut worst);
     }
     worst
 }
@@ -140,23 +132,26 @@ fn of_query(q: &Q, level: usize, sig: &[Ty], pin: Option<&E>) -> Work {
     let join = of_join(q, level, sig, pin);
     let mut worst = join.clone();
     let where_conjuncts: Vec<&E> = q.selection.as_ref().map(conjuncts_of).unwrap_or_default();
-    let mut visit = |e: &E, conjunct: bool| {
-        each_subquery(e, level + 1, conjunct, &mut |s, pin, per_row| {
-            let inner = of_query(s, level + 1, sig, pin);
-            let total = if per_row { join.then(&inner) } else { inner };
-            worst = std::mem::take(&mut worst).worst(total);
-        });
-    };
     for c in &where_conjuncts {
-        visit(c, true);
+        add_subqueries(c, level + 1, true, &join, sig, &mut worst);
     }
     let _ = for_own(q, &mut |e| {
         if !q.selection.as_ref().is_some_and(|w| std::ptr::eq(w, e)) {
-            visit(e, false);
+            add_subqueries(e, level + 1, false, &join, sig, &mut worst);
         }
         Ok(())
     });
     worst
+}
+
+/// Makes `worst` the worse of itself and the work of each subquery directly inside `e` (at
+/// `level`), nested under `outer` when it runs once per row of it.
+fn add_subqueries(e: &E, level: usize, conjunct: bool, outer: &Work, sig: &[Ty], worst: &mut Work) {
+    each_subquery(e, level, conjunct, &mut |q, pin, per_row| {
+        let inner = of_query(q, level, sig, pin);
+        let total = if per_row { outer.then(&inner) } else { inner };
+        *worst = std::mem::take(worst).worst(total);
+    });
 }
 
 /// The fewest scans any join order of `q`'s FROM needs (an occurrence on the optional side of a
