@@ -238,6 +238,14 @@ impl Conn for AnyConn {
         each!(AnyConn, self, c => c.begin().await)
     }
 
+    async fn begin_with(&mut self, sql: &str) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.begin_with(sql).await)
+    }
+
+    async fn commit_after(&mut self, sql: &str) -> Result<(), DbError> {
+        each!(AnyConn, self, c => c.commit_after(sql).await)
+    }
+
     async fn begin_snapshot(&mut self) -> Result<(), DbError> {
         each!(AnyConn, self, c => c.begin_snapshot().await)
     }

@@ -109,6 +109,15 @@ pub trait Conn: Send {
     /// immediate write transaction).
     fn begin(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
+    /// Starts a transaction with `sql`: unprepared statements without parameters that open it
+    /// and what must come first in it (an isolation level, table locks), in one round trip.
+    fn begin_with(&mut self, sql: &str) -> impl Future<Output = Result<(), DbError>> + Send;
+
+    /// Runs `sql` (unprepared statements without parameters) and commits, in one round trip.
+    /// A statement that fails stops the rest, COMMIT included, and the transaction stays open
+    /// to be rolled back.
+    fn commit_after(&mut self, sql: &str) -> impl Future<Output = Result<(), DbError>> + Send;
+
     /// Starts a transaction that sees one consistent snapshot for all its reads (checkpoints).
     fn begin_snapshot(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
@@ -289,6 +298,21 @@ macro_rules! sqlx_conn {
             async fn begin(&mut self) -> Result<(), DbError> {
                 self.in_transaction = true;
                 $(self.simple($begin).await?;)+
+                Ok(())
+            }
+
+            async fn begin_with(&mut self, sql: &str) -> Result<(), DbError> {
+                self.in_transaction = true;
+                $crate::backend::Conn::batch(self, sql).await
+            }
+
+            async fn commit_after(&mut self, sql: &str) -> Result<(), DbError> {
+                $crate::backend::Conn::batch(self, &format!("{sql}; COMMIT")).await?;
+                if let Some(reset) = self.after_end {
+                    self.simple(reset).await?;
+                    self.after_end = None;
+                }
+                self.in_transaction = false;
                 Ok(())
             }
 

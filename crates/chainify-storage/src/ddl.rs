@@ -5,8 +5,9 @@
 //! For shared table `t` (names are checked to be plain lower-case identifiers first):
 //! - `chainify_dg_t(<key columns>, chainify_n, chainify_was, chainify_o1…)`: one row per key
 //!   changed since the last block digest. Row triggers upsert the key (old and new key when an
-//!   UPDATE moves a row) and bump `chainify_n`, so the digest step can delete exactly the rows it
-//!   hashed and keep a change that slipped in meanwhile for the next block. The first change of a
+//!   UPDATE moves a row) and bump `chainify_n`. The digest step locks these tables against
+//!   writers ([`begin_digest`], [`read_changes_locked`]), so it consumes exactly the rows it
+//!   hashed and a direct change meanwhile waits for the next block. The first change of a
 //!   key also records the row as it was before (`chainify_was` = 1 and the columns in
 //!   `chainify_o1…`, or 0 when the key did not exist): the state digest subtracts that image and
 //!   adds the new one. The triggers need no session state: a direct change by anyone is recorded
@@ -655,37 +656,158 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
     )
 }
 
+/// [`read_changes`] as the digest reads them: on MySQL a locking read in the REPEATABLE READ
+/// transaction [`begin_digest`] opens, which locks the gaps between the change rows too, so no
+/// trigger records a change until the digest has consumed what it read.
+pub fn read_changes_locked(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
+    let (sql, types) = read_changes(dialect, t);
+    match dialect {
+        Dialect::MySql => (format!("{sql} FOR UPDATE"), types),
+        _ => (sql, types),
+    }
+}
+
+/// Opens the digest's database transaction on a server engine, in one text: from here until it
+/// ends, no change can be recorded in the digest tables of `tables`, so the digest consumes
+/// exactly the changes it read (a direct write meanwhile waits, and is the next block's).
+/// PostgreSQL locks the tables against every writer (readers go on), and joins each change to
+/// its row by the key's index: with no statistics on the change tables, which are empty between
+/// blocks, it would hash the whole table instead (0.75 ms for 10 000 rows). MySQL reads them with
+/// [`read_changes_locked`] in REPEATABLE READ, whose next-key locks also keep new keys out.
+/// SQLite needs neither: its block holds the only writer lock.
+pub fn begin_digest<'a>(dialect: Dialect, tables: impl IntoIterator<Item = &'a str>) -> String {
+    match dialect {
+        Dialect::Postgres => {
+            let names: Vec<String> = tables.into_iter().map(digest_table).collect();
+            if names.is_empty() {
+                "BEGIN".into()
+            } else {
+                format!(
+                    "BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
+                    names.join(", ")
+                )
+            }
+        }
+        Dialect::MySql => "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; BEGIN".into(),
+        Dialect::Sqlite => "BEGIN IMMEDIATE".into(),
+    }
+}
+
+/// `bytes` as a literal of `dialect` (hex digits only, whatever the session's string settings).
+pub fn bytes_literal(dialect: Dialect, bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+    }
+    match dialect {
+        Dialect::Postgres => format!("decode('{hex}', 'hex')"),
+        Dialect::MySql | Dialect::Sqlite => format!("X'{hex}'"),
+    }
+}
+
+/// What a block's digest writes once it has read and hashed the changes.
+#[derive(Clone, Debug)]
+pub struct DigestWrites<'a> {
+    /// The block.
+    pub block: i64,
+    /// The tables whose recorded changes the digest read (and now consumes).
+    pub changed: Vec<&'a CatalogTable>,
+    /// Every shared table's accumulator after the block: (table, bytes).
+    pub states: Vec<(&'a str, Vec<u8>)>,
+    /// Accumulators of blocks below this one go, unless a checkpoint needs them.
+    pub forget_states_below: i64,
+    /// The block's hash digest.
+    pub digest: &'a [u8],
+    /// The block's success bits, packed.
+    pub success: &'a [u8],
+    /// How many transactions the block has.
+    pub tx_count: i64,
+    /// The ids of the block's transactions that passed validation.
+    pub tx_ids: Vec<&'a [u8]>,
+    /// Whether per-transaction markers of the block may exist (to clear).
+    pub markers: bool,
+}
+
+/// The digest's writes as one text of statements with literal values (numbers, hex bytes and
+/// plain table names only, never a value of a shared table's row): the recorded keys become
+/// dirty and the records go, set-based on the server, and the block's accumulators, outcome
+/// and transaction ids are recorded. One round trip instead of one per statement and table.
+pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<String> {
+    let b = w.block;
+    let mut out = Vec::new();
+    let mut names = Vec::new();
+    for t in &w.changed {
+        debug_assert!(crate::catalog::is_plain_name(&t.name));
+        let keys = t.primary_key.join(", ");
+        let (dg, dk) = (digest_table(&t.name), dirty_table(&t.name));
+        // SQLite reads `ON CONFLICT` after a bare `FROM` as the join's constraint: the WHERE
+        // makes it the upsert's.
+        out.push(match dialect {
+            Dialect::MySql => format!(
+                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} ON DUPLICATE KEY UPDATE chainify_block = {b}"
+            ),
+            _ => format!(
+                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} WHERE 1 = 1 ON CONFLICT ({keys}) DO UPDATE SET chainify_block = {b}"
+            ),
+        });
+        out.push(format!("DELETE FROM {dg}"));
+        names.push(format!("'{}'", t.name));
+    }
+    if !names.is_empty() {
+        out.push(format!(
+            "UPDATE chainify_shared_tables SET last_changed_block = {b} WHERE table_name IN ({})",
+            names.join(", ")
+        ));
+    }
+    if !w.states.is_empty() {
+        let rows: Vec<String> = w
+            .states
+            .iter()
+            .map(|(table, lanes)| {
+                debug_assert!(crate::catalog::is_plain_name(table));
+                format!("({b}, '{table}', {})", bytes_literal(dialect, lanes))
+            })
+            .collect();
+        out.push(format!(
+            "INSERT INTO chainify_state (block, table_name, lanes) VALUES {}",
+            rows.join(", ")
+        ));
+    }
+    out.push(format!(
+        "DELETE FROM chainify_state WHERE block >= 0 AND block < {} AND block NOT IN (SELECT block FROM chainify_checkpoints)",
+        w.forget_states_below
+    ));
+    out.push(format!(
+        "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({b}, {}, {}, {})",
+        bytes_literal(dialect, w.digest),
+        bytes_literal(dialect, w.success),
+        w.tx_count
+    ));
+    if !w.tx_ids.is_empty() {
+        let rows: Vec<String> = w
+            .tx_ids
+            .iter()
+            .map(|id| format!("({}, {b})", bytes_literal(dialect, id)))
+            .collect();
+        out.push(format!(
+            "INSERT INTO chainify_tx_index (tx_id, block) VALUES {}",
+            rows.join(", ")
+        ));
+    }
+    if w.markers {
+        out.push(format!(
+            "DELETE FROM chainify_applied_txs WHERE block = {b}"
+        ));
+    }
+    out
+}
+
 /// Every row of `t` in no particular order, read like the digest reads images: what a full scan
 /// of the state digest hashes.
 pub fn scan(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let (select, types) = column_select(dialect, t);
     (format!("SELECT {select} FROM {}", t.name), types)
-}
-
-/// Sets the before-image of a recorded key that survived its consumption (a change slipped in
-/// after the digest read it) to the image the digest hashed. Parameters: `chainify_was`, every
-/// column, then the key values.
-pub fn rebase_change(dialect: Dialect, t: &CatalogTable) -> String {
-    let mut n = 1;
-    let mut next = || {
-        n += 1;
-        placeholder(dialect, n)
-    };
-    let sets: Vec<String> = (0..t.columns.len())
-        .map(|i| format!("{} = {}", before_column(i), next()))
-        .collect();
-    let at: Vec<String> = t
-        .primary_key
-        .iter()
-        .map(|k| format!("{k} = {}", next()))
-        .collect();
-    format!(
-        "UPDATE {} SET chainify_was = {}, {} WHERE {}",
-        digest_table(&t.name),
-        placeholder(dialect, 1),
-        sets.join(", "),
-        at.join(" AND ")
-    )
 }
 
 /// Every row of `t` in key order, read like the digest reads images (tests, tools).
@@ -729,40 +851,12 @@ fn tuple_list(dialect: Dialect, rows: usize, width: usize, first: usize) -> Stri
     }
 }
 
-/// Deletes `rows` recorded keys whose counter is unchanged. Parameters per row: the key
-/// values, then the counter read.
-pub fn consume_changes(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
-    let list = tuple_list(dialect, rows, t.primary_key.len() + 1, 1);
-    format!(
-        "DELETE FROM {} WHERE ({}, chainify_n) IN ({list})",
-        digest_table(&t.name),
-        t.primary_key.join(", ")
-    )
-}
-
 /// Records `rows` block transactions as applied (`chainify_applied_txs`). Parameters per row:
 /// the block, the transaction's index, whether it succeeded.
 pub fn insert_markers(dialect: Dialect, rows: usize) -> String {
     let values = tuple_list(dialect, rows, 3, 1);
     let values = values.strip_prefix("VALUES ").unwrap_or(&values);
     format!("INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES {values}")
-}
-
-/// Records `rows` keys as changed by a block. Parameters per row: the key values, then the
-/// block.
-pub fn mark_dirty(dialect: Dialect, t: &CatalogTable, rows: usize) -> String {
-    let keys = t.primary_key.join(", ");
-    let values = tuple_list(dialect, rows, t.primary_key.len() + 1, 1);
-    let values = values.strip_prefix("VALUES ").unwrap_or(&values);
-    let dk = dirty_table(&t.name);
-    match dialect {
-        Dialect::MySql => format!(
-            "INSERT INTO {dk} ({keys}, chainify_block) VALUES {values} ON DUPLICATE KEY UPDATE chainify_block = VALUES(chainify_block)"
-        ),
-        _ => format!(
-            "INSERT INTO {dk} ({keys}, chainify_block) VALUES {values} ON CONFLICT ({keys}) DO UPDATE SET chainify_block = excluded.chainify_block"
-        ),
-    }
 }
 
 /// The key columns of `t`, read like the digest reads them.
@@ -1189,6 +1283,57 @@ mod tests {
     }
 
     #[test]
+    fn digest_writes_are_literal_and_set_based() {
+        let t = table();
+        let w = DigestWrites {
+            block: 7,
+            changed: vec![&t],
+            states: vec![("acct", vec![0x01, 0xab])],
+            forget_states_below: -249,
+            digest: &[0xff, 0x00],
+            success: &[0b101],
+            tx_count: 3,
+            tx_ids: vec![&[0x12], &[0x34]],
+            markers: true,
+        };
+        assert_eq!(
+            digest_writes(Dialect::Postgres, &w),
+            [
+                "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = 7",
+                "DELETE FROM chainify_dg_acct",
+                "UPDATE chainify_shared_tables SET last_changed_block = 7 WHERE table_name IN ('acct')",
+                "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', decode('01ab', 'hex'))",
+                "DELETE FROM chainify_state WHERE block >= 0 AND block < -249 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
+                "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (7, decode('ff00', 'hex'), decode('05', 'hex'), 3)",
+                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (decode('12', 'hex'), 7), (decode('34', 'hex'), 7)",
+                "DELETE FROM chainify_applied_txs WHERE block = 7",
+            ]
+        );
+        let mysql = digest_writes(
+            Dialect::MySql,
+            &DigestWrites {
+                changed: vec![],
+                tx_ids: vec![],
+                markers: false,
+                ..w.clone()
+            },
+        );
+        assert_eq!(
+            mysql,
+            [
+                "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', X'01ab')",
+                "DELETE FROM chainify_state WHERE block >= 0 AND block < -249 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
+                "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (7, X'ff00', X'05', 3)",
+            ]
+        );
+        assert_eq!(
+            digest_writes(Dialect::MySql, &w)[0],
+            "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct ON DUPLICATE KEY UPDATE chainify_block = 7"
+        );
+        assert_eq!(bytes_literal(Dialect::Sqlite, &[]), "X''");
+    }
+
+    #[test]
     fn read_back_and_consume() {
         let (sql, types) = read_changes(Dialect::MySql, &table());
         assert_eq!(
@@ -1197,13 +1342,22 @@ mod tests {
         );
         assert_eq!(types.len(), 12);
         assert_eq!(types[5], ReadType::Decimal(2));
+        // The digest reads the changes locked against writers, then consumes them all.
         assert_eq!(
-            consume_changes(Dialect::Postgres, &table(), 2),
-            "DELETE FROM chainify_dg_acct WHERE (bank, id, chainify_n) IN (VALUES ($1, $2, $3), ($4, $5, $6))"
+            read_changes_locked(Dialect::MySql, &table()).0,
+            format!("{sql} FOR UPDATE")
         );
         assert_eq!(
-            consume_changes(Dialect::MySql, &table(), 1),
-            "DELETE FROM chainify_dg_acct WHERE (bank, id, chainify_n) IN ((?, ?, ?))"
+            read_changes_locked(Dialect::Postgres, &table()).0,
+            read_changes(Dialect::Postgres, &table()).0
+        );
+        assert_eq!(
+            begin_digest(Dialect::Postgres, ["acct", "b"]),
+            "BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; LOCK TABLE chainify_dg_acct, chainify_dg_b IN SHARE ROW EXCLUSIVE MODE"
+        );
+        assert_eq!(
+            begin_digest(Dialect::MySql, ["acct"]),
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; BEGIN"
         );
         let (delete, update, insert) = restore(Dialect::Sqlite, &table(), 2);
         assert_eq!(
@@ -1246,14 +1400,6 @@ mod tests {
         assert_eq!(
             rest,
             "DELETE FROM chainify_cp_acct WHERE chainify_cp_block = ?"
-        );
-        assert_eq!(
-            mark_dirty(Dialect::Postgres, &table(), 2),
-            "INSERT INTO chainify_dk_acct (bank, id, chainify_block) VALUES ($1, $2, $3), ($4, $5, $6) ON CONFLICT (bank, id) DO UPDATE SET chainify_block = excluded.chainify_block"
-        );
-        assert_eq!(
-            mark_dirty(Dialect::MySql, &table(), 1),
-            "INSERT INTO chainify_dk_acct (bank, id, chainify_block) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE chainify_block = VALUES(chainify_block)"
         );
         assert_eq!(
             insert_markers(Dialect::Postgres, 2),

@@ -739,11 +739,15 @@ impl<B: Backend> Store<B> {
             let started = Instant::now();
             let during = format!("digesting block {number}");
             let mut conn = self.acquire(&during).await?;
-            self.db(conn.begin().await, &during)?;
+            let begin = ddl::begin_digest(
+                self.backend.dialect(),
+                self.tables().keys().map(String::as_str),
+            );
+            self.db(conn.begin_with(&begin).await, &during)?;
             // Every marker is written by a commit counted here, or was there before (`stale`).
             let markers = commits > 0 || stale;
             let digested = self
-                .finalize(&mut conn, number, &success, &block.tx_ids, markers)
+                .finalize_and_commit(&mut conn, number, &success, &block.tx_ids, markers)
                 .await;
             let (digest, state, changed_rows) = match digested {
                 Ok(d) => d,
@@ -752,7 +756,6 @@ impl<B: Backend> Store<B> {
                     return Err(e);
                 }
             };
-            self.db(conn.commit().await, &during)?;
             Ok(BlockOutcome {
                 block: number,
                 success,
@@ -863,7 +866,7 @@ impl<B: Backend> Store<B> {
             let execute_time = started.elapsed();
             let digest_started = Instant::now();
             let (digest, state, changed_rows) = self
-                .finalize(&mut conn, number, &success, &block.tx_ids, false)
+                .finalize_and_commit(&mut conn, number, &success, &block.tx_ids, false)
                 .await?;
             Ok(BlockOutcome {
                 block: number,
@@ -880,16 +883,10 @@ impl<B: Backend> Store<B> {
             })
         }
         .await;
-        match result {
-            Ok(outcome) => {
-                self.db(conn.commit().await, &during)?;
-                Ok(outcome)
-            }
-            Err(e) => {
-                let _ = conn.rollback().await;
-                Err(e)
-            }
+        if result.is_err() {
+            let _ = conn.rollback().await;
         }
+        result
     }
 
     /// Runs a transaction's statements on `conn` inside an open database transaction.
@@ -997,10 +994,12 @@ impl<B: Backend> Store<B> {
         Ok(())
     }
 
-    /// Inside an open database transaction: reads every recorded change with the row's current
-    /// image, hashes them, consumes exactly the records hashed, and marks the block applied,
-    /// clearing the block's per-transaction markers when it may have any.
-    async fn finalize(
+    /// Inside the digest's database transaction (opened by [`ddl::begin_digest`], or the
+    /// block's own on SQLite): reads every recorded change with the row's current image and
+    /// hashes them; then, in one round trip, consumes the records, marks the block applied
+    /// (clearing its per-transaction markers when it may have any) and commits. On an error the
+    /// transaction is still open, to be rolled back.
+    async fn finalize_and_commit(
         &self,
         conn: &mut B::Conn,
         number: BlockNumber,
@@ -1010,24 +1009,22 @@ impl<B: Backend> Store<B> {
     ) -> Result<(Digest, Digest, usize), StorageError> {
         let dialect = self.backend.dialect();
         let during = format!("digesting block {number}");
-        let block_value = block_param(number)?;
-        let p = |n| ddl::placeholder(dialect, n);
+        let Value::Int(block) = block_param(number)? else {
+            unreachable!("a block number is an integer parameter")
+        };
         let mut effects = Vec::new();
-        let mut changed: Vec<Value> = Vec::new();
+        let mut changed = Vec::new();
         let (_, mut states) = self.read_states(conn, Some(number), &during).await?;
-        for t in self.tables().values() {
-            let (sql, types) = ddl::read_changes(dialect, t);
+        let tables = self.tables();
+        for t in tables.values() {
+            let (sql, types) = ddl::read_changes_locked(dialect, t);
             let rows = self.db(conn.query(&sql, &[], &types).await, &during)?;
             if rows.is_empty() {
                 continue;
             }
-            let key_len = t.primary_key.len();
             let state = states.entry(t.name.clone()).or_default();
-            let mut consumed: Vec<Value> = Vec::with_capacity(rows.len() * (key_len + 1));
-            let mut dirty: Vec<Value> = Vec::with_capacity(rows.len() * (key_len + 1));
-            let first = effects.len();
             for row in rows {
-                let (key, counter, (before, image)) = split_change(t, row);
+                let (key, _, (before, image)) = split_change(t, row);
                 // The state digest: the row as it was leaves, the row as it is enters.
                 if before != image {
                     if let Some(before) = &before {
@@ -1037,85 +1034,34 @@ impl<B: Backend> Store<B> {
                         state.add(&RowHash::of(&t.name, image));
                     }
                 }
-                consumed.extend(key.iter().cloned());
-                consumed.push(counter);
-                dirty.extend(key.iter().cloned());
-                dirty.push(block_value.clone());
                 effects.push(RowEffect {
                     table: t.name.clone(),
                     key,
                     image,
                 });
             }
-            let mut deleted = 0;
-            // A key given twice (padding) is deleted once: `deleted` counts rows.
-            for params in padded_chunks(&consumed, key_len + 1, dialect) {
-                let sql = ddl::consume_changes(dialect, t, params.len() / (key_len + 1));
-                deleted += self.db(conn.execute(&sql, &params, false).await, &during)?;
-            }
-            if deleted < (effects.len() - first) as u64 {
-                // A change slipped in after the read (only a direct write can): its record
-                // survives for the next block, which must start from the image hashed here.
-                let sql = ddl::rebase_change(dialect, t);
-                for effect in &effects[first..] {
-                    let mut params: Vec<Value> = Vec::with_capacity(t.columns.len() + key_len + 1);
-                    match &effect.image {
-                        Some(image) => {
-                            params.push(Value::Int(1));
-                            params.extend(image.iter().cloned());
-                        }
-                        None => {
-                            params.push(Value::Int(0));
-                            params.extend(t.columns.iter().map(|_| Value::Null));
-                        }
-                    }
-                    params.extend(effect.key.iter().cloned());
-                    let refs: Vec<&Value> = params.iter().collect();
-                    self.db(conn.execute(&sql, &refs, false).await, &during)?;
-                }
-            }
-            // An upsert: a key given twice (padding) is marked once.
-            for params in padded_chunks(&dirty, key_len + 1, dialect) {
-                let sql = ddl::mark_dirty(dialect, t, params.len() / (key_len + 1));
-                self.db(conn.execute(&sql, &params, false).await, &during)?;
-            }
-            changed.push(Value::Text(t.name.clone()));
-        }
-        if !changed.is_empty() {
-            // One statement for every table the block changed: round trips are the digest's cost.
-            let names: Vec<String> = (2..=changed.len() + 1).map(p).collect();
-            let params: Vec<&Value> = std::iter::once(&block_value).chain(&changed).collect();
-            self.db(
-                conn.execute(
-                    &format!(
-                        "UPDATE chainify_shared_tables SET last_changed_block = {} WHERE table_name IN ({})",
-                        p(1),
-                        names.join(", ")
-                    ),
-                    &params,
-                    false,
-                )
-                .await,
-                &during,
-            )?;
+            changed.push(t);
         }
         let digest = block_digest(&effects);
-        self.write_states(conn, number, &states, &during).await?;
-        self.record_applied(conn, number, &digest, success, &during)
-            .await?;
-        let ids: Vec<Digest> = tx_ids.iter().map(|id| id.0).collect();
-        self.index_transactions(conn, number, &ids, &during).await?;
-        if markers {
-            self.db(
-                conn.execute(
-                    &format!("DELETE FROM chainify_applied_txs WHERE block = {}", p(1)),
-                    &[&block_value],
-                    false,
-                )
-                .await,
-                &during,
-            )?;
-        }
+        let success_bits = pack_bits(success);
+        let writes = ddl::digest_writes(
+            dialect,
+            &ddl::DigestWrites {
+                block,
+                changed,
+                states: states
+                    .iter()
+                    .map(|(t, s)| (t.as_str(), s.to_bytes()))
+                    .collect(),
+                forget_states_below: block - crate::state::KEEP_RECENT,
+                digest: digest.as_bytes(),
+                success: &success_bits,
+                tx_count: i64::try_from(success.len()).unwrap_or(i64::MAX),
+                tx_ids: tx_ids.iter().map(|id| id.0.as_bytes().as_slice()).collect(),
+                markers,
+            },
+        );
+        self.db(conn.commit_after(&writes.join("; ")).await, &during)?;
         Ok((digest, state_digest(&states), effects.len()))
     }
 

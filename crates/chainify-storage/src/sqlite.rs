@@ -495,6 +495,15 @@ impl Conn for SqliteConn {
         self.simple("BEGIN IMMEDIATE").await
     }
 
+    async fn begin_with(&mut self, sql: &str) -> Result<(), DbError> {
+        self.batch(sql).await
+    }
+
+    async fn commit_after(&mut self, sql: &str) -> Result<(), DbError> {
+        self.batch(&format!("{sql}; COMMIT")).await?;
+        self.unlimit()
+    }
+
     async fn begin_snapshot(&mut self) -> Result<(), DbError> {
         self.simple("BEGIN IMMEDIATE").await
     }

@@ -15,7 +15,7 @@ use crate::store::Store;
 
 /// Accumulators of blocks older than this many blocks before the newest are deleted unless a
 /// checkpoint needs them ([`REGISTERED`], the state at registration, is kept).
-const KEEP_RECENT: i64 = 256;
+pub(crate) const KEEP_RECENT: i64 = 256;
 
 /// The `block` of the state recorded at registration, before any block.
 const REGISTERED: i64 = -1;
@@ -117,33 +117,6 @@ impl<B: Backend> Store<B> {
             }
         }
         Ok((block, states))
-    }
-
-    /// Writes the accumulators after `block` and forgets those no restore can need.
-    pub(crate) async fn write_states(
-        &self,
-        conn: &mut B::Conn,
-        block: BlockNumber,
-        states: &TableStates,
-        during: &str,
-    ) -> Result<(), StorageError> {
-        self.write_state_rows(conn, block, states, during).await?;
-        let dialect = self.backend().dialect();
-        let p = |n| ddl::placeholder(dialect, n);
-        let horizon = Value::Int(i64::try_from(block.0).unwrap_or(i64::MAX) - KEEP_RECENT);
-        self.db(
-            conn.execute(
-                &format!(
-                    "DELETE FROM chainify_state WHERE block >= 0 AND block < {} AND block NOT IN (SELECT block FROM chainify_checkpoints)",
-                    p(1)
-                ),
-                &[&horizon],
-                false,
-            )
-            .await,
-            during,
-        )?;
-        Ok(())
     }
 
     /// Inserts the accumulators of `block` (none may be recorded for it yet).
