@@ -194,6 +194,10 @@ impl Backend for AnyBackend {
         })
     }
 
+    fn connection_lost(&self) {
+        each!(AnyBackend, self, b => b.connection_lost())
+    }
+
     async fn migrate(&self) -> Result<(), StorageError> {
         each!(AnyBackend, self, b => b.migrate().await)
     }
@@ -238,8 +242,19 @@ impl Conn for AnyConn {
         each!(AnyConn, self, c => c.begin().await)
     }
 
-    async fn begin_with(&mut self, sql: &str) -> Result<(), DbError> {
-        each!(AnyConn, self, c => c.begin_with(sql).await)
+    async fn begin_with(
+        &mut self,
+        begin: &[&str],
+        reads: &[(&str, &[ReadType])],
+    ) -> Result<Vec<Vec<Vec<Value>>>, DbError> {
+        each!(AnyConn, self, c => c.begin_with(begin, reads).await)
+    }
+
+    async fn query_many(
+        &mut self,
+        statements: &[(&str, &[ReadType])],
+    ) -> Result<Vec<Vec<Vec<Value>>>, DbError> {
+        each!(AnyConn, self, c => c.query_many(statements).await)
     }
 
     async fn commit_after(&mut self, sql: &str) -> Result<(), DbError> {

@@ -44,6 +44,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// A connection from the pool.
     fn acquire(&self) -> impl Future<Output = Result<Self::Conn, DbError>> + Send;
 
+    /// A connection was found lost: the engine may have dropped every connection, so the pool
+    /// checks each one it hands out for a while ([`Suspicion`]).
+    fn connection_lost(&self) {}
+
     /// Applies chainify's system-table migrations (`migrations/<dialect>`).
     fn migrate(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 
@@ -58,6 +62,31 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// The connection pool's use: connections open, and of those idle.
     fn pool_use(&self) -> PoolUse;
+}
+
+/// How long after a lost connection a pool pings each connection before handing it out.
+const SUSPICION: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When a pool last lost a connection. A pool does not ping a connection before each use (a
+/// round trip per acquire, about ten a block), but after a loss the idle ones are likely dead
+/// too: for [`SUSPICION`] it pings each, and drops those that do not answer, so a block run
+/// again after the engine came back does not fail on one dead connection after another.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Suspicion(std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl Suspicion {
+    /// A connection was lost now.
+    pub(crate) fn raise(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    /// Whether a connection was lost in the last [`SUSPICION`].
+    pub(crate) fn active(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| at.elapsed() < SUSPICION)
+    }
 }
 
 /// How much of a connection pool is in use.
@@ -109,9 +138,23 @@ pub trait Conn: Send {
     /// immediate write transaction).
     fn begin(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
-    /// Starts a transaction with `sql`: unprepared statements without parameters that open it
-    /// and what must come first in it (an isolation level, table locks), in one round trip.
-    fn begin_with(&mut self, sql: &str) -> impl Future<Output = Result<(), DbError>> + Send;
+    /// Starts a transaction with `begin`, statements that open it and what must come first in
+    /// it (an isolation level, table locks), and runs the queries `reads` in it: all unprepared
+    /// and without parameters, in one round trip where the engine allows. Returns the rows of
+    /// each query, decoded as its types.
+    fn begin_with(
+        &mut self,
+        begin: &[&str],
+        reads: &[(&str, &[ReadType])],
+    ) -> impl Future<Output = Result<Vec<Vec<Vec<Value>>>, DbError>> + Send;
+
+    /// Runs `statements` (unprepared, without parameters) in one round trip where the engine
+    /// allows, and returns the rows of each, decoded as its types (none for a statement that
+    /// returns no rows). The first statement that fails stops the rest.
+    fn query_many(
+        &mut self,
+        statements: &[(&str, &[ReadType])],
+    ) -> impl Future<Output = Result<Vec<Vec<Vec<Value>>>, DbError>> + Send;
 
     /// Runs `sql` (unprepared statements without parameters) and commits, in one round trip.
     /// A statement that fails stops the rest, COMMIT included, and the transaction stays open
@@ -301,9 +344,53 @@ macro_rules! sqlx_conn {
                 Ok(())
             }
 
-            async fn begin_with(&mut self, sql: &str) -> Result<(), DbError> {
+            async fn begin_with(
+                &mut self,
+                begin: &[&str],
+                reads: &[(&str, &[ReadType])],
+            ) -> Result<Vec<Vec<Vec<Value>>>, DbError> {
                 self.in_transaction = true;
-                $crate::backend::Conn::batch(self, sql).await
+                let all: Vec<(&str, &[ReadType])> = begin
+                    .iter()
+                    .map(|&s| (s, &[][..]))
+                    .chain(reads.iter().copied())
+                    .collect();
+                let mut rows = $crate::backend::Conn::query_many(self, &all).await?;
+                Ok(rows.split_off(begin.len()))
+            }
+
+            async fn query_many(
+                &mut self,
+                statements: &[(&str, &[ReadType])],
+            ) -> Result<Vec<Vec<Vec<Value>>>, DbError> {
+                use futures_util::TryStreamExt;
+                let sql: Vec<&str> = statements.iter().map(|(s, _)| *s).collect();
+                let sql = sql.join("; ");
+                let mut out = vec![Vec::new(); statements.len()];
+                // Each statement's end is one result, after its rows.
+                let mut at = 0;
+                let mut replies =
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *self.conn);
+                while let Some(reply) = replies.try_next().await.map_err(db_err)? {
+                    match reply {
+                        sqlx::Either::Left(_) => at += 1,
+                        sqlx::Either::Right(row) => match statements.get(at) {
+                            Some((_, types)) => out[at].push(decode(&row, types)?),
+                            None => break,
+                        },
+                    }
+                }
+                if at != statements.len() {
+                    return Err(DbError {
+                        kind: DbErrorKind::Statement,
+                        code: None,
+                        message: format!(
+                            "{} statements sent in one text, {at} answered",
+                            statements.len()
+                        ),
+                    });
+                }
+                Ok(out)
             }
 
             async fn commit_after(&mut self, sql: &str) -> Result<(), DbError> {
@@ -357,6 +444,10 @@ macro_rules! sqlx_backend_basics {
         async fn acquire(&self) -> Result<$conn, DbError> {
             let conn = self.pool.acquire().await.map_err(db_err)?;
             Ok($conn::new(conn))
+        }
+
+        fn connection_lost(&self) {
+            self.suspicion.raise();
         }
 
         async fn migrate(&self) -> Result<(), StorageError> {

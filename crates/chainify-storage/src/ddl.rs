@@ -675,21 +675,33 @@ pub fn read_changes_locked(dialect: Dialect, t: &CatalogTable) -> (String, Vec<R
 /// blocks, it would hash the whole table instead (0.75 ms for 10 000 rows). MySQL reads them with
 /// [`read_changes_locked`] in REPEATABLE READ, whose next-key locks also keep new keys out.
 /// SQLite needs neither: its block holds the only writer lock.
-pub fn begin_digest<'a>(dialect: Dialect, tables: impl IntoIterator<Item = &'a str>) -> String {
+pub fn begin_digest<'a>(
+    dialect: Dialect,
+    tables: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
     match dialect {
         Dialect::Postgres => {
             let names: Vec<String> = tables.into_iter().map(digest_table).collect();
-            if names.is_empty() {
-                "BEGIN".into()
-            } else {
-                format!(
-                    "BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
+            let mut out: Vec<String> = [
+                "BEGIN",
+                "SET LOCAL enable_hashjoin = off",
+                "SET LOCAL enable_mergejoin = off",
+            ]
+            .map(String::from)
+            .to_vec();
+            if !names.is_empty() {
+                out.push(format!(
+                    "LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
                     names.join(", ")
-                )
+                ));
             }
+            out
         }
-        Dialect::MySql => "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; BEGIN".into(),
-        Dialect::Sqlite => "BEGIN IMMEDIATE".into(),
+        Dialect::MySql => vec![
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ".into(),
+            "BEGIN".into(),
+        ],
+        Dialect::Sqlite => vec!["BEGIN IMMEDIATE".into()],
     }
 }
 
@@ -849,6 +861,19 @@ fn tuple_list(dialect: Dialect, rows: usize, width: usize, first: usize) -> Stri
         Dialect::MySql => tuples.join(", "),
         _ => format!("VALUES {}", tuples.join(", ")),
     }
+}
+
+/// Records the block transactions `held` (index, success) of `block` as applied
+/// (`chainify_applied_txs`), as a text of literal numbers to send with a COMMIT.
+pub fn markers_literal(block: i64, held: &[(usize, bool)]) -> String {
+    let rows: Vec<String> = held
+        .iter()
+        .map(|&(index, ok)| format!("({block}, {index}, {})", u8::from(ok)))
+        .collect();
+    format!(
+        "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES {}",
+        rows.join(", ")
+    )
 }
 
 /// Records `rows` block transactions as applied (`chainify_applied_txs`). Parameters per row:
@@ -1331,6 +1356,10 @@ mod tests {
             "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct ON DUPLICATE KEY UPDATE chainify_block = 7"
         );
         assert_eq!(bytes_literal(Dialect::Sqlite, &[]), "X''");
+        assert_eq!(
+            markers_literal(7, &[(0, true), (12, false)]),
+            "INSERT INTO chainify_applied_txs (block, tx_index, success) VALUES (7, 0, 1), (7, 12, 0)"
+        );
     }
 
     #[test]
@@ -1352,11 +1381,11 @@ mod tests {
             read_changes(Dialect::Postgres, &table()).0
         );
         assert_eq!(
-            begin_digest(Dialect::Postgres, ["acct", "b"]),
+            begin_digest(Dialect::Postgres, ["acct", "b"]).join("; "),
             "BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; LOCK TABLE chainify_dg_acct, chainify_dg_b IN SHARE ROW EXCLUSIVE MODE"
         );
         assert_eq!(
-            begin_digest(Dialect::MySql, ["acct"]),
+            begin_digest(Dialect::MySql, ["acct"]).join("; "),
             "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; BEGIN"
         );
         let (delete, update, insert) = restore(Dialect::Sqlite, &table(), 2);

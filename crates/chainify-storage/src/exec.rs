@@ -251,6 +251,8 @@ struct Run<'a, B: Backend> {
     store: &'a Store<B>,
     block: &'a ExecBlock,
     block_value: Value,
+    /// The block's number as the engines' BIGINT.
+    block_literal: i64,
     /// Outcomes of transactions an earlier run already committed.
     prior: Vec<Option<bool>>,
     success: Mutex<Vec<bool>>,
@@ -323,9 +325,8 @@ impl<B: Backend> Run<'_, B> {
                 conn.begin().await?;
                 match store.run_statements(&mut conn, tx).await {
                     Ok(()) => {
-                        conn.execute(marker, &[&self.block_value, &idx, &Value::Int(1)], false)
-                            .await?;
-                        match conn.commit().await {
+                        let marker = ddl::markers_literal(self.block_literal, &[(index, true)]);
+                        match conn.commit_after(&marker).await {
                             Ok(()) => Ok(None),
                             // A deferred constraint failing at commit is a statement error.
                             Err(e) if e.kind == DbErrorKind::Statement => {
@@ -584,38 +585,15 @@ impl<B: Backend> Run<'_, B> {
             return Ok(());
         }
         let during = format!("committing a lane of block {}", self.block.number);
-        let dialect = self.store.backend.dialect();
         let mut attempt = 1;
         loop {
             if !lane.open {
                 self.lane_reopen(lane, &mut attempt, &during).await?;
             }
             let conn = lane.conn.as_mut().expect("an open lane has a connection");
-            let values: Vec<Value> = lane
-                .held
-                .iter()
-                .flat_map(|&(index, ok)| {
-                    [
-                        self.block_value.clone(),
-                        index_param(index),
-                        Value::Int(i64::from(ok)),
-                    ]
-                })
-                .collect();
-            let mut result = Ok(());
-            for chunk in row_chunks(&values, 3, dialect) {
-                let params: Vec<&Value> = chunk.iter().collect();
-                let sql = ddl::insert_markers(dialect, chunk.len() / 3);
-                if let Err(e) = conn.execute(&sql, &params, false).await {
-                    result = Err(e);
-                    break;
-                }
-            }
-            let result = match result {
-                Ok(()) => conn.commit().await,
-                Err(e) => Err(e),
-            };
-            match result {
+            // The markers go with the COMMIT: one round trip.
+            let markers = ddl::markers_literal(self.block_literal, &lane.held);
+            match conn.commit_after(&markers).await {
                 Ok(()) => {
                     self.commits.fetch_add(1, Ordering::Relaxed);
                     lane.open = false;
@@ -712,10 +690,14 @@ impl<B: Backend> Store<B> {
             }
             let resumed = prior.iter().filter(|p| p.is_some()).count();
             let started = Instant::now();
+            let Value::Int(block_literal) = block_value else {
+                unreachable!("a block number is an integer parameter")
+            };
             let run = Run {
                 store: self,
                 block,
                 block_value,
+                block_literal,
                 prior,
                 success: Mutex::new(vec![false; block.txs.len()]),
                 failures: Mutex::new(Vec::new()),
@@ -739,15 +721,10 @@ impl<B: Backend> Store<B> {
             let started = Instant::now();
             let during = format!("digesting block {number}");
             let mut conn = self.acquire(&during).await?;
-            let begin = ddl::begin_digest(
-                self.backend.dialect(),
-                self.tables().keys().map(String::as_str),
-            );
-            self.db(conn.begin_with(&begin).await, &during)?;
             // Every marker is written by a commit counted here, or was there before (`stale`).
             let markers = commits > 0 || stale;
             let digested = self
-                .finalize_and_commit(&mut conn, number, &success, &block.tx_ids, markers)
+                .finalize_and_commit(&mut conn, true, number, &success, &block.tx_ids, markers)
                 .await;
             let (digest, state, changed_rows) = match digested {
                 Ok(d) => d,
@@ -866,7 +843,7 @@ impl<B: Backend> Store<B> {
             let execute_time = started.elapsed();
             let digest_started = Instant::now();
             let (digest, state, changed_rows) = self
-                .finalize_and_commit(&mut conn, number, &success, &block.tx_ids, false)
+                .finalize_and_commit(&mut conn, false, number, &success, &block.tx_ids, false)
                 .await?;
             Ok(BlockOutcome {
                 block: number,
@@ -994,14 +971,16 @@ impl<B: Backend> Store<B> {
         Ok(())
     }
 
-    /// Inside the digest's database transaction (opened by [`ddl::begin_digest`], or the
-    /// block's own on SQLite): reads every recorded change with the row's current image and
-    /// hashes them; then, in one round trip, consumes the records, marks the block applied
-    /// (clearing its per-transaction markers when it may have any) and commits. On an error the
+    /// The digest of block `number`, in a database transaction of its own (`begin`, opened by
+    /// [`ddl::begin_digest`]) or the block's own (SQLite): reads the accumulators and every
+    /// recorded change with the row's current image, in one round trip with the opening, and
+    /// hashes them; then, in one more, consumes the records, marks the block applied (clearing
+    /// its per-transaction markers when it may have any) and commits. On an error the
     /// transaction is still open, to be rolled back.
     async fn finalize_and_commit(
         &self,
         conn: &mut B::Conn,
+        begin: bool,
         number: BlockNumber,
         success: &[bool],
         tx_ids: &[TxId],
@@ -1012,13 +991,32 @@ impl<B: Backend> Store<B> {
         let Value::Int(block) = block_param(number)? else {
             unreachable!("a block number is an integer parameter")
         };
+        let tables = self.tables();
+        let mut reads = vec![(
+            crate::state::states_query(&format!(" WHERE block < {block}")),
+            crate::state::STATE_TYPES.to_vec(),
+        )];
+        reads.extend(
+            tables
+                .values()
+                .map(|t| ddl::read_changes_locked(dialect, t)),
+        );
+        let reads: Vec<(&str, &[ReadType])> = reads
+            .iter()
+            .map(|(sql, types)| (sql.as_str(), types.as_slice()))
+            .collect();
+        let mut rows = if begin {
+            let opening = ddl::begin_digest(dialect, tables.keys().map(String::as_str));
+            let opening: Vec<&str> = opening.iter().map(String::as_str).collect();
+            self.db(conn.begin_with(&opening, &reads).await, &during)?
+        } else {
+            self.db(conn.query_many(&reads).await, &during)?
+        }
+        .into_iter();
+        let (_, mut states) = self.parse_states(Some(number), rows.next().unwrap_or_default())?;
         let mut effects = Vec::new();
         let mut changed = Vec::new();
-        let (_, mut states) = self.read_states(conn, Some(number), &during).await?;
-        let tables = self.tables();
-        for t in tables.values() {
-            let (sql, types) = ddl::read_changes_locked(dialect, t);
-            let rows = self.db(conn.query(&sql, &[], &types).await, &during)?;
+        for (t, rows) in tables.values().zip(rows) {
             if rows.is_empty() {
                 continue;
             }

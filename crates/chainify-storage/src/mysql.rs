@@ -13,8 +13,8 @@ use sqlx::{AssertSqlSafe, Connection as _, Executor, Row};
 
 use crate::StoreOptions;
 use crate::backend::{
-    Backend, DeferForeignKeys, catalog_error, classify, plain_statement_text as statement_text,
-    sqlx_backend_basics, sqlx_conn,
+    Backend, DeferForeignKeys, Suspicion, catalog_error, classify,
+    plain_statement_text as statement_text, sqlx_backend_basics, sqlx_conn,
 };
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
@@ -37,6 +37,7 @@ const PORTABLE_COLLATIONS: [&str; 2] = ["utf8mb4_nopad_bin", "utf8mb4_0900_bin"]
 pub struct MySql {
     pool: MySqlPool,
     url: String,
+    suspicion: Suspicion,
 }
 
 /// Prepared statements a connection keeps. sqlx 0.9.0 no longer sets TCP_NODELAY
@@ -70,11 +71,18 @@ impl MySql {
             .statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let lock_wait = options.lock_timeout.as_secs().max(1);
         let read_only = options.read_only;
+        let suspicion = Suspicion::default();
+        let suspect = suspicion.clone();
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
-            .before_acquire(|conn, _| {
+            .test_before_acquire(false)
+            .before_acquire(move |conn, _| {
+                let suspicious = suspect.active();
                 Box::pin(async move {
+                    if suspicious && sqlx::Connection::ping(&mut *conn).await.is_err() {
+                        return Ok(false);
+                    }
                     if conn.cached_statements_size() > STATEMENT_CACHE_CLEAR {
                         conn.clear_cached_statements().await?;
                     }
@@ -113,6 +121,7 @@ impl MySql {
         Ok(MySql {
             pool,
             url: redacted,
+            suspicion,
         })
     }
 

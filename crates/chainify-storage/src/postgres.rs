@@ -16,7 +16,7 @@ use sqlx::query::Query;
 
 use crate::StoreOptions;
 use crate::backend::{
-    Backend, DeferForeignKeys, catalog_error, classify, sqlx_backend_basics, sqlx_conn,
+    Backend, DeferForeignKeys, Suspicion, catalog_error, classify, sqlx_backend_basics, sqlx_conn,
     typed_statement_text as statement_text,
 };
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
@@ -31,6 +31,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/post
 pub struct Postgres {
     pool: PgPool,
     url: String,
+    suspicion: Suspicion,
 }
 
 impl Postgres {
@@ -62,15 +63,25 @@ impl Postgres {
                     if options.read_only { "on" } else { "off" },
                 ),
             ]);
+        let suspicion = Suspicion::default();
+        let suspect = suspicion.clone();
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
+            .test_before_acquire(false)
+            .before_acquire(move |conn, _| {
+                let suspicious = suspect.active();
+                Box::pin(async move {
+                    Ok(!suspicious || sqlx::Connection::ping(&mut *conn).await.is_ok())
+                })
+            })
             .connect_with(connect)
             .await
             .map_err(|e| connect_err(e.to_string()))?;
         Ok(Postgres {
             pool,
             url: redacted,
+            suspicion,
         })
     }
 

@@ -495,8 +495,38 @@ impl Conn for SqliteConn {
         self.simple("BEGIN IMMEDIATE").await
     }
 
-    async fn begin_with(&mut self, sql: &str) -> Result<(), DbError> {
-        self.batch(sql).await
+    // A statement that waits for a lock is retried alone: each opening statement is one step.
+    async fn begin_with(
+        &mut self,
+        begin: &[&str],
+        reads: &[(&str, &[ReadType])],
+    ) -> Result<Vec<Vec<Vec<Value>>>, DbError> {
+        for statement in begin {
+            self.simple(statement).await?;
+        }
+        self.query_many(reads).await
+    }
+
+    // In process there is no round trip to save; the statements carry literal values, so they
+    // are prepared each time rather than churning the statement cache.
+    async fn query_many(
+        &mut self,
+        statements: &[(&str, &[ReadType])],
+    ) -> Result<Vec<Vec<Vec<Value>>>, DbError> {
+        tokio::task::consume_budget().await;
+        self.waiting_in_place(|c| {
+            let mut out = Vec::with_capacity(statements.len());
+            for (sql, types) in statements {
+                let mut stmt = c.conn().prepare(sql).map_err(db_err)?;
+                let mut rows = stmt.raw_query();
+                let mut got = Vec::new();
+                while let Some(row) = rows.next().map_err(db_err)? {
+                    got.push(decode(row, types)?);
+                }
+                out.push(got);
+            }
+            Ok(out)
+        })?
     }
 
     async fn commit_after(&mut self, sql: &str) -> Result<(), DbError> {

@@ -82,19 +82,21 @@ impl<B: Backend> Store<B> {
             ),
             None => (String::new(), Vec::new()),
         };
-        let sql = format!(
-            "SELECT block, table_name, lanes FROM chainify_state WHERE block = (SELECT MAX(block) FROM chainify_state{filter})"
-        );
         let refs: Vec<&Value> = params.iter().collect();
         let rows = self.db(
-            conn.query(
-                &sql,
-                &refs,
-                &[ReadType::Int, ReadType::Text, ReadType::Bytes],
-            )
-            .await,
+            conn.query(&states_query(&filter), &refs, &STATE_TYPES)
+                .await,
             during,
         )?;
+        self.parse_states(before, rows)
+    }
+
+    /// The accumulators in `rows` of [`states_query`], every shared table's present.
+    pub(crate) fn parse_states(
+        &self,
+        before: Option<BlockNumber>,
+        rows: Vec<Vec<Value>>,
+    ) -> Result<(Option<BlockNumber>, TableStates), StorageError> {
         let mut block = None;
         let mut states = TableStates::new();
         for row in rows {
@@ -290,6 +292,17 @@ impl<B: Backend> Store<B> {
         let rows = self.db(conn.query(&sql, &[], &types).await, during)?;
         Ok(rows.into_iter().map(|row| split_change(t, row).2).collect())
     }
+}
+
+/// The columns of [`states_query`].
+pub(crate) const STATE_TYPES: [ReadType; 3] = [ReadType::Int, ReadType::Text, ReadType::Bytes];
+
+/// The newest accumulators among the rows of `chainify_state` that `filter` (a WHERE clause,
+/// or empty) leaves.
+pub(crate) fn states_query(filter: &str) -> String {
+    format!(
+        "SELECT block, table_name, lanes FROM chainify_state WHERE block = (SELECT MAX(block) FROM chainify_state{filter})"
+    )
 }
 
 /// Rows at or above this many are hashed on the blocking pool.

@@ -323,6 +323,7 @@ impl<B: Backend> Store<B> {
     }
 
     pub(crate) fn lost(&self, during: &str, e: DbError) -> StorageError {
+        self.backend.connection_lost();
         StorageError::ConnectionLost {
             url: self.backend.url().to_owned(),
             during: during.to_owned(),

@@ -68,7 +68,8 @@ macro_rules! storage_conformance_tests {
             ledger_is_a_hash_chain,
             queries_return_typed_rows_alike,
             a_query_runs_in_a_snapshot_within_its_limit,
-            pool_use_counts_connections);
+            pool_use_counts_connections,
+            statements_in_one_text_answer_in_order);
     };
     (@cases $fixture:expr; $($case:ident),*) => {
         $(
@@ -2473,4 +2474,94 @@ pub async fn pool_use_counts_connections<F: Fixture>(f: &F) {
     let after = backend.pool_use();
     assert_eq!(after.idle, after.open, "returned: {after:?}");
     store.close().await;
+}
+
+/// Case: several statements sent as one text (the digest's reads and its writes with the
+/// COMMIT) answer each with its own rows, in order, decoded like prepared ones; a statement
+/// that fails stops the rest and leaves the transaction open, so nothing of it commits.
+pub async fn statements_in_one_text_answer_in_order<F: Fixture>(f: &F) {
+    use ddl::ReadType::{Bytes, Decimal, Int, Text};
+    let store = setup(f, "one_text", StoreOptions::default()).await;
+    let dialect = store.backend().dialect();
+    outside(
+        store.backend(),
+        "INSERT INTO awkward (id, sub, amount, big, note, flag, data) VALUES (1, 2, -0.50, 9007199254740993, 'o''k é', NULL, NULL)",
+    )
+    .await;
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    let bytes = ddl::bytes_literal(dialect, &[0, 0xff, 7]);
+    let prepared = conn
+        .query(
+            "SELECT amount, big, note FROM awkward WHERE id = 1",
+            &[],
+            &[Decimal(2), Int, Text],
+        )
+        .await
+        .expect("prepared");
+    let begin = ddl::begin_digest(dialect, ["kv"]);
+    let begin: Vec<&str> = begin.iter().map(String::as_str).collect();
+    let rows = conn
+        .begin_with(
+            &begin,
+            &[
+                ("SELECT k, v FROM kv WHERE k <= 2 ORDER BY k", &[Int, Int]),
+                ("UPDATE kv SET v = 0 WHERE k = 3", &[]),
+                ("SELECT k FROM kv WHERE k < 0", &[Int]),
+                (
+                    "SELECT amount, big, note FROM awkward WHERE id = 1",
+                    &[Decimal(2), Int, Text],
+                ),
+                (&format!("SELECT {bytes}"), &[Bytes]),
+            ],
+        )
+        .await
+        .expect("one text");
+    assert_eq!(
+        rows,
+        vec![
+            vec![
+                vec![Value::Int(1), Value::Int(10)],
+                vec![Value::Int(2), Value::Int(20)]
+            ],
+            vec![],
+            vec![],
+            prepared,
+            vec![vec![Value::Bytes(vec![0, 0xff, 7])]],
+        ]
+    );
+    // A failing statement stops the rest, the COMMIT included.
+    let failed = conn
+        .commit_after("UPDATE kv SET v = 1 WHERE k = 4; INSERT INTO kv (k, v) VALUES (1, 1); UPDATE kv SET v = 1 WHERE k = 5")
+        .await
+        .expect_err("a duplicate key");
+    assert_eq!(
+        failed.kind,
+        chainify_storage::DbErrorKind::Statement,
+        "{failed}"
+    );
+    conn.rollback().await.expect("still open, rolled back");
+    let failed = conn
+        .query_many(&[
+            ("SELECT 1 FROM no_such_table", &[Int]),
+            ("SELECT 2", &[Int]),
+        ])
+        .await
+        .expect_err("no such table");
+    assert!(failed.to_string().contains("no_such_table"), "{failed}");
+    drop(conn);
+    assert_eq!(
+        count(&store, "SELECT COUNT(*) FROM kv WHERE v IN (0, 1)").await,
+        0,
+        "nothing of the rolled back transaction stays"
+    );
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    conn.begin().await.expect("begin");
+    conn.commit_after("UPDATE kv SET v = 1 WHERE k = 4; UPDATE kv SET v = 1 WHERE k = 5")
+        .await
+        .expect("committed");
+    drop(conn);
+    assert_eq!(
+        count(&store, "SELECT COUNT(*) FROM kv WHERE v = 1").await,
+        2
+    );
 }
