@@ -67,10 +67,16 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 /// How long after a lost connection a pool pings each connection before handing it out.
 const SUSPICION: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// A connection idle this long is pinged before use: a server or a middlebox may have dropped
+/// it meanwhile (idle timeouts), and a connection dropped without a reset would otherwise hang
+/// its first statement for TCP's retransmission timeout.
+const IDLE_PING: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// When a pool last lost a connection. A pool does not ping a connection before each use (a
-/// round trip per acquire, about ten a block), but after a loss the idle ones are likely dead
-/// too: for [`SUSPICION`] it pings each, and drops those that do not answer, so a block run
-/// again after the engine came back does not fail on one dead connection after another.
+/// round trip per acquire, about ten a block), only one idle for [`IDLE_PING`]; but after a
+/// loss the idle ones are likely dead too: for [`SUSPICION`] it pings each, and closes those
+/// that do not answer, so a block run again after the engine came back does not fail on one
+/// dead connection after another.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Suspicion(std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>);
 
@@ -80,12 +86,15 @@ impl Suspicion {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
     }
 
-    /// Whether a connection was lost in the last [`SUSPICION`].
-    pub(crate) fn active(&self) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|at| at.elapsed() < SUSPICION)
+    /// Whether a connection idle for `idle` is to be pinged before use: it was idle for
+    /// [`IDLE_PING`], or a connection was lost in the last [`SUSPICION`].
+    pub(crate) fn doubts(&self, idle: std::time::Duration) -> bool {
+        idle >= IDLE_PING
+            || self
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|at| at.elapsed() < SUSPICION)
     }
 }
 
@@ -487,5 +496,25 @@ pub(crate) fn catalog_error(
         url: url.clone(),
         during: during.clone(),
         source: db_err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_doubts_long_idle_connections_and_all_of_them_after_a_loss() {
+        let s = Suspicion::default();
+        assert!(
+            !s.doubts(Duration::ZERO),
+            "a fresh pool trusts a busy connection"
+        );
+        assert!(s.doubts(IDLE_PING), "a connection idle that long is pinged");
+        s.raise();
+        assert!(
+            s.doubts(Duration::ZERO),
+            "after a loss, every connection is pinged"
+        );
     }
 }

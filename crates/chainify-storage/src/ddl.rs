@@ -6,8 +6,8 @@
 //! - `chainify_dg_t(<key columns>, chainify_n, chainify_was, chainify_o1…)`: one row per key
 //!   changed since the last block digest. Row triggers upsert the key (old and new key when an
 //!   UPDATE moves a row) and bump `chainify_n`. The digest step locks these tables against
-//!   writers ([`begin_digest`], [`read_changes_locked`]), so it consumes exactly the rows it
-//!   hashed and a direct change meanwhile waits for the next block. The first change of a
+//!   writers ([`begin_digest`]), so it consumes exactly the rows it hashed and a direct change
+//!   meanwhile waits for the next block. The first change of a
 //!   key also records the row as it was before (`chainify_was` = 1 and the columns in
 //!   `chainify_o1…`, or 0 when the key did not exist): the state digest subtracts that image and
 //!   adds the new one. The triggers need no session state: a direct change by anyone is recorded
@@ -656,32 +656,24 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
     )
 }
 
-/// [`read_changes`] as the digest reads them: on MySQL a locking read in the REPEATABLE READ
-/// transaction [`begin_digest`] opens, which locks the gaps between the change rows too, so no
-/// trigger records a change until the digest has consumed what it read.
-pub fn read_changes_locked(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
-    let (sql, types) = read_changes(dialect, t);
-    match dialect {
-        Dialect::MySql => (format!("{sql} FOR UPDATE"), types),
-        _ => (sql, types),
-    }
-}
-
-/// Opens the digest's database transaction on a server engine, in one text: from here until it
-/// ends, no change can be recorded in the digest tables of `tables`, so the digest consumes
-/// exactly the changes it read (a direct write meanwhile waits, and is the next block's).
-/// PostgreSQL locks the tables against every writer (readers go on), and joins each change to
-/// its row by the key's index: with no statistics on the change tables, which are empty between
-/// blocks, it would hash the whole table instead (0.75 ms for 10 000 rows). MySQL reads them with
-/// [`read_changes_locked`] in REPEATABLE READ, whose next-key locks also keep new keys out.
-/// SQLite needs neither: its block holds the only writer lock.
+/// Opens the digest's database transaction, as statements sent in one text: from here until
+/// it ends, no change can be recorded in the digest tables of `tables`, so the digest consumes
+/// exactly the changes it then reads with [`read_changes`] (a direct write meanwhile waits, and
+/// is the next block's). PostgreSQL locks the tables against every writer (readers go on), and
+/// joins each change to its row by the key's index: with no statistics on the change tables,
+/// which are empty between blocks, it would hash the whole table instead (0.75 ms for 10 000
+/// rows). MySQL locks every change row and the gaps between them by a locking scan in
+/// REPEATABLE READ before anything else reads: the snapshot of the reads after it starts only
+/// then, so it sees every change the locks admitted (a snapshot taken before them would refuse
+/// a locking read of a row changed meanwhile, MariaDB's `innodb_snapshot_isolation`), and the
+/// base tables' rows stay unlocked. SQLite needs neither: its block holds the only writer lock.
 pub fn begin_digest<'a>(
     dialect: Dialect,
     tables: impl IntoIterator<Item = &'a str>,
 ) -> Vec<String> {
+    let names: Vec<String> = tables.into_iter().map(digest_table).collect();
     match dialect {
         Dialect::Postgres => {
-            let names: Vec<String> = tables.into_iter().map(digest_table).collect();
             let mut out: Vec<String> = [
                 "BEGIN",
                 "SET LOCAL enable_hashjoin = off",
@@ -697,10 +689,18 @@ pub fn begin_digest<'a>(
             }
             out
         }
-        Dialect::MySql => vec![
-            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ".into(),
-            "BEGIN".into(),
-        ],
+        Dialect::MySql => {
+            let mut out = vec![
+                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ".to_owned(),
+                "BEGIN".to_owned(),
+            ];
+            out.extend(
+                names
+                    .iter()
+                    .map(|dg| format!("SELECT 1 FROM {dg} FOR UPDATE")),
+            );
+            out
+        }
         Dialect::Sqlite => vec!["BEGIN IMMEDIATE".into()],
     }
 }
@@ -1371,22 +1371,14 @@ mod tests {
         );
         assert_eq!(types.len(), 12);
         assert_eq!(types[5], ReadType::Decimal(2));
-        // The digest reads the changes locked against writers, then consumes them all.
-        assert_eq!(
-            read_changes_locked(Dialect::MySql, &table()).0,
-            format!("{sql} FOR UPDATE")
-        );
-        assert_eq!(
-            read_changes_locked(Dialect::Postgres, &table()).0,
-            read_changes(Dialect::Postgres, &table()).0
-        );
+        // The digest holds the change tables against writers before it reads them.
         assert_eq!(
             begin_digest(Dialect::Postgres, ["acct", "b"]).join("; "),
             "BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; LOCK TABLE chainify_dg_acct, chainify_dg_b IN SHARE ROW EXCLUSIVE MODE"
         );
         assert_eq!(
-            begin_digest(Dialect::MySql, ["acct"]).join("; "),
-            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; BEGIN"
+            begin_digest(Dialect::MySql, ["acct", "b"]).join("; "),
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; BEGIN; SELECT 1 FROM chainify_dg_acct FOR UPDATE; SELECT 1 FROM chainify_dg_b FOR UPDATE"
         );
         let (delete, update, insert) = restore(Dialect::Sqlite, &table(), 2);
         assert_eq!(

@@ -325,8 +325,11 @@ impl<B: Backend> Run<'_, B> {
                 conn.begin().await?;
                 match store.run_statements(&mut conn, tx).await {
                     Ok(()) => {
-                        let marker = ddl::markers_literal(self.block_literal, &[(index, true)]);
-                        match conn.commit_after(&marker).await {
+                        // Apart from the COMMIT: only its error may be the transaction's (a
+                        // deferred constraint), not the marker's.
+                        conn.execute(marker, &[&self.block_value, &idx, &Value::Int(1)], false)
+                            .await?;
+                        match conn.commit().await {
                             Ok(()) => Ok(None),
                             // A deferred constraint failing at commit is a statement error.
                             Err(e) if e.kind == DbErrorKind::Statement => {
@@ -996,11 +999,7 @@ impl<B: Backend> Store<B> {
             crate::state::states_query(&format!(" WHERE block < {block}")),
             crate::state::STATE_TYPES.to_vec(),
         )];
-        reads.extend(
-            tables
-                .values()
-                .map(|t| ddl::read_changes_locked(dialect, t)),
-        );
+        reads.extend(tables.values().map(|t| ddl::read_changes(dialect, t)));
         let reads: Vec<(&str, &[ReadType])> = reads
             .iter()
             .map(|(sql, types)| (sql.as_str(), types.as_slice()))

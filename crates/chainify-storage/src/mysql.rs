@@ -77,11 +77,11 @@ impl MySql {
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
             .test_before_acquire(false)
-            .before_acquire(move |conn, _| {
-                let suspicious = suspect.active();
+            .before_acquire(move |conn, meta| {
+                let suspicious = suspect.doubts(meta.idle_for);
                 Box::pin(async move {
-                    if suspicious && sqlx::Connection::ping(&mut *conn).await.is_err() {
-                        return Ok(false);
+                    if suspicious {
+                        sqlx::Connection::ping(&mut *conn).await?;
                     }
                     if conn.cached_statements_size() > STATEMENT_CACHE_CLEAR {
                         conn.clear_cached_statements().await?;
@@ -144,7 +144,9 @@ fn kind_of_number(number: u16) -> DbErrorKind {
         // Deadlock, lock wait timeout, NOWAIT lock, too many connections; the server's prepared
         // statements (all connections together) at `max_prepared_stmt_count`, a prepared
         // statement to prepare again: a full server is no verdict on the transaction.
-        1213 | 1205 | 3572 | 1040 | 1461 | 1615 => DbErrorKind::Transient,
+        // A locking read of a row changed since the snapshot (MariaDB's
+        // `innodb_snapshot_isolation`): the transaction would see it on a second try.
+        1213 | 1205 | 3572 | 1040 | 1461 | 1615 | 1020 => DbErrorKind::Transient,
         // Server shutdown, connection killed, gone away, lost.
         1053 | 1927 | 2006 | 2013 | 4031 => DbErrorKind::Connection,
         // Disk full, table full, out of memory or resources, lock table full, transaction

@@ -55,6 +55,9 @@ impl Postgres {
                 ("DateStyle", "ISO"),
                 ("default_transaction_isolation", "read committed"),
                 ("standard_conforming_strings", "on"),
+                // Rows read as text (several statements in one round trip) decode bytes only in
+                // hex; a database or role may default to `escape`.
+                ("bytea_output", "hex"),
                 ("transform_null_equals", "off"),
                 ("plan_cache_mode", "force_custom_plan"),
                 ("lock_timeout", lock_timeout.as_str()),
@@ -69,10 +72,13 @@ impl Postgres {
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
             .test_before_acquire(false)
-            .before_acquire(move |conn, _| {
-                let suspicious = suspect.active();
+            .before_acquire(move |conn, meta| {
+                let suspicious = suspect.doubts(meta.idle_for);
                 Box::pin(async move {
-                    Ok(!suspicious || sqlx::Connection::ping(&mut *conn).await.is_ok())
+                    if suspicious {
+                        sqlx::Connection::ping(&mut *conn).await?;
+                    }
+                    Ok(true)
                 })
             })
             .connect_with(connect)

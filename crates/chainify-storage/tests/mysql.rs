@@ -156,3 +156,39 @@ async fn statement_caches_hold_many_texts_and_are_cleared_in_the_pool() {
         .expect("the connection works after clearing");
     assert_eq!(one, 1);
 }
+
+/// Under MariaDB's `innodb_snapshot_isolation` a locking read of a row changed after the
+/// transaction's snapshot fails: the digest takes its locks before anything else reads, so
+/// direct writes racing it are still hashed exactly once and no block fails for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_digest_holds_under_snapshot_isolation() {
+    let admin_url = MySqlFixture::url("racing_si").replace("/ct_racing_si", "/mysql");
+    let mut admin = <sqlx::MySqlConnection as sqlx::Connection>::connect(&admin_url)
+        .await
+        .expect("admin connection");
+    let before: Option<(String, String)> =
+        sqlx::query_as("SHOW GLOBAL VARIABLES LIKE 'innodb_snapshot_isolation'")
+            .fetch_optional(&mut admin)
+            .await
+            .expect("read the setting");
+    let Some((_, before)) = before else {
+        // Servers before 10.6.18 / 10.11.8 do not have it.
+        return;
+    };
+    admin
+        .execute("SET GLOBAL innodb_snapshot_isolation = ON")
+        .await
+        .expect("set");
+    let result = tokio::spawn(async {
+        chainify_testkit::conformance::storage::racing_outside_writes(&MySqlFixture, "racing_si")
+            .await
+    })
+    .await;
+    admin
+        .execute(AssertSqlSafe(format!(
+            "SET GLOBAL innodb_snapshot_isolation = {before}"
+        )))
+        .await
+        .expect("restore");
+    result.expect("the race is hashed exactly once");
+}

@@ -125,3 +125,40 @@ async fn connections_pin_custom_plans_and_null_comparisons() {
         assert_eq!(value, pinned, "{setting}");
     }
 }
+
+/// The digest reads several statements' rows as text in one round trip; a database whose
+/// default `bytea_output` is `escape` must not change how its bytes decode (the connection pins
+/// `hex`), or every block would fail the same way, forever.
+#[tokio::test]
+async fn a_database_default_bytea_output_does_not_reach_the_digest() {
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_storage::{ExecMode, Store};
+    use chainify_testkit::conformance::storage::Fixture;
+    use chainify_testkit::conformance::storage::{block, setup};
+    let options = StoreOptions::default();
+    drop(setup(&PgFixture, "bytea_escape", options.clone()).await);
+    let mut admin =
+        <sqlx::PgConnection as sqlx::Connection>::connect(&PgFixture::url("bytea_escape"))
+            .await
+            .expect("admin connection");
+    admin
+        .execute("ALTER DATABASE ct_bytea_escape SET bytea_output = 'escape'")
+        .await
+        .expect("alter");
+    let store = Store::open(PgFixture.reconnect("bytea_escape", &options).await, options)
+        .await
+        .expect("reopen");
+    let txs = vec![Some(Transaction {
+        statements: vec![Statement::new(
+            "UPDATE kv SET v = v + 1 WHERE k = 1",
+            vec![],
+        )],
+    })];
+    let out = store
+        .execute_block(&block(&store, 0, txs), ExecMode::Parallel(2))
+        .await
+        .expect("the digest decodes its bytes");
+    assert_eq!(out.success, vec![true]);
+    let check = store.check_state().await.expect("scan");
+    assert!(check.agrees(), "{check:?}");
+}

@@ -1011,12 +1011,16 @@ pub async fn outside_changes_reach_the_next_digest<F: Fixture>(f: &F) {
 /// the read (this block's) or after the consumption (the next block's). A change recorded in
 /// between and consumed unread would leave the state digest apart from the tables for good.
 pub async fn outside_writes_racing_the_digest_are_hashed_once<F: Fixture>(f: &F) {
+    racing_outside_writes(f, "outside_racing").await;
+}
+
+/// [`outside_writes_racing_the_digest_are_hashed_once`] in database `test` (for engine settings
+/// a test sets around it).
+pub async fn racing_outside_writes<F: Fixture>(f: &F, test: &str) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let store = setup(f, "outside_racing", StoreOptions::default()).await;
-    let writer_backend = f
-        .reconnect("outside_racing", &StoreOptions::default())
-        .await;
+    let store = setup(f, test, StoreOptions::default()).await;
+    let writer_backend = f.reconnect(test, &StoreOptions::default()).await;
     let stop = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn({
         let stop = stop.clone();
