@@ -1006,9 +1006,10 @@ pub async fn outside_changes_reach_the_next_digest<F: Fixture>(f: &F) {
     assert_eq!(h2.digest, t2.digest);
 }
 
-/// Case: direct writes racing the digest are each hashed exactly once. The digest keeps the
-/// change tables from writers while it reads and consumes them, so a write lands either before
-/// the read (this block's) or after the consumption (the next block's). A change recorded in
+/// Case: direct writes racing the digest are each hashed exactly once, single statements and
+/// transactions of several held open a while. The digest keeps the change tables from writers
+/// while it reads and consumes them, so a write lands either before the read (this block's) or
+/// after the consumption (the next block's). A change recorded in
 /// between and consumed unread would leave the state digest apart from the tables for good.
 pub async fn outside_writes_racing_the_digest_are_hashed_once<F: Fixture>(f: &F) {
     racing_outside_writes(f, "outside_racing").await;
@@ -1029,6 +1030,36 @@ pub async fn racing_outside_writes<F: Fixture>(f: &F, test: &str) {
             let (mut written, mut i) = (0u64, 0i64);
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
+                if i % 10 == 0 {
+                    // A transaction of several writes, out of key order, held open a while.
+                    let held = async {
+                        conn.begin().await?;
+                        for sql in [
+                            format!(
+                                "UPDATE kv SET v = v + 1 WHERE k = {}",
+                                1 + (i + 7) % ACCOUNTS
+                            ),
+                            format!("INSERT INTO kv (k, v) VALUES ({}, {i})", 100_000 + i),
+                            format!(
+                                "UPDATE kv SET v = v + 1 WHERE k = {}",
+                                1 + (i + 3) % ACCOUNTS
+                            ),
+                        ] {
+                            conn.execute(&sql, &[], false).await?;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        conn.commit().await
+                    }
+                    .await;
+                    match held {
+                        Ok(()) => written += 3,
+                        Err(e) if e.kind == chainify_storage::DbErrorKind::Transient => {
+                            let _ = conn.rollback().await;
+                        }
+                        Err(e) => panic!("a held transaction: {e}"),
+                    }
+                    continue;
+                }
                 // Existing keys change, new keys come and go: rows and gaps of the change table.
                 let sql = match i % 3 {
                     0 => format!("UPDATE kv SET v = v + 1 WHERE k = {}", 1 + i % ACCOUNTS),
