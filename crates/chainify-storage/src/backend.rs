@@ -96,6 +96,17 @@ impl Suspicion {
                 .unwrap_or_else(|e| e.into_inner())
                 .is_some_and(|at| at.elapsed() < SUSPICION)
     }
+
+    /// The pools' hook before handing out `conn`: pings it when `doubtful`; an error closes it.
+    pub(crate) async fn ping_if<C: sqlx::Connection>(
+        doubtful: bool,
+        conn: &mut C,
+    ) -> Result<(), sqlx::Error> {
+        if doubtful {
+            conn.ping().await?;
+        }
+        Ok(())
+    }
 }
 
 /// How much of a connection pool is in use.
@@ -383,10 +394,12 @@ macro_rules! sqlx_conn {
                 while let Some(reply) = replies.try_next().await.map_err(db_err)? {
                     match reply {
                         sqlx::Either::Left(_) => at += 1,
-                        sqlx::Either::Right(row) => match statements.get(at) {
-                            Some((_, types)) => out[at].push(decode(&row, types)?),
-                            None => break,
-                        },
+                        // Rows past the last statement are drained, then refused below.
+                        sqlx::Either::Right(row) => {
+                            if let Some((_, types)) = statements.get(at) {
+                                out[at].push(decode(&row, types)?);
+                            }
+                        }
                     }
                 }
                 if at != statements.len() {

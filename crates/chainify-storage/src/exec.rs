@@ -233,13 +233,16 @@ enum Failure {
     Db(DbError),
 }
 
+/// Block `b` as the engines' BIGINT.
+fn block_int(b: BlockNumber) -> Result<i64, StorageError> {
+    i64::try_from(b.0).map_err(|_| StorageError::BadBlock {
+        block: b,
+        problem: "block numbers above 2^63-1 do not fit the engines' BIGINT".into(),
+    })
+}
+
 fn block_param(b: BlockNumber) -> Result<Value, StorageError> {
-    i64::try_from(b.0)
-        .map(Value::Int)
-        .map_err(|_| StorageError::BadBlock {
-            block: b,
-            problem: "block numbers above 2^63-1 do not fit the engines' BIGINT".into(),
-        })
+    block_int(b).map(Value::Int)
 }
 
 fn index_param(i: usize) -> Value {
@@ -693,14 +696,11 @@ impl<B: Backend> Store<B> {
             }
             let resumed = prior.iter().filter(|p| p.is_some()).count();
             let started = Instant::now();
-            let Value::Int(block_literal) = block_value else {
-                unreachable!("a block number is an integer parameter")
-            };
             let run = Run {
                 store: self,
                 block,
                 block_value,
-                block_literal,
+                block_literal: block_int(number)?,
                 prior,
                 success: Mutex::new(vec![false; block.txs.len()]),
                 failures: Mutex::new(Vec::new()),
@@ -991,9 +991,7 @@ impl<B: Backend> Store<B> {
     ) -> Result<(Digest, Digest, usize), StorageError> {
         let dialect = self.backend.dialect();
         let during = format!("digesting block {number}");
-        let Value::Int(block) = block_param(number)? else {
-            unreachable!("a block number is an integer parameter")
-        };
+        let block = block_int(number)?;
         let tables = self.tables();
         let mut reads = vec![(
             crate::state::states_query(&format!(" WHERE block < {block}")),
@@ -1050,7 +1048,7 @@ impl<B: Backend> Store<B> {
                     .iter()
                     .map(|(t, s)| (t.as_str(), s.to_bytes()))
                     .collect(),
-                forget_states_below: block - crate::state::KEEP_RECENT,
+                forget_states_below: crate::state::forget_states_below(block),
                 digest: digest.as_bytes(),
                 success: &success_bits,
                 tx_count: i64::try_from(success.len()).unwrap_or(i64::MAX),

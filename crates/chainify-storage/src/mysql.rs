@@ -78,11 +78,9 @@ impl MySql {
             .acquire_timeout(options.connect_timeout)
             .test_before_acquire(false)
             .before_acquire(move |conn, meta| {
-                let suspicious = suspect.doubts(meta.idle_for);
+                let doubtful = suspect.doubts(meta.idle_for);
                 Box::pin(async move {
-                    if suspicious {
-                        sqlx::Connection::ping(&mut *conn).await?;
-                    }
+                    Suspicion::ping_if(doubtful, &mut *conn).await?;
                     if conn.cached_statements_size() > STATEMENT_CACHE_CLEAR {
                         conn.clear_cached_statements().await?;
                     }

@@ -73,13 +73,8 @@ impl Postgres {
             .acquire_timeout(options.connect_timeout)
             .test_before_acquire(false)
             .before_acquire(move |conn, meta| {
-                let suspicious = suspect.doubts(meta.idle_for);
-                Box::pin(async move {
-                    if suspicious {
-                        sqlx::Connection::ping(&mut *conn).await?;
-                    }
-                    Ok(true)
-                })
+                let doubtful = suspect.doubts(meta.idle_for);
+                Box::pin(async move { Suspicion::ping_if(doubtful, conn).await.map(|()| true) })
             })
             .connect_with(connect)
             .await

@@ -15,7 +15,13 @@ use crate::store::Store;
 
 /// Accumulators of blocks older than this many blocks before the newest are deleted unless a
 /// checkpoint needs them ([`REGISTERED`], the state at registration, is kept).
-pub(crate) const KEEP_RECENT: i64 = 256;
+const KEEP_RECENT: i64 = 256;
+
+/// After block `block`, accumulators of the blocks below this one may go (unless a checkpoint
+/// needs them).
+pub(crate) fn forget_states_below(block: i64) -> i64 {
+    block - KEEP_RECENT
+}
 
 /// The `block` of the state recorded at registration, before any block.
 const REGISTERED: i64 = -1;
