@@ -3799,7 +3799,8 @@ fn char_bound(e: &E) -> Option<u64> {
 }
 
 /// Whether an expression is a constant: no column, subquery or aggregate (parameters are
-/// constants: PostgreSQL folds them into custom plans).
+/// constants: PostgreSQL folds them into custom plans, and folding them here refuses at least
+/// what either kind of plan would fail on).
 fn is_constant(e: &E) -> bool {
     let mut constant = true;
     let _ = walk_own(e, &mut |x| {

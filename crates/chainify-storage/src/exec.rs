@@ -68,9 +68,12 @@ pub(crate) fn row_chunks<T>(
 }
 
 /// Like [`row_chunks`], for statements where a row given twice acts once (`IN` lists, MySQL's
-/// upserts): on MySQL the rest after the full chunks goes in one statement, padded to a power of
-/// two by repeating its last row (300 rows: 256, then 44 padded to 64). The same few texts as
-/// [`row_chunks`], in one round trip instead of one per set bit.
+/// upserts): on MySQL and PostgreSQL the rest after the full chunks goes in one statement,
+/// padded to a power of two by repeating its last row (300 rows: 256, then 44 padded to 64).
+/// The same few texts as [`row_chunks`], in one round trip instead of one per set bit. On
+/// PostgreSQL every new text is a statement prepared on each connection and planned anew for
+/// its first five runs: with the lookups of 2 048 clients, one text per list length made
+/// planning a sixth of the server's CPU.
 pub(crate) fn padded_chunks<T>(
     values: &[T],
     width: usize,
@@ -79,7 +82,7 @@ pub(crate) fn padded_chunks<T>(
     let width = width.max(1);
     split_rows(values, width, |rows| rows.min(CONSUME_CHUNK)).map(move |chunk| {
         let mut padded: Vec<&T> = chunk.iter().collect();
-        if dialect == Dialect::MySql {
+        if dialect != Dialect::Sqlite {
             let rows = chunk.len() / width;
             let last = &chunk[chunk.len() - width..];
             for _ in rows..rows.next_power_of_two() {
@@ -1194,10 +1197,10 @@ mod tests {
                                 real.push(row[0]);
                             }
                         }
-                        if dialect == Dialect::MySql {
-                            assert_eq!(n, real.len().next_power_of_two(), "padded no further");
+                        if dialect == Dialect::Sqlite {
+                            assert_eq!(n, real.len(), "no padding on SQLite");
                         } else {
-                            assert_eq!(n, real.len(), "no padding off MySQL");
+                            assert_eq!(n, real.len().next_power_of_two(), "padded no further");
                         }
                         // Repeats come only after the chunk's last distinct row.
                         let last = *real.last().unwrap();
