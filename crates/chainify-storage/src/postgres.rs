@@ -39,14 +39,14 @@ impl Postgres {
     /// COMMITTED, standard strings, `x = NULL` as NULL (not `x IS NULL`) and generic plans.
     ///
     /// Generic plans fold only literals and evaluate parameters on the rows a statement touches,
-    /// as MariaDB and SQLite do; a custom plan folds the parameters too and fails on a constant
-    /// even where no row is touched. The analyser refuses every statement whose constants fail
-    /// when folded with the parameters (`Portable::check_values`), so on what reaches the engine
-    /// both kinds agree, and pinning one kind keeps the outcome from depending on a
-    /// connection's history (by default five custom plans, then maybe a generic one). Generic it
-    /// is because custom plans cost a planning per run: about a fifth of the server's CPU in a
-    /// block, the triggers' and foreign keys' internal statements included. Fails with the
-    /// (redacted) URL when unreachable.
+    /// as MariaDB and SQLite do; a custom plan folds the parameters too, fails on a constant even
+    /// where no row is touched (the analyser refuses those: `Portable::check_values`), and
+    /// skips an operand next to a parameter that folds to NULL, which the others evaluate.
+    /// Pinning one kind keeps the outcome from depending on a connection's history (by default
+    /// five custom plans, then maybe a generic one); generic it is because it evaluates as the
+    /// other engines do, and because custom plans cost a planning per run: about a fifth of the
+    /// server's CPU in a block, the triggers' and foreign keys' internal statements included.
+    /// Fails with the (redacted) URL when unreachable.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Postgres, StorageError> {
         let redacted = redact_url(url);
         let connect_err = |reason: String| StorageError::Connect {
