@@ -331,7 +331,7 @@ impl Portable {
         let mut first_error = None;
         walk_statement(&self.stmt, &mut |e| {
             if first_error.is_none()
-                && is_operator(e)
+                && (is_operator(e) || is_comparison(e))
                 && let Err(why) = eval(e, params)
             {
                 first_error = Some(why);
@@ -3915,6 +3915,14 @@ fn is_operator(e: &E) -> bool {
     )
 }
 
+/// A comparison (strict in PostgreSQL: a constant operand that folds to NULL folds it whole).
+fn is_comparison(e: &E) -> bool {
+    matches!(
+        e,
+        E::Cmp(..) | E::Between { .. } | E::InList { .. } | E::Like { .. }
+    )
+}
+
 /// Visits every expression of the statement, subqueries included.
 fn walk_statement(s: &Stmt, f: &mut dyn FnMut(&E)) {
     match s {
@@ -4007,6 +4015,45 @@ fn strict_null(args: &[&Option<Value>]) -> bool {
     args.iter().any(|a| matches!(a, Some(Value::Null)))
 }
 
+/// Refuses a strict operator or function (`e`) with an argument that folds to NULL beside one
+/// that is not constant and may fail: PostgreSQL folds the whole to NULL when it plans and
+/// never computes the other argument, while MariaDB and SQLite compute it and may fail there
+/// (`(b + 9223372036854775807) + NULLIF(1, 1)` overflows on them). A NULL literal or parameter
+/// beside arithmetic is refused earlier, by type; this catches constants that become NULL only
+/// once folded (NULLIF, a CASE without ELSE).
+fn skips_an_operand(e: &E, args: &[(&E, &Option<Value>)]) -> Result<(), Rejection> {
+    // A NULL literal or parameter is the renderer's (`null_const`): it makes every engine skip
+    // the other side, or the statement is refused by type.
+    let folds_to_null = args.iter().any(|(a, v)| {
+        matches!(v, Some(Value::Null)) && !matches!(a, E::Lit(Value::Null) | E::Param(_))
+    });
+    if folds_to_null && args.iter().any(|(a, v)| v.is_none() && may_fail(a)) {
+        return Err(Rejection::nondeterministic(format!(
+            "a constant operand of {} is always NULL here, so PostgreSQL never computes its other operand, which MariaDB and SQLite compute and may fail on; write NULL",
+            describe(e)
+        )));
+    }
+    Ok(())
+}
+
+/// Whether computing `e` on a row may fail: it holds an operator or a function, or a subquery
+/// or aggregate (not looked into here). A column or a constant alone cannot.
+fn may_fail(e: &E) -> bool {
+    let mut may = false;
+    let _ = walk_own(e, &mut |x| {
+        if is_operator(x)
+            || matches!(
+                x,
+                E::Func(..) | E::Scalar(_) | E::Exists { .. } | E::InQuery { .. } | E::Agg(..)
+            )
+        {
+            may = true;
+        }
+        Ok(true)
+    });
+    may
+}
+
 /// A comparison of two evaluated sides as PostgreSQL folds it: NULL when either is a NULL
 /// constant, its truth when both are constants, `None` (not folded) otherwise.
 fn cmp_fold(op: Cmp, x: &Option<Value>, y: &Option<Value>) -> Option<Option<bool>> {
@@ -4063,6 +4110,7 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
         },
         E::Arith(op, a, b) => {
             let (x, y) = (eval(a, params)?, eval(b, params)?);
+            skips_an_operand(e, &[(a, &x), (b, &y)])?;
             if strict_null(&[&x, &y]) {
                 return Ok(Some(Value::Null));
             }
@@ -4194,10 +4242,14 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
                 y.as_ref().and_then(truth),
             ));
         }
-        E::Cmp(op, a, b) => match cmp_fold(*op, &eval(a, params)?, &eval(b, params)?) {
-            Some(t) => from_truth(t),
-            None => return Ok(None),
-        },
+        E::Cmp(op, a, b) => {
+            let (x, y) = (eval(a, params)?, eval(b, params)?);
+            skips_an_operand(e, &[(a, &x), (b, &y)])?;
+            match cmp_fold(*op, &x, &y) {
+                Some(t) => from_truth(t),
+                None => return Ok(None),
+            }
+        }
         E::IsNull(x, negated) => match eval(x, params)? {
             Some(v) => Value::Bool(matches!(v, Value::Null) != *negated),
             None => return Ok(None),
@@ -4210,7 +4262,9 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
         } => {
             // PostgreSQL rewrites it as `x >= lo AND x <= hi` (NOT: `x < lo OR x > hi`) and
             // folds those: a deciding half settles it, a NULL half makes it NULL or unknown.
+            let (ex, el, eh) = (x, lo, hi);
             let (x, l, h) = (eval(x, params)?, eval(lo, params)?, eval(hi, params)?);
+            skips_an_operand(e, &[(ex, &x), (el, &l), (eh, &h)])?;
             return Ok(if *negated {
                 bool_fold(false, cmp_fold(Cmp::Lt, &x, &l), cmp_fold(Cmp::Gt, &x, &h))
             } else {
@@ -4223,11 +4277,15 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             negated,
         } => {
             // PostgreSQL rewrites it as ORed `x = item` (the constant items as one `= ANY`).
+            let subject = x;
             let x = eval(x, params)?;
             let items = list
                 .iter()
                 .map(|i| eval(i, params))
                 .collect::<Result<Vec<_>, _>>()?;
+            let mut pairs: Vec<(&E, &Option<Value>)> = vec![(subject, &x)];
+            pairs.extend(list.iter().zip(&items));
+            skips_an_operand(e, &pairs)?;
             // `NULL = item` folds to NULL for every item, and so does their OR; so does a
             // single `x = NULL`.
             if matches!(x, Some(Value::Null)) || matches!(items[..], [Some(Value::Null)]) {
@@ -4261,20 +4319,28 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             e: x,
             pattern,
             negated,
-        } => match (eval(x, params)?, eval(pattern, params)?) {
-            (Some(Value::Text(t)), Some(Value::Text(p))) => {
-                let chars: Vec<char> = t.chars().collect();
-                let pat: Vec<char> = p.chars().collect();
-                Value::Bool(like(&chars, &pat) != *negated)
+        } => {
+            let (v, p) = (eval(x, params)?, eval(pattern, params)?);
+            skips_an_operand(e, &[(x, &v), (pattern, &p)])?;
+            match (v, p) {
+                (Some(Value::Text(t)), Some(Value::Text(p))) => {
+                    let chars: Vec<char> = t.chars().collect();
+                    let pat: Vec<char> = p.chars().collect();
+                    Value::Bool(like(&chars, &pat) != *negated)
+                }
+                (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
+                _ => return Ok(None),
             }
-            (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
-            _ => return Ok(None),
-        },
+        }
         E::Func(f, args) => {
             let evaluated = args
                 .iter()
                 .map(|a| eval(a, params))
                 .collect::<Result<Vec<_>, _>>()?;
+            if *f != Func::Nullif {
+                let pairs: Vec<(&E, &Option<Value>)> = args.iter().zip(&evaluated).collect();
+                skips_an_operand(e, &pairs)?;
+            }
             if strict_null(&evaluated.iter().collect::<Vec<_>>()) {
                 // NULLIF with a NULL constant on either side is its first argument.
                 return Ok(if *f == Func::Nullif {

@@ -965,3 +965,79 @@ fn decimal_scales_and_smallint_subqueries_compare_exactly_on_mysql() {
     .unwrap();
     assert!(!pg[0].contains("CAST") && !pg[2].contains("CAST"), "{pg:?}");
 }
+
+/// A constant that folds to NULL only once evaluated (NULLIF, a CASE without ELSE) beside an
+/// operand that is not constant: PostgreSQL folds the operator to NULL and never computes that
+/// operand, MariaDB and SQLite compute it and fail when it overflows (found by the review of
+/// generic plans: `bal + 9223372036854775807` committed NULL on PostgreSQL and failed on the
+/// others). Refused with the reason; the same statements with values that do not fold to NULL
+/// are accepted.
+#[test]
+fn a_constant_folding_to_null_beside_a_column_is_refused() {
+    let a = analyzer();
+    let refused = [
+        (
+            "UPDATE checking SET bal = (bal + 9223372036854775807) + NULLIF(1, 1) WHERE custid = 1",
+            vec![],
+        ),
+        (
+            "UPDATE checking SET bal = (bal + 9223372036854775807) + CASE WHEN 1 = 2 THEN 1 END WHERE custid = 1",
+            vec![],
+        ),
+        (
+            "UPDATE checking SET bal = (bal + 9223372036854775807) + NULLIF($1, $2) WHERE custid = 1",
+            vec![Value::Int(3), Value::Int(3)],
+        ),
+        (
+            "UPDATE checking SET bal = ABS(bal + 9223372036854775807) * CASE WHEN $1 = 2 THEN 1 END WHERE custid = 1",
+            vec![Value::Int(1)],
+        ),
+        (
+            "SELECT (bal + 9223372036854775807) + NULLIF(1, 1) FROM checking WHERE custid = 1",
+            vec![],
+        ),
+        // Comparisons are strict too: `x = NULL` folds whole, x never computed.
+        (
+            "SELECT CASE WHEN (bal + 9223372036854775807) = NULLIF(1, 1) THEN 1 ELSE 0 END FROM checking WHERE custid = 1",
+            vec![],
+        ),
+        (
+            "UPDATE checking SET bal = CASE WHEN (bal + 9223372036854775807) > NULLIF($1, 3) THEN 1 ELSE 0 END WHERE custid = 1",
+            vec![Value::Int(3)],
+        ),
+        (
+            "SELECT (bal + 9223372036854775807) IN (NULLIF(1, 1)) FROM checking WHERE custid = 1",
+            vec![],
+        ),
+        (
+            "SELECT (bal + 9223372036854775807) BETWEEN NULLIF(1, 1) AND NULLIF(2, 2) FROM checking WHERE custid = 1",
+            vec![],
+        ),
+    ];
+    for (sql, params) in refused {
+        let err = a.analyze(&tx(sql, params)).unwrap_err();
+        assert!(err.to_string().contains("always NULL"), "{sql}: {err}");
+    }
+    for (sql, params) in [
+        (
+            "UPDATE checking SET bal = (bal + 1) + NULLIF($1, $2) WHERE custid = 1",
+            vec![Value::Int(3), Value::Int(4)],
+        ),
+        (
+            "UPDATE checking SET bal = bal + CASE WHEN $1 = 2 THEN 1 ELSE 0 END WHERE custid = 1",
+            vec![Value::Int(1)],
+        ),
+        (
+            "UPDATE checking SET bal = CASE WHEN (bal + 1) > NULLIF($1, 3) THEN 1 ELSE 0 END WHERE custid = 1",
+            vec![Value::Int(4)],
+        ),
+        // A column alone cannot fail: every engine gives NULL.
+        (
+            "SELECT bal + NULLIF(1, 1) FROM checking WHERE custid = 1",
+            vec![],
+        ),
+    ] {
+        a.analyze(&tx(sql, params.clone()))
+            .unwrap_or_else(|e| panic!("{sql} {params:?}: {e}"));
+    }
+}

@@ -512,6 +512,16 @@ impl Gen {
                     self.expr(T::Int, d, ctx, false),
                     self.expr(T::Int, d, ctx, false)
                 ),
+                // A constant that folds to NULL (PostgreSQL then skips the other operand of a
+                // strict operator around it, which MariaDB and SQLite compute).
+                9 if self.chance(20) => {
+                    if self.chance(50) {
+                        let v = self.int_lit();
+                        format!("NULLIF({v}, {v})")
+                    } else {
+                        format!("CASE WHEN 1 = 2 THEN {} END", self.int_lit())
+                    }
+                }
                 9 => format!(
                     "NULLIF({}, {})",
                     self.expr(T::Int, d, ctx, false),
