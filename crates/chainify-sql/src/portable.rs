@@ -4165,14 +4165,19 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
                 }
             }
         }
-        E::Concat(a, b) => match (eval(a, params)?, eval(b, params)?) {
-            (Some(Value::Text(x)), Some(Value::Text(y))) => {
-                const_text_fits(x.len().saturating_add(y.len()))?;
-                Value::Text(x + &y)
+        E::Concat(a, b) => {
+            let (x, y) = (eval(a, params)?, eval(b, params)?);
+            // No text operand of the subset can fail today; `||` is strict all the same.
+            skips_an_operand(e, &[(a, &x), (b, &y)])?;
+            match (x, y) {
+                (Some(Value::Text(x)), Some(Value::Text(y))) => {
+                    const_text_fits(x.len().saturating_add(y.len()))?;
+                    Value::Text(x + &y)
+                }
+                (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
+                _ => return Ok(None),
             }
-            (Some(Value::Null), _) | (_, Some(Value::Null)) => Value::Null,
-            _ => return Ok(None),
-        },
+        }
         E::Func(Func::Coalesce, args) => {
             for a in args {
                 match eval(a, params)? {
