@@ -3915,11 +3915,19 @@ fn is_operator(e: &E) -> bool {
     )
 }
 
-/// A comparison (strict in PostgreSQL: a constant operand that folds to NULL folds it whole).
+/// A comparison (strict in PostgreSQL: a constant operand that folds to NULL folds it whole),
+/// a simple CASE among them (its operand compared with each WHEN).
 fn is_comparison(e: &E) -> bool {
     matches!(
         e,
-        E::Cmp(..) | E::Between { .. } | E::InList { .. } | E::Like { .. }
+        E::Cmp(..)
+            | E::Between { .. }
+            | E::InList { .. }
+            | E::Like { .. }
+            | E::Case {
+                operand: Some(_),
+                ..
+            }
     )
 }
 
@@ -4211,7 +4219,17 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             whens,
             otherwise,
         } => {
-            let Some(top) = eval(o, params)? else {
+            let top = eval(o, params)?;
+            // PostgreSQL compares the operand with each WHEN as `o = w`: a WHEN that folds to
+            // NULL drops its arm, and with no arm left it never computes the operand, which
+            // MariaDB and SQLite compute.
+            if top.is_none() && may_fail(o) {
+                for (w, _) in whens {
+                    let v = eval(w, params)?;
+                    skips_an_operand(e, &[(o, &top), (w, &v)])?;
+                }
+            }
+            let Some(top) = top else {
                 return Ok(None);
             };
             // Every `NULL = w` folds to NULL: the ELSE, whatever the WHENs are.
@@ -4544,6 +4562,9 @@ fn describe(e: &E) -> &'static str {
         E::Arith(Arith::Mul, ..) => "a multiplication",
         E::Arith(..) => "a division",
         E::Func(Func::Abs, _) => "ABS",
+        E::Case {
+            operand: Some(_), ..
+        } => "a CASE on a value",
         _ => "an expression",
     }
 }

@@ -996,6 +996,15 @@ fn a_constant_folding_to_null_beside_a_column_is_refused() {
             "SELECT (bal + 9223372036854775807) + NULLIF(1, 1) FROM checking WHERE custid = 1",
             vec![],
         ),
+        // A simple CASE compares its operand with each WHEN (found by the difftest).
+        (
+            "UPDATE checking SET bal = CASE (bal * 7) WHEN NULLIF(0, 0) THEN 1 ELSE 2 END WHERE custid = 1",
+            vec![],
+        ),
+        (
+            "SELECT CASE (bal + 1) WHEN CASE WHEN 1 = 2 THEN 2 END THEN 1 ELSE 2 END FROM checking WHERE custid = 1",
+            vec![],
+        ),
         // Comparisons are strict too: `x = NULL` folds whole, x never computed.
         (
             "SELECT CASE WHEN (bal + 9223372036854775807) = NULLIF(1, 1) THEN 1 ELSE 0 END FROM checking WHERE custid = 1",
@@ -1030,6 +1039,10 @@ fn a_constant_folding_to_null_beside_a_column_is_refused() {
         (
             "UPDATE checking SET bal = CASE WHEN (bal + 1) > NULLIF($1, 3) THEN 1 ELSE 0 END WHERE custid = 1",
             vec![Value::Int(4)],
+        ),
+        (
+            "UPDATE checking SET bal = CASE (bal * 7) WHEN NULLIF(0, 1) THEN 1 ELSE 2 END WHERE custid = 1",
+            vec![],
         ),
         // A column alone cannot fail: every engine gives NULL.
         (
