@@ -4285,9 +4285,9 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
         } => {
             // PostgreSQL rewrites it as `x >= lo AND x <= hi` (NOT: `x < lo OR x > hi`) and
             // folds those: a deciding half settles it, a NULL half makes it NULL or unknown.
-            let (ex, el, eh) = (x, lo, hi);
-            let (x, l, h) = (eval(x, params)?, eval(lo, params)?, eval(hi, params)?);
-            skips_an_operand(e, &[(ex, &x), (el, &l), (eh, &h)])?;
+            let (xv, l, h) = (eval(x, params)?, eval(lo, params)?, eval(hi, params)?);
+            skips_an_operand(e, &[(x, &xv), (lo, &l), (hi, &h)])?;
+            let x = xv;
             return Ok(if *negated {
                 bool_fold(false, cmp_fold(Cmp::Lt, &x, &l), cmp_fold(Cmp::Gt, &x, &h))
             } else {
@@ -4300,15 +4300,16 @@ fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
             negated,
         } => {
             // PostgreSQL rewrites it as ORed `x = item` (the constant items as one `= ANY`).
-            let subject = x;
-            let x = eval(x, params)?;
+            let xv = eval(x, params)?;
             let items = list
                 .iter()
                 .map(|i| eval(i, params))
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut pairs: Vec<(&E, &Option<Value>)> = vec![(subject, &x)];
-            pairs.extend(list.iter().zip(&items));
+            let pairs: Vec<(&E, &Option<Value>)> = std::iter::once((&**x, &xv))
+                .chain(list.iter().zip(&items))
+                .collect();
             skips_an_operand(e, &pairs)?;
+            let x = xv;
             // `NULL = item` folds to NULL for every item, and so does their OR; so does a
             // single `x = NULL`.
             if matches!(x, Some(Value::Null)) || matches!(items[..], [Some(Value::Null)]) {

@@ -71,9 +71,9 @@ pub(crate) fn row_chunks<T>(
 /// upserts): on MySQL and PostgreSQL the rest after the full chunks goes in one statement,
 /// padded to a power of two by repeating its last row (300 rows: 256, then 44 padded to 64).
 /// The same few texts as [`row_chunks`], in one round trip instead of one per set bit. On
-/// PostgreSQL every new text is a statement prepared on each connection and planned anew for
-/// its first five runs: with the lookups of 2 048 clients, one text per list length made
-/// planning a sixth of the server's CPU.
+/// PostgreSQL every new text is a statement prepared on each connection: padded, a lookup of
+/// any length reuses one of nine instead of preparing one per length (no throughput change
+/// measured; it keeps each connection's statement cache from churning).
 pub(crate) fn padded_chunks<T>(
     values: &[T],
     width: usize,
