@@ -17,6 +17,7 @@
 //!   the keys changed since the layer before it, a deleted key as a tombstone (`chainify_cp_gone`
 //!   = 1). A snapshot is the newest row of each key over its layers ([`in_layers`]).
 
+use chainify_core::Value;
 use chainify_sql::ColumnType;
 use chainify_sql::render::Dialect;
 use chainify_sql::schema::Limit;
@@ -741,12 +742,63 @@ pub struct DigestWrites<'a> {
     pub markers: bool,
 }
 
-/// The digest's writes as one text of statements with literal values (numbers, hex bytes and
-/// plain table names only, never a value of a shared table's row): the recorded keys become
-/// dirty and the records go, set-based on the server, and the block's accumulators, outcome
-/// and transaction ids are recorded. One round trip instead of one per statement and table.
-pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<String> {
-    let b = w.block;
+/// One of the digest's writes: its text and the values bound to its parameters (none where the
+/// text carries its values as literals).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Write {
+    /// The statement.
+    pub sql: String,
+    /// The values of its parameters `1..`, in order.
+    pub params: Vec<Value>,
+}
+
+/// The values of one statement of [`digest_writes`]: literals in the text, or parameters.
+struct Carried {
+    dialect: Dialect,
+    params: Vec<Value>,
+}
+
+impl Carried {
+    fn int(&mut self, v: i64) -> String {
+        self.carry(Value::Int(v), v.to_string())
+    }
+
+    fn bytes(&mut self, b: &[u8]) -> String {
+        let literal = bytes_literal(self.dialect, b);
+        self.carry(Value::Bytes(b.to_vec()), literal)
+    }
+
+    fn carry(&mut self, value: Value, literal: String) -> String {
+        if self.dialect != Dialect::Sqlite {
+            return literal;
+        }
+        self.params.push(value);
+        format!("?{}", self.params.len())
+    }
+
+    fn write(&mut self, sql: String) -> Write {
+        Write {
+            sql,
+            params: std::mem::take(&mut self.params),
+        }
+    }
+}
+
+/// The digest's writes: the recorded keys become dirty and the records go, set-based in the
+/// engine, and the block's accumulators, outcome and transaction ids are recorded.
+///
+/// On PostgreSQL and MySQL they are sent as one text with literal values (numbers, hex bytes
+/// and plain table names only, never a value of a shared table's row): one round trip instead
+/// of one per statement and table. SQLite runs in process, with no round trip to save: its
+/// writes bind their values, so each text is parsed once per connection (the accumulators alone
+/// were 12 KB of hex to parse a block), and write one row each, so none needs a statement
+/// journal.
+pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
+    let one_text = dialect != Dialect::Sqlite;
+    let mut v = Carried {
+        dialect,
+        params: Vec::new(),
+    };
     let mut out = Vec::new();
     let mut names = Vec::new();
     for t in &w.changed {
@@ -755,64 +807,101 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<String> {
         let (dg, dk) = (digest_table(&t.name), dirty_table(&t.name));
         // SQLite reads `ON CONFLICT` after a bare `FROM` as the join's constraint: the WHERE
         // makes it the upsert's.
-        out.push(match dialect {
-            Dialect::MySql => format!(
-                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} ON DUPLICATE KEY UPDATE chainify_block = {b}"
-            ),
-            _ => format!(
-                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} WHERE 1 = 1 ON CONFLICT ({keys}) DO UPDATE SET chainify_block = {b}"
-            ),
-        });
-        out.push(format!("DELETE FROM {dg}"));
+        let sql = match dialect {
+            Dialect::MySql => {
+                let b = v.int(w.block);
+                format!(
+                    "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} ON DUPLICATE KEY UPDATE chainify_block = {b}"
+                )
+            }
+            _ => {
+                let b = v.int(w.block);
+                format!(
+                    "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} WHERE 1 = 1 ON CONFLICT ({keys}) DO UPDATE SET chainify_block = {b}"
+                )
+            }
+        };
+        out.push(v.write(sql));
+        out.push(v.write(format!("DELETE FROM {dg}")));
         names.push(format!("'{}'", t.name));
     }
     if !names.is_empty() {
-        out.push(format!(
+        let b = v.int(w.block);
+        out.push(v.write(format!(
             "UPDATE chainify_shared_tables SET last_changed_block = {b} WHERE table_name IN ({})",
             names.join(", ")
-        ));
+        )));
     }
-    if !w.states.is_empty() {
-        let rows: Vec<String> = w
-            .states
-            .iter()
-            .map(|(table, lanes)| {
-                debug_assert!(crate::catalog::is_plain_name(table));
-                format!("({b}, '{table}', {})", bytes_literal(dialect, lanes))
-            })
-            .collect();
-        out.push(format!(
-            "INSERT INTO chainify_state (block, table_name, lanes) VALUES {}",
-            rows.join(", ")
-        ));
-    }
-    out.push(format!(
-        "DELETE FROM chainify_state WHERE block >= 0 AND block < {} AND block NOT IN (SELECT block FROM chainify_checkpoints)",
-        w.forget_states_below
-    ));
-    out.push(format!(
-        "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({b}, {}, {}, {})",
-        bytes_literal(dialect, w.digest),
-        bytes_literal(dialect, w.success),
-        w.tx_count
-    ));
-    if !w.tx_ids.is_empty() {
-        let rows: Vec<String> = w
-            .tx_ids
-            .iter()
-            .map(|id| format!("({}, {b})", bytes_literal(dialect, id)))
-            .collect();
-        out.push(format!(
-            "INSERT INTO chainify_tx_index (tx_id, block) VALUES {}",
-            rows.join(", ")
-        ));
-    }
+    // Bound rows go one statement each: the parameters of a row are taken as it is written.
+    let state_rows: Vec<(String, Vec<Value>)> = w
+        .states
+        .iter()
+        .map(|(table, lanes)| {
+            debug_assert!(crate::catalog::is_plain_name(table));
+            let row = format!("({}, '{table}', {})", v.int(w.block), v.bytes(lanes));
+            (row, std::mem::take(&mut v.params))
+        })
+        .collect();
+    write_rows(
+        &mut out,
+        one_text,
+        "INSERT INTO chainify_state (block, table_name, lanes)",
+        state_rows,
+    );
+    let below = v.int(w.forget_states_below);
+    out.push(v.write(format!(
+        "DELETE FROM chainify_state WHERE block >= 0 AND block < {below} AND block NOT IN (SELECT block FROM chainify_checkpoints)"
+    )));
+    let row = format!(
+        "({}, {}, {}, {})",
+        v.int(w.block),
+        v.bytes(w.digest),
+        v.bytes(w.success),
+        v.int(w.tx_count)
+    );
+    out.push(v.write(format!(
+        "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES {row}"
+    )));
+    let id_rows: Vec<(String, Vec<Value>)> = w
+        .tx_ids
+        .iter()
+        .map(|id| {
+            let row = format!("({}, {})", v.bytes(id), v.int(w.block));
+            (row, std::mem::take(&mut v.params))
+        })
+        .collect();
+    write_rows(
+        &mut out,
+        one_text,
+        "INSERT INTO chainify_tx_index (tx_id, block)",
+        id_rows,
+    );
     if w.markers {
-        out.push(format!(
+        let b = v.int(w.block);
+        out.push(v.write(format!(
             "DELETE FROM chainify_applied_txs WHERE block = {b}"
-        ));
+        )));
     }
     out
+}
+
+/// `rows` of one table inserted by one statement, or (bound) by one statement each.
+fn write_rows(out: &mut Vec<Write>, one_text: bool, insert: &str, rows: Vec<(String, Vec<Value>)>) {
+    if rows.is_empty() {
+        return;
+    }
+    if one_text {
+        let rows: Vec<String> = rows.into_iter().map(|(row, _)| row).collect();
+        out.push(Write {
+            sql: format!("{insert} VALUES {}", rows.join(", ")),
+            params: Vec::new(),
+        });
+    } else {
+        out.extend(rows.into_iter().map(|(row, params)| Write {
+            sql: format!("{insert} VALUES {row}"),
+            params,
+        }));
+    }
 }
 
 /// Every row of `t` in no particular order, read like the digest reads images: what a full scan
@@ -1308,7 +1397,7 @@ mod tests {
     }
 
     #[test]
-    fn digest_writes_are_literal_and_set_based() {
+    fn digest_writes_are_set_based_and_literal_except_in_process() {
         let t = table();
         let w = DigestWrites {
             block: 7,
@@ -1321,8 +1410,17 @@ mod tests {
             tx_ids: vec![&[0x12], &[0x34]],
             markers: true,
         };
+        let texts = |d: Dialect, w: &DigestWrites<'_>| -> Vec<String> {
+            digest_writes(d, w)
+                .into_iter()
+                .map(|w| {
+                    assert_eq!(w.params, [], "{}: literal values", w.sql);
+                    w.sql
+                })
+                .collect()
+        };
         assert_eq!(
-            digest_writes(Dialect::Postgres, &w),
+            texts(Dialect::Postgres, &w),
             [
                 "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = 7",
                 "DELETE FROM chainify_dg_acct",
@@ -1334,7 +1432,7 @@ mod tests {
                 "DELETE FROM chainify_applied_txs WHERE block = 7",
             ]
         );
-        let mysql = digest_writes(
+        let mysql = texts(
             Dialect::MySql,
             &DigestWrites {
                 changed: vec![],
@@ -1352,9 +1450,52 @@ mod tests {
             ]
         );
         assert_eq!(
-            digest_writes(Dialect::MySql, &w)[0],
+            texts(Dialect::MySql, &w)[0],
             "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct ON DUPLICATE KEY UPDATE chainify_block = 7"
         );
+        // SQLite binds every value, one row a statement, so the texts recur from block to block.
+        let sqlite = digest_writes(Dialect::Sqlite, &w);
+        let bytes = |b: &[u8]| Value::Bytes(b.to_vec());
+        let expected: Vec<(&str, Vec<Value>)> = vec![
+            (
+                "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, ?1 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = ?1",
+                vec![Value::Int(7)],
+            ),
+            ("DELETE FROM chainify_dg_acct", vec![]),
+            (
+                "UPDATE chainify_shared_tables SET last_changed_block = ?1 WHERE table_name IN ('acct')",
+                vec![Value::Int(7)],
+            ),
+            (
+                "INSERT INTO chainify_state (block, table_name, lanes) VALUES (?1, 'acct', ?2)",
+                vec![Value::Int(7), bytes(&[0x01, 0xab])],
+            ),
+            (
+                "DELETE FROM chainify_state WHERE block >= 0 AND block < ?1 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
+                vec![Value::Int(-249)],
+            ),
+            (
+                "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (?1, ?2, ?3, ?4)",
+                vec![Value::Int(7), bytes(&[0xff, 0]), bytes(&[5]), Value::Int(3)],
+            ),
+            (
+                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (?1, ?2)",
+                vec![bytes(&[0x12]), Value::Int(7)],
+            ),
+            (
+                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (?1, ?2)",
+                vec![bytes(&[0x34]), Value::Int(7)],
+            ),
+            (
+                "DELETE FROM chainify_applied_txs WHERE block = ?1",
+                vec![Value::Int(7)],
+            ),
+        ];
+        let got: Vec<(&str, Vec<Value>)> = sqlite
+            .iter()
+            .map(|w| (w.sql.as_str(), w.params.clone()))
+            .collect();
+        assert_eq!(got, expected);
         assert_eq!(bytes_literal(Dialect::Sqlite, &[]), "X''");
         assert_eq!(
             markers_literal(7, &[(0, true), (12, false)]),

@@ -1059,7 +1059,16 @@ impl<B: Backend> Store<B> {
                 markers,
             },
         );
-        self.db(conn.commit_after(&writes.join("; ")).await, &during)?;
+        if writes.iter().all(|w| w.params.is_empty()) {
+            let text: Vec<&str> = writes.iter().map(|w| w.sql.as_str()).collect();
+            self.db(conn.commit_after(&text.join("; ")).await, &during)?;
+        } else {
+            for w in &writes {
+                let params: Vec<&Value> = w.params.iter().collect();
+                self.db(conn.execute(&w.sql, &params, false).await, &during)?;
+            }
+            self.db(conn.commit().await, &during)?;
+        }
         Ok((digest, state_digest(&states), effects.len()))
     }
 
