@@ -181,6 +181,17 @@ impl Verifier {
         Ok(())
     }
 
+    /// Whether every one of `items` is remembered (or signatures are off): then they all
+    /// verify, found by hashing alone.
+    pub fn remembers_all(&self, items: &[SignedBytes]) -> bool {
+        if !self.signatures.is_signed() {
+            return true;
+        }
+        let fingerprints: Vec<Digest> = items.iter().map(SignedBytes::fingerprint).collect();
+        let remembered = self.remembered();
+        fingerprints.iter().all(|f| remembered.contains(f))
+    }
+
     /// Whether each signature verifies (all do when signatures are off): remembered triples
     /// without work, the rest with [`verify_many`].
     pub fn check_all(&self, items: &[SignedBytes]) -> Vec<bool> {

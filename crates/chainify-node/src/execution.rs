@@ -197,13 +197,20 @@ impl<B: Backend> ExecutionServer<B> {
         let validating = std::time::Instant::now();
         // The signature checks are the CPU-heavy part: all at once, on the blocking pool (which
         // spreads them over the cores), while the ledger lookup runs.
-        let signatures = BlockSignatures::of(block, network);
         let verifier = self.ahead.verifier.clone();
-        let checking = tokio::task::spawn_blocking(move || signatures.check(&verifier));
+        let checking = match BlockSignatures::of(block, network).remembered(&verifier) {
+            Ok(verdicts) => Ok(verdicts),
+            Err(signatures) => Err(tokio::task::spawn_blocking(move || {
+                signatures.check(&verifier)
+            })),
+        };
         let known: BTreeSet<TxId> = self.store.known_transactions(block.number, &ids).await?;
-        let verdicts = checking.await.map_err(|e| {
-            ExecutionError::Remote(format!("checking block {}'s signatures: {e}", block.number))
-        })?;
+        let verdicts = match checking {
+            Ok(verdicts) => verdicts,
+            Err(checking) => checking.await.map_err(|e| {
+                ExecutionError::Remote(format!("checking block {}'s signatures: {e}", block.number))
+            })?,
+        };
         let validation = validate_block(block, network, &verdicts, |id| known.contains(id));
         let validate_time = validating.elapsed();
         let analysing = std::time::Instant::now();
