@@ -134,7 +134,8 @@ pub struct BenchArgs {
     /// Directory for result.json and result.svg (created).
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
-    /// Where SQLite files go (kept); default: a temporary directory, removed.
+    /// Where SQLite files go (kept, and the run's PostgreSQL and MariaDB databases too);
+    /// default: a temporary directory, removed, and the server databases dropped.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Change an organization's database behind chainify's back, `ORG@SECONDS` (repeatable):
@@ -342,8 +343,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let args = &args;
     let setup = args.check()?;
     let (dir, temporary) = scratch_dir(&args.dir, "bench")?;
+    let local = devnet.is_none();
     let result = runtime.block_on(bench(args, &setup, &dir, devnet));
     if temporary {
+        if local {
+            runtime.block_on(drop_server_databases(args, &dir));
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
     let (report, agree) = result?;
@@ -778,13 +783,43 @@ impl Progress {
     }
 }
 
+/// What names this run's databases on the servers.
+fn run_tag() -> String {
+    format!("bench_{}", std::process::id())
+}
+
+/// Drops the databases this run made on the PostgreSQL and MariaDB servers (the organizations'
+/// and the raw baseline's), whether or not it got as far as making them. A database that cannot
+/// be dropped is named on stderr: the results stand.
+async fn drop_server_databases(args: &BenchArgs, dir: &std::path::Path) {
+    let tag = run_tag();
+    for (i, engine) in args.engines.iter().enumerate() {
+        if engine == "sqlite" {
+            continue;
+        }
+        let org = i + 1;
+        for name in [format!("{tag}_org{org}"), format!("{tag}_raw_org{org}")] {
+            let dropped = match engine_url(engine, dir, &name, &args.postgres_url, &args.mysql_url)
+            {
+                Ok(url) => chainify_storage::drop_database(&url)
+                    .await
+                    .map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = dropped {
+                eprintln!("chainify bench: database {name} was left on the {engine} server: {e}");
+            }
+        }
+    }
+}
+
 async fn bench(
     args: &BenchArgs,
     setup: &Setup,
     dir: &std::path::Path,
     devnet: Option<Devnet>,
 ) -> anyhow::Result<(Report, bool)> {
-    let tag = format!("bench_{}", std::process::id());
+    let tag = run_tag();
     let mut net = match devnet {
         Some(devnet) => {
             eprintln!(

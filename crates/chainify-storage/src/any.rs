@@ -77,6 +77,16 @@ pub fn database_on(server_url: &str, name: &str) -> Result<String, StorageError>
 /// chainify's portable defaults; for SQLite, removes the file). For test and development
 /// networks; the database name must be a plain identifier.
 pub async fn recreate_database(url: &str) -> Result<(), StorageError> {
+    administer(url, true).await
+}
+
+/// Drops the database `url` names if it exists (for SQLite, removes the file and its log):
+/// what [`recreate_database`] made, once a test or benchmark is done with it.
+pub async fn drop_database(url: &str) -> Result<(), StorageError> {
+    administer(url, false).await
+}
+
+async fn administer(url: &str, create: bool) -> Result<(), StorageError> {
     use sqlx::{AssertSqlSafe, Connection, Executor};
 
     let failed = |reason: String| StorageError::Connect {
@@ -98,7 +108,7 @@ pub async fn recreate_database(url: &str) -> Result<(), StorageError> {
                 Err(e) => return Err(failed(format!("removing {path}{suffix}: {e}"))),
             }
         }
-        if let Some(dir) = std::path::Path::new(path).parent() {
+        if create && let Some(dir) = std::path::Path::new(path).parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
         }
@@ -120,10 +130,11 @@ pub async fn recreate_database(url: &str) -> Result<(), StorageError> {
             let mut conn = sqlx::PgConnection::connect(&format!("{base}/postgres"))
                 .await
                 .map_err(|e| failed(e.to_string()))?;
-            for sql in [
-                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-                format!("CREATE DATABASE {name} ENCODING 'UTF8'"),
-            ] {
+            let mut sql = vec![format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")];
+            if create {
+                sql.push(format!("CREATE DATABASE {name} ENCODING 'UTF8'"));
+            }
+            for sql in sql {
                 conn.execute(AssertSqlSafe(sql))
                     .await
                     .map_err(|e| failed(e.to_string()))?;
@@ -134,10 +145,13 @@ pub async fn recreate_database(url: &str) -> Result<(), StorageError> {
             let mut conn = sqlx::MySqlConnection::connect(&format!("{base}/mysql"))
                 .await
                 .map_err(|e| failed(e.to_string()))?;
-            for sql in [
-                format!("DROP DATABASE IF EXISTS {name}"),
-                format!("CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
-            ] {
+            let mut sql = vec![format!("DROP DATABASE IF EXISTS {name}")];
+            if create {
+                sql.push(format!(
+                    "CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+                ));
+            }
+            for sql in sql {
                 conn.execute(AssertSqlSafe(sql))
                     .await
                     .map_err(|e| failed(e.to_string()))?;
@@ -310,7 +324,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn recreating_refuses_odd_names_and_empties_sqlite() {
+    async fn recreating_and_dropping_refuse_odd_names_and_handle_sqlite_files() {
         let err = recreate_database("postgres://u:secret@127.0.0.1:1/x;drop")
             .await
             .expect_err("odd name");
@@ -323,6 +337,22 @@ mod tests {
         std::fs::write(&path, b"old").expect("write");
         recreate_database(&url).await.expect("again");
         assert!(!path.exists(), "the old file is gone");
+        std::fs::write(&path, b"new").expect("write");
+        std::fs::write(format!("{}-wal", path.display()), b"log").expect("write");
+        drop_database(&url).await.expect("dropped");
+        assert!(!path.exists(), "the file is gone");
+        assert!(
+            !std::path::Path::new(&format!("{}-wal", path.display())).exists(),
+            "and its log"
+        );
+        drop_database(&url)
+            .await
+            .expect("dropping what is gone is no error");
+        let err = drop_database("mysql://u:secret@127.0.0.1:1/a-b")
+            .await
+            .expect_err("odd name");
+        assert!(err.to_string().contains("\"a-b\""), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 
     #[tokio::test]

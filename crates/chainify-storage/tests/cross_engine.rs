@@ -374,3 +374,31 @@ async fn a_state_transfers_between_any_two_engines() {
     lite.checkpoint(c).await.expect("checkpoint");
     transfer_to(&lite, c, &outcome, &next, &PgFixture).await;
 }
+
+/// A database dropped after use is gone from its server (benchmarks drop theirs), and dropping
+/// it again is no error.
+#[tokio::test]
+async fn dropped_databases_are_gone_from_their_servers() {
+    for engine in ["postgres", "mariadb", "sqlite"] {
+        let url = chainify_testkit::engines::url(engine, "dropped_after_use");
+        chainify_storage::recreate_database(&url)
+            .await
+            .expect("created");
+        let backend = chainify_storage::AnyBackend::connect(&url, &StoreOptions::default())
+            .await
+            .expect("it exists");
+        chainify_storage::Backend::close(&backend).await;
+        chainify_storage::drop_database(&url)
+            .await
+            .expect("dropped");
+        let options = StoreOptions {
+            read_only: engine == "sqlite",
+            ..StoreOptions::default()
+        };
+        let gone = chainify_storage::AnyBackend::connect(&url, &options).await;
+        assert!(gone.is_err(), "{engine}: the database is gone");
+        chainify_storage::drop_database(&url)
+            .await
+            .expect("dropping again");
+    }
+}

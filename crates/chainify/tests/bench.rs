@@ -14,10 +14,23 @@ fn bench(args: &[&str]) -> Output {
 }
 
 fn run(args: &[&str]) -> (Value, String) {
+    let (report, svg, _) = run_process(args);
+    (report, svg)
+}
+
+/// [`run`], and the process id the run's server databases are named by.
+fn run_process(args: &[&str]) -> (Value, String, u32) {
     let out = tempfile::tempdir().unwrap();
-    let mut all = vec!["--out", out.path().to_str().unwrap()];
+    let mut all = vec!["bench", "--out", out.path().to_str().unwrap()];
     all.extend_from_slice(args);
-    let o = bench(&all);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_chainify"))
+        .args(&all)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
     assert!(
         o.status.success(),
         "exit {:?}\n{}\n{}",
@@ -38,7 +51,42 @@ fn run(args: &[&str]) -> (Value, String) {
         serde_json::from_str(&std::fs::read_to_string(out.path().join("result.json")).unwrap())
             .unwrap();
     let svg = std::fs::read_to_string(out.path().join("result.svg")).unwrap();
-    (report, svg)
+    (report, svg, pid)
+}
+
+/// The databases on the test servers whose names start with `prefix`.
+fn server_databases(prefix: &str) -> Vec<String> {
+    use chainify_storage::{AnyBackend, Backend, Conn, StoreOptions, ddl::ReadType};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut found = Vec::new();
+        for (engine, list) in [
+            ("postgres", "SELECT datname::text FROM pg_database"),
+            (
+                "mariadb",
+                "SELECT CONVERT(SCHEMA_NAME USING utf8mb4) FROM information_schema.SCHEMATA",
+            ),
+        ] {
+            let url = chainify_testkit::engines::url(engine, "chainify_test");
+            let backend = AnyBackend::connect(&url, &StoreOptions::default())
+                .await
+                .unwrap();
+            let mut conn = backend.acquire().await.unwrap();
+            for row in conn.query(list, &[], &[ReadType::Text]).await.unwrap() {
+                if let Some(chainify_core::Value::Text(name)) = row.into_iter().next()
+                    && name.starts_with(prefix)
+                {
+                    found.push(format!("{engine}: {name}"));
+                }
+            }
+            drop(conn);
+            backend.close().await;
+        }
+        found
+    })
 }
 
 fn check(report: &Value, svg: &str, orgs: usize) {
@@ -169,7 +217,12 @@ fn heterogeneous_engines_run_ycsb_and_the_full_smallbank_mix() {
         if raw {
             args.push("--raw");
         }
-        let (report, svg) = run(&args);
+        let (report, svg, pid) = run_process(&args);
+        // The organizations' and the raw baseline's server databases are gone after the run.
+        assert_eq!(
+            server_databases(&format!("bench_{pid}_")),
+            Vec::<String>::new()
+        );
         if raw {
             // The raw baseline ran the same streams on each engine; its bars follow the rest.
             let rows = report["raw"].as_array().unwrap();
