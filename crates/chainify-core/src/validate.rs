@@ -4,7 +4,8 @@
 //! their slot in the block (a 0 in the success bitmap) and are never executed.
 //!
 //! The block's signatures are checked first, all at once ([`BlockSignatures`]: batched, on all
-//! cores, off the async reactor, none twice), then the checks run in order on their verdicts.
+//! cores, off the async reactor, none twice; a small block whose signatures were all checked
+//! before is found so by hashing, in place), then the checks run in order on their verdicts.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -65,9 +66,11 @@ pub struct BlockSignatures {
     block: BlockId,
 }
 
-/// Signatures of a block that [`BlockSignatures::remembered`] hashes where it is called (a
-/// microsecond or two each): beyond these the caller's thread would be held too long.
+/// Signatures, and bytes of signed messages, of a block that [`BlockSignatures::remembered`]
+/// hashes where it is called (a microsecond or two a signature of a few hundred bytes): beyond
+/// these the caller's thread would be held too long.
 const REMEMBERED_INLINE: usize = 128;
+const REMEMBERED_INLINE_BYTES: usize = 128 * 1024;
 
 /// Which block verdicts are for: [`validate_block`] ignores verdicts of another block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,7 +114,11 @@ impl BlockSignatures {
     /// Hashing a dozen signed messages takes microseconds, and a hand-off to the blocking pool
     /// took ~0.4 ms a block on a busy machine.
     pub fn remembered(self, verifier: &Verifier) -> Result<SignatureVerdicts, BlockSignatures> {
-        if self.items.len() > REMEMBERED_INLINE || !verifier.remembers_all(&self.items) {
+        let bytes: usize = self.items.iter().map(|i| i.message.len()).sum();
+        if self.items.len() > REMEMBERED_INLINE
+            || bytes > REMEMBERED_INLINE_BYTES
+            || !verifier.remembers_all(&self.items)
+        {
             return Err(self);
         }
         Ok(SignatureVerdicts {
@@ -459,19 +466,28 @@ mod tests {
             out[1],
             Err(Invalid::BadClientSignature(ClientId::new("alice").unwrap()))
         );
-        // Too many to hash in place, remembered or not.
-        let large = block(
-            (0..REMEMBERED_INLINE as u64)
-                .map(|i| chained(i, &[1]))
-                .collect(),
-        );
+        // Up to 128 signatures and 128 KiB of messages hashed in place, not one more.
         let verifier = Verifier::new(n.signatures);
-        let _ = BlockSignatures::of(&large, &n).check(&verifier);
-        assert!(
-            BlockSignatures::of(&large, &n)
-                .remembered(&verifier)
-                .is_err()
-        );
+        let in_place = |b: &TransactionBlock| {
+            let _ = BlockSignatures::of(b, &n).check(&verifier);
+            BlockSignatures::of(b, &n).remembered(&verifier).is_ok()
+        };
+        let signed = |count: u64| block((0..count).map(|i| chained(i, &[1])).collect());
+        // Each transaction carries two signatures: the client's and one response.
+        assert!(in_place(&signed(REMEMBERED_INLINE as u64 / 2)));
+        let mut one_more = signed(REMEMBERED_INLINE as u64 / 2);
+        one_more.transactions.push(chained(1000, &[]));
+        assert!(!in_place(&one_more));
+        let mut long = chained(2000, &[]);
+        long.proposal.body.transaction.statements = vec![Statement::new(
+            format!(
+                "UPDATE kv SET v = '{}' WHERE k = 1",
+                "x".repeat(REMEMBERED_INLINE_BYTES)
+            ),
+            vec![],
+        )];
+        long.proposal.signature = client_key().sign(&long.proposal.body.encode_canonical());
+        assert!(!in_place(&block(vec![long])));
         // Without signatures there is nothing to remember or check.
         let unsigned = NetworkConfig {
             signatures: Signatures::Off,

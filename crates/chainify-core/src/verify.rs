@@ -187,9 +187,11 @@ impl Verifier {
         if !self.signatures.is_signed() {
             return true;
         }
-        let fingerprints: Vec<Digest> = items.iter().map(SignedBytes::fingerprint).collect();
-        let remembered = self.remembered();
-        fingerprints.iter().all(|f| remembered.contains(f))
+        // Hashed one at a time, up to the first one not remembered.
+        items.iter().all(|item| {
+            let fingerprint = item.fingerprint();
+            self.remembered().contains(&fingerprint)
+        })
     }
 
     /// Whether each signature verifies (all do when signatures are off): remembered triples

@@ -196,7 +196,8 @@ impl<B: Backend> ExecutionServer<B> {
             .collect();
         let validating = std::time::Instant::now();
         // The signature checks are the CPU-heavy part: all at once, on the blocking pool (which
-        // spreads them over the cores), while the ledger lookup runs.
+        // spreads them over the cores), while the ledger lookup runs; unless the block is small
+        // and every signature was checked before, which hashing finds in place.
         let verifier = self.ahead.verifier.clone();
         let checking = match BlockSignatures::of(block, network).remembered(&verifier) {
             Ok(verdicts) => Ok(verdicts),

@@ -763,6 +763,12 @@ impl Carried {
         self.carry(Value::Int(v), v.to_string())
     }
 
+    /// A plain name (a table's), quoted as a literal.
+    fn name(&mut self, name: &str) -> String {
+        debug_assert!(crate::catalog::is_plain_name(name));
+        self.carry(Value::Text(name.to_owned()), format!("'{name}'"))
+    }
+
     fn bytes(&mut self, b: &[u8]) -> String {
         let literal = bytes_literal(self.dialect, b);
         self.carry(Value::Bytes(b.to_vec()), literal)
@@ -823,13 +829,23 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
         };
         out.push(v.write(sql));
         out.push(v.write(format!("DELETE FROM {dg}")));
-        names.push(format!("'{}'", t.name));
+        names.push(t.name.as_str());
     }
-    if !names.is_empty() {
+    // Bound, a statement a table: the texts do not depend on which tables changed.
+    let lists: Vec<Vec<&str>> = if one_text {
+        vec![names]
+    } else {
+        names.into_iter().map(|n| vec![n]).collect()
+    };
+    for list in lists.into_iter().filter(|l| !l.is_empty()) {
         let b = v.int(w.block);
+        let list: Vec<String> = list.into_iter().map(|n| v.name(n)).collect();
+        let list = match list.as_slice() {
+            [one] => format!("= {one}"),
+            _ => format!("IN ({})", list.join(", ")),
+        };
         out.push(v.write(format!(
-            "UPDATE chainify_shared_tables SET last_changed_block = {b} WHERE table_name IN ({})",
-            names.join(", ")
+            "UPDATE chainify_shared_tables SET last_changed_block = {b} WHERE table_name {list}"
         )));
     }
     // Bound rows go one statement each: the parameters of a row are taken as it is written.
@@ -837,8 +853,12 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
         .states
         .iter()
         .map(|(table, lanes)| {
-            debug_assert!(crate::catalog::is_plain_name(table));
-            let row = format!("({}, '{table}', {})", v.int(w.block), v.bytes(lanes));
+            let row = format!(
+                "({}, {}, {})",
+                v.int(w.block),
+                v.name(table),
+                v.bytes(lanes)
+            );
             (row, std::mem::take(&mut v.params))
         })
         .collect();
@@ -1424,7 +1444,7 @@ mod tests {
             [
                 "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = 7",
                 "DELETE FROM chainify_dg_acct",
-                "UPDATE chainify_shared_tables SET last_changed_block = 7 WHERE table_name IN ('acct')",
+                "UPDATE chainify_shared_tables SET last_changed_block = 7 WHERE table_name = 'acct'",
                 "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', decode('01ab', 'hex'))",
                 "DELETE FROM chainify_state WHERE block >= 0 AND block < -249 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
                 "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (7, decode('ff00', 'hex'), decode('05', 'hex'), 3)",
@@ -1463,12 +1483,16 @@ mod tests {
             ),
             ("DELETE FROM chainify_dg_acct", vec![]),
             (
-                "UPDATE chainify_shared_tables SET last_changed_block = ?1 WHERE table_name IN ('acct')",
-                vec![Value::Int(7)],
+                "UPDATE chainify_shared_tables SET last_changed_block = ?1 WHERE table_name = ?2",
+                vec![Value::Int(7), Value::Text("acct".into())],
             ),
             (
-                "INSERT INTO chainify_state (block, table_name, lanes) VALUES (?1, 'acct', ?2)",
-                vec![Value::Int(7), bytes(&[0x01, 0xab])],
+                "INSERT INTO chainify_state (block, table_name, lanes) VALUES (?1, ?2, ?3)",
+                vec![
+                    Value::Int(7),
+                    Value::Text("acct".into()),
+                    bytes(&[0x01, 0xab]),
+                ],
             ),
             (
                 "DELETE FROM chainify_state WHERE block >= 0 AND block < ?1 AND block NOT IN (SELECT block FROM chainify_checkpoints)",

@@ -6,7 +6,7 @@
 //! store moves long work (a block, a full scan, a checkpoint) off the runtime's workers as a
 //! whole ([`Backend::calls_inline`]), so a block costs one hand-off instead of one a statement.
 //!
-//! WAL checkpoints run beside the writers, on a thread of the database's own ([`Checkpointer`]):
+//! WAL checkpoints run beside the writers, on a thread of the pool's own ([`Checkpointer`]):
 //! SQLite's automatic checkpoint runs inside the COMMIT that crosses its threshold, so every
 //! ~30th block paid for copying the log into the database and two fsyncs (a fifth of the
 //! digest's time on a one-organization run).
@@ -14,7 +14,7 @@
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,13 +44,19 @@ pub(crate) const MAX_DECIMAL_PRECISION: u32 = 15;
 /// 64 KiB each, so the cache stays bounded as before.
 const STATEMENT_CACHE: usize = 100;
 
-/// Frames in the write-ahead log after which a commit asks for a checkpoint (SQLite's own
-/// automatic threshold, ~4 MB).
+/// Frames in the write-ahead log after which a commit asks the checkpointer for a checkpoint
+/// (SQLite's own automatic threshold, ~4 MB).
 const CHECKPOINT_AFTER: i32 = 1000;
 
-/// Frames after which the committing connection checkpoints in place, as SQLite would by
-/// itself: the log stays bounded should the checkpointer fall behind.
-const CHECKPOINT_IN_PLACE: i32 = 16 * CHECKPOINT_AFTER;
+/// Frames at which a commit waits for the checkpointer's run and checkpoints in place. The log
+/// starts over only after a checkpoint that copied all of it, which one beside a writer that
+/// never pauses rarely does (the writer adds frames meanwhile); in place, between the writer's
+/// transactions, it does, with little left to copy. So the log stays under this plus a block.
+const CHECKPOINT_IN_PLACE: i32 = 4 * CHECKPOINT_AFTER;
+
+/// The log file is cut back to this size when it starts over (SQLite keeps its largest size
+/// otherwise).
+const LOG_SIZE_LIMIT: i64 = CHECKPOINT_IN_PLACE as i64 * 4096;
 
 thread_local! {
     /// The log's length in frames after the last commit on this thread ([`wal_committed`]);
@@ -58,71 +64,103 @@ thread_local! {
     static WAL_FRAMES: Cell<i32> = const { Cell::new(0) };
 }
 
-/// SQLite's hook after every commit to the log. (It replaces the automatic checkpoint.) An
-/// error here would fail the statement after its commit: a checkpoint that cannot finish, as
-/// under a reader's snapshot, is simply left for a later one.
-fn wal_committed(wal: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
-    if frames >= CHECKPOINT_IN_PLACE {
-        let _ = wal.checkpoint_v2(rusqlite::hooks::CheckpointMode::PASSIVE);
-    }
+/// SQLite's hook after every commit to the log; it replaces the automatic checkpoint, and only
+/// notes the log's length (an error here would fail the statement after its commit).
+fn wal_committed(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
     WAL_FRAMES.set(frames);
     Ok(())
 }
 
 /// A thread with a connection of its own that runs a passive checkpoint (which never waits for
-/// or holds back readers and writers) when a commit asks; requests made while one runs are
-/// served by the next. Started with the first request, so a database that is only read never
-/// has one; it ends when the pool closes or is dropped.
+/// or holds back readers and writers) when a commit asks, one at a time: a commit asks only
+/// once the previous run has ended. Started with the first request, so a database that is only
+/// read never has one; it ends when the pool closes or is dropped.
 #[derive(Debug, Default)]
 struct Checkpointer {
-    wake: Mutex<Option<SyncSender<()>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    state: Mutex<CheckpointerState>,
+    /// Held while a checkpoint runs, on the thread or in place.
+    running: Arc<Mutex<()>>,
+    /// A run is asked for or under way.
+    in_flight: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Debug, Default)]
+struct CheckpointerState {
+    wake: Option<SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+    /// The pool closed: no thread starts again.
+    closed: bool,
 }
 
 impl Checkpointer {
     fn request(&self, target: &Target) {
-        let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(sender) = wake.as_ref() {
-            match sender.try_send(()) {
-                Ok(()) | Err(TrySendError::Full(())) => return,
-                Err(TrySendError::Disconnected(())) => {}
-            }
-        }
-        // Not started, or its connection could not open: (re)started, the request queued.
-        let Ok(conn) = Connection::open_with_flags(&target.path, target.flags) else {
-            *wake = None;
+        if self.in_flight.swap(true, Ordering::AcqRel) {
             return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = !state.closed
+            && match state.wake.as_ref().map(|w| w.try_send(())) {
+                Some(Ok(())) => true,
+                // Not started, or its thread is gone: (re)started with the request queued.
+                _ => self.start(&mut state, target),
+            };
+        if !sent {
+            self.in_flight.store(false, Ordering::Release);
+        }
+    }
+
+    fn start(&self, state: &mut CheckpointerState, target: &Target) -> bool {
+        state.wake = None;
+        // Never creates the file: a database moved away is not made again empty.
+        let flags = target.flags - OpenFlags::SQLITE_OPEN_CREATE;
+        let Ok(conn) = Connection::open_with_flags(&target.path, flags) else {
+            return false;
         };
+        if conn.busy_timeout(Duration::ZERO).is_err() {
+            return false;
+        }
         let (sender, receiver) = std::sync::mpsc::sync_channel::<()>(1);
+        let (running, in_flight) = (self.running.clone(), self.in_flight.clone());
         let spawned = std::thread::Builder::new()
             .name("wal-checkpoint".into())
             .spawn(move || {
                 while receiver.recv().is_ok() {
-                    // Busy (another checkpoint, a RESTART elsewhere) or failed: the next
-                    // commit past the threshold asks again.
-                    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    {
+                        let _running = running.lock().unwrap_or_else(|e| e.into_inner());
+                        // Busy or failed: a later commit asks again.
+                        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    }
+                    in_flight.store(false, Ordering::Release);
                 }
             });
         let Ok(handle) = spawned else {
-            *wake = None;
-            return;
+            return false;
         };
-        let _ = sender.try_send(());
-        *wake = Some(sender);
-        let old = self
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(handle);
-        drop(old);
+        if sender.try_send(()).is_err() {
+            return false;
+        }
+        state.wake = Some(sender);
+        // A thread whose channel broke has ended; its handle is let go.
+        drop(state.thread.replace(handle));
+        true
+    }
+
+    /// Checkpoints on `conn`, which just committed, once the thread's run (if any) has ended.
+    fn in_place(&self, conn: &Connection) {
+        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
     }
 
     /// Stops the thread, letting a running checkpoint finish.
     async fn stop(&self) {
-        drop(self.wake.lock().unwrap_or_else(|e| e.into_inner()).take());
-        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(handle) = handle {
-            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        let thread = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.closed = true;
+            state.wake = None;
+            state.thread.take()
+        };
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
 }
@@ -174,6 +212,8 @@ impl Pool {
                 .map_err(db_err)?;
             if !t.in_memory {
                 conn.wal_hook(Some(wal_committed));
+                conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)
+                    .map_err(db_err)?;
             }
         }
         // Case-sensitive LIKE, as PostgreSQL and MySQL's binary collations.
@@ -184,14 +224,6 @@ impl Pool {
         conn.busy_timeout(Duration::ZERO).map_err(db_err)?;
         self.open.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
-    }
-
-    /// After a call that may have committed: a checkpoint when the log has grown long.
-    fn after_commit(&self) {
-        // A connection still in use while the pool closes starts no new thread.
-        if WAL_FRAMES.take() >= CHECKPOINT_AFTER && !self.permits.is_closed() {
-            self.checkpointer.request(&self.target);
-        }
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
@@ -465,6 +497,17 @@ impl SqliteConn {
         self.conn.as_ref().expect("a connection until dropped")
     }
 
+    /// After a call that may have committed: a checkpoint when the log has grown long.
+    fn after_commit(&self) {
+        let frames = WAL_FRAMES.take();
+        let checkpointer = &self.pool.checkpointer;
+        if frames >= CHECKPOINT_IN_PLACE {
+            checkpointer.in_place(self.conn());
+        } else if frames >= CHECKPOINT_AFTER {
+            checkpointer.request(&self.pool.target);
+        }
+    }
+
     /// Removes a deadline's progress handler (still `limited` if that fails: the connection is
     /// then closed, not handed on).
     fn unlimit(&mut self) -> Result<(), DbError> {
@@ -490,7 +533,7 @@ impl SqliteConn {
         let mut pause = Duration::ZERO;
         loop {
             let done = op(self);
-            self.pool.after_commit();
+            self.after_commit();
             match done {
                 Err(e)
                     if lock_held_elsewhere(&e)
@@ -515,7 +558,7 @@ impl SqliteConn {
         let wait = self.pool.target.lock_timeout;
         self.conn().busy_timeout(wait).map_err(db_err)?;
         let done = op(self);
-        self.pool.after_commit();
+        self.after_commit();
         self.conn().busy_timeout(Duration::ZERO).map_err(db_err)?;
         Ok(done)
     }

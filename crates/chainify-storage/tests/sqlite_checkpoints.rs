@@ -1,5 +1,5 @@
-//! SQLite's write-ahead log is checkpointed beside the writers, never inside their commits.
-//! (A test binary of its own: it counts the process's checkpoint threads.)
+//! SQLite's write-ahead log is checkpointed beside the writers, and stays bounded. (A test
+//! binary of its own: it counts the process's checkpoint threads.)
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,16 @@ fn checkpoint_threads() -> usize {
         .count()
 }
 
+/// The checkpoint threads once the pool has closed: the kernel may list a joined thread for a
+/// moment after it ended.
+fn threads_after_close() -> usize {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while checkpoint_threads() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    checkpoint_threads()
+}
+
 /// The log header's checkpoint sequence number, which moves each time the log starts over
 /// (which it does only after a checkpoint copied all of it into the database).
 fn log_restarts(log: &std::path::Path) -> u32 {
@@ -22,7 +32,13 @@ fn log_restarts(log: &std::path::Path) -> u32 {
     u32::from_be_bytes(header[12..16].try_into().expect("a 32-byte header"))
 }
 
+/// One test, its parts in turn: they count the process's checkpoint threads.
 #[tokio::test]
+async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
+    the_log_is_checkpointed_on_a_thread_of_its_own().await;
+    the_log_stays_bounded_under_a_writer_that_never_pauses().await;
+}
+
 async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
     let dir = chainify_testkit::engines::SqliteFixture::path("sqlite_checkpoints")
         .parent()
@@ -86,5 +102,60 @@ async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
     assert_eq!(rows, vec![vec![Value::Int(k)]], "every commit kept");
     drop(conn);
     db.close().await;
-    assert_eq!(checkpoint_threads(), 0, "the thread ends with the pool");
+    assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
+}
+
+/// A writer that never pauses still sees its log start over: the checkpointer copies most of
+/// it beside the writer, which rarely lets it finish, and the commit that finds the log at
+/// 4 000 frames waits for that run and checkpoints the rest in place.
+async fn the_log_stays_bounded_under_a_writer_that_never_pauses() {
+    let dir = chainify_testkit::engines::SqliteFixture::path("sqlite_log_bound")
+        .parent()
+        .expect("a directory")
+        .join("sqlite_log_bound");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let db = Sqlite::connect(
+        &format!("sqlite://{}", dir.join("b.db").display()),
+        &StoreOptions::default(),
+    )
+    .await
+    .expect("open");
+    let mut conn = db.acquire().await.expect("conn");
+    conn.batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+        .await
+        .expect("ddl");
+    let log = dir.join("b.db-wal");
+    let first = log_restarts(&log);
+    let mut longest = 0;
+    // Blocks of 30 rows spread over the table, one commit each, back to back.
+    for block in 0..600i64 {
+        conn.begin().await.expect("begin");
+        for row in 0..30i64 {
+            conn.execute(
+                "INSERT INTO t (k, v) VALUES (?1, zeroblob(1000)) ON CONFLICT (k) DO UPDATE SET v = zeroblob(1010)",
+                &[&Value::Int((block * 7919 + row * 104_729) % 20_000)],
+                false,
+            )
+            .await
+            .expect("upsert");
+        }
+        conn.commit().await.expect("commit");
+        longest = longest.max(std::fs::metadata(&log).expect("the log").len());
+    }
+    // A frame is a page of 4 096 bytes and a 24-byte header.
+    let frames = longest.saturating_sub(32) / 4120;
+    assert!(
+        frames <= 4000 + 200,
+        "the log reached {frames} frames ({longest} bytes)"
+    );
+    // The log reached its bound more than once.
+    assert!(
+        log_restarts(&log) >= first + 2,
+        "the log started over {} times",
+        log_restarts(&log) - first
+    );
+    drop(conn);
+    db.close().await;
+    assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
 }
