@@ -48,11 +48,12 @@ const STATEMENT_CACHE: usize = 100;
 /// (SQLite's own automatic threshold, ~4 MB).
 const CHECKPOINT_AFTER: i32 = 1000;
 
-/// Frames at which a commit waits for the checkpointer's run and checkpoints in place. The log
-/// starts over only after a checkpoint that copied all of it, which one beside a writer that
-/// never pauses rarely does (the writer adds frames meanwhile); in place, between the writer's
-/// transactions, it does, with little left to copy. So the log stays under this plus a block.
-const CHECKPOINT_IN_PLACE: i32 = 4 * CHECKPOINT_AFTER;
+/// Frames from which a commit checkpoints in place, once the checkpointer is idle (it is asked
+/// for no more runs). The log starts over only after a checkpoint that copied all of it, which
+/// one beside a writer that never pauses rarely does (the writer adds frames meanwhile); in
+/// place, between the writer's transactions, it does, with little left to copy. So the log
+/// stays under this plus the few blocks the checkpointer's last run takes.
+const CHECKPOINT_IN_PLACE: i32 = 8 * CHECKPOINT_AFTER;
 
 /// The log file is cut back to this size when it starts over (SQLite keeps its largest size
 /// otherwise).
@@ -145,9 +146,14 @@ impl Checkpointer {
         true
     }
 
-    /// Checkpoints on `conn`, which just committed, once the thread's run (if any) has ended.
+    /// Checkpoints on `conn`, which just committed, unless the thread is running one (then a
+    /// later commit does, without waiting for it).
     fn in_place(&self, conn: &Connection) {
-        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let _running = match self.running.try_lock() {
+            Ok(running) => running,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
         let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
     }
 
