@@ -32,23 +32,17 @@ fn log_restarts(log: &std::path::Path) -> u32 {
     u32::from_be_bytes(header[12..16].try_into().expect("a 32-byte header"))
 }
 
-/// One test, its parts in turn: they count the process's checkpoint threads.
-#[tokio::test]
-async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
-    the_log_is_checkpointed_on_a_thread_of_its_own().await;
-    the_log_stays_bounded_under_a_writer_that_never_pauses().await;
-}
-
-async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
-    let dir = chainify_testkit::engines::SqliteFixture::path("sqlite_checkpoints")
+/// A fresh database in a directory named `name` with a table `t (k, v)`: the pool, a
+/// connection and the path of its log.
+async fn table_t(name: &str) -> (Sqlite, chainify_storage::SqliteConn, std::path::PathBuf) {
+    let dir = chainify_testkit::engines::SqliteFixture::path(name)
         .parent()
         .expect("a directory")
-        .join("sqlite_checkpoints");
+        .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let path = dir.join("c.db");
     let db = Sqlite::connect(
-        &format!("sqlite://{}", path.display()),
+        &format!("sqlite://{}", dir.join("t.db").display()),
         &StoreOptions::default(),
     )
     .await
@@ -57,7 +51,18 @@ async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
     conn.batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
         .await
         .expect("ddl");
-    let log = dir.join("c.db-wal");
+    (db, conn, dir.join("t.db-wal"))
+}
+
+/// One test, its parts in turn: they count the process's checkpoint threads.
+#[tokio::test]
+async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
+    the_log_is_checkpointed_on_a_thread_of_its_own().await;
+    the_log_stays_bounded_under_a_writer_that_never_pauses().await;
+}
+
+async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
+    let (db, mut conn, log) = table_t("sqlite_checkpoints").await;
     let first = log_restarts(&log);
     let insert = "INSERT INTO t (k, v) VALUES (?1, zeroblob(100))";
     // Below the threshold nothing is checkpointed and no thread started.
@@ -109,23 +114,7 @@ async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
 /// it beside the writer, which rarely lets it finish, and from 8 000 frames a commit
 /// checkpoints the rest in place once the checkpointer is idle.
 async fn the_log_stays_bounded_under_a_writer_that_never_pauses() {
-    let dir = chainify_testkit::engines::SqliteFixture::path("sqlite_log_bound")
-        .parent()
-        .expect("a directory")
-        .join("sqlite_log_bound");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let db = Sqlite::connect(
-        &format!("sqlite://{}", dir.join("b.db").display()),
-        &StoreOptions::default(),
-    )
-    .await
-    .expect("open");
-    let mut conn = db.acquire().await.expect("conn");
-    conn.batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
-        .await
-        .expect("ddl");
-    let log = dir.join("b.db-wal");
+    let (db, mut conn, log) = table_t("sqlite_log_bound").await;
     let first = log_restarts(&log);
     let mut longest = 0;
     // Blocks of 30 rows spread over the table, one commit each, back to back.
