@@ -23,12 +23,13 @@ pub enum CryptoError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The bytes are not an Ed25519 PKCS#8 document.
+    /// The bytes are not an Ed25519 PKCS#8 document (or one with attributes, which ring reads
+    /// but which puts the seed elsewhere).
     #[error("{what} is not an Ed25519 PKCS#8 key: {reason}")]
     BadKey {
         /// Where the bytes came from.
         what: String,
-        /// ring's reason.
+        /// ring's reason, or where the seed was not found.
         reason: String,
     },
     /// Key generation failed (no system randomness).
@@ -42,25 +43,35 @@ pub enum CryptoError {
     BadSignature,
 }
 
-/// An Ed25519 signing key.
+/// An Ed25519 signing key. Its secret is held once, and wiped when the key is dropped.
 pub struct SigningKey {
-    pair: Ed25519KeyPair,
-    /// The same secret, for signing.
     signer: ed25519_zebra::SigningKey,
+    public: PublicKey,
 }
 
-/// The seed of an Ed25519 PKCS#8 document (RFC 8410): DER is canonical, so in both versions
-/// ring reads (v1, and v2 with the public key after the seed) the seed's 32 bytes follow the
-/// same 16 bytes of header.
+impl Drop for SigningKey {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.signer);
+    }
+}
+
+/// The seed of an Ed25519 PKCS#8 document (RFC 8410) that ring accepted: DER is canonical, so
+/// in both versions (v2 adds the public key after the seed, either may carry attributes after
+/// it) the seed's 32 bytes follow the same 16 bytes of header, whose second byte is the
+/// document's length (short form: ring reads no document of 128 bytes or more).
 fn seed_of(der: &[u8]) -> Option<[u8; 32]> {
-    const V1: [u8; 5] = [0x30, 0x2e, 0x02, 0x01, 0x00];
-    const V2: [u8; 5] = [0x30, 0x51, 0x02, 0x01, 0x01];
     const ALGORITHM_AND_SEED: [u8; 11] = [
         0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
     ];
-    let (version, rest) = der.split_at_checked(5)?;
+    let (&[sequence, length, 0x02, 0x01, version], rest) = der.split_first_chunk::<5>()? else {
+        return None;
+    };
     let (header, rest) = rest.split_at_checked(11)?;
-    if !(version == V1 || version == V2) || header != ALGORITHM_AND_SEED {
+    if sequence != 0x30
+        || usize::from(length) + 2 != der.len()
+        || version > 1
+        || header != ALGORITHM_AND_SEED
+    {
         return None;
     }
     rest.get(..32)?.try_into().ok()
@@ -86,12 +97,15 @@ impl SigningKey {
     /// vectors and reproducible test networks. Production keys come from [`SigningKey::generate`].
     pub fn from_seed(seed: &[u8; 32]) -> SigningKey {
         // A 32-byte seed is always a valid Ed25519 secret key.
-        let pair = Ed25519KeyPair::from_seed_unchecked(seed)
-            .unwrap_or_else(|_| unreachable!("any 32-byte seed is valid"));
-        SigningKey {
-            pair,
-            signer: ed25519_zebra::SigningKey::from(*seed),
-        }
+        SigningKey::of_seed(*seed)
+    }
+
+    /// The key of `seed`, which is wiped.
+    fn of_seed(mut seed: [u8; 32]) -> SigningKey {
+        let signer = ed25519_zebra::SigningKey::from(seed);
+        zeroize::Zeroize::zeroize(&mut seed);
+        let public = PublicKey(ed25519_zebra::VerificationKey::from(&signer).into());
+        SigningKey { signer, public }
     }
 
     /// Parses PKCS#8 DER; `what` names the source in errors.
@@ -103,14 +117,10 @@ impl SigningKey {
         let pair =
             Ed25519KeyPair::from_pkcs8_maybe_unchecked(der).map_err(|e| bad(e.to_string()))?;
         let key = seed_of(der)
-            .map(|seed| SigningKey {
-                pair,
-                signer: ed25519_zebra::SigningKey::from(seed),
-            })
+            .map(SigningKey::of_seed)
             .ok_or_else(|| bad("its seed is not where RFC 8410 puts it".into()))?;
         // What ring derives from the document is what the signatures will be checked against.
-        let derived = <[u8; 32]>::from(ed25519_zebra::VerificationKey::from(&key.signer));
-        if derived != key.public_key().0 {
+        if pair.public_key().as_ref() != key.public.0 {
             return Err(bad("its seed does not give the key ring reads".into()));
         }
         Ok(key)
@@ -127,9 +137,7 @@ impl SigningKey {
 
     /// The matching public key.
     pub fn public_key(&self) -> PublicKey {
-        let mut pk = [0u8; 32];
-        pk.copy_from_slice(self.pair.public_key().as_ref());
-        PublicKey(pk)
+        self.public
     }
 
     /// Signs a message (the canonical encoding of the signed object).
@@ -294,6 +302,17 @@ mod tests {
         let key = SigningKey::from_pkcs8(&v1, "v1").unwrap();
         assert_eq!(key.sign(b"m").0, ring.sign(b"m").as_ref());
         assert_eq!(seed_of(&v1), seed_of(v2));
+        // With (empty) attributes after the seed, which ring reads.
+        let mut attributes = v1.clone();
+        attributes.extend_from_slice(&[0xa0, 0x00]);
+        attributes[1] += 2;
+        let ring = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&attributes).unwrap();
+        let key = SigningKey::from_pkcs8(&attributes, "attributes").unwrap();
+        assert_eq!(key.sign(b"m").0, ring.sign(b"m").as_ref());
+        // A length that is not the document's.
+        let mut wrong = v1.clone();
+        wrong[1] += 1;
+        assert_eq!(seed_of(&wrong), None);
         // A header other than RFC 8410's, and a document cut short.
         let mut moved = v2.to_vec();
         moved[10] = 0x71;

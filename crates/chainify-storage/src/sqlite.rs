@@ -52,7 +52,9 @@ const CHECKPOINT_AFTER: i32 = 1000;
 /// for no more runs). The log starts over only after a checkpoint that copied all of it, which
 /// one beside a writer that never pauses rarely does (the writer adds frames meanwhile); in
 /// place, between the writer's transactions, it does, with little left to copy. So the log
-/// stays under this plus the few blocks the checkpointer's last run takes.
+/// stays under this plus the few blocks the checkpointer's last run takes, as long as no read
+/// snapshot pins it: overlapping readers (client queries, a full scan) keep any checkpoint,
+/// SQLite's own too, from letting the log start over until they end.
 const CHECKPOINT_IN_PLACE: i32 = 8 * CHECKPOINT_AFTER;
 
 /// The log file is cut back to this size when it starts over (SQLite keeps its largest size
@@ -508,7 +510,11 @@ impl SqliteConn {
         let frames = WAL_FRAMES.take();
         let checkpointer = &self.pool.checkpointer;
         if frames >= CHECKPOINT_IN_PLACE {
-            checkpointer.in_place(self.conn());
+            // Copying and two fsyncs: never on a runtime worker (a ledger append commits
+            // there); the next block, which runs off the workers, does it.
+            if !crate::store::on_runtime_worker() {
+                checkpointer.in_place(self.conn());
+            }
         } else if frames >= CHECKPOINT_AFTER {
             checkpointer.request(&self.pool.target);
         }

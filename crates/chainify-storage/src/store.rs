@@ -19,6 +19,14 @@ thread_local! {
     static OFF_RUNTIME: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Whether the calling thread is a worker of a multi-threaded runtime, outside
+/// [`Store::off_runtime`] work: where a call must not hold the thread for long.
+pub(crate) fn on_runtime_worker() -> bool {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    !OFF_RUNTIME.get()
+        && Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
+}
+
 /// Marks the thread as running off-runtime work until dropped (also when the work panics).
 struct OffRuntime;
 

@@ -122,7 +122,7 @@ async fn the_log_stays_bounded_under_a_writer_that_never_pauses() {
         conn.begin().await.expect("begin");
         for row in 0..30i64 {
             conn.execute(
-                "INSERT INTO t (k, v) VALUES (?1, zeroblob(1000)) ON CONFLICT (k) DO UPDATE SET v = zeroblob(1010)",
+                "INSERT INTO t (k, v) VALUES (?1, randomblob(1000)) ON CONFLICT (k) DO UPDATE SET v = randomblob(1000)",
                 &[&Value::Int((block * 7919 + row * 104_729) % 20_000)],
                 false,
             )
