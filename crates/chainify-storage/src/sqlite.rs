@@ -52,15 +52,10 @@ const CHECKPOINT_AFTER: i32 = 1000;
 /// for no more runs). The log starts over only after a checkpoint that copied all of it, which
 /// one beside a writer that never pauses rarely does (the writer adds frames meanwhile); in
 /// place, between the writer's transactions, it does, with little left to copy. So the log
-/// stays under this plus the few blocks the checkpointer's last run takes, unless read
-/// snapshots pin it ([`CHECKPOINT_RESTART`]).
+/// stays under this plus the few blocks the checkpointer's last run takes, as long as no read
+/// snapshot pins it: overlapping readers (client queries, a full scan) keep any checkpoint,
+/// SQLite's own too, from letting the log start over until they end.
 const CHECKPOINT_IN_PLACE: i32 = 8 * CHECKPOINT_AFTER;
-
-/// Frames from which the in-place checkpoint waits for the readers that pin the log (up to the
-/// lock timeout; a client's read ends within its limit), holding back new writers meanwhile:
-/// overlapping read snapshots would otherwise keep the log from ever starting over while a
-/// writer never pauses (1 GB in 12 s in a review's experiment).
-const CHECKPOINT_RESTART: i32 = 4 * CHECKPOINT_IN_PLACE;
 
 /// The log file is cut back to this size when it starts over (SQLite keeps its largest size
 /// otherwise).
@@ -154,21 +149,14 @@ impl Checkpointer {
     }
 
     /// Checkpoints on `conn`, which just committed, unless the thread is running one (then a
-    /// later commit does, without waiting for it); from [`CHECKPOINT_RESTART`] frames it waits
-    /// up to `wait` for the readers of older snapshots.
-    fn in_place(&self, conn: &Connection, frames: i32, wait: Duration) {
+    /// later commit does, without waiting for it).
+    fn in_place(&self, conn: &Connection) {
         let _running = match self.running.try_lock() {
             Ok(running) => running,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
-        if frames < CHECKPOINT_RESTART {
-            let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-        } else if conn.busy_timeout(wait).is_ok() {
-            let _ = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
-            // Never fails once set; a connection left waiting in place would stall a worker.
-            let _ = conn.busy_timeout(Duration::ZERO);
-        }
+        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
     }
 
     /// Stops the thread, letting a running checkpoint finish.
@@ -525,7 +513,7 @@ impl SqliteConn {
             // Copying and two fsyncs: never on a runtime worker (a ledger append commits
             // there); the next block, which runs off the workers, does it.
             if !crate::store::on_runtime_worker() {
-                checkpointer.in_place(self.conn(), frames, self.pool.target.lock_timeout);
+                checkpointer.in_place(self.conn());
             }
         } else if frames >= CHECKPOINT_AFTER {
             checkpointer.request(&self.pool.target);

@@ -59,7 +59,6 @@ async fn table_t(name: &str) -> (Sqlite, chainify_storage::SqliteConn, std::path
 async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
     the_log_is_checkpointed_on_a_thread_of_its_own().await;
     the_log_stays_bounded_under_a_writer_that_never_pauses().await;
-    the_log_starts_over_beside_readers_that_overlap().await;
 }
 
 async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
@@ -145,63 +144,6 @@ async fn the_log_stays_bounded_under_a_writer_that_never_pauses() {
         "the log started over {} times",
         log_restarts(&log) - first
     );
-    drop(conn);
-    db.close().await;
-    assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
-}
-
-/// Readers whose snapshots overlap, as clients' queries may, never leave the log without a
-/// reader pinning it: past 32 000 frames the in-place checkpoint waits for the older ones to
-/// end (holding back the writer, not the new readers), and the log starts over.
-async fn the_log_starts_over_beside_readers_that_overlap() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let (db, mut conn, log) = table_t("sqlite_log_readers").await;
-    let path = log.with_extension("db");
-    let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..2u64)
-        .map(|i| {
-            let (path, stop) = (path.clone(), stop.clone());
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(15 * i));
-                let reader = rusqlite::Connection::open(&path).expect("reader");
-                while !stop.load(Ordering::Relaxed) {
-                    reader.execute_batch("BEGIN").expect("begin");
-                    let _: i64 = reader
-                        .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
-                        .expect("read");
-                    std::thread::sleep(Duration::from_millis(30));
-                    reader.execute_batch("COMMIT").expect("end");
-                }
-            })
-        })
-        .collect();
-    let first = log_restarts(&log);
-    let mut longest = 0;
-    for block in 0..2500i64 {
-        conn.begin().await.expect("begin");
-        for row in 0..30i64 {
-            conn.execute(
-                "INSERT INTO t (k, v) VALUES (?1, randomblob(1000)) ON CONFLICT (k) DO UPDATE SET v = randomblob(1000)",
-                &[&Value::Int((block * 7919 + row * 104_729) % 20_000)],
-                false,
-            )
-            .await
-            .expect("upsert");
-        }
-        conn.commit().await.expect("commit");
-        longest = longest.max(std::fs::metadata(&log).expect("the log").len());
-    }
-    stop.store(true, Ordering::Relaxed);
-    for reader in readers {
-        reader.join().expect("reader");
-    }
-    let frames = longest.saturating_sub(32) / 4120;
-    assert!(
-        frames <= 32_000 + 1_000,
-        "the log reached {frames} frames ({longest} bytes)"
-    );
-    assert!(log_restarts(&log) > first, "the log started over");
     drop(conn);
     db.close().await;
     assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
