@@ -23,8 +23,7 @@ pub enum CryptoError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The bytes are not an Ed25519 PKCS#8 document (or one with attributes, which ring reads
-    /// but which puts the seed elsewhere).
+    /// The bytes are not an Ed25519 PKCS#8 document.
     #[error("{what} is not an Ed25519 PKCS#8 key: {reason}")]
     BadKey {
         /// Where the bytes came from.

@@ -752,6 +752,12 @@ pub struct Write {
     pub params: Vec<Value>,
 }
 
+/// Whether [`digest_writes`] binds its values, a row a statement (SQLite, in process: no round
+/// trip to save), rather than writing them as literals into one text.
+pub fn binds_digest_writes(dialect: Dialect) -> bool {
+    dialect == Dialect::Sqlite
+}
+
 /// The values of one statement of [`digest_writes`]: literals in the text, or parameters.
 struct Carried {
     dialect: Dialect,
@@ -775,7 +781,7 @@ impl Carried {
     }
 
     fn carry(&mut self, value: Value, literal: String) -> String {
-        if self.dialect != Dialect::Sqlite {
+        if !binds_digest_writes(self.dialect) {
             return literal;
         }
         self.params.push(value);
@@ -800,7 +806,7 @@ impl Carried {
 /// were 12 KB of hex to parse a block), and write one row each, so none needs a statement
 /// journal.
 pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
-    let one_text = dialect != Dialect::Sqlite;
+    let one_text = !binds_digest_writes(dialect);
     let mut v = Carried {
         dialect,
         params: Vec::new(),
@@ -813,19 +819,14 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
         let (dg, dk) = (digest_table(&t.name), dirty_table(&t.name));
         // SQLite reads `ON CONFLICT` after a bare `FROM` as the join's constraint: the WHERE
         // makes it the upsert's.
+        let b = v.int(w.block);
         let sql = match dialect {
-            Dialect::MySql => {
-                let b = v.int(w.block);
-                format!(
-                    "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} ON DUPLICATE KEY UPDATE chainify_block = {b}"
-                )
-            }
-            _ => {
-                let b = v.int(w.block);
-                format!(
-                    "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} WHERE 1 = 1 ON CONFLICT ({keys}) DO UPDATE SET chainify_block = {b}"
-                )
-            }
+            Dialect::MySql => format!(
+                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} ON DUPLICATE KEY UPDATE chainify_block = {b}"
+            ),
+            _ => format!(
+                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} WHERE 1 = 1 ON CONFLICT ({keys}) DO UPDATE SET chainify_block = {b}"
+            ),
         };
         out.push(v.write(sql));
         out.push(v.write(format!("DELETE FROM {dg}")));

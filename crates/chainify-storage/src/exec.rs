@@ -1059,15 +1059,15 @@ impl<B: Backend> Store<B> {
                 markers,
             },
         );
-        if writes.iter().all(|w| w.params.is_empty()) {
-            let text: Vec<&str> = writes.iter().map(|w| w.sql.as_str()).collect();
-            self.db(conn.commit_after(&text.join("; ")).await, &during)?;
-        } else {
+        if ddl::binds_digest_writes(dialect) {
             for w in &writes {
                 let params: Vec<&Value> = w.params.iter().collect();
                 self.db(conn.execute(&w.sql, &params, false).await, &during)?;
             }
             self.db(conn.commit().await, &during)?;
+        } else {
+            let text: Vec<&str> = writes.iter().map(|w| w.sql.as_str()).collect();
+            self.db(conn.commit_after(&text.join("; ")).await, &during)?;
         }
         Ok((digest, state_digest(&states), effects.len()))
     }

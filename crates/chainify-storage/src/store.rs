@@ -281,15 +281,12 @@ impl<B: Backend> Store<B> {
     /// cannot cut it short), and other futures of the calling task (`join!`, `select!`) wait
     /// meanwhile, so none of them may be what `work` waits for; give such a future a task.
     pub(crate) async fn off_runtime<T>(&self, work: impl Future<Output = T>) -> T {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let multi_thread =
-            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-        if !self.backend.calls_inline() || !multi_thread || OFF_RUNTIME.get() {
+        if !self.backend.calls_inline() || !on_runtime_worker() {
             return work.await;
         }
         tokio::task::block_in_place(|| {
             let _mark = OffRuntime::enter();
-            Handle::current().block_on(work)
+            tokio::runtime::Handle::current().block_on(work)
         })
     }
 
