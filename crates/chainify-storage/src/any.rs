@@ -279,6 +279,10 @@ impl Conn for AnyConn {
         each!(AnyConn, self, c => c.begin_snapshot().await)
     }
 
+    async fn ready_to_read(&mut self) {
+        each!(AnyConn, self, c => c.ready_to_read().await)
+    }
+
     async fn begin_read_snapshot(&mut self) -> Result<(), DbError> {
         each!(AnyConn, self, c => c.begin_read_snapshot().await)
     }

@@ -184,6 +184,14 @@ pub trait Conn: Send {
     /// Starts a transaction that sees one consistent snapshot for all its reads (checkpoints).
     fn begin_snapshot(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 
+    /// Waits until a read snapshot may start on this connection, which then starts one without
+    /// waiting: a caller that holds back block execution while the snapshot starts (a client
+    /// query) waits here first. Only SQLite ever holds new snapshots back, while its log
+    /// starts over.
+    fn ready_to_read(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Starts a transaction that only reads, sees one consistent snapshot and holds back no
     /// writer (full scans beside the executor). SQLite: a deferred transaction, whose WAL
     /// snapshot is fixed by its first read; [`Conn::begin_snapshot`] would take the writer lock.

@@ -54,9 +54,10 @@ impl<B: Backend> std::fmt::Debug for QueryConn<'_, B> {
 }
 
 impl<B: Backend> Store<B> {
-    /// Takes a connection for a client query.
+    /// Takes a connection for a client query, ready to take its snapshot without waiting.
     pub async fn query_conn(&self) -> Result<QueryConn<'_, B>, StorageError> {
-        let conn = self.acquire("taking a connection for a query").await?;
+        let mut conn = self.acquire("taking a connection for a query").await?;
+        conn.ready_to_read().await;
         Ok(QueryConn { store: self, conn })
     }
 

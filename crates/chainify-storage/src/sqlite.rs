@@ -9,14 +9,12 @@
 //! WAL checkpoints run beside the writers, on a thread of the pool's own ([`Checkpointer`]):
 //! SQLite's automatic checkpoint runs inside the COMMIT that crosses its threshold, so every
 //! ~30th block paid for copying the log into the database and two fsyncs (a fifth of the
-//! digest's time on a one-organization run).
+//! digest's time on a one-organization run). Past a bound, new read snapshots wait while the
+//! log starts over ([`wal`]): readers whose snapshots overlap would otherwise keep it growing.
 
-use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chainify_core::Value;
@@ -33,6 +31,10 @@ use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
 use crate::value::{bool_from_i64, decimal_from_f64, decimal_from_i64, parse_decimal};
 
+mod wal;
+
+use wal::{CHECKPOINT_AFTER, CHECKPOINT_IN_PLACE, Checkpointer, LOG_SIZE_LIMIT, RESTART_FROM};
+
 /// The migrations, embedded at build time; applied by [`Sqlite::migrate`] in sqlx's own
 /// bookkeeping table, so that databases made before rusqlite carry on.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -43,135 +45,6 @@ pub(crate) const MAX_DECIMAL_PRECISION: u32 = 15;
 /// Prepared statements kept per connection (sqlx's default): clients choose the texts, up to
 /// 64 KiB each, so the cache stays bounded as before.
 const STATEMENT_CACHE: usize = 100;
-
-/// Frames in the write-ahead log after which a commit asks the checkpointer for a checkpoint
-/// (SQLite's own automatic threshold, ~4 MB).
-const CHECKPOINT_AFTER: i32 = 1000;
-
-/// Frames from which a commit checkpoints in place, once the checkpointer is idle (it is asked
-/// for no more runs). The log starts over only after a checkpoint that copied all of it, which
-/// one beside a writer that never pauses rarely does (the writer adds frames meanwhile); in
-/// place, between the writer's transactions, it does, with little left to copy. So the log
-/// stays under this plus the few blocks the checkpointer's last run takes, as long as no read
-/// snapshot pins it: overlapping readers (client queries, a full scan) keep any checkpoint,
-/// SQLite's own too, from letting the log start over until they end.
-const CHECKPOINT_IN_PLACE: i32 = 8 * CHECKPOINT_AFTER;
-
-/// The log file is cut back to this size when it starts over (SQLite keeps its largest size
-/// otherwise).
-const LOG_SIZE_LIMIT: i64 = CHECKPOINT_IN_PLACE as i64 * 4096;
-
-thread_local! {
-    /// The log's length in frames after the last commit on this thread ([`wal_committed`]);
-    /// the connection that committed reads it right after the call that committed.
-    static WAL_FRAMES: Cell<i32> = const { Cell::new(0) };
-}
-
-/// SQLite's hook after every commit to the log; it replaces the automatic checkpoint, and only
-/// notes the log's length (an error here would fail the statement after its commit).
-fn wal_committed(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
-    WAL_FRAMES.set(frames);
-    Ok(())
-}
-
-/// A thread with a connection of its own that runs a passive checkpoint (which never waits for
-/// or holds back readers and writers) when a commit asks, one at a time: a commit asks only
-/// once the previous run has ended. Started with the first request, so a database that is only
-/// read never has one; it ends when the pool closes or is dropped.
-#[derive(Debug, Default)]
-struct Checkpointer {
-    state: Mutex<CheckpointerState>,
-    /// Held while a checkpoint runs, on the thread or in place.
-    running: Arc<Mutex<()>>,
-    /// A run is asked for or under way.
-    in_flight: Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[derive(Debug, Default)]
-struct CheckpointerState {
-    wake: Option<SyncSender<()>>,
-    thread: Option<JoinHandle<()>>,
-    /// The pool closed: no thread starts again.
-    closed: bool,
-}
-
-impl Checkpointer {
-    fn request(&self, target: &Target) {
-        if self.in_flight.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = !state.closed
-            && match state.wake.as_ref().map(|w| w.try_send(())) {
-                Some(Ok(())) => true,
-                // Not started, or its thread is gone: (re)started with the request queued.
-                _ => self.start(&mut state, target),
-            };
-        if !sent {
-            self.in_flight.store(false, Ordering::Release);
-        }
-    }
-
-    fn start(&self, state: &mut CheckpointerState, target: &Target) -> bool {
-        state.wake = None;
-        // Never creates the file: a database moved away is not made again empty.
-        let flags = target.flags - OpenFlags::SQLITE_OPEN_CREATE;
-        let Ok(conn) = Connection::open_with_flags(&target.path, flags) else {
-            return false;
-        };
-        if conn.busy_timeout(Duration::ZERO).is_err() {
-            return false;
-        }
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<()>(1);
-        let (running, in_flight) = (self.running.clone(), self.in_flight.clone());
-        let spawned = std::thread::Builder::new()
-            .name("wal-checkpoint".into())
-            .spawn(move || {
-                while receiver.recv().is_ok() {
-                    {
-                        let _running = running.lock().unwrap_or_else(|e| e.into_inner());
-                        // Busy or failed: a later commit asks again.
-                        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-                    }
-                    in_flight.store(false, Ordering::Release);
-                }
-            });
-        let Ok(handle) = spawned else {
-            return false;
-        };
-        if sender.try_send(()).is_err() {
-            return false;
-        }
-        state.wake = Some(sender);
-        // A thread whose channel broke has ended; its handle is let go.
-        drop(state.thread.replace(handle));
-        true
-    }
-
-    /// Checkpoints on `conn`, which just committed, unless the thread is running one (then a
-    /// later commit does, without waiting for it).
-    fn in_place(&self, conn: &Connection) {
-        let _running = match self.running.try_lock() {
-            Ok(running) => running,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
-        };
-        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-    }
-
-    /// Stops the thread, letting a running checkpoint finish.
-    async fn stop(&self) {
-        let thread = {
-            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            state.closed = true;
-            state.wake = None;
-            state.thread.take()
-        };
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-    }
-}
 
 /// An SQLite database file.
 #[derive(Debug)]
@@ -219,7 +92,7 @@ impl Pool {
             conn.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))
                 .map_err(db_err)?;
             if !t.in_memory {
-                conn.wal_hook(Some(wal_committed));
+                conn.wal_hook(Some(wal::wal_committed));
                 conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)
                     .map_err(db_err)?;
             }
@@ -479,6 +352,8 @@ pub struct SqliteConn {
     _permit: OwnedSemaphorePermit,
     /// A progress handler stops statements past a deadline ([`Conn::begin_limited_read`]).
     limited: bool,
+    /// Let through the snapshot gate, for a read snapshot to come or under way.
+    pass: Option<wal::Pass>,
 }
 
 impl Drop for SqliteConn {
@@ -489,14 +364,19 @@ impl Drop for SqliteConn {
         // deadline that would stop the next user's statements.
         let unlimited = !self.limited || conn.progress_handler(0, None::<fn() -> bool>).is_ok();
         let clean = unlimited && (conn.is_autocommit() || conn.execute_batch("ROLLBACK").is_ok());
-        let mut idle = self.pool.idle();
-        // Checked under the idle list's lock, which `close` drains after closing the permits.
-        if clean && !self.pool.permits.is_closed() {
-            idle.push(conn);
-        } else {
-            drop(idle);
-            self.pool.discard(conn);
+        {
+            let mut idle = self.pool.idle();
+            // Checked under the idle list's lock, which `close` drains after closing the
+            // permits.
+            if clean && !self.pool.permits.is_closed() {
+                idle.push(conn);
+            } else {
+                drop(idle);
+                self.pool.discard(conn);
+            }
         }
+        // Its snapshot, if any, ended above.
+        self.end_read();
     }
 }
 
@@ -507,16 +387,45 @@ impl SqliteConn {
 
     /// After a call that may have committed: a checkpoint when the log has grown long.
     fn after_commit(&self) {
-        let frames = WAL_FRAMES.take();
-        let checkpointer = &self.pool.checkpointer;
+        let frames = wal::frames_committed();
+        let (checkpointer, target) = (&self.pool.checkpointer, &self.pool.target);
         if frames >= CHECKPOINT_IN_PLACE {
+            let drained = frames >= RESTART_FROM && checkpointer.gate.close(target.lock_timeout);
             // Copying and two fsyncs: never on a runtime worker (a ledger append commits
-            // there); the next block, which runs off the workers, does it.
+            // there); the next block, which runs off the workers, does it, or the thread.
             if !crate::store::on_runtime_worker() {
                 checkpointer.in_place(self.conn());
+            } else if drained {
+                checkpointer.request(&target.path, target.flags);
             }
         } else if frames >= CHECKPOINT_AFTER {
-            checkpointer.request(&self.pool.target);
+            checkpointer.request(&target.path, target.flags);
+        }
+    }
+
+    /// Waits at the snapshot gate unless already let through.
+    async fn let_through(&mut self) -> &mut wal::Pass {
+        if self.pass.is_none() {
+            self.pass = Some(self.pool.checkpointer.gate.enter().await);
+        }
+        self.pass.as_mut().expect("just let through")
+    }
+
+    /// The read snapshot has ended (or never started): the last reader out while the gate is
+    /// closed asks for the checkpoint that opens it.
+    fn end_read(&mut self) {
+        if let Some(pass) = self.pass.take()
+            && pass.end()
+        {
+            let target = &self.pool.target;
+            self.pool.checkpointer.request(&target.path, target.flags);
+        }
+    }
+
+    /// After COMMIT or ROLLBACK: a snapshot that ended lets its pass go.
+    fn ended(&mut self) {
+        if self.conn.as_ref().is_some_and(Connection::is_autocommit) {
+            self.end_read();
         }
     }
 
@@ -570,8 +479,9 @@ impl SqliteConn {
         let wait = self.pool.target.lock_timeout;
         self.conn().busy_timeout(wait).map_err(db_err)?;
         let done = op(self);
-        self.after_commit();
         self.conn().busy_timeout(Duration::ZERO).map_err(db_err)?;
+        // A checkpoint never waits for readers or writers.
+        self.after_commit();
         Ok(done)
     }
 
@@ -700,16 +610,30 @@ impl Conn for SqliteConn {
         self.simple("BEGIN IMMEDIATE").await
     }
 
+    async fn ready_to_read(&mut self) {
+        self.let_through().await;
+    }
+
     // A deferred transaction: in WAL mode its first read fixes what it sees.
     async fn begin_read_snapshot(&mut self) -> Result<(), DbError> {
-        self.simple("BEGIN").await
+        self.let_through().await.unlimited();
+        let begun = self.simple("BEGIN").await;
+        self.ended();
+        begun
     }
 
     // SQLite asks the handler every thousand virtual-machine steps (microseconds); once past
     // the deadline, the statement stops with SQLITE_INTERRUPT.
     async fn begin_limited_read(&mut self, limit: Duration) -> Result<(), DbError> {
-        self.simple("BEGIN").await?;
+        self.let_through().await;
+        if let Err(e) = self.simple("BEGIN").await {
+            self.ended();
+            return Err(e);
+        }
         let deadline = Instant::now() + limit;
+        if let Some(pass) = &self.pass {
+            pass.limited(deadline);
+        }
         self.limited = true;
         self.conn()
             .progress_handler(1000, Some(move || Instant::now() >= deadline))
@@ -717,12 +641,16 @@ impl Conn for SqliteConn {
     }
 
     async fn commit(&mut self) -> Result<(), DbError> {
-        self.simple("COMMIT").await?;
+        let done = self.simple("COMMIT").await;
+        self.ended();
+        done?;
         self.unlimit()
     }
 
     async fn rollback(&mut self) -> Result<(), DbError> {
-        self.simple("ROLLBACK").await?;
+        let done = self.simple("ROLLBACK").await;
+        self.ended();
+        done?;
         self.unlimit()
     }
 }
@@ -1147,6 +1075,7 @@ impl Backend for Sqlite {
             pool: pool.clone(),
             _permit: permit,
             limited: false,
+            pass: None,
         })
     }
 

@@ -35,6 +35,13 @@ fn log_restarts(log: &std::path::Path) -> u32 {
 /// A fresh database in a directory named `name` with a table `t (k, v)`: the pool, a
 /// connection and the path of its log.
 async fn table_t(name: &str) -> (Sqlite, chainify_storage::SqliteConn, std::path::PathBuf) {
+    table_t_with(name, StoreOptions::default()).await
+}
+
+async fn table_t_with(
+    name: &str,
+    options: StoreOptions,
+) -> (Sqlite, chainify_storage::SqliteConn, std::path::PathBuf) {
     let dir = chainify_testkit::engines::SqliteFixture::path(name)
         .parent()
         .expect("a directory")
@@ -43,7 +50,7 @@ async fn table_t(name: &str) -> (Sqlite, chainify_storage::SqliteConn, std::path
     std::fs::create_dir_all(&dir).expect("mkdir");
     let db = Sqlite::connect(
         &format!("sqlite://{}", dir.join("t.db").display()),
-        &StoreOptions::default(),
+        &options,
     )
     .await
     .expect("open");
@@ -54,11 +61,38 @@ async fn table_t(name: &str) -> (Sqlite, chainify_storage::SqliteConn, std::path
     (db, conn, dir.join("t.db-wal"))
 }
 
+/// Commits `blocks` blocks of 30 rows of changed bytes spread over the table, back to back,
+/// on `conn`; returns the longest the log grew, in frames (a page of 4 096 bytes and a
+/// 24-byte header each).
+async fn write_blocks(
+    conn: &mut chainify_storage::SqliteConn,
+    log: &std::path::Path,
+    blocks: i64,
+) -> u64 {
+    let mut longest = 0;
+    for block in 0..blocks {
+        conn.begin().await.expect("begin");
+        for row in 0..30i64 {
+            conn.execute(
+                "INSERT INTO t (k, v) VALUES (?1, randomblob(1000)) ON CONFLICT (k) DO UPDATE SET v = randomblob(1000)",
+                &[&Value::Int((block * 7919 + row * 104_729) % 20_000)],
+                false,
+            )
+            .await
+            .expect("upsert");
+        }
+        conn.commit().await.expect("commit");
+        longest = longest.max(std::fs::metadata(log).expect("the log").len());
+    }
+    longest.saturating_sub(32) / 4120
+}
+
 /// One test, its parts in turn: they count the process's checkpoint threads.
 #[tokio::test]
 async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
     the_log_is_checkpointed_on_a_thread_of_its_own().await;
     the_log_stays_bounded_under_a_writer_that_never_pauses().await;
+    the_log_starts_over_beside_readers_that_overlap().await;
 }
 
 async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
@@ -116,33 +150,79 @@ async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
 async fn the_log_stays_bounded_under_a_writer_that_never_pauses() {
     let (db, mut conn, log) = table_t("sqlite_log_bound").await;
     let first = log_restarts(&log);
-    let mut longest = 0;
-    // Blocks of 30 rows spread over the table, one commit each, back to back.
-    for block in 0..1500i64 {
-        conn.begin().await.expect("begin");
-        for row in 0..30i64 {
-            conn.execute(
-                "INSERT INTO t (k, v) VALUES (?1, randomblob(1000)) ON CONFLICT (k) DO UPDATE SET v = randomblob(1000)",
-                &[&Value::Int((block * 7919 + row * 104_729) % 20_000)],
-                false,
-            )
-            .await
-            .expect("upsert");
-        }
-        conn.commit().await.expect("commit");
-        longest = longest.max(std::fs::metadata(&log).expect("the log").len());
-    }
-    // A frame is a page of 4 096 bytes and a 24-byte header.
-    let frames = longest.saturating_sub(32) / 4120;
-    assert!(
-        frames <= 8000 + 400,
-        "the log reached {frames} frames ({longest} bytes)"
-    );
+    let frames = write_blocks(&mut conn, &log, 1500).await;
+    assert!(frames <= 8000 + 400, "the log reached {frames} frames");
     // The log reached its bound more than once.
     assert!(
         log_restarts(&log) >= first + 2,
         "the log started over {} times",
         log_restarts(&log) - first
+    );
+    drop(conn);
+    db.close().await;
+    assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
+}
+
+/// Clients' queries whose snapshots overlap would pin the log for as long as they go on (a
+/// checkpoint copies no further than the oldest snapshot, and the log starts over only once
+/// all of it is copied): past 16 000 frames new snapshots wait until those under way end and
+/// the log is copied, and it starts over. The readers go on meanwhile.
+async fn the_log_starts_over_beside_readers_that_overlap() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (db, mut conn, log) = table_t("sqlite_log_readers").await;
+    let db = Arc::new(db);
+    let stop = Arc::new(AtomicBool::new(false));
+    let snapshots = Arc::new(AtomicU64::new(0));
+    // Two readers, each holding its snapshot 30 ms and starting the next at once, 15 ms apart:
+    // at every moment one of them holds a snapshot.
+    let readers: Vec<_> = (0..2u64)
+        .map(|i| {
+            let (db, stop, snapshots) = (db.clone(), stop.clone(), snapshots.clone());
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async {
+                    tokio::time::sleep(Duration::from_millis(15 * i)).await;
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut reader = db.acquire().await.expect("reader");
+                        reader.ready_to_read().await;
+                        reader
+                            .begin_limited_read(Duration::from_secs(10))
+                            .await
+                            .expect("begin");
+                        reader
+                            .query(
+                                "SELECT COUNT(*) FROM t",
+                                &[],
+                                &[chainify_storage::ddl::ReadType::Int],
+                            )
+                            .await
+                            .expect("read");
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        reader.rollback().await.expect("end");
+                        snapshots.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            })
+        })
+        .collect();
+    let first = log_restarts(&log);
+    let frames = write_blocks(&mut conn, &log, 2500).await;
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.join().expect("reader");
+    }
+    // The log grows on while the snapshots under way end (30 ms, ~1 000 frames here); without
+    // the gate it reached 103 000 frames.
+    assert!(frames <= 16_000 + 4_000, "the log reached {frames} frames");
+    assert!(log_restarts(&log) > first, "the log started over");
+    assert!(
+        snapshots.load(Ordering::Relaxed) >= 20,
+        "the readers went on: {} snapshots",
+        snapshots.load(Ordering::Relaxed)
     );
     drop(conn);
     db.close().await;
