@@ -65,6 +65,7 @@ macro_rules! storage_conformance_tests {
             snapshot_tables_from_before_layers_are_upgraded,
             a_snapshot_the_tables_never_held_is_not_built_on,
             blocks_apply_once_and_in_order,
+            a_failed_digest_write_applies_nothing,
             ledger_is_a_hash_chain,
             queries_return_typed_rows_alike,
             a_query_runs_in_a_snapshot_within_its_limit,
@@ -1887,6 +1888,114 @@ pub async fn blocks_apply_once_and_in_order<F: Fixture>(f: &F) {
     assert_eq!(
         err.to_string(),
         "block #3: the last applied block is #1; blocks must be applied in order"
+    );
+}
+
+/// Case: a write of the digest step fails (a trigger outside chainify's on its transaction
+/// index, written near the end of the list; SQLite binds these writes a statement each, the
+/// others send one text with the COMMIT). The block fails naming itself and the cause; nothing
+/// of the digest is applied (no applied-block row, no state, no index entry), and once the
+/// trigger is gone the block runs again to the outcome and tables of a store that never failed.
+pub async fn a_failed_digest_write_applies_nothing<F: Fixture>(f: &F) {
+    let store = setup(f, "digest_fails", StoreOptions::default()).await;
+    let reference = setup(f, "digest_fails_reference", StoreOptions::default()).await;
+    let bump = |k: i64| st("UPDATE kv SET v = v + 1 WHERE k = $1", vec![Value::Int(k)]);
+    let with_ids = |mut b: ExecBlock, salt: &str| {
+        b.tx_ids = (0..b.txs.len())
+            .map(|i| TxId(Digest::of(format!("{salt}{i}").as_bytes())))
+            .collect();
+        b
+    };
+    let b0 = with_ids(
+        block(&store, 0, (1..=6).map(|k| tx(vec![bump(k)])).collect()),
+        "b0-",
+    );
+    run(&store, &b0, ExecMode::Parallel(4)).await;
+    run(&reference, &b0, ExecMode::Parallel(4)).await;
+    // Dependent and independent transactions, and one that aborts.
+    let b1 = with_ids(
+        block(
+            &store,
+            1,
+            vec![
+                tx(vec![bump(1), bump(2)]),
+                tx(vec![bump(2)]),
+                tx(vec![st(
+                    "UPDATE savings SET bal = bal - 5 WHERE custid = 3",
+                    vec![],
+                )]),
+                tx(vec![st("INSERT INTO kv (k, v) VALUES (4, 0)", vec![])]),
+                tx(vec![bump(9)]),
+            ],
+        ),
+        "b1-",
+    );
+    let (inject, remove) = match store.backend().dialect() {
+        Dialect::Postgres => (
+            "CREATE FUNCTION inject_failure() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;\n\
+             CREATE TRIGGER inject_failure BEFORE INSERT ON chainify_tx_index FOR EACH ROW EXECUTE FUNCTION inject_failure()",
+            "DROP TRIGGER inject_failure ON chainify_tx_index",
+        ),
+        Dialect::MySql => (
+            "CREATE TRIGGER inject_failure BEFORE INSERT ON chainify_tx_index FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected failure'",
+            "DROP TRIGGER inject_failure",
+        ),
+        Dialect::Sqlite => (
+            "CREATE TRIGGER inject_failure BEFORE INSERT ON chainify_tx_index BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+            "DROP TRIGGER inject_failure",
+        ),
+    };
+    outside(store.backend(), inject).await;
+    let err = store
+        .execute_block(&b1, ExecMode::Parallel(4))
+        .await
+        .expect_err("the digest cannot be written");
+    let message = err.to_string();
+    assert!(
+        message.contains("digesting block #1") && message.contains("injected failure"),
+        "{message}"
+    );
+    assert_eq!(
+        store.applied_outcome(BlockNumber(1)).await.expect("lookup"),
+        None,
+        "the block is not applied"
+    );
+    for table in [
+        "chainify_state",
+        "chainify_tx_index",
+        "chainify_applied_blocks",
+    ] {
+        assert_eq!(
+            count(
+                &store,
+                &format!("SELECT COUNT(*) FROM {table} WHERE block = 1")
+            )
+            .await,
+            0,
+            "nothing of the digest in {table}"
+        );
+    }
+    outside(store.backend(), remove).await;
+    let out = run(&store, &b1, ExecMode::Parallel(4)).await;
+    let expected = run(&reference, &b1, ExecMode::Parallel(4)).await;
+    assert_eq!(
+        (out.digest, out.state, &out.success),
+        (expected.digest, expected.state, &expected.success)
+    );
+    assert_eq!(out.success, vec![true, true, true, false, true]);
+    assert_eq!(dump_all(&store).await, dump_all(&reference).await);
+    assert_eq!(
+        markers_left(&store).await,
+        0,
+        "the digest clears the markers"
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT COUNT(*) FROM chainify_tx_index WHERE block = 1"
+        )
+        .await,
+        5
     );
 }
 
