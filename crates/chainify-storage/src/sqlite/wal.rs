@@ -341,7 +341,16 @@ mod tests {
     }
 
     /// A database in WAL mode with a table and a log of some frames, for `conns` connections.
-    fn logged_database(name: &str, conns: usize) -> Vec<Connection> {
+    /// A directory removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn logged_database(name: &str, conns: usize) -> (Scratch, Vec<Connection>) {
         let dir = std::env::temp_dir().join(format!("chainify-wal-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("mkdir");
@@ -360,7 +369,7 @@ mod tests {
                  INSERT INTO t VALUES (1, randomblob(10000));",
             )
             .expect("setup");
-        conns
+        (Scratch(dir), conns)
     }
 
     /// The log header's checkpoint sequence number, which moves when the log starts over.
@@ -376,7 +385,7 @@ mod tests {
 
     #[tokio::test]
     async fn new_snapshots_wait_until_the_last_reader_is_out_and_the_log_starts_over() {
-        let conns = logged_database("gate", 3);
+        let (_scratch, conns) = logged_database("gate", 3);
         let (writer, outside) = (&conns[0], &conns[1]);
         let gate = Arc::new(SnapshotGate::default());
         let old = enters_now(&gate).await.expect("open at first");
