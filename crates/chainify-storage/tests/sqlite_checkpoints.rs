@@ -93,6 +93,7 @@ async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
     the_log_is_checkpointed_on_a_thread_of_its_own().await;
     the_log_stays_bounded_under_a_writer_that_never_pauses().await;
     the_log_starts_over_beside_readers_that_overlap().await;
+    a_closed_pool_starts_no_checkpoint_thread().await;
 }
 
 async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
@@ -151,7 +152,9 @@ async fn the_log_stays_bounded_under_a_writer_that_never_pauses() {
     let (db, mut conn, log) = table_t("sqlite_log_bound").await;
     let first = log_restarts(&log);
     let frames = write_blocks(&mut conn, &log, 1500).await;
-    assert!(frames <= 8000 + 400, "the log reached {frames} frames");
+    // Plus what the writer adds while the thread finishes a run (~40 frames a block; more on a
+    // loaded machine); without the in-place step it reached 15 000–39 000.
+    assert!(frames <= 8000 + 1000, "the log reached {frames} frames");
     // The log reached its bound more than once.
     assert!(
         log_restarts(&log) >= first + 2,
@@ -227,4 +230,39 @@ async fn the_log_starts_over_beside_readers_that_overlap() {
     drop(conn);
     db.close().await;
     assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
+}
+
+/// Commits that go on after the pool closed (on a connection taken before) ask for
+/// checkpoints, and no thread starts for them: none is left once the connection is gone.
+async fn a_closed_pool_starts_no_checkpoint_thread() {
+    let (db, mut conn, _log) = table_t("sqlite_closed_pool").await;
+    // Past the threshold, with the thread started.
+    let mut k = 0;
+    while checkpoint_threads() == 0 {
+        conn.execute(
+            "INSERT INTO t (k, v) VALUES (?1, randomblob(100))",
+            &[&Value::Int(k)],
+            false,
+        )
+        .await
+        .expect("insert");
+        k += 1;
+        assert!(k < 100_000, "no checkpoint thread started");
+    }
+    db.close().await;
+    assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
+    // Every commit is at least a frame: these cross the threshold again, more than once.
+    for _ in 0..2500 {
+        conn.execute(
+            "INSERT INTO t (k, v) VALUES (?1, randomblob(100))",
+            &[&Value::Int(k)],
+            false,
+        )
+        .await
+        .expect("a connection taken before the close still works");
+        k += 1;
+    }
+    assert_eq!(checkpoint_threads(), 0, "no thread after the close");
+    drop(conn);
+    assert_eq!(threads_after_close(), 0);
 }
