@@ -389,6 +389,7 @@ impl SqliteConn {
     fn after_commit(&self) {
         let frames = wal::frames_committed();
         let (checkpointer, target) = (&self.pool.checkpointer, &self.pool.target);
+        checkpointer.committed(frames);
         if frames >= CHECKPOINT_IN_PLACE {
             let drained = frames >= RESTART_FROM && checkpointer.gate.close(target.lock_timeout);
             // Copying and two fsyncs: never on a runtime worker (a ledger append commits

@@ -69,8 +69,18 @@ async fn write_blocks(
     log: &std::path::Path,
     blocks: i64,
 ) -> u64 {
+    write_blocks_from(conn, log, 0, blocks).await
+}
+
+/// [`write_blocks`] numbered from `first`.
+async fn write_blocks_from(
+    conn: &mut chainify_storage::SqliteConn,
+    log: &std::path::Path,
+    first: i64,
+    blocks: i64,
+) -> u64 {
     let mut longest = 0;
-    for block in 0..blocks {
+    for block in first..first + blocks {
         conn.begin().await.expect("begin");
         for row in 0..30i64 {
             conn.execute(
@@ -93,6 +103,7 @@ async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
     the_log_is_checkpointed_on_a_thread_of_its_own().await;
     the_log_stays_bounded_under_a_writer_that_never_pauses().await;
     the_log_starts_over_beside_readers_that_overlap().await;
+    the_gate_opens_once_the_log_started_over().await;
     a_closed_pool_starts_no_checkpoint_thread().await;
 }
 
@@ -265,4 +276,50 @@ async fn a_closed_pool_starts_no_checkpoint_thread() {
     assert_eq!(checkpoint_threads(), 0, "no thread after the close");
     drop(conn);
     assert_eq!(threads_after_close(), 0);
+}
+
+/// A reader the gate does not hold (here another connection; in process, a transaction
+/// lookup) on the log when the last held reader leaves makes that reader's checkpoint give
+/// way, though it copied everything; the next write starts the log over, and that opens the
+/// gate: new snapshots do not wait out the whole hold (here the 4 s query limit).
+async fn the_gate_opens_once_the_log_started_over() {
+    let (db, mut conn, log) = table_t("sqlite_gate_reopens").await;
+    let mut held = db.acquire().await.expect("reader");
+    held.ready_to_read().await;
+    held.begin_limited_read(Duration::from_secs(4))
+        .await
+        .expect("begin");
+    held.query(
+        "SELECT COUNT(*) FROM t",
+        &[],
+        &[chainify_storage::ddl::ReadType::Int],
+    )
+    .await
+    .expect("read");
+    // Past 16 000 frames, pinned: the gate closes.
+    let mut block = 0;
+    while std::fs::metadata(&log).expect("log").len() / 4120 < 16_100 {
+        write_blocks_from(&mut conn, &log, block, 1).await;
+        block += 1;
+    }
+    let outside = rusqlite::Connection::open(log.with_extension("db")).expect("outside");
+    outside.execute_batch("BEGIN").expect("begin");
+    let _: i64 = outside
+        .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+        .expect("read");
+    held.rollback().await.expect("end");
+    drop(held);
+    // The last held reader's checkpoint has given way to the outside one (the thread's run).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    outside.execute_batch("COMMIT").expect("end");
+    let restarts = log_restarts(&log);
+    write_blocks_from(&mut conn, &log, block, 1).await;
+    assert!(log_restarts(&log) > restarts, "the log started over");
+    let mut reader = db.acquire().await.expect("reader");
+    tokio::time::timeout(Duration::from_secs(2), reader.ready_to_read())
+        .await
+        .expect("the gate opened with the log started over, not after the hold");
+    drop((reader, conn));
+    db.close().await;
+    assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
 }

@@ -60,27 +60,29 @@ pub(super) fn frames_committed() -> i32 {
     WAL_FRAMES.take()
 }
 
-/// Runs a checkpoint on `conn`: a passive one (which never waits for or holds back readers
-/// and writers), or, once the gate is closed and no reader is left, one that also makes the
-/// next write start the log over (`RESTART`, which holds back writers while it copies). With
-/// no busy wait, it gives way to a writer in a transaction or a reader outside chainify (a
-/// later commit tries again). Opens the gate when the log will start over.
-fn checkpoint(conn: &Connection, gate: &SnapshotGate) {
-    let restart = gate.drained();
-    let sql = if restart {
-        "PRAGMA wal_checkpoint(RESTART)"
-    } else {
-        "PRAGMA wal_checkpoint(PASSIVE)"
-    };
+/// Runs a checkpoint on `conn`: a passive one, which never waits for or holds back readers
+/// and writers. Once the gate is closed and no reader is left, it then also makes the next
+/// write start the log over (`RESTART`: it holds back writers while it copies, so it only
+/// copies what the passive run could not, the writer's last commits). With no busy wait, it
+/// gives way to a writer in a transaction or a reader the gate does not hold (another process;
+/// a later commit tries again). Opens the gate when the log will start over. Returns whether it
+/// tried to (the gate was drained).
+fn checkpoint(conn: &Connection, gate: &SnapshotGate) -> bool {
     // busy, frames in the log, frames copied.
-    let copied_all = conn
-        .query_row(sql, [], |row| {
+    let run = |sql: &str| {
+        conn.query_row(sql, [], |row| {
             Ok(row.get::<_, i64>(0)? == 0 && row.get::<_, i64>(1)? == row.get::<_, i64>(2)?)
         })
-        .unwrap_or(false);
-    if restart && copied_all {
+        .unwrap_or(false)
+    };
+    let passive = run("PRAGMA wal_checkpoint(PASSIVE)");
+    if !gate.drained() {
+        return false;
+    }
+    if passive && run("PRAGMA wal_checkpoint(RESTART)") {
         gate.open();
     }
+    true
 }
 
 /// A thread with a connection of its own that runs a passive checkpoint when a commit asks, one
@@ -147,7 +149,11 @@ impl Checkpointer {
                 while receiver.recv().is_ok() {
                     {
                         let _running = lock(&running);
-                        checkpoint(&conn, &gate);
+                        // The last reader may have left during a run begun before, its own
+                        // request turned away (one at a time): then one more.
+                        if !checkpoint(&conn, &gate) {
+                            checkpoint(&conn, &gate);
+                        }
                     }
                     in_flight.store(false, Ordering::Release);
                 }
@@ -175,6 +181,15 @@ impl Checkpointer {
         checkpoint(conn, &self.gate);
     }
 
+    /// After a commit that left the log at `frames`: a log that started over since the gate
+    /// closed (a checkpoint that gave way to a reader the gate does not hold still copied
+    /// everything, and the next write started the log over) opens it.
+    pub(super) fn committed(&self, frames: i32) {
+        if frames > 0 && frames < CHECKPOINT_IN_PLACE && self.gate.is_closed() {
+            self.gate.open();
+        }
+    }
+
     /// Stops the thread, letting a running checkpoint finish.
     pub(super) async fn stop(&self) {
         let thread = {
@@ -199,10 +214,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// Closed by a commit that finds the log past [`RESTART_FROM`] frames; opened by the first
 /// checkpoint that copies everything once the snapshots under way have ended, and makes the
-/// next write start the log over. A hold never
-/// outlasts the latest time limit of the snapshots under way plus a grace (the lock timeout):
-/// past it, waiting readers open the gate themselves and it stays open for as long again, so
-/// that a reader outside chainify (another process) pinning the log cannot stall queries.
+/// next write start the log over (or by a commit that finds the log started over). A hold
+/// never outlasts the latest time limit of the snapshots under way plus a grace (the lock
+/// timeout); a reader let through before the gate closed that starts its snapshot after (a
+/// query that waited for the node's read gate) pushes the end out to its own limit plus the
+/// grace. Past the end, waiting readers open the gate themselves and it stays open for as long
+/// as the hold lasted, so that a reader outside chainify (another process) pinning the log
+/// cannot stall queries.
 /// A full scan without a time limit (an operator's state check) keeps the gate open while it
 /// runs: no client can start one.
 #[derive(Debug, Default)]
@@ -221,6 +239,8 @@ struct GateState {
     latest_deadline: Option<Instant>,
     /// Since when, and until when at the latest, new snapshots wait.
     closed: Option<(Instant, Instant)>,
+    /// How long past the latest deadline a hold may last.
+    grace: Duration,
     /// Not closed again before this (after a hold that ran out).
     not_before: Option<Instant>,
 }
@@ -244,9 +264,9 @@ impl SnapshotGate {
                 let now = Instant::now();
                 match s.closed {
                     Some((_, until)) if now < until => Some(until),
-                    Some((since, _)) => {
+                    Some((since, until)) => {
                         // The hold ran out: open for as long as it lasted.
-                        s.not_before = Some(now + (now - since));
+                        s.not_before = Some(now + (until - since));
                         s.closed = None;
                         self.opened.notify_waiters();
                         None
@@ -276,6 +296,7 @@ impl SnapshotGate {
             }
             let until = s.latest_deadline.map_or(now, |d| d.max(now)) + grace;
             s.closed = Some((now, until));
+            s.grace = grace;
         }
         s.readers == 0
     }
@@ -291,7 +312,6 @@ impl SnapshotGate {
         self.opened.notify_waiters();
     }
 
-    #[cfg(test)]
     fn is_closed(&self) -> bool {
         lock(&self.state).closed.is_some()
     }
@@ -302,6 +322,9 @@ impl Pass {
     pub(super) fn limited(&self, deadline: Instant) {
         let mut s = lock(&self.gate.state);
         s.latest_deadline = Some(s.latest_deadline.map_or(deadline, |d| d.max(deadline)));
+        if let Some((since, until)) = s.closed {
+            s.closed = Some((since, until.max(deadline + s.grace)));
+        }
     }
 
     /// The snapshot it lets through has no time limit.
@@ -463,5 +486,45 @@ mod tests {
         assert!(!gate.close(Duration::from_millis(100)));
         assert!(!gate.is_closed());
         drop((pass, stuck));
+    }
+
+    #[tokio::test]
+    async fn a_reader_let_through_before_the_close_pushes_the_hold_out_to_its_limit() {
+        let gate = Arc::new(SnapshotGate::default());
+        // Let through, then waiting for the node's read gate while a commit closes this one.
+        let early = enters_now(&gate).await.expect("open");
+        assert!(!gate.close(Duration::from_millis(100)));
+        // Its snapshot starts now, with a limit of 400 ms: the hold lasts that plus the grace,
+        // not the 100 ms fixed at the close, or the early reader would still pin the log when
+        // the gate opens again.
+        early.limited(Instant::now() + Duration::from_millis(400));
+        let started = Instant::now();
+        let pass = tokio::time::timeout(Duration::from_secs(10), gate.enter())
+            .await
+            .expect("let through once the longer hold ran out");
+        assert!(started.elapsed() >= Duration::from_millis(450));
+        drop((pass, early));
+    }
+
+    #[tokio::test]
+    async fn after_a_hold_ran_out_the_gate_stays_open_as_long_as_the_hold_not_the_quiet_after() {
+        let gate = Arc::new(SnapshotGate::default());
+        let stuck = enters_now(&gate).await.expect("open");
+        assert!(!gate.close(Duration::from_millis(50)));
+        // Nobody opens it (the last reader's checkpoint gave way) and nobody comes for a while.
+        drop(stuck);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        drop(enters_now(&gate).await.expect("the hold ran out"));
+        assert!(!gate.is_closed());
+        assert!(
+            !gate.close(Duration::from_millis(50)),
+            "open for the hold's length first"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            gate.close(Duration::from_millis(50)),
+            "closes again once the hold's length has passed, whatever the quiet before"
+        );
+        assert!(gate.is_closed());
     }
 }
