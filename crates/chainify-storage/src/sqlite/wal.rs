@@ -151,7 +151,7 @@ impl Checkpointer {
                         let _running = lock(&running);
                         // The last reader may have left during a run begun before, its own
                         // request turned away (one at a time): then one more.
-                        if !checkpoint(&conn, &gate) {
+                        if !checkpoint(&conn, &gate) && gate.drained() {
                             checkpoint(&conn, &gate);
                         }
                     }
