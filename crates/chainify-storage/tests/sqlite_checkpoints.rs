@@ -249,14 +249,11 @@ async fn a_closed_pool_starts_no_checkpoint_thread() {
     let (db, mut conn, _log) = table_t("sqlite_closed_pool").await;
     // Past the threshold, with the thread started.
     let mut k = 0;
+    let insert = "INSERT INTO t (k, v) VALUES (?1, randomblob(100))";
     while checkpoint_threads() == 0 {
-        conn.execute(
-            "INSERT INTO t (k, v) VALUES (?1, randomblob(100))",
-            &[&Value::Int(k)],
-            false,
-        )
-        .await
-        .expect("insert");
+        conn.execute(insert, &[&Value::Int(k)], false)
+            .await
+            .expect("insert");
         k += 1;
         assert!(k < 100_000, "no checkpoint thread started");
     }
@@ -264,13 +261,9 @@ async fn a_closed_pool_starts_no_checkpoint_thread() {
     assert_eq!(threads_after_close(), 0, "the thread ends with the pool");
     // Every commit is at least a frame: these cross the threshold again, more than once.
     for _ in 0..2500 {
-        conn.execute(
-            "INSERT INTO t (k, v) VALUES (?1, randomblob(100))",
-            &[&Value::Int(k)],
-            false,
-        )
-        .await
-        .expect("a connection taken before the close still works");
+        conn.execute(insert, &[&Value::Int(k)], false)
+            .await
+            .expect("a connection taken before the close still works");
         k += 1;
     }
     assert_eq!(checkpoint_threads(), 0, "no thread after the close");
