@@ -121,6 +121,10 @@ impl TxAnalysis {
 /// working set of an application is a handful of shapes).
 pub const PLAN_CACHE_CAPACITY: usize = 16_384;
 
+/// Most bytes of statement text kept in the plan cache: clients choose the texts, so the count
+/// alone would let them fill 16 384 × 64 KiB = 1 GiB.
+pub const PLAN_CACHE_BYTES: usize = 32 * 1024 * 1024;
+
 /// Longest SQL text accepted, in bytes.
 pub const MAX_SQL_LEN: usize = 64 * 1024;
 
@@ -132,12 +136,21 @@ const ANALYSIS_STACK: usize = 64 * 1024 * 1024;
 
 type PlanResult = Result<Arc<StatementPlan>, Rejection>;
 
+/// Plans (and rejections) by statement text, with the bytes of text kept.
+#[derive(Debug, Default)]
+struct PlanCache {
+    plans: HashMap<Box<str>, PlanResult, FxBuildHasher>,
+    bytes: usize,
+}
+
 /// Analyses transactions against a schema, caching plans by SQL text. Cheap to share between
 /// threads (`&self` methods; the cache takes a read lock on hits).
 #[derive(Debug)]
 pub struct Analyzer {
     schema: Schema,
-    cache: RwLock<HashMap<Box<str>, PlanResult, FxBuildHasher>>,
+    cache: RwLock<PlanCache>,
+    /// The most bytes of text the cache keeps ([`PLAN_CACHE_BYTES`]).
+    cache_bytes: usize,
     /// The most whole-table scans a transaction's statement may nest.
     max_degree: u32,
 }
@@ -147,7 +160,8 @@ impl Analyzer {
     pub fn new(schema: Schema) -> Self {
         Analyzer {
             schema,
-            cache: RwLock::new(HashMap::with_hasher(FxBuildHasher)),
+            cache: RwLock::new(PlanCache::default()),
+            cache_bytes: PLAN_CACHE_BYTES,
             max_degree: portable::MAX_DEGREE,
         }
     }
@@ -161,6 +175,13 @@ impl Analyzer {
         self
     }
 
+    /// Keeps at most `bytes` of statement text in the plan cache instead of
+    /// [`PLAN_CACHE_BYTES`].
+    pub fn with_plan_cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
     /// The schema.
     pub fn schema(&self) -> &Schema {
         &self.schema
@@ -168,24 +189,38 @@ impl Analyzer {
 
     /// The (cached) plan of one statement text, or why it is rejected.
     pub fn plan(&self, sql: &str) -> Result<Arc<StatementPlan>, Rejection> {
+        // Refused before the cache: such a text is never kept (a client sending megabytes of
+        // distinct texts would otherwise fill it).
+        Self::check_text(sql)?;
         if let Some(hit) = self
             .cache
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .plans
             .get(sql)
         {
             return hit.clone();
         }
         let result = self.plan_uncached(sql).map(Arc::new);
         let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= PLAN_CACHE_CAPACITY {
-            cache.clear();
+        if cache.plans.len() >= PLAN_CACHE_CAPACITY || cache.bytes + sql.len() > self.cache_bytes {
+            cache.plans.clear();
+            cache.bytes = 0;
         }
-        cache.insert(sql.into(), result.clone());
+        if cache.plans.insert(sql.into(), result.clone()).is_none() {
+            cache.bytes += sql.len();
+        }
         result
     }
 
-    fn plan_uncached(&self, sql: &str) -> Result<StatementPlan, Rejection> {
+    /// The statement texts the cache holds, and their bytes.
+    pub fn cached(&self) -> (usize, usize) {
+        let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
+        (cache.plans.len(), cache.bytes)
+    }
+
+    /// Refuses a text too long or with a control character, before it is parsed or cached.
+    fn check_text(sql: &str) -> Result<(), Rejection> {
         if sql.len() > MAX_SQL_LEN {
             return Err(Rejection::limit(format!(
                 "SQL text has {} bytes; at most {MAX_SQL_LEN} are accepted",
@@ -201,6 +236,10 @@ impl Analyzer {
                 u32::from(c)
             )));
         }
+        Ok(())
+    }
+
+    fn plan_uncached(&self, sql: &str) -> Result<StatementPlan, Rejection> {
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("chainify-analyse".into())
