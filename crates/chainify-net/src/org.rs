@@ -684,8 +684,14 @@ impl Org {
         runtime: &OrgRuntime,
     ) -> Result<[Serving; 2], NetError> {
         let tls = self.tls.as_ref();
-        let commit = CommitServer::new(node.inbox.clone(), self.store.clone(), node.status.clone())
-            .with_state(node.state_server.clone(), &self.network, self.me);
+        let commit = CommitServer::new(
+            &self.network,
+            self.me,
+            node.inbox.clone(),
+            self.store.clone(),
+            node.status.clone(),
+        )
+        .with_state(node.state_server.clone(), &self.network, self.me);
         let commit = serve(
             self.me,
             "CommitService",

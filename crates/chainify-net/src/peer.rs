@@ -7,11 +7,11 @@
 //! message (the protocol re-sends votes and re-requests certificates), and a peer that is down
 //! costs one failed call per batch, not one per vote.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chainify_core::config::NetworkConfig;
 use chainify_core::tx::LedgerEntry;
@@ -185,10 +185,82 @@ async fn send_loop(
 /// Most ledger entries one `GetLedger` call streams.
 pub const MAX_LEDGER_STREAM: u64 = 100_000;
 
+/// Votes this far below the agreed height are dropped before the node's inbox: they buy
+/// nothing there (a voter that far behind fetches certificates itself).
+const LATE_VOTES: u64 = 64;
+
+/// A vote queued again within this time is dropped before it is checked again (peers resend
+/// their votes after 500 ms).
+const REPLAY_WINDOW: Duration = Duration::from_millis(250);
+
+/// Most votes remembered as queued; older ones are forgotten first.
+const MAX_REMEMBERED_VOTES: usize = 8192;
+
+/// Votes checked before the node's inbox. The CommitService has no client authentication, and
+/// the node checks votes one at a time in its own task: forged or replayed votes queued there
+/// crowd out the real ones (an audit's flood of forged votes kept an organization from agreeing
+/// for 30 s). Here a batch stops at its first vote that does not verify, and a vote queued a
+/// moment ago is not checked or queued again.
+#[derive(Debug)]
+struct VoteCheck {
+    ctx: chainify_core::votes::VoteContext,
+    me: OrgId,
+    queued: std::sync::Mutex<HashMap<(OrgId, BlockNumber, chainify_core::Digest), Instant>>,
+}
+
+impl VoteCheck {
+    /// The votes of a batch worth queueing, or the first that does not verify.
+    fn check(&self, votes: Vec<Vote>, agreed: u64) -> Result<Vec<Vote>, Status> {
+        let now = Instant::now();
+        let mut fresh = Vec::with_capacity(votes.len());
+        for (i, vote) in votes.into_iter().enumerate() {
+            if vote.org == self.me || vote.block.0.saturating_add(LATE_VOTES) < agreed {
+                continue;
+            }
+            let key = (vote.org, vote.block, vote.ledger_block_hash);
+            let recent = self
+                .queued()
+                .get(&key)
+                .is_some_and(|at| now.duration_since(*at) < REPLAY_WINDOW);
+            if recent {
+                continue;
+            }
+            chainify_core::votes::check_vote_signature(&vote, &self.ctx)
+                .map_err(|e| status::invalid(format_args!("votes[{i}]: {e}")))?;
+            fresh.push(vote);
+        }
+        Ok(fresh)
+    }
+
+    /// Remembers a vote as queued now.
+    fn queued_now(&self, vote: &Vote) {
+        let now = Instant::now();
+        let mut queued = self.queued();
+        if queued.len() >= MAX_REMEMBERED_VOTES {
+            queued.retain(|_, at| now.duration_since(*at) < REPLAY_WINDOW);
+            if queued.len() >= MAX_REMEMBERED_VOTES {
+                queued.clear();
+            }
+        }
+        queued.insert((vote.org, vote.block, vote.ledger_block_hash), now);
+    }
+
+    fn queued(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(OrgId, BlockNumber, chainify_core::Digest), Instant>>
+    {
+        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Batches of up to this many votes are checked on the calling task (about 36 µs a vote).
+const VOTES_CHECKED_IN_PLACE: usize = 4;
+
 /// The receiving side of an organization's CommitServer.
 #[derive(Debug)]
 pub struct CommitServer<B: Backend> {
     inbox: Inbox,
+    votes: Arc<VoteCheck>,
     store: Arc<Store<B>>,
     status: watch::Receiver<NodeStatus>,
     /// State transfer to other organizations (absent: the state RPCs are unavailable).
@@ -196,14 +268,21 @@ pub struct CommitServer<B: Backend> {
 }
 
 impl<B: Backend> CommitServer<B> {
-    /// Serves the node with this inbox, store and status.
+    /// Serves the node (organization `me` of `network`) with this inbox, store and status.
     pub fn new(
+        network: &NetworkConfig,
+        me: OrgId,
         inbox: Inbox,
         store: Arc<Store<B>>,
         status: watch::Receiver<NodeStatus>,
     ) -> CommitServer<B> {
         CommitServer {
             inbox,
+            votes: Arc::new(VoteCheck {
+                ctx: chainify_core::votes::VoteContext::of(network),
+                me,
+                queued: std::sync::Mutex::default(),
+            }),
             store,
             status,
             state: None,
@@ -249,12 +328,28 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
         &self,
         request: Request<pb::VoteBatch>,
     ) -> Result<Response<pb::VoteAck>, Status> {
-        let votes = request.into_inner().votes;
+        let votes = request
+            .into_inner()
+            .votes
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                Vote::try_from(v).map_err(|e| status::malformed(&format!("votes[{i}]"), &e))
+            })
+            .collect::<Result<Vec<Vote>, Status>>()?;
+        let agreed = self.agreed();
+        let fresh = if votes.len() <= VOTES_CHECKED_IN_PLACE {
+            self.votes.check(votes, agreed)?
+        } else {
+            let check = self.votes.clone();
+            tokio::task::spawn_blocking(move || check.check(votes, agreed))
+                .await
+                .map_err(|e| status::internal("checking votes", e))??
+        };
+        // The engine checks membership and duplicates again, with the tally.
         let mut accepted = 0u32;
-        for (i, v) in votes.into_iter().enumerate() {
-            let vote =
-                Vote::try_from(v).map_err(|e| status::malformed(&format!("votes[{i}]"), &e))?;
-            // The engine checks signatures, membership and duplicates.
+        for vote in fresh {
+            self.votes.queued_now(&vote);
             if self.inbox.deliver(PeerMessage::Vote(vote)) {
                 accepted += 1;
             }

@@ -866,3 +866,95 @@ async fn a_slow_query_is_stopped_and_holds_no_block_back() {
         net.stop_org(n).await;
     }
 }
+
+/// Anyone who reaches an organization's CommitService (it has no client authentication) floods
+/// it with forged votes and replays of real ones: the organization still agrees, as fast as its
+/// peers. A batch is refused at its first vote that does not verify, before anything is queued
+/// for the node (an audit's flood kept it from agreeing for 30 s when the node checked them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_forged_and_replayed_votes_does_not_stall_agreement() {
+    let mut net = start(28100, ChainifySettings::default()).await;
+    wait_ready(&mut net).await;
+    let c2 = net.client1(2).await;
+    c2.submit_and_wait(deposit(1, 1)).await.unwrap();
+    let agreed = net.admin(1).await.agreed_height;
+    // A real vote to replay: the newest certificate's, as any client can fetch it.
+    let commit1 = &net.network.orgs[&chainify_core::OrgId(1)].commit_endpoint;
+    let channel = chainify_client::channel(commit1, Some(net.ca.as_bytes())).unwrap();
+    let mut probe = pb::commit_service_client::CommitServiceClient::new(channel.clone());
+    let certificate = probe
+        .get_certificate(pb::GetCertificateRequest {
+            block_number: agreed,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .certificate
+        .expect("a certificate of the agreed block");
+    let real: Vec<pb::Vote> = certificate
+        .votes
+        .into_iter()
+        .filter(|v| v.org_id != 1)
+        .collect();
+    assert!(!real.is_empty());
+    let forged = move |i: u64| pb::Vote {
+        network_id: "svc".into(),
+        block_number: agreed + 1 + i % 64,
+        ledger_block_hash: vec![i as u8; 32],
+        org_id: 2 + (i % 2) as u32,
+        signature: vec![7; 64],
+    };
+    let refused = probe
+        .send_votes(pb::VoteBatch {
+            votes: vec![real[0].clone(), forged(0)],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("votes[1]"), "{refused:?}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut floods = Vec::new();
+    for t in 0..2u64 {
+        let (channel, stop, real) = (channel.clone(), stop.clone(), real.clone());
+        floods.push(tokio::spawn(async move {
+            let mut client = pb::commit_service_client::CommitServiceClient::new(channel);
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Forged votes after replayed real ones; and batches of replays alone.
+                let mut votes: Vec<pb::Vote> =
+                    (0..64).map(|i| real[i % real.len()].clone()).collect();
+                if t == 0 {
+                    votes.extend((0..4096).map(forged));
+                }
+                sent += votes.len() as u64;
+                let _ = client.send_votes(pb::VoteBatch { votes }).await;
+            }
+            sent
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut last = None;
+    for i in 0..10i64 {
+        last = Some(c2.submit_and_wait(deposit(i + 1, 1)).await.unwrap());
+    }
+    let target = last.unwrap().block.0;
+    // Agreed at org1 too while the flood goes on.
+    let started = std::time::Instant::now();
+    while net.admin(1).await.agreed_height < target {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "org1 stalled at {} of {target} under the flood",
+            net.admin(1).await.agreed_height
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut sent = 0;
+    for flood in floods {
+        sent += flood.await.unwrap();
+    }
+    assert!(sent > 100_000, "the flood sent {sent} votes");
+    for n in 1..=3 {
+        net.stop_org(n).await;
+    }
+}
