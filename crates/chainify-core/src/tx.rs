@@ -50,6 +50,19 @@ pub struct Transaction {
     pub statements: Vec<Statement>,
 }
 
+/// Most bytes of a proposal's canonical encoding ([`ProposalBody::encode_canonical`]). Clients
+/// choose the size; blocks are cut by count, so without a bound per transaction one client's
+/// large transactions would make a block too large for the messages that carry it (an audit
+/// stalled an organization for good with a 78 MB block), and each proposal fits a Kafka
+/// message (1 MB by default) with its endorsements.
+pub const MAX_TRANSACTION_BYTES: usize = 512 * 1024;
+
+/// Most bytes a block of `max_block_txs` transactions takes in a message: each at most
+/// [`MAX_TRANSACTION_BYTES`] with its signature, endorsements and framing.
+pub fn max_block_bytes(max_block_txs: usize) -> usize {
+    max_block_txs.saturating_mul(MAX_TRANSACTION_BYTES + 64 * 1024)
+}
+
 /// The unsigned content of a proposal: what the client signs and what the transaction id hashes.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct ProposalBody {

@@ -130,12 +130,14 @@ pub struct RemoteExecution {
 
 impl RemoteExecution {
     /// A port reaching the execution process over `channel` (connected lazily: the process
-    /// may start later, and calls fail until it is up, which the node retries).
-    pub fn new(channel: Channel) -> RemoteExecution {
+    /// may start later, and calls fail until it is up, which the node retries), for blocks of
+    /// at most `max_block_txs` transactions.
+    pub fn new(channel: Channel, max_block_txs: usize) -> RemoteExecution {
+        let limit = execute_message_limit(max_block_txs);
         RemoteExecution {
             client: ExecutionServiceClient::new(channel)
-                .max_decoding_message_size(256 * 1024 * 1024)
-                .max_encoding_message_size(256 * 1024 * 1024),
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
         }
     }
 }
@@ -252,6 +254,12 @@ impl ExecutionPort for RemoteExecution {
             Ok(())
         })
     }
+}
+
+/// The largest message between a node and its execution process: a whole block, never
+/// refused for its size (a refused block would be retried, and fail, for good).
+pub(crate) fn execute_message_limit(max_block_txs: usize) -> usize {
+    chainify_core::tx::max_block_bytes(max_block_txs).max(256 * 1024 * 1024)
 }
 
 #[cfg(test)]

@@ -544,8 +544,12 @@ impl Org {
                 .await?
                 .add_service(
                     ExecutionServiceServer::new(ExecutionGrpc::new(port))
-                        .max_decoding_message_size(MAX_MESSAGE)
-                        .max_encoding_message_size(MAX_MESSAGE),
+                        .max_decoding_message_size(crate::exec::execute_message_limit(
+                            self.network.max_block_txs,
+                        ))
+                        .max_encoding_message_size(crate::exec::execute_message_limit(
+                            self.network.max_block_txs,
+                        )),
                 ),
             listener,
             self.stopped(),
@@ -582,7 +586,7 @@ impl Org {
         };
         let mut node = if self.component == Component::Commit {
             let channel = channel(&execution_addr(config)?, tls)?;
-            let remote = Arc::new(RemoteExecution::new(channel));
+            let remote = Arc::new(RemoteExecution::new(channel, self.network.max_block_txs));
             Node::start_with(parts, remote, Arc::new(Metrics::default())).await
         } else {
             Node::start(parts).await

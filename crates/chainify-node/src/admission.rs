@@ -22,10 +22,12 @@ use std::time::Duration;
 
 use chainify_core::config::{ClientInfo, NetworkConfig};
 use chainify_core::crypto::{Signature, SigningKey};
-use chainify_core::tx::{EarlyAbortBatch, EarlyAbortResponse, Proposal, Verdict};
+use chainify_core::tx::{
+    EarlyAbortBatch, EarlyAbortResponse, MAX_TRANSACTION_BYTES, Proposal, Verdict,
+};
 use chainify_core::verify::{SignedBytes, Verifier};
 use chainify_core::{ClientId, OrgId, TxId};
-use chainify_sql::{AnalysisError, Analyzer, MissingGrant, TxAnalysis};
+use chainify_sql::{AnalysisError, Analyzer, MissingGrant, RejectKind, TxAnalysis};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
@@ -225,6 +227,18 @@ pub fn check_proposal(
     proposal: &Proposal,
     signature: ClientSignature<'_>,
 ) -> Result<TxAnalysis, Refusal> {
+    // First, before any signature or analysis work; the same at every organization, so a
+    // block holding such a transaction (a client and an orderer colluding) fails it alike.
+    let size = proposal.body.encode_canonical().len();
+    if size > MAX_TRANSACTION_BYTES {
+        return Err(Refusal::Invalid(AnalysisError {
+            statement: 0,
+            kind: RejectKind::Limit,
+            reason: format!(
+                "the transaction encodes to {size} bytes; at most {MAX_TRANSACTION_BYTES} are accepted"
+            ),
+        }));
+    }
     let client = authenticate(network, proposal, signature)?;
     if proposal.body.network != network.network_id {
         return Err(Refusal::WrongNetwork {
@@ -1170,5 +1184,47 @@ mod tests {
         );
         w.release(8, id(1), OrgId(1));
         assert_eq!(claim(&mut w, 8, 2, 1, 10), Ok(Claim::New));
+    }
+
+    /// A transaction whose encoding passes `MAX_TRANSACTION_BYTES` is refused by name and size,
+    /// before its signature or SQL is looked at (a wrong signature does not change the
+    /// answer); one just under it is admitted. The same check runs on a block's transactions.
+    #[test]
+    fn a_transaction_too_large_is_refused_with_its_size() {
+        let network = network("any-2");
+        let analyzer = Analyzer::new(
+            Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema"),
+        );
+        let verifier = Verifier::new(network.signatures);
+        let sized = |statements: usize, pad: usize| {
+            let sql = format!("{UPDATE}{}", " ".repeat(pad));
+            let body = ProposalBody {
+                client: ClientId::new("alice").expect("client"),
+                nonce: 1,
+                network: NetworkId::new("net").expect("network"),
+                transaction: Transaction {
+                    statements: vec![Statement::new(&sql, vec![]); statements],
+                },
+            };
+            let signature = client_key().sign(&body.encode_canonical());
+            Proposal { body, signature }
+        };
+        let check = |p: &Proposal| {
+            check_proposal(&network, &analyzer, p, ClientSignature::Verify(&verifier))
+        };
+        let big = sized(9, 60 * 1024);
+        let size = big.body.encode_canonical().len();
+        assert!(size > MAX_TRANSACTION_BYTES);
+        let Err(Refusal::Invalid(e)) = check(&big) else {
+            panic!("a transaction of {size} bytes was not refused by its size");
+        };
+        assert_eq!((e.statement, e.kind), (0, RejectKind::Limit), "{e}");
+        assert!(e.reason.contains(&format!("{size} bytes")), "{e}");
+        let mut forged = big.clone();
+        forged.signature = client_key().sign(b"something else");
+        assert!(matches!(check(&forged), Err(Refusal::Invalid(_))));
+        let under = sized(7, 60 * 1024);
+        assert!(under.body.encode_canonical().len() <= MAX_TRANSACTION_BYTES);
+        check(&under).expect("a transaction under the limit is admitted");
     }
 }
