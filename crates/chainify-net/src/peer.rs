@@ -185,76 +185,152 @@ async fn send_loop(
 /// Most ledger entries one `GetLedger` call streams.
 pub const MAX_LEDGER_STREAM: u64 = 100_000;
 
-/// Votes this far below the agreed height are dropped before the node's inbox: they buy
-/// nothing there (a voter that far behind fetches certificates itself).
-const LATE_VOTES: u64 = 64;
-
-/// A vote queued again within this time is dropped before it is checked again (peers resend
-/// their votes after 500 ms).
+/// A vote or certificate queued again within this time is dropped before it is checked again
+/// (peers resend their votes after 500 ms).
 const REPLAY_WINDOW: Duration = Duration::from_millis(250);
 
-/// Most votes remembered as queued; older ones are forgotten first.
-const MAX_REMEMBERED_VOTES: usize = 8192;
+/// Most entries each of [`VoteCheck`]'s memories keeps; it starts over when full.
+const MAX_REMEMBERED: usize = 8192;
 
-/// Votes checked before the node's inbox. The CommitService has no client authentication, and
-/// the node checks votes one at a time in its own task: forged or replayed votes queued there
-/// crowd out the real ones (an audit's flood of forged votes kept an organization from agreeing
-/// for 30 s). Here a batch stops at its first vote that does not verify, and a vote queued a
-/// moment ago is not checked or queued again.
+/// Distinct hashes forwarded for one organization and block: two prove an equivocation.
+const HASHES_PER_VOTER: u8 = 2;
+
+/// Blocks checked at once off the async workers (each batch or certificate up to 512
+/// signatures, ~36 µs each); a call that finds none free is answered "busy".
+const CHECKS_AT_ONCE: usize = 2;
+
+/// Batches of up to this many signatures are checked on the calling task.
+const CHECKED_IN_PLACE: usize = 4;
+
+/// Votes and certificates checked before the node's inbox. The CommitService has no client
+/// authentication, and the node checks them one at a time in its own task: forged or replayed
+/// ones queued there crowd out the real votes (an audit's flood of forged votes kept an
+/// organization from agreeing for 30 s). Here a batch stops at its first vote that does not
+/// verify, and what the node has no use for is dropped before it is checked: a copy queued a
+/// moment ago, the organization's own votes, a block beyond the engine's window, a third hash
+/// from one voter for one block, and a late vote (the engine answers it with the certificate,
+/// once per voter and block) seen before.
 #[derive(Debug)]
 struct VoteCheck {
     ctx: chainify_core::votes::VoteContext,
     me: OrgId,
-    queued: std::sync::Mutex<HashMap<(OrgId, BlockNumber, chainify_core::Digest), Instant>>,
+    memory: std::sync::Mutex<Memory>,
+    checks: Arc<tokio::sync::Semaphore>,
+}
+
+type VoteKey = (OrgId, BlockNumber, chainify_core::Digest);
+
+/// What [`VoteCheck`] has queued lately.
+#[derive(Debug, Default)]
+struct Memory {
+    /// Votes and certificates (`OrgId(0)`) by content, with when they were queued.
+    queued: HashMap<VoteKey, Instant>,
+    /// Distinct hashes forwarded per voter and block.
+    hashes: HashMap<(OrgId, BlockNumber), u8>,
+    /// Late votes forwarded, per voter and block.
+    late: std::collections::HashSet<(OrgId, BlockNumber)>,
+}
+
+impl Memory {
+    /// Whether `key` was queued within the replay window.
+    fn recent(&self, key: &VoteKey, now: Instant) -> bool {
+        self.queued
+            .get(key)
+            .is_some_and(|at| now.duration_since(*at) < REPLAY_WINDOW)
+    }
+
+    /// Remembers `key` as queued now (with its voter's hash, or as a late vote).
+    fn queued(&mut self, key: VoteKey, late: bool, now: Instant) {
+        if self.queued.len() >= MAX_REMEMBERED {
+            self.queued.clear();
+        }
+        if self.queued.insert(key, now).is_none() && key.0 != OrgId(0) {
+            if self.hashes.len() >= MAX_REMEMBERED {
+                self.hashes.clear();
+            }
+            let count = self.hashes.entry((key.0, key.1)).or_default();
+            *count = count.saturating_add(1);
+        }
+        if late {
+            if self.late.len() >= MAX_REMEMBERED {
+                self.late.clear();
+            }
+            self.late.insert((key.0, key.1));
+        }
+    }
 }
 
 impl VoteCheck {
-    /// The votes of a batch worth queueing, or the first that does not verify.
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The votes of a batch worth queueing (each once), or the first that does not verify.
     fn check(&self, votes: Vec<Vote>, agreed: u64) -> Result<Vec<Vote>, Status> {
         let now = Instant::now();
+        // What this batch adds to the memory, counted as the memory counts.
+        let mut seen = std::collections::HashSet::with_capacity(votes.len());
+        let mut hashes: HashMap<(OrgId, BlockNumber), u8> = HashMap::new();
         let mut fresh = Vec::with_capacity(votes.len());
         for (i, vote) in votes.into_iter().enumerate() {
-            if vote.org == self.me || vote.block.0.saturating_add(LATE_VOTES) < agreed {
+            let (org, block) = (vote.org, vote.block);
+            let key = (org, block, vote.ledger_block_hash);
+            if org == self.me
+                || block.0 > agreed.saturating_add(1 + MAX_BLOCKS_AHEAD)
+                || !seen.insert(key)
+            {
                 continue;
             }
-            let key = (vote.org, vote.block, vote.ledger_block_hash);
-            let recent = self
-                .queued()
-                .get(&key)
-                .is_some_and(|at| now.duration_since(*at) < REPLAY_WINDOW);
-            if recent {
+            let wanted = {
+                let memory = self.memory();
+                let added = hashes.get(&(org, block)).copied().unwrap_or(0);
+                if memory.recent(&key, now) {
+                    false
+                } else if block.0 <= agreed {
+                    added == 0 && !memory.late.contains(&(org, block))
+                } else {
+                    memory.queued.contains_key(&key)
+                        || memory.hashes.get(&(org, block)).copied().unwrap_or(0) + added
+                            < HASHES_PER_VOTER
+                }
+            };
+            if !wanted {
                 continue;
             }
             chainify_core::votes::check_vote_signature(&vote, &self.ctx)
                 .map_err(|e| status::invalid(format_args!("votes[{i}]: {e}")))?;
+            *hashes.entry((org, block)).or_default() += 1;
             fresh.push(vote);
         }
         Ok(fresh)
     }
 
-    /// Remembers a vote as queued now.
-    fn queued_now(&self, vote: &Vote) {
-        let now = Instant::now();
-        let mut queued = self.queued();
-        if queued.len() >= MAX_REMEMBERED_VOTES {
-            queued.retain(|_, at| now.duration_since(*at) < REPLAY_WINDOW);
-            if queued.len() >= MAX_REMEMBERED_VOTES {
-                queued.clear();
-            }
+    /// Runs `check` on the calling task when it checks at most [`CHECKED_IN_PLACE`]
+    /// signatures, else off the workers, one of [`CHECKS_AT_ONCE`].
+    async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        signatures: usize,
+        check: impl FnOnce(&VoteCheck) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        if signatures <= CHECKED_IN_PLACE {
+            return check(self);
         }
-        queued.insert((vote.org, vote.block, vote.ledger_block_hash), now);
-    }
-
-    fn queued(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(OrgId, BlockNumber, chainify_core::Digest), Instant>>
-    {
-        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+        let permit = self.checks.clone().try_acquire_owned().map_err(|_| {
+            status::busy("the CommitServer is checking other votes; send again later")
+        })?;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            check(&this)
+        })
+        .await
+        .map_err(|e| status::internal("checking votes", e))?
     }
 }
 
-/// Batches of up to this many votes are checked on the calling task (about 36 µs a vote).
-const VOTES_CHECKED_IN_PLACE: usize = 4;
+/// Votes further ahead of the agreed height the engine refuses
+/// ([`chainify_commit::MAX_BLOCKS_AHEAD`]).
+const MAX_BLOCKS_AHEAD: u64 = chainify_commit::MAX_BLOCKS_AHEAD;
 
 /// The receiving side of an organization's CommitServer.
 #[derive(Debug)]
@@ -281,7 +357,8 @@ impl<B: Backend> CommitServer<B> {
             votes: Arc::new(VoteCheck {
                 ctx: chainify_core::votes::VoteContext::of(network),
                 me,
-                queued: std::sync::Mutex::default(),
+                memory: std::sync::Mutex::default(),
+                checks: Arc::new(tokio::sync::Semaphore::new(CHECKS_AT_ONCE)),
             }),
             store,
             status,
@@ -328,9 +405,15 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
         &self,
         request: Request<pb::VoteBatch>,
     ) -> Result<Response<pb::VoteAck>, Status> {
-        let votes = request
-            .into_inner()
-            .votes
+        let votes = request.into_inner().votes;
+        // What an honest peer sends at most in one call.
+        if votes.len() > MAX_VOTE_BATCH {
+            return Err(status::invalid(format_args!(
+                "{} votes in one batch; at most {MAX_VOTE_BATCH}",
+                votes.len()
+            )));
+        }
+        let votes = votes
             .into_iter()
             .enumerate()
             .map(|(i, v)| {
@@ -338,19 +421,18 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
             })
             .collect::<Result<Vec<Vote>, Status>>()?;
         let agreed = self.agreed();
-        let fresh = if votes.len() <= VOTES_CHECKED_IN_PLACE {
-            self.votes.check(votes, agreed)?
-        } else {
-            let check = self.votes.clone();
-            tokio::task::spawn_blocking(move || check.check(votes, agreed))
-                .await
-                .map_err(|e| status::internal("checking votes", e))??
-        };
+        let fresh = self
+            .votes
+            .run(votes.len(), move |c| c.check(votes, agreed))
+            .await?;
         // The engine checks membership and duplicates again, with the tally.
         let mut accepted = 0u32;
         for vote in fresh {
-            self.votes.queued_now(&vote);
+            let key = (vote.org, vote.block, vote.ledger_block_hash);
             if self.inbox.deliver(PeerMessage::Vote(vote)) {
+                self.votes
+                    .memory()
+                    .queued(key, key.1.0 <= agreed, Instant::now());
                 accepted += 1;
             }
         }
@@ -363,6 +445,36 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
     ) -> Result<Response<pb::CertificateAck>, Status> {
         let cert = Certificate::try_from(request.into_inner())
             .map_err(|e| status::malformed("certificate", &e))?;
+        // Checked before the node's inbox, as votes are; one for an agreed block, or one
+        // queued a moment ago, has no use there.
+        let agreed = self.agreed();
+        let key = (OrgId(0), cert.block, cert.ledger_block_hash);
+        if cert.block.0 <= agreed || self.votes.memory().recent(&key, Instant::now()) {
+            return Ok(Response::new(pb::CertificateAck {}));
+        }
+        if cert.block.0 > agreed.saturating_add(1 + MAX_BLOCKS_AHEAD) {
+            return Err(status::invalid(format_args!(
+                "certificate of block {}: more than {MAX_BLOCKS_AHEAD} blocks ahead of the agreed {agreed}",
+                cert.block
+            )));
+        }
+        if cert.votes.len() > self.votes.ctx.keys.len() {
+            return Err(status::invalid(format_args!(
+                "certificate of block {}: {} votes from {} organizations",
+                cert.block,
+                cert.votes.len(),
+                self.votes.ctx.keys.len()
+            )));
+        }
+        let cert = self
+            .votes
+            .run(cert.votes.len(), move |c| {
+                chainify_core::votes::verify_certificate(&cert, &c.ctx)
+                    .map_err(|e| status::invalid(format_args!("certificate: {e}")))?;
+                Ok(cert)
+            })
+            .await?;
+        self.votes.memory().queued(key, false, Instant::now());
         if !self.inbox.deliver(PeerMessage::Certificate(cert)) {
             return Err(status::busy(
                 "the CommitServer's inbox is full; send again later",
@@ -447,5 +559,107 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
             }
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_core::Digest;
+    use chainify_core::config::{NetworkBuilder, PortPlan};
+    use chainify_core::crypto::SigningKey;
+
+    fn key(org: u32) -> SigningKey {
+        SigningKey::from_seed(&[org as u8; 32])
+    }
+
+    fn check() -> (VoteCheck, chainify_core::NetworkId) {
+        let mut b = NetworkBuilder::new("net", "any-2", PortPlan { base: 7110 });
+        for org in 1..=3 {
+            b.org(&key(org).public_key(), "127.0.0.1");
+        }
+        let network = b.config("network.toml").expect("network");
+        let check = VoteCheck {
+            ctx: chainify_core::votes::VoteContext::of(&network),
+            me: OrgId(1),
+            memory: std::sync::Mutex::default(),
+            checks: Arc::new(tokio::sync::Semaphore::new(CHECKS_AT_ONCE)),
+        };
+        (check, network.network_id)
+    }
+
+    fn vote(network: &chainify_core::NetworkId, org: u32, block: u64, hash: u8) -> Vote {
+        Vote::new_signed(
+            network.clone(),
+            BlockNumber(block),
+            Digest::of(&[hash]),
+            OrgId(org),
+            &key(org),
+        )
+    }
+
+    /// Queues what `check` lets through, as `send_votes` does; how many.
+    fn queue(check: &VoteCheck, votes: Vec<Vote>, agreed: u64) -> Result<usize, String> {
+        let fresh = check
+            .check(votes, agreed)
+            .map_err(|s| s.message().to_owned())?;
+        for v in &fresh {
+            let key = (v.org, v.block, v.ledger_block_hash);
+            check
+                .memory()
+                .queued(key, v.block.0 <= agreed, Instant::now());
+        }
+        Ok(fresh.len())
+    }
+
+    #[test]
+    fn only_what_the_node_has_a_use_for_is_queued() {
+        let (check, net) = check();
+        let agreed = 10;
+        // Copies in one batch count once; a copy right after is dropped, a resend later not.
+        let v = vote(&net, 2, 11, 1);
+        assert_eq!(queue(&check, vec![v.clone(); 500], agreed), Ok(1));
+        assert_eq!(queue(&check, vec![v.clone()], agreed), Ok(0));
+        std::thread::sleep(REPLAY_WINDOW);
+        assert_eq!(queue(&check, vec![v.clone()], agreed), Ok(1), "a resend");
+        // Two hashes from one voter for one block (an equivocation), not a third.
+        assert_eq!(
+            queue(
+                &check,
+                vec![vote(&net, 2, 11, 2), vote(&net, 2, 11, 3)],
+                agreed
+            ),
+            Ok(1)
+        );
+        // Its own votes, and blocks beyond the engine's window, are dropped.
+        assert_eq!(
+            queue(
+                &check,
+                vec![
+                    vote(&net, 1, 11, 1),
+                    vote(&net, 3, agreed + 2 + MAX_BLOCKS_AHEAD, 1)
+                ],
+                agreed
+            ),
+            Ok(0)
+        );
+        assert_eq!(
+            queue(
+                &check,
+                vec![vote(&net, 3, agreed + 1 + MAX_BLOCKS_AHEAD, 1)],
+                agreed
+            ),
+            Ok(1)
+        );
+        // A late vote goes on once per voter and block, however far behind (the engine
+        // answers it with the certificate).
+        assert_eq!(queue(&check, vec![vote(&net, 3, 2, 1)], agreed), Ok(1));
+        std::thread::sleep(REPLAY_WINDOW);
+        assert_eq!(queue(&check, vec![vote(&net, 3, 2, 1)], agreed), Ok(0));
+        // A batch stops at its first vote that does not verify, naming it.
+        let mut forged = vote(&net, 2, 12, 1);
+        forged.org = OrgId(3);
+        let refused = queue(&check, vec![vote(&net, 2, 13, 1), forged], agreed).unwrap_err();
+        assert!(refused.starts_with("votes[1]"), "{refused}");
     }
 }
