@@ -121,9 +121,15 @@ impl TxAnalysis {
 /// working set of an application is a handful of shapes).
 pub const PLAN_CACHE_CAPACITY: usize = 16_384;
 
-/// Most bytes of statement text kept in the plan cache: clients choose the texts, so the count
-/// alone would let them fill 16 384 × 64 KiB = 1 GiB.
-pub const PLAN_CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// Most bytes the plan cache keeps, as estimated: clients choose the texts, so the count alone
+/// let them fill gigabytes (an 83-byte statement of nested arithmetic kept ~450 KB of typed
+/// renderings, a 19 KB `IN` list 2 MB of syntax tree). A plan counts its text
+/// [`PLAN_BYTES_PER_TEXT_BYTE`] times over (its syntax tree and portable form) and the
+/// renderings it caches as they are made.
+pub const PLAN_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// What a plan is counted per byte of its text (measured: ~110 for a list of literals).
+pub const PLAN_BYTES_PER_TEXT_BYTE: usize = 128;
 
 /// Longest SQL text accepted, in bytes.
 pub const MAX_SQL_LEN: usize = 64 * 1024;
@@ -203,17 +209,38 @@ impl Analyzer {
         }
         let result = self.plan_uncached(sql).map(Arc::new);
         let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
-        if cache.plans.len() >= PLAN_CACHE_CAPACITY || cache.bytes + sql.len() > self.cache_bytes {
+        let bytes = sql.len() * PLAN_BYTES_PER_TEXT_BYTE;
+        if cache.plans.len() >= PLAN_CACHE_CAPACITY || cache.bytes + bytes > self.cache_bytes {
             cache.plans.clear();
             cache.bytes = 0;
         }
         if cache.plans.insert(sql.into(), result.clone()).is_none() {
-            cache.bytes += sql.len();
+            cache.bytes += bytes;
         }
         result
     }
 
-    /// The statement texts the cache holds, and their bytes.
+    /// Types `plan` for these parameters (its renderings cached with it, and counted against
+    /// the cache's budget).
+    pub(crate) fn typed(
+        &self,
+        plan: &StatementPlan,
+        params: &[Value],
+        row_cap: Option<u64>,
+    ) -> Result<Arc<portable::Typed>, Rejection> {
+        let (typed, added) = plan.portable.typed_counted(params, row_cap);
+        if added > 0 {
+            let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
+            cache.bytes += added;
+            if cache.bytes > self.cache_bytes {
+                cache.plans.clear();
+                cache.bytes = 0;
+            }
+        }
+        typed
+    }
+
+    /// The statement texts the cache holds, and the bytes counted for them.
     pub fn cached(&self) -> (usize, usize) {
         let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
         (cache.plans.len(), cache.bytes)
@@ -304,7 +331,7 @@ impl Analyzer {
             // more than allowed, and the executor fails the transaction beyond the cap.
             let cap = (plan.kind == chainify_core::config::StatementKind::Select)
                 .then_some(MAX_QUERY_ROWS as u64);
-            let t = plan.portable.typed_capped(&st.params, cap).map_err(err)?;
+            let t = self.typed(&plan, &st.params, cap).map_err(err)?;
             check_work(&t.work, self.max_degree).map_err(err)?;
             plan.portable.check_values(&t, &st.params).map_err(err)?;
             bind_into(&plan, &st.params, &mut rwset);

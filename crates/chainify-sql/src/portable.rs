@@ -232,6 +232,17 @@ impl Portable {
         params: &[Value],
         row_cap: Option<u64>,
     ) -> Result<Arc<Typed>, Rejection> {
+        self.typed_counted(params, row_cap).0
+    }
+
+    /// As [`Portable::typed_capped`], with about how many bytes it newly cached (0 on a hit):
+    /// the renderings are most of what a plan keeps (nested arithmetic renders to far more
+    /// than its text), so the analyzer counts them against its cache's budget.
+    pub(crate) fn typed_counted(
+        &self,
+        params: &[Value],
+        row_cap: Option<u64>,
+    ) -> (Result<Arc<Typed>, Rejection>, usize) {
         let mut cache = self.typed.lock().unwrap_or_else(|e| e.into_inner());
         // The hot path (a cached shape) compares without allocating.
         if let Some((_, _, r)) = cache.iter().find(|(s, c, _)| {
@@ -239,16 +250,27 @@ impl Portable {
                 && s.len() == params.len()
                 && s.iter().zip(params).all(|(t, p)| *t == Ty::of_value(p))
         }) {
-            return r.clone();
+            return (r.clone(), 0);
         }
         let sig: Vec<Ty> = params.iter().map(Ty::of_value).collect();
         let r = self.type_and_render(&sig, row_cap).map(Arc::new);
+        let bytes = 512
+            + match &r {
+                Ok(t) => {
+                    t.rendered
+                        .iter()
+                        .map(|r| r.sql.len() + 8 * r.bind_order.len())
+                        .sum::<usize>()
+                        + 64 * t.checks.len()
+                }
+                Err(_) => 256,
+            };
         // A shape sees few signatures (NULL or not per parameter); bound them all the same.
         if cache.len() >= 16 {
             cache.clear();
         }
         cache.push((sig, row_cap, r.clone()));
-        r
+        (r, bytes)
     }
 
     fn type_and_render(&self, sig: &[Ty], row_cap: Option<u64>) -> Result<Typed, Rejection> {

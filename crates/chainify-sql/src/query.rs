@@ -78,9 +78,8 @@ impl Analyzer {
         }
         check_params(&plan, params).map_err(err)?;
         let columns = output_columns(self, &plan.statement).map_err(err)?;
-        let typed = plan
-            .portable
-            .typed_capped(params, Some(MAX_QUERY_ROWS as u64))
+        let typed = self
+            .typed(&plan, params, Some(MAX_QUERY_ROWS as u64))
             .map_err(err)?;
         plan.portable.check_values(&typed, params).map_err(err)?;
         Ok(QueryPlan {

@@ -246,8 +246,8 @@ fn the_code_is_beside_an_unchanged_text() {
 /// distinct long ones arrive (an audit grew a node by 632 MB with 150 refused 4 MiB texts).
 #[test]
 fn the_plan_cache_keeps_no_refused_text_and_stays_within_its_bytes() {
-    // A budget of 16 texts of this length (the default keeps 512).
-    let budget = 16 * MAX_SQL_LEN;
+    // A budget of 16 texts of this length.
+    let budget = 16 * MAX_SQL_LEN * chainify_sql::PLAN_BYTES_PER_TEXT_BYTE;
     let a = analyzer().with_plan_cache_bytes(budget);
     for i in 0..20 {
         let huge = format!(
@@ -274,4 +274,64 @@ fn the_plan_cache_keeps_no_refused_text_and_stays_within_its_bytes() {
         most = most.max(texts);
     }
     assert!(most >= 15, "the cache still keeps texts: at most {most}");
+}
+
+/// The typed renderings a plan caches count against the budget as they are made: nested
+/// arithmetic renders to far more than its text (a review kept 856 MB with 2 000 such
+/// statements typed for 16 signatures each, while their texts were 171 KB).
+#[test]
+fn typed_renderings_count_against_the_plan_cache() {
+    let a = analyzer();
+    let sum: Vec<String> = (2..=12).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "UPDATE checking SET bal = bal + {} WHERE custid = $1",
+        sum.join(" + ")
+    );
+    let tx = |nulls: u32| Transaction {
+        statements: vec![Statement::new(
+            sql.as_str(),
+            std::iter::once(Value::Int(1))
+                .chain((0..11).map(|i| {
+                    if nulls & (1 << i) != 0 {
+                        Value::Null
+                    } else {
+                        Value::Int(1)
+                    }
+                }))
+                .collect(),
+        )],
+    };
+    let _ = a.analyze(&tx(0));
+    let (_, planned) = a.cached();
+    for nulls in 1..16 {
+        let _ = a.analyze(&tx(nulls));
+    }
+    let (texts, typed) = a.cached();
+    assert_eq!(texts, 1);
+    assert!(
+        typed > planned,
+        "{planned} bytes before the typings, {typed} after"
+    );
+    // A budget that holds a few such plans keeps no more, however many arrive.
+    let budget = 8 * (typed / 16) + sql.len() * chainify_sql::PLAN_BYTES_PER_TEXT_BYTE;
+    let small = analyzer().with_plan_cache_bytes(budget);
+    let mut most = 0;
+    for i in 0..40 {
+        let distinct = sql.replace("bal + ", &format!("bal + {i} + "));
+        for nulls in 0..4 {
+            let mut t = tx(nulls);
+            t.statements[0].sql = distinct.clone();
+            let _ = small.analyze(&t);
+            assert!(
+                small.cached().1 <= budget,
+                "{:?} over {budget}",
+                small.cached()
+            );
+            most = most.max(small.cached().1);
+        }
+    }
+    assert!(
+        most > budget / 2,
+        "the typings were counted: at most {most} of {budget}"
+    );
 }
