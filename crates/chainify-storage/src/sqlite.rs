@@ -107,6 +107,12 @@ impl Pool {
         Ok(conn)
     }
 
+    /// Asks the checkpointer for a run on the pool's database.
+    fn request_checkpoint(&self) {
+        self.checkpointer
+            .request(&self.target.path, self.target.flags);
+    }
+
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -388,19 +394,20 @@ impl SqliteConn {
     /// After a call that may have committed: a checkpoint when the log has grown long.
     fn after_commit(&self) {
         let frames = wal::frames_committed();
-        let (checkpointer, target) = (&self.pool.checkpointer, &self.pool.target);
+        let (pool, checkpointer) = (&self.pool, &self.pool.checkpointer);
         checkpointer.committed(frames);
         if frames >= CHECKPOINT_IN_PLACE {
-            let drained = frames >= RESTART_FROM && checkpointer.gate.close(target.lock_timeout);
+            let drained =
+                frames >= RESTART_FROM && checkpointer.gate.close(pool.target.lock_timeout);
             // Copying and two fsyncs: never on a runtime worker (a ledger append commits
             // there); the next block, which runs off the workers, does it, or the thread.
             if !crate::store::on_runtime_worker() {
                 checkpointer.in_place(self.conn());
             } else if drained {
-                checkpointer.request(&target.path, target.flags);
+                pool.request_checkpoint();
             }
         } else if frames >= CHECKPOINT_AFTER {
-            checkpointer.request(&target.path, target.flags);
+            pool.request_checkpoint();
         }
     }
 
@@ -418,8 +425,7 @@ impl SqliteConn {
         if let Some(pass) = self.pass.take()
             && pass.end()
         {
-            let target = &self.pool.target;
-            self.pool.checkpointer.request(&target.path, target.flags);
+            self.pool.request_checkpoint();
         }
     }
 

@@ -253,7 +253,8 @@ pub(super) struct Pass {
 }
 
 impl SnapshotGate {
-    /// Waits until new snapshots may start, and counts one more reader.
+    /// Waits until new snapshots may start, and counts one more reader (under the lock that
+    /// found the gate open, so no close comes in between).
     pub(super) async fn enter(self: &Arc<Self>) -> Pass {
         loop {
             let opened = self.opened.notified();
@@ -264,24 +265,29 @@ impl SnapshotGate {
                 let now = Instant::now();
                 match s.closed {
                     Some((_, until)) if now < until => Some(until),
-                    Some((since, until)) => {
-                        // The hold ran out: open for as long as it lasted.
-                        s.not_before = Some(now + (until - since));
-                        s.closed = None;
-                        self.opened.notify_waiters();
+                    closed => {
+                        if let Some((since, until)) = closed {
+                            // The hold ran out: open for as long as it lasted.
+                            s.not_before = Some(now + (until - since));
+                            s.closed = None;
+                            self.opened.notify_waiters();
+                        }
+                        s.readers += 1;
                         None
                     }
-                    None => None,
                 }
             };
-            let Some(until) = until else {
-                lock(&self.state).readers += 1;
-                return Pass {
-                    gate: self.clone(),
-                    unlimited: false,
-                };
-            };
-            let _ = tokio::time::timeout_at(until.into(), opened).await;
+            match until {
+                Some(until) => {
+                    let _ = tokio::time::timeout_at(until.into(), opened).await;
+                }
+                None => {
+                    return Pass {
+                        gate: self.clone(),
+                        unlimited: false,
+                    };
+                }
+            }
         }
     }
 
