@@ -537,6 +537,7 @@ impl Org {
             self.verifier.clone(),
         )?;
         let port = Arc::new(LocalExecution::new(self.store.clone(), exec, metrics));
+        let block_limit = crate::exec::execute_message_limit(self.network.max_block_txs);
         Ok(serve(
             self.me,
             "ExecutionService",
@@ -544,12 +545,8 @@ impl Org {
                 .await?
                 .add_service(
                     ExecutionServiceServer::new(ExecutionGrpc::new(port))
-                        .max_decoding_message_size(crate::exec::execute_message_limit(
-                            self.network.max_block_txs,
-                        ))
-                        .max_encoding_message_size(crate::exec::execute_message_limit(
-                            self.network.max_block_txs,
-                        )),
+                        .max_decoding_message_size(block_limit)
+                        .max_encoding_message_size(block_limit),
                 ),
             listener,
             self.stopped(),
@@ -695,7 +692,7 @@ impl Org {
             self.store.clone(),
             node.status.clone(),
         )
-        .with_state(node.state_server.clone(), &self.network, self.me);
+        .with_state(node.state_server.clone());
         let commit = serve(
             self.me,
             "CommitService",

@@ -223,28 +223,35 @@ type VoteKey = (OrgId, BlockNumber, chainify_core::Digest);
 /// What [`VoteCheck`] has queued lately.
 #[derive(Debug, Default)]
 struct Memory {
-    /// Votes and certificates (`OrgId(0)`) by content, with when they were queued.
+    /// Votes by content, with when they were queued.
     queued: HashMap<VoteKey, Instant>,
+    /// Certificates by block and hash, with when they were queued.
+    certificates: HashMap<(BlockNumber, chainify_core::Digest), Instant>,
     /// Distinct hashes forwarded per voter and block.
     hashes: HashMap<(OrgId, BlockNumber), u8>,
     /// Late votes forwarded, per voter and block.
     late: std::collections::HashSet<(OrgId, BlockNumber)>,
 }
 
-impl Memory {
-    /// Whether `key` was queued within the replay window.
-    fn recent(&self, key: &VoteKey, now: Instant) -> bool {
-        self.queued
-            .get(key)
-            .is_some_and(|at| now.duration_since(*at) < REPLAY_WINDOW)
-    }
+/// Whether `key` is in `memory` from within the replay window.
+fn recent<K: std::hash::Hash + Eq>(memory: &HashMap<K, Instant>, key: &K, now: Instant) -> bool {
+    memory
+        .get(key)
+        .is_some_and(|at| now.duration_since(*at) < REPLAY_WINDOW)
+}
 
-    /// Remembers `key` as queued now (with its voter's hash, or as a late vote).
+/// Whether a vote or certificate for `block` is beyond the engine's window past `agreed`.
+fn beyond_window(block: BlockNumber, agreed: u64) -> bool {
+    block.0 > agreed.saturating_add(1 + MAX_BLOCKS_AHEAD)
+}
+
+impl Memory {
+    /// Remembers the vote `key` as queued now (with its voter's hash, or as a late vote).
     fn queued(&mut self, key: VoteKey, late: bool, now: Instant) {
         if self.queued.len() >= MAX_REMEMBERED {
             self.queued.clear();
         }
-        if self.queued.insert(key, now).is_none() && key.0 != OrgId(0) {
+        if self.queued.insert(key, now).is_none() {
             if self.hashes.len() >= MAX_REMEMBERED {
                 self.hashes.clear();
             }
@@ -257,6 +264,14 @@ impl Memory {
             }
             self.late.insert((key.0, key.1));
         }
+    }
+
+    /// Remembers a certificate as queued now.
+    fn certified(&mut self, block: BlockNumber, hash: chainify_core::Digest, now: Instant) {
+        if self.certificates.len() >= MAX_REMEMBERED {
+            self.certificates.clear();
+        }
+        self.certificates.insert((block, hash), now);
     }
 }
 
@@ -275,16 +290,13 @@ impl VoteCheck {
         for (i, vote) in votes.into_iter().enumerate() {
             let (org, block) = (vote.org, vote.block);
             let key = (org, block, vote.ledger_block_hash);
-            if org == self.me
-                || block.0 > agreed.saturating_add(1 + MAX_BLOCKS_AHEAD)
-                || !seen.insert(key)
-            {
+            if org == self.me || beyond_window(block, agreed) || !seen.insert(key) {
                 continue;
             }
             let wanted = {
                 let memory = self.memory();
                 let added = hashes.get(&(org, block)).copied().unwrap_or(0);
-                if memory.recent(&key, now) {
+                if recent(&memory.queued, &key, now) {
                     false
                 } else if block.0 <= agreed {
                     added == 0 && !memory.late.contains(&(org, block))
@@ -366,18 +378,13 @@ impl<B: Backend> CommitServer<B> {
         }
     }
 
-    /// Also serves the node's state to the other organizations of `network` (this one is `me`).
-    pub fn with_state(
-        self,
-        server: Arc<StateServer<B>>,
-        network: &NetworkConfig,
-        me: OrgId,
-    ) -> CommitServer<B> {
+    /// Also serves the node's state to the other organizations.
+    pub fn with_state(self, server: Arc<StateServer<B>>) -> CommitServer<B> {
         CommitServer {
             state: Some(StateService {
                 server,
-                ctx: chainify_core::votes::VoteContext::of(network),
-                me,
+                ctx: self.votes.ctx.clone(),
+                me: self.votes.me,
                 responses: Arc::new(tokio::sync::Semaphore::new(
                     crate::state::MAX_ROWS_RESPONSES,
                 )),
@@ -448,11 +455,17 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
         // Checked before the node's inbox, as votes are; one for an agreed block, or one
         // queued a moment ago, has no use there.
         let agreed = self.agreed();
-        let key = (OrgId(0), cert.block, cert.ledger_block_hash);
-        if cert.block.0 <= agreed || self.votes.memory().recent(&key, Instant::now()) {
+        let (block, hash) = (cert.block, cert.ledger_block_hash);
+        if block.0 <= agreed
+            || recent(
+                &self.votes.memory().certificates,
+                &(block, hash),
+                Instant::now(),
+            )
+        {
             return Ok(Response::new(pb::CertificateAck {}));
         }
-        if cert.block.0 > agreed.saturating_add(1 + MAX_BLOCKS_AHEAD) {
+        if beyond_window(block, agreed) {
             return Err(status::invalid(format_args!(
                 "certificate of block {}: more than {MAX_BLOCKS_AHEAD} blocks ahead of the agreed {agreed}",
                 cert.block
@@ -474,12 +487,12 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
                 Ok(cert)
             })
             .await?;
-        self.votes.memory().queued(key, false, Instant::now());
         if !self.inbox.deliver(PeerMessage::Certificate(cert)) {
             return Err(status::busy(
                 "the CommitServer's inbox is full; send again later",
             ));
         }
+        self.votes.memory().certified(block, hash, Instant::now());
         Ok(Response::new(pb::CertificateAck {}))
     }
 

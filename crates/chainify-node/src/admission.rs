@@ -229,7 +229,9 @@ pub fn check_proposal(
 ) -> Result<TxAnalysis, Refusal> {
     // First, before any signature or analysis work; the same at every organization, so a
     // block holding such a transaction (a client and an orderer colluding) fails it alike.
-    let size = proposal.body.encode_canonical().len();
+    // The encoding is the one the signature covers.
+    let signed = proposal.body.encode_canonical();
+    let size = signed.len();
     if size > MAX_TRANSACTION_BYTES {
         return Err(Refusal::Invalid(AnalysisError {
             statement: 0,
@@ -239,7 +241,7 @@ pub fn check_proposal(
             ),
         }));
     }
-    let client = authenticate(network, proposal, signature)?;
+    let client = authenticate(network, proposal, signed, signature)?;
     if proposal.body.network != network.network_id {
         return Err(Refusal::WrongNetwork {
             proposal: proposal.body.network.as_str().to_owned(),
@@ -251,9 +253,11 @@ pub fn check_proposal(
     Ok(analysis)
 }
 
+/// The client of `proposal`, whose body encodes to `signed`, once its signature checks.
 fn authenticate<'n>(
     network: &'n NetworkConfig,
     proposal: &Proposal,
+    signed: Vec<u8>,
     signature: ClientSignature<'_>,
 ) -> Result<&'n ClientInfo, Unauthenticated> {
     let body = &proposal.body;
@@ -267,7 +271,11 @@ fn authenticate<'n>(
             })?;
     if let ClientSignature::Verify(verifier) = signature {
         verifier
-            .check(&proposal.signed_by(client.public_key))
+            .check(&SignedBytes {
+                key: client.public_key,
+                message: signed,
+                signature: proposal.signature,
+            })
             .map_err(|_| Unauthenticated::BadSignature {
                 client: body.client.as_str().to_owned(),
                 nonce: body.nonce,
