@@ -69,6 +69,9 @@ pub struct ChainifySettings {
     pub recent_outcomes: usize,
     /// Commit events buffered per CommitStream subscriber.
     pub commit_stream_buffer: usize,
+    /// CommitStreams open at once; more are refused. Each holds a task and its buffer until
+    /// its client goes away, however slowly that client reads.
+    pub max_commit_streams: usize,
     /// How long a query waits for the node to be between blocks.
     pub query_wait: Duration,
     /// How long a query may run: the engine stops it then (the analysis bounds a query's rows,
@@ -92,6 +95,7 @@ impl Default for ChainifySettings {
             nonce_window: chainify_node::admission::NONCE_WINDOW,
             recent_outcomes: 100_000,
             commit_stream_buffer: 256,
+            max_commit_streams: 1024,
             query_wait: Duration::from_secs(10),
             query_timeout: Duration::from_secs(10),
             max_queries: 2,
@@ -197,6 +201,8 @@ pub(crate) struct Gateway<B: Backend, O> {
     lookup: TxLookup,
     orderer: Arc<O>,
     in_flight: Arc<Semaphore>,
+    /// One permit per open CommitStream.
+    streams: Arc<Semaphore>,
     outcomes: Arc<Outcomes>,
     /// Appended blocks, for CommitStream subscribers.
     feed: CommitFeed<B>,
@@ -325,6 +331,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 store: parts.store,
                 orderer: parts.orderer,
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
+                streams: Arc::new(Semaphore::new(settings.max_commit_streams)),
                 outcomes,
                 feed,
                 status: parts.status,
@@ -748,6 +755,13 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
     ) -> Result<Response<Events>, Status> {
         let from = request.into_inner().from_block;
         let gateway = self.gateway.clone();
+        let Ok(permit) = gateway.streams.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "{} commit streams are open at organization {} (max_commit_streams); close one \
+                 or try again later",
+                gateway.settings.max_commit_streams, gateway.me
+            )));
+        };
         let from = if from == 0 {
             BlockNumber(gateway.agreed().0 + 1)
         } else {
@@ -756,8 +770,14 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         let mut blocks = gateway.feed.subscribe(from);
         let (tx, rx) = mpsc::channel(gateway.settings.commit_stream_buffer.max(1));
         tokio::spawn(async move {
+            let _permit = permit;
             loop {
-                let event = match blocks.next().await {
+                // A client that went away frees its stream now, not at the next block.
+                let next = tokio::select! {
+                    next = blocks.next() => next,
+                    () = tx.closed() => return,
+                };
+                let event = match next {
                     Some(Ok(c)) => Ok(event_of(c.block.number, &c.block.outcomes(&c.reasons))),
                     Some(Err(e)) => Err(status::unavailable(
                         format_args!("reading ledger block {}", blocks.next_block()),
@@ -819,25 +839,29 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
             .check_batch_origin(from, &ids, &batch.signature)
             .map_err(status::refused)?;
         let known = gateway.known(&ids).await.map_err(status::refused)?;
-        // Signature checks and analysis are CPU work: off the async threads.
+        // Signature checks and analysis are CPU work: off the async threads, and bounded, so a
+        // peer's calls at once cannot take every core.
         let admission = gateway.admission.clone();
-        let responses = tokio::task::spawn_blocking(move || {
-            admission.preverify(&proposals);
-            proposals
-                .iter()
-                .zip(&ids)
-                .map(|(p, id)| {
-                    pb::EarlyAbortResponse::from(&admission.verdict(
-                        p,
-                        *id,
-                        from,
-                        known.contains(id),
-                    ))
-                })
-                .collect::<Vec<_>>()
-        })
-        .await
-        .map_err(|e| status::internal("checking proposals", e))?;
+        let responses = gateway
+            .admission
+            .offload()
+            .run(move || {
+                admission.preverify(&proposals);
+                proposals
+                    .iter()
+                    .zip(&ids)
+                    .map(|(p, id)| {
+                        pb::EarlyAbortResponse::from(&admission.verdict(
+                            p,
+                            *id,
+                            from,
+                            known.contains(id),
+                        ))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|e| status::internal("checking proposals", e))?;
         Ok(Response::new(pb::EarlyAbortBatchResponse { responses }))
     }
 }

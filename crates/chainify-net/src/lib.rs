@@ -19,6 +19,7 @@
 
 mod admin;
 mod chainify;
+mod conns;
 mod exec;
 mod follow;
 mod metrics;
@@ -32,12 +33,13 @@ pub mod tls;
 
 pub use admin::{AdminServer, recovery_state};
 pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
+pub use conns::{Conn, ConnectionLimits, Incoming, incoming, incoming_within};
 pub use exec::{EXECUTE_TIMEOUT, ExecutionGrpc, RemoteExecution};
 pub use follow::{FOLLOW_INTERVAL, follow_ledger};
 pub use metrics::{Render, serve_metrics};
 pub use org::{
-    AnyOrderer, Component, OrgRuntime, REGISTRATION_WAIT, bind, incoming, org_tls, run_org,
-    server_builder,
+    AnyOrderer, Component, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, OrgRuntime, REGISTRATION_WAIT,
+    TLS_HANDSHAKE_TIMEOUT, bind, org_tls, run_org, server_builder,
 };
 pub use peer::{
     CommitServer, GrpcTransport, MAX_LEDGER_STREAM, MAX_VOTE_BATCH, PEER_CALL_TIMEOUT, PEER_QUEUE,

@@ -32,12 +32,13 @@ use chainify_storage::{AnyBackend, Backend, ExecMode, StorageError, Store, Store
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::Server;
-use tonic::transport::server::{Router, TcpIncoming};
+use tonic::transport::server::Router;
 use tracing::{info, warn};
 
 use crate::NetError;
 use crate::admin::AdminServer;
 use crate::chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
+use crate::conns::incoming;
 use crate::exec::{ExecutionGrpc, RemoteExecution};
 use crate::follow::follow_ledger;
 use crate::metrics::{Render, serve_metrics};
@@ -116,24 +117,31 @@ async fn router(tls: Option<&Tls>, names: &[&str]) -> Result<Router, NetError> {
         .add_service(reflection))
 }
 
+/// How often a server pings a connection's peer over HTTP/2, and how long it waits for the
+/// answer before it closes the connection.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// See [`KEEPALIVE_INTERVAL`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a client may take to finish its TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A tonic server builder with this organization's TLS. Serve it on [`incoming`]: the
 /// builder's own socket options apply only to addresses it binds itself.
 pub fn server_builder(tls: Option<&Tls>) -> Result<Server, NetError> {
-    let mut builder = Server::builder().concurrency_limit_per_connection(1024);
+    let mut builder = Server::builder()
+        .concurrency_limit_per_connection(1024)
+        // A peer that went away without closing (a partition, a crash of its host) is
+        // noticed and its connection closed, rather than kept until the process ends.
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
     if let Some(config) = tls.and_then(Tls::server_config) {
         builder = builder
-            .tls_config(config)
+            // A client that opens a connection and never finishes its handshake holds a
+            // task and a descriptor; it is closed after this.
+            .tls_config(config.timeout(TLS_HANDSHAKE_TIMEOUT))
             .map_err(|e| NetError::Tls(format!("server TLS: {e}")))?;
     }
     Ok(builder)
-}
-
-/// The connections `listener` accepts, each with `TCP_NODELAY`. Without it a reply written in
-/// two segments (HTTP/2 data, then trailers) waits for the peer's delayed ACK, about 40 ms on
-/// Linux: a whole execution or vote call's worth, measured on the devnet. tonic ignores
-/// `Server::tcp_nodelay` for an incoming stream it is handed, hence the option is set here.
-pub fn incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 fn local(listener: &TcpListener) -> Option<SocketAddr> {
@@ -849,30 +857,5 @@ impl Org {
         self.store.close().await;
         info!(org = %me, ?component, "stopped");
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use futures_util::StreamExt;
-
-    #[tokio::test]
-    async fn served_connections_send_without_waiting_for_acks() {
-        let listener = bind("test", "127.0.0.1:0").await.expect("a free port");
-        let addr = listener.local_addr().expect("bound");
-        let mut accepted = incoming(listener);
-        let _client = tokio::net::TcpStream::connect(addr)
-            .await
-            .expect("connects");
-        let served = accepted
-            .next()
-            .await
-            .expect("a connection")
-            .expect("accepted");
-        assert!(
-            served.nodelay().expect("readable option"),
-            "an accepted connection must have TCP_NODELAY: replies in two segments wait ~40 ms"
-        );
     }
 }

@@ -9,7 +9,7 @@ use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::Signature;
 use chainify_core::tx::QueryBody;
 use chainify_core::{ClientId, Value};
-use chainify_node::ReadGate;
+use chainify_node::{Offload, ReadGate};
 use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
 use chainify_sql::{Analyzer, QueryPlan};
@@ -97,6 +97,8 @@ struct Inner<B: Backend> {
     /// Queries running at once (each holds a connection).
     slots: Arc<Semaphore>,
     max_queries: usize,
+    /// Where new statement shapes are analysed.
+    offload: Offload,
 }
 
 impl<B: Backend + 'static> QueryServer<B> {
@@ -122,6 +124,7 @@ impl<B: Backend + 'static> QueryServer<B> {
                 limit,
                 slots: Arc::new(Semaphore::new(max_queries)),
                 max_queries,
+                offload: Offload::per_core(),
             }),
         })
     }
@@ -165,10 +168,18 @@ impl<B: Backend + 'static> QueryServer<B> {
                     this.network.network_id
                 ))
             })?;
-        let plan = this
-            .analyzer
-            .query(&body.sql, &body.params)
-            .map_err(status::invalid)?;
+        // A new statement shape takes milliseconds to analyse: off the async workers.
+        let plan = if this.analyzer.knows(&body.sql) {
+            this.analyzer.query(&body.sql, &body.params)
+        } else {
+            let inner = self.inner.clone();
+            let (sql, params) = (body.sql, body.params.clone());
+            this.offload
+                .run(move || inner.analyzer.query(&sql, &params))
+                .await
+                .map_err(|e| status::internal("analysing the query", e))?
+        }
+        .map_err(status::invalid)?;
         plan.check_grants(client)
             .map_err(status::permission_denied)?;
         // A slot first, in the caller's own time: a flood of slow queries waits here, holding

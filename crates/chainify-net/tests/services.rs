@@ -613,12 +613,37 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
         27300,
         ChainifySettings {
             max_in_flight: 1,
+            max_commit_streams: 2,
             ..ChainifySettings::default()
         },
     )
     .await;
     wait_ready(&mut net).await;
+    // A connection that never starts its TLS handshake is closed after TLS_HANDSHAKE_TIMEOUT.
+    let mut idle = tokio::net::TcpStream::connect(("127.0.0.1", 27300))
+        .await
+        .unwrap();
     let c = net.client1(1).await;
+    // Commit streams: two open, a third refused by name; closing one frees its place.
+    let first = c.commits(0).await.unwrap();
+    let _second = c.commits(0).await.unwrap();
+    let Err(e) = c.commits(0).await else {
+        panic!("a third commit stream was opened with max_commit_streams = 2");
+    };
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    assert!(e.to_string().contains("max_commit_streams"), "{e}");
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let _third = loop {
+        match c.commits(0).await {
+            Ok(stream) => break stream,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("a closed stream's place was not freed: {e}"),
+        }
+    };
     let mut tasks = Vec::new();
     for i in 0..40i64 {
         let c = c.clone();
@@ -646,6 +671,16 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
     for id in &accepted {
         assert!(c.wait(id, Duration::from_millis(50)).await.unwrap().agreed);
     }
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(
+        chainify_net::TLS_HANDSHAKE_TIMEOUT * 3,
+        tokio::io::AsyncReadExt::read(&mut idle, &mut byte),
+    )
+    .await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "a connection without a handshake was kept: {read:?}"
+    );
 }
 
 /// Waits until organization `org` has agreed `height` blocks.

@@ -31,6 +31,8 @@ use chainify_sql::{AnalysisError, Analyzer, MissingGrant, RejectKind, TxAnalysis
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
+use crate::offload::Offload;
+
 /// Why a proposal is not ordered. Its text is what the client reads (and, for an endorser's
 /// rejection, what the endorser signs), so it names the client, nonce, statement or grant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -227,6 +229,17 @@ pub fn check_proposal(
     proposal: &Proposal,
     signature: ClientSignature<'_>,
 ) -> Result<TxAnalysis, Refusal> {
+    let client = check_envelope(network, proposal, signature)?;
+    analyze_granted(analyzer, proposal, client)
+}
+
+/// The checks of [`check_proposal`] before its SQL is read: its size, its client and signature,
+/// its network. Returns the client.
+fn check_envelope<'n>(
+    network: &'n NetworkConfig,
+    proposal: &Proposal,
+    signature: ClientSignature<'_>,
+) -> Result<&'n ClientInfo, Refusal> {
     // First, before any signature or analysis work; the same at every organization, so a
     // block holding such a transaction (a client and an orderer colluding) fails it alike.
     // The encoding is the one the signature covers.
@@ -248,6 +261,15 @@ pub fn check_proposal(
             this: network.network_id.as_str().to_owned(),
         });
     }
+    Ok(client)
+}
+
+/// The checks of [`check_proposal`] that read the SQL: analysis, then `client`'s grants.
+fn analyze_granted(
+    analyzer: &Analyzer,
+    proposal: &Proposal,
+    client: &ClientInfo,
+) -> Result<TxAnalysis, Refusal> {
     let analysis = analyzer.analyze(&proposal.body.transaction)?;
     analysis.check_grants(client)?;
     Ok(analysis)
@@ -398,6 +420,7 @@ pub struct Admission {
     nonces: Mutex<HashMap<ClientId, NonceWindow>>,
     settings: AdmissionSettings,
     verifier: Arc<Verifier>,
+    offload: Offload,
 }
 
 impl fmt::Debug for Admission {
@@ -427,6 +450,7 @@ impl Admission {
             nonces: Mutex::new(HashMap::new()),
             settings,
             verifier,
+            offload: Offload::per_core(),
         }
     }
 
@@ -482,6 +506,34 @@ impl Admission {
         if let Some(w) = nonces.get_mut(&proposal.body.client) {
             w.release(proposal.body.nonce, id, self.me);
         }
+    }
+
+    /// [`Admission::check`] for a proposal a client submitted here, with its SQL analysed off
+    /// the async workers ([`Offload`]) unless every statement's plan is cached. The size and
+    /// signature come first, on the caller's thread: only the network's clients get to queue
+    /// analysis work.
+    pub async fn check_submitted(self: &Arc<Self>, proposal: &Proposal) -> Result<(), Refusal> {
+        let client = check_envelope(
+            &self.network,
+            proposal,
+            ClientSignature::Verify(&self.verifier),
+        )?;
+        if self.analyzer.knows_all(&proposal.body.transaction) {
+            return analyze_granted(&self.analyzer, proposal, client).map(drop);
+        }
+        let this = self.clone();
+        let proposal = proposal.clone();
+        let client = client.clone();
+        self.offload
+            .run(move || analyze_granted(&this.analyzer, &proposal, &client).map(drop))
+            .await
+            .map_err(|e| Refusal::unavailable("analysing the proposal", e))?
+    }
+
+    /// Where this organization runs its checks that may take milliseconds: new statement
+    /// shapes, and the endorsement batches its peers send.
+    pub fn offload(&self) -> &Offload {
+        &self.offload
     }
 
     /// Checks that an early-abort batch comes from the organization it names: the nonces of
@@ -563,7 +615,7 @@ impl Admission {
     /// the endorsement policy is met. On a refusal other than a replay the nonce is released;
     /// a caller that then fails to order the proposal calls [`Admission::release_nonce`].
     pub async fn admit<L>(
-        &self,
+        self: &Arc<Self>,
         proposal: &Proposal,
         in_ledger: L,
         endorser: &dyn Endorser,
@@ -571,7 +623,7 @@ impl Admission {
     where
         L: Future<Output = Result<bool, Refusal>>,
     {
-        self.check(proposal)?;
+        self.check_submitted(proposal).await?;
         let id = proposal.tx_id();
         // At the origin a nonce serves once; endorsers accept the same proposal again.
         let claimed = match self.claim_nonce(proposal, id, self.me) {
@@ -823,10 +875,10 @@ mod tests {
         Arc::new(b.config("network.toml").expect("network"))
     }
 
-    fn admission(org: u32, network: &Arc<NetworkConfig>) -> Admission {
+    fn admission(org: u32, network: &Arc<NetworkConfig>) -> Arc<Admission> {
         let schema =
             Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
-        Admission::new(
+        Arc::new(Admission::new(
             OrgId(org),
             org_key(org),
             network.clone(),
@@ -836,7 +888,7 @@ mod tests {
                 endorse_timeout: Duration::from_millis(200),
             },
             Arc::new(Verifier::new(network.signatures)),
-        )
+        ))
     }
 
     fn proposal(nonce: u64, sql: &str) -> Proposal {
@@ -868,7 +920,7 @@ mod tests {
     }
 
     struct Scripted {
-        orgs: BTreeMap<OrgId, (Admission, Answer)>,
+        orgs: BTreeMap<OrgId, (Arc<Admission>, Answer)>,
         origin: OrgId,
         asked: Mutex<Vec<OrgId>>,
     }
@@ -912,7 +964,7 @@ mod tests {
     }
 
     async fn admit(
-        origin: &Admission,
+        origin: &Arc<Admission>,
         endorser: &Scripted,
         p: &Proposal,
     ) -> Result<Vec<EarlyAbortResponse>, Refusal> {
@@ -1192,6 +1244,54 @@ mod tests {
         );
         w.release(8, id(1), OrgId(1));
         assert_eq!(claim(&mut w, 8, 2, 1, 10), Ok(Claim::New));
+    }
+
+    /// A client's new statement shape is analysed off the caller's thread (on one async
+    /// worker it would stall every other task for milliseconds), a known one in place, and a
+    /// proposal whose signature fails is refused before its SQL is read.
+    #[tokio::test]
+    async fn new_statement_shapes_are_analysed_off_the_caller_s_thread_and_only_when_signed() {
+        let net = network("any-2");
+        let origin = admission(1, &net);
+        let values: Vec<String> = (0..3000).map(|i| i.to_string()).collect();
+        let sql = format!("{UPDATE} AND v IN ({})", values.join(", "));
+        let mut forged = proposal(1, &sql);
+        forged.signature = client_key().sign(b"something else");
+        let refused = origin.check_submitted(&forged).await;
+        assert!(
+            matches!(refused, Err(Refusal::Unauthenticated(_))),
+            "{refused:?}"
+        );
+        assert!(
+            !origin.analyzer.knows(&sql),
+            "a forged proposal's SQL was analysed"
+        );
+        // Whether the check finished before a task beside it on the same thread first ran.
+        let finished_first = |p: Proposal| {
+            let origin = origin.clone();
+            async move {
+                let done = std::sync::atomic::AtomicBool::new(false);
+                let (checked, seen) = tokio::join!(
+                    async {
+                        let checked = origin.check_submitted(&p).await;
+                        done.store(true, std::sync::atomic::Ordering::SeqCst);
+                        checked
+                    },
+                    async { done.load(std::sync::atomic::Ordering::SeqCst) }
+                );
+                checked.expect("admitted");
+                seen
+            }
+        };
+        assert!(
+            !finished_first(proposal(1, &sql)).await,
+            "a new shape was analysed on the caller's thread"
+        );
+        assert!(origin.analyzer.knows(&sql));
+        assert!(
+            finished_first(proposal(2, &sql)).await,
+            "a known shape left the caller's thread"
+        );
     }
 
     /// A transaction whose encoding passes `MAX_TRANSACTION_BYTES` is refused by name and size,

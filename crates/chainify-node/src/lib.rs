@@ -31,6 +31,7 @@ mod gate;
 pub mod ledger;
 pub mod metrics;
 mod node;
+mod offload;
 pub mod pipeline;
 mod port;
 pub mod transfer;
@@ -48,6 +49,7 @@ pub use node::{
     Committed, Node, NodeError, NodeParts, NodeSettings, NodeStatus, RecoveryReport,
     TransferReport, resume_point,
 };
+pub use offload::{Offload, OffloadError};
 pub use port::{BlockJob, Checkpoint, ExecutionPort, LocalExecution, PortExecuted, PortFuture};
 pub use transfer::{
     LocalPeer, NoPeers, OfferedTable, PeerError, PeerFuture, ServeError, StateOffer, StatePeer,

@@ -193,6 +193,24 @@ impl Analyzer {
         &self.schema
     }
 
+    /// Whether planning `sql` is a lookup: its plan or rejection is cached, or the text is
+    /// refused unread. A caller on an async worker runs anything else elsewhere: a new shape
+    /// of up to [`MAX_SQL_LEN`] bytes takes milliseconds to parse and analyse.
+    pub fn knows(&self, sql: &str) -> bool {
+        Self::check_text(sql).is_err()
+            || self
+                .cache
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .plans
+                .contains_key(sql)
+    }
+
+    /// [`Analyzer::knows`] every statement of `tx`.
+    pub fn knows_all(&self, tx: &Transaction) -> bool {
+        tx.statements.iter().all(|st| self.knows(&st.sql))
+    }
+
     /// The (cached) plan of one statement text, or why it is rejected.
     pub fn plan(&self, sql: &str) -> Result<Arc<StatementPlan>, Rejection> {
         // Refused before the cache: such a text is never kept (a client sending megabytes of

@@ -276,6 +276,22 @@ fn the_plan_cache_keeps_no_refused_text_and_stays_within_its_bytes() {
     assert!(most >= 15, "the cache still keeps texts: at most {most}");
 }
 
+/// `knows` tells a caller on an async worker that planning is a lookup: after a text's plan
+/// or rejection is cached, or for a text refused unread; never for a new shape.
+#[test]
+fn the_analyzer_knows_only_texts_it_can_answer_without_parsing() {
+    let a = analyzer();
+    let good = "SELECT bal FROM checking WHERE custid = 1";
+    let bad = "SELECT bal FROM checking WHERE custid = = 1";
+    assert!(!a.knows(good) && !a.knows(bad));
+    a.plan(good).unwrap();
+    let _ = a.plan(bad).unwrap_err();
+    assert!(a.knows(good) && a.knows(bad));
+    assert!(!a.knows("SELECT bal FROM checking WHERE custid = 2"));
+    assert!(a.knows(&" ".repeat(MAX_SQL_LEN + 1)));
+    assert!(a.knows("SELECT 1\u{0}"));
+}
+
 /// The typed renderings a plan caches count against the budget as they are made: nested
 /// arithmetic renders to far more than its text (a review kept 856 MB with 2 000 such
 /// statements typed for 16 signatures each, while their texts were 171 KB).

@@ -1,0 +1,304 @@
+//! Which connections a gRPC server keeps.
+//!
+//! A socket costs a file descriptor whether or not its client ever speaks: a client that opens
+//! connections and leaves them idle would otherwise run the process out of descriptors, and
+//! then every service on it stops accepting (the other organizations' votes too) while the
+//! accept loop spins on the error. [`Incoming`] keeps at most [`ConnectionLimits::total`]
+//! connections, at most [`ConnectionLimits::per_address`] from one IP address, so one
+//! client's flood leaves room for everyone else; a connection over a limit is closed as soon as
+//! it is accepted. A failed accept (out of descriptors) pauses accepting briefly instead of
+//! retrying at once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Sleep;
+use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
+use tracing::warn;
+
+/// How many connections a server keeps at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// In all: well under the units' 65 536 descriptors, with five servers a process.
+    pub total: usize,
+    /// From one IP address: more than a devnet's 512 benchmark clients on one host.
+    pub per_address: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            total: 8192,
+            per_address: 1024,
+        }
+    }
+}
+
+/// How long accepting pauses after an accept failed for the process (no descriptor left).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// The connections `listener` accepts, each with `TCP_NODELAY`, within `limits`. Without the
+/// option a reply written in two segments (HTTP/2 data, then trailers) waits for the peer's
+/// delayed ACK, about 40 ms on Linux: a whole execution or vote call's worth, measured on the
+/// devnet. tonic ignores `Server::tcp_nodelay` for an incoming stream it is handed, hence the
+/// option is set here.
+pub fn incoming_within(listener: TcpListener, limits: ConnectionLimits) -> Incoming {
+    Incoming {
+        inner: TcpIncoming::from(listener).with_nodelay(Some(true)),
+        counts: Arc::new(Counts {
+            limits,
+            open: Mutex::default(),
+        }),
+        paused: None,
+    }
+}
+
+/// [`incoming_within`] the default limits.
+pub fn incoming(listener: TcpListener) -> Incoming {
+    incoming_within(listener, ConnectionLimits::default())
+}
+
+/// Accepted connections within limits (see the module's documentation).
+pub struct Incoming {
+    inner: TcpIncoming,
+    counts: Arc<Counts>,
+    paused: Option<Pin<Box<Sleep>>>,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming")
+            .field("limits", &self.counts.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct Counts {
+    limits: ConnectionLimits,
+    /// Open connections by address, and in all.
+    open: Mutex<(HashMap<IpAddr, usize>, usize)>,
+}
+
+impl Counts {
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let (by_address, total) = &mut *open;
+        let from = by_address.entry(ip).or_default();
+        if *total >= self.limits.total || *from >= self.limits.per_address {
+            if *from == 0 {
+                by_address.remove(&ip);
+            }
+            return None;
+        }
+        *from += 1;
+        *total += 1;
+        Some(Slot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// An admitted connection's place; given back when the connection is dropped.
+#[derive(Debug)]
+struct Slot {
+    counts: Arc<Counts>,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self
+            .counts
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (by_address, total) = &mut *open;
+        *total = total.saturating_sub(1);
+        if let Some(from) = by_address.get_mut(&self.ip) {
+            *from -= 1;
+            if *from == 0 {
+                by_address.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl Stream for Incoming {
+    type Item = io::Result<Conn>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(pause) = &mut self.paused {
+                ready!(pause.as_mut().poll(cx));
+                self.paused = None;
+            }
+            let stream = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
+                None => return Poll::Ready(None),
+                Some(Ok(stream)) => stream,
+                Some(Err(e)) => {
+                    // Out of descriptors, most likely: accepting again at once fails again.
+                    warn!(error = %e, "accepting a connection failed; pausing {ACCEPT_PAUSE:?}");
+                    self.paused = Some(Box::pin(tokio::time::sleep(ACCEPT_PAUSE)));
+                    continue;
+                }
+            };
+            let Ok(peer) = stream.peer_addr() else {
+                continue;
+            };
+            // Over a limit: dropped here, which closes it.
+            if let Some(slot) = self.counts.admit(peer.ip()) {
+                return Poll::Ready(Some(Ok(Conn {
+                    stream,
+                    _slot: slot,
+                })));
+            }
+        }
+    }
+}
+
+/// An accepted connection, holding its place within the limits until it is dropped.
+#[derive(Debug)]
+pub struct Conn {
+    stream: TcpStream,
+    _slot: Slot,
+}
+
+impl Conn {
+    /// The socket.
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpSocket;
+
+    async fn connect_from(source: [u8; 4], to: std::net::SocketAddr) -> TcpStream {
+        let socket = TcpSocket::new_v4().expect("socket");
+        socket
+            .bind((IpAddr::from(source), 0).into())
+            .expect("a loopback source address");
+        socket.connect(to).await.expect("connects")
+    }
+
+    /// Whether the server closed `client`'s connection (it reads the end, or a reset).
+    async fn closed(client: &mut TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_secs(5), client.read(&mut byte)).await {
+            Ok(Ok(0) | Err(_)) => true,
+            Ok(Ok(_)) | Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn one_address_cannot_take_every_place_and_a_closed_connection_frees_its_own() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+        let addr = listener.local_addr().expect("bound");
+        let mut accepted = incoming_within(
+            listener,
+            ConnectionLimits {
+                total: 3,
+                per_address: 2,
+            },
+        );
+        let _a1 = connect_from([127, 0, 0, 1], addr).await;
+        let first = accepted.next().await.expect("a connection").expect("kept");
+        assert!(
+            first.get_ref().nodelay().expect("readable option"),
+            "an accepted connection must have TCP_NODELAY: replies in two segments wait ~40 ms"
+        );
+        let _a2 = connect_from([127, 0, 0, 1], addr).await;
+        let _second = accepted.next().await.expect("a connection").expect("kept");
+        // A third from the same address is closed; one from another address is kept.
+        let mut a3 = connect_from([127, 0, 0, 1], addr).await;
+        let _b1 = connect_from([127, 0, 0, 2], addr).await;
+        let other = accepted.next().await.expect("a connection").expect("kept");
+        assert_eq!(
+            other.get_ref().peer_addr().expect("peer").ip(),
+            IpAddr::from([127, 0, 0, 2])
+        );
+        assert!(
+            closed(&mut a3).await,
+            "a third connection from one address was kept"
+        );
+        // Three in all: a fourth address is refused too (and nothing is accepted meanwhile).
+        let mut c1 = connect_from([127, 0, 0, 3], addr).await;
+        let nothing = tokio::time::timeout(Duration::from_millis(300), accepted.next()).await;
+        assert!(nothing.is_err(), "a connection over the total was kept");
+        assert!(
+            closed(&mut c1).await,
+            "a connection over the total was kept open"
+        );
+        // Closing one of the first address's connections frees a place for it.
+        drop(first);
+        let _a4 = connect_from([127, 0, 0, 1], addr).await;
+        let again = accepted.next().await.expect("a connection").expect("kept");
+        assert_eq!(
+            again.get_ref().peer_addr().expect("peer").ip(),
+            IpAddr::from([127, 0, 0, 1])
+        );
+    }
+}
