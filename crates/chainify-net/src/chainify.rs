@@ -36,6 +36,7 @@ use chainify_proto::pb::endorsement_service_server::EndorsementService;
 use chainify_sql::Analyzer;
 use chainify_storage::{Backend, Store};
 use futures_util::Stream;
+use prost::Message;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -405,6 +406,33 @@ async fn preverify(
     let _ = tokio::task::spawn_blocking(move || verifier.warm(&items)).await;
 }
 
+/// The most bytes of proposals in one EarlyAbort call: a quarter of the peers' 64 MiB message
+/// limit. Bounded by count alone, a batch of large proposals (a client may send many of up to
+/// `MAX_TRANSACTION_BYTES`) would pass the limit and the peer would refuse every proposal in it.
+const MAX_ENDORSE_BATCH_BYTES: usize = 16 * 1024 * 1024;
+
+/// A batch starting with `first`, with what is queued in `rx`: at most `max_batch` proposals
+/// and `max_bytes` of them encoded (a first one larger than that goes alone). The job that
+/// did not fit comes back, to start the next batch.
+fn fill_batch(
+    first: EndorseJob,
+    rx: &mut mpsc::Receiver<EndorseJob>,
+    max_batch: usize,
+    max_bytes: usize,
+) -> (Vec<EndorseJob>, Option<EndorseJob>) {
+    let mut bytes = first.proposal.encoded_len();
+    let mut jobs = vec![first];
+    while jobs.len() < max_batch {
+        let Ok(job) = rx.try_recv() else { break };
+        bytes += job.proposal.encoded_len();
+        if bytes > max_bytes {
+            return (jobs, Some(job));
+        }
+        jobs.push(job);
+    }
+    (jobs, None)
+}
+
 async fn endorse_loop(
     signer: BatchSigner,
     (peer, peer_key): (OrgId, PublicKey),
@@ -415,19 +443,21 @@ async fn endorse_loop(
     timeout: Duration,
 ) {
     let permits = Arc::new(Semaphore::new(calls));
+    let mut carried = None;
     loop {
         // Wait for a free call first: what queues meanwhile goes into the next batch.
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let Some(first) = rx.recv().await else { return };
-        let mut jobs = vec![first];
-        while jobs.len() < max_batch {
-            match rx.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
+        let first = match carried.take() {
+            Some(job) => job,
+            None => match rx.recv().await {
+                Some(job) => job,
+                None => return,
+            },
+        };
+        let jobs;
+        (jobs, carried) = fill_batch(first, &mut rx, max_batch, MAX_ENDORSE_BATCH_BYTES);
         let mut client = client.clone();
         let ids: Vec<TxId> = jobs.iter().map(|j| j.id).collect();
         let (proposals, replies): (Vec<_>, Vec<_>) =
@@ -896,6 +926,59 @@ mod tests {
 
     /// TxStatus answers with a transaction's own outcome, reason included, and a later invalid
     /// copy of it (a duplicate the orderer repeated) does not replace it.
+    /// Endorsement batches are bounded by bytes as well as by count, so that large proposals
+    /// never make a call the peer refuses for its size (with every other proposal in it).
+    #[test]
+    fn endorsement_batches_stay_within_their_bytes_and_lose_no_proposal() {
+        let job = |n: u8, pad: usize| {
+            let proposal = pb::Proposal {
+                signature: vec![n; 64 + pad],
+                ..pb::Proposal::default()
+            };
+            let (reply, _) = oneshot::channel();
+            EndorseJob {
+                proposal,
+                id: TxId(Digest::try_from(&[n; 32][..]).unwrap()),
+                reply,
+            }
+        };
+        let (tx, mut rx) = mpsc::channel(64);
+        // Sizes 100 B, 600 B, 300 B, 2 000 B (alone over the budget), 100 B.
+        for (n, pad) in [(1, 36), (2, 536), (3, 236), (4, 1_936), (5, 36)] {
+            tx.try_send(job(n, pad)).unwrap();
+        }
+        drop(tx);
+        let mut batches = Vec::new();
+        let mut carried = None;
+        loop {
+            let first = match carried.take() {
+                Some(job) => job,
+                None => match rx.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                },
+            };
+            let (jobs, rest) = fill_batch(first, &mut rx, 3, 1_000);
+            carried = rest;
+            let sizes: Vec<usize> = jobs.iter().map(|j| j.proposal.encoded_len()).collect();
+            assert!(
+                sizes.len() == 1 || sizes.iter().sum::<usize>() <= 1_000,
+                "{sizes:?}"
+            );
+            batches.push(
+                jobs.iter()
+                    .map(|j| j.id.0.as_bytes()[0])
+                    .collect::<Vec<u8>>(),
+            );
+        }
+        assert_eq!(batches, [vec![1, 2], vec![3], vec![4], vec![5]]);
+        // At the real budget, a whole batch of the largest transactions fits in a message.
+        assert!(
+            MAX_ENDORSE_BATCH_BYTES + 2 * chainify_core::tx::MAX_TRANSACTION_BYTES
+                < 64 * 1024 * 1024
+        );
+    }
+
     #[test]
     fn a_duplicate_copy_does_not_hide_the_outcome() {
         let (t, u) = (TxId(Digest::of(b"t")), TxId(Digest::of(b"u")));
