@@ -68,6 +68,10 @@ pub struct ChainifySettings {
     /// Outcomes kept for TxStatus with their abort reasons, at most (at least half as many are;
     /// about 64 bytes each, allocated at start).
     pub recent_outcomes: usize,
+    /// Clients' reads of the transaction index and the ledger running at once (TxStatus,
+    /// SubmitAndWait's polls, endorsement's replay check). Each holds a database connection,
+    /// which blocks need too; more wait up to `query_wait`, then are refused.
+    pub max_lookups: usize,
     /// Commit events buffered per CommitStream subscriber.
     pub commit_stream_buffer: usize,
     /// CommitStreams open at once; more are refused. Each holds a task and its buffer until
@@ -95,6 +99,7 @@ impl Default for ChainifySettings {
             wait_limit: Duration::from_secs(60),
             nonce_window: chainify_node::admission::NONCE_WINDOW,
             recent_outcomes: 100_000,
+            max_lookups: 2,
             commit_stream_buffer: 256,
             max_commit_streams: 1024,
             query_wait: Duration::from_secs(10),
@@ -202,6 +207,8 @@ pub(crate) struct Gateway<B: Backend, O> {
     lookup: TxLookup,
     orderer: Arc<O>,
     in_flight: Arc<Semaphore>,
+    /// One permit per lookup under way.
+    lookups: Semaphore,
     /// One permit per open CommitStream.
     streams: Arc<Semaphore>,
     outcomes: Arc<Outcomes>,
@@ -333,6 +340,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 orderer: parts.orderer,
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
                 streams: Arc::new(Semaphore::new(settings.max_commit_streams)),
+                lookups: Semaphore::new(settings.max_lookups.max(1)),
                 outcomes,
                 feed,
                 status: parts.status,
@@ -543,11 +551,25 @@ impl Endorser for GrpcEndorser {
 
 impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
     /// Which of `ids` are in the ledger.
-    async fn known(&self, ids: &[TxId]) -> Result<BTreeSet<TxId>, Refusal> {
+    async fn known(&self, ids: &[TxId]) -> Result<BTreeSet<TxId>, Status> {
+        let _slot = self.lookup_slot().await?;
         self.store
             .known_transactions(BlockNumber(u64::MAX), ids)
             .await
-            .map_err(|e| Refusal::unavailable("looking up transaction ids", e))
+            .map_err(|e| status::refused(Refusal::unavailable("looking up transaction ids", e)))
+    }
+
+    /// One of `max_lookups` places to read the database for a client: a flood of status
+    /// requests waits here rather than in the connection pool, ahead of blocks.
+    async fn lookup_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
+        match tokio::time::timeout(self.settings.query_wait, self.lookups.acquire()).await {
+            Ok(Ok(slot)) => Ok(slot),
+            _ => Err(status::busy(format!(
+                "{} lookups of transactions are under way at organization {} (max_lookups) \
+                 and none finished within {:?}; try again",
+                self.settings.max_lookups, self.me, self.settings.query_wait
+            ))),
+        }
     }
 
     /// Admits, endorses and broadcasts a proposal: the transaction id once it is ordered, and
@@ -640,6 +662,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
             return Ok(Some(o));
         }
         let agreed = self.agreed();
+        let _slot = self.lookup_slot().await?;
         let Some(block) = self
             .store
             .transaction_block(&id)
@@ -751,12 +774,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
                 outcome: Some(to_wire(&o)),
             },
             None => {
-                let executed_or_pending = !self
-                    .gateway
-                    .known(&[id])
-                    .await
-                    .map_err(status::refused)?
-                    .is_empty()
+                let executed_or_pending = !self.gateway.known(&[id]).await?.is_empty()
                     || self
                         .gateway
                         .outcomes
@@ -868,7 +886,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
             .admission
             .check_batch_origin(from, &ids, &batch.signature)
             .map_err(status::refused)?;
-        let known = gateway.known(&ids).await.map_err(status::refused)?;
+        let known = gateway.known(&ids).await?;
         // Signature checks and analysis are CPU work: off the async threads, and bounded, so a
         // peer's calls at once cannot take every core.
         let admission = gateway.admission.clone();

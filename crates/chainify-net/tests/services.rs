@@ -614,6 +614,8 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
         ChainifySettings {
             max_in_flight: 1,
             max_commit_streams: 2,
+            max_lookups: 1,
+            query_wait: Duration::from_millis(1),
             ..ChainifySettings::default()
         },
     )
@@ -633,6 +635,35 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
     assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
     assert!(e.to_string().contains("max_commit_streams"), "{e}");
     drop(first);
+    // Status lookups: one at a time reads the database; those that cannot start within
+    // query_wait are refused by name, the rest answered.
+    let lookups = (0..200u32).map(|i| {
+        let c = c.clone();
+        async move {
+            c.status(&chainify_client::TxId(chainify_core::Digest::of(
+                &i.to_le_bytes(),
+            )))
+            .await
+        }
+    });
+    let mut busy = 0;
+    for answer in futures_util::future::join_all(lookups).await {
+        match answer {
+            Ok(state) => assert!(
+                matches!(state, chainify_client::TxState::Unknown),
+                "{state:?}"
+            ),
+            Err(e) => {
+                assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+                assert!(e.to_string().contains("max_lookups"), "{e}");
+                busy += 1;
+            }
+        }
+    }
+    assert!(
+        busy > 0,
+        "200 lookups at once with one place, none waited past 1 ms"
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let _third = loop {
         match c.commits(0).await {
