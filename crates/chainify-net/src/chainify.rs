@@ -69,7 +69,7 @@ pub struct ChainifySettings {
     /// about 64 bytes each, allocated at start).
     pub recent_outcomes: usize,
     /// Clients' reads of the transaction index and the ledger running at once (TxStatus,
-    /// SubmitAndWait's polls, endorsement's replay check). Each holds a database connection,
+    /// SubmitAndWait's polls; not the peers' endorsement batches). Each holds a database connection,
     /// which blocks need too; more wait up to `query_wait`, then are refused.
     pub max_lookups: usize,
     /// Commit events buffered per CommitStream subscriber.
@@ -550,9 +550,9 @@ impl Endorser for GrpcEndorser {
 }
 
 impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
-    /// Which of `ids` are in the ledger.
+    /// Which of `ids` are in the ledger. A client's call takes a [`Gateway::lookup_slot`]
+    /// first; a peer's endorsement batch (signed by the peer) does not wait behind clients.
     async fn known(&self, ids: &[TxId]) -> Result<BTreeSet<TxId>, Status> {
-        let _slot = self.lookup_slot().await?;
         self.store
             .known_transactions(BlockNumber(u64::MAX), ids)
             .await
@@ -560,7 +560,8 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
     }
 
     /// One of `max_lookups` places to read the database for a client: a flood of status
-    /// requests waits here rather than in the connection pool, ahead of blocks.
+    /// requests waits here rather than in the connection pool, ahead of blocks (and of the
+    /// peers' endorsement batches, which take none).
     async fn lookup_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
         match tokio::time::timeout(self.settings.query_wait, self.lookups.acquire()).await {
             Ok(Ok(slot)) => Ok(slot),
@@ -774,7 +775,10 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
                 outcome: Some(to_wire(&o)),
             },
             None => {
-                let executed_or_pending = !self.gateway.known(&[id]).await?.is_empty()
+                let slot = self.gateway.lookup_slot().await?;
+                let in_index = !self.gateway.known(&[id]).await?.is_empty();
+                drop(slot);
+                let executed_or_pending = in_index
                     || self
                         .gateway
                         .outcomes
