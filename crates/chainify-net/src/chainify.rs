@@ -26,7 +26,7 @@ use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::ledger::TxLookup;
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_node::{
-    Admission, CommitFeed, Committed, Endorser, NodeStatus, Refusal, Subscription, ledger,
+    Admission, CommitFeed, Committed, Endorser, NodeStatus, Offload, Refusal, Subscription, ledger,
 };
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
@@ -207,6 +207,8 @@ pub(crate) struct Gateway<B: Backend, O> {
     lookup: TxLookup,
     orderer: Arc<O>,
     in_flight: Arc<Semaphore>,
+    /// Where the peers' endorsement batches are checked.
+    endorsing: Offload,
     /// One permit per lookup under way.
     lookups: Semaphore,
     /// One permit per open CommitStream.
@@ -341,6 +343,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
                 streams: Arc::new(Semaphore::new(settings.max_commit_streams)),
                 lookups: Semaphore::new(settings.max_lookups.max(1)),
+                endorsing: Offload::per_core(),
                 outcomes,
                 feed,
                 status: parts.status,
@@ -892,11 +895,11 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
             .map_err(status::refused)?;
         let known = gateway.known(&ids).await?;
         // Signature checks and analysis are CPU work: off the async threads, and bounded, so a
-        // peer's calls at once cannot take every core.
+        // peer's calls at once cannot take every core; apart from clients' work, so that a
+        // client's flood of new statement shapes does not hold back the peers' endorsements.
         let admission = gateway.admission.clone();
         let responses = gateway
-            .admission
-            .offload()
+            .endorsing
             .run(move || {
                 admission.preverify(&proposals);
                 proposals

@@ -530,12 +530,6 @@ impl Admission {
             .map_err(|e| Refusal::unavailable("analysing the proposal", e))?
     }
 
-    /// Where this organization runs its checks that may take milliseconds: new statement
-    /// shapes, and the endorsement batches its peers send.
-    pub fn offload(&self) -> &Offload {
-        &self.offload
-    }
-
     /// Checks that an early-abort batch comes from the organization it names: the nonces of
     /// its proposals are claimed for that organization.
     pub fn check_batch_origin(
