@@ -7,6 +7,7 @@
 //! instead of taking every core from the workers.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Semaphore;
 
@@ -14,7 +15,14 @@ use tokio::sync::Semaphore;
 #[derive(Clone, Debug)]
 pub struct Offload {
     permits: Arc<Semaphore>,
+    /// Jobs waiting for a permit, and the most that may.
+    waiting: Arc<AtomicUsize>,
+    max_waiting: usize,
 }
+
+/// Jobs that may wait per permit: a deeper queue is refused at once, so that a flood makes
+/// callers retry instead of waiting seconds behind it.
+const WAITING_PER_PERMIT: usize = 16;
 
 /// Why offloaded work gave no result.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +30,9 @@ pub enum OffloadError {
     /// The closure panicked, or the runtime is shutting down.
     #[error("the work stopped unexpectedly: {0}")]
     Stopped(String),
+    /// Too many jobs wait already.
+    #[error("{0} jobs wait already; try again later")]
+    Busy(usize),
 }
 
 impl Offload {
@@ -29,6 +40,8 @@ impl Offload {
     pub fn new(at_once: usize) -> Offload {
         Offload {
             permits: Arc::new(Semaphore::new(at_once.max(1))),
+            waiting: Arc::new(AtomicUsize::new(0)),
+            max_waiting: at_once.max(1) * WAITING_PER_PERMIT,
         }
     }
 
@@ -38,20 +51,29 @@ impl Offload {
         Offload::new(std::thread::available_parallelism().map_or(2, usize::from))
     }
 
-    /// Runs `work` on the blocking pool once a permit is free. A caller that gives up while
-    /// waiting leaves nothing behind; once started, `work` runs to its end.
+    /// Runs `work` on the blocking pool once a permit is free, or refuses it at once
+    /// ([`OffloadError::Busy`]) when `WAITING_PER_PERMIT` jobs a permit wait already. A caller
+    /// that gives up while waiting leaves nothing behind; once started, `work` runs to its end.
     pub async fn run<T, F>(&self, work: F) -> Result<T, OffloadError>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        // The semaphore is never closed.
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| OffloadError::Stopped(e.to_string()))?;
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let waiting = Waiting::enter(&self.waiting, self.max_waiting)?;
+                // The semaphore is never closed.
+                let permit = self
+                    .permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| OffloadError::Stopped(e.to_string()))?;
+                drop(waiting);
+                permit
+            }
+        };
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             work()
@@ -61,10 +83,29 @@ impl Offload {
     }
 }
 
+/// A job's place in the queue; left when dropped (the caller may give up while waiting).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicUsize, most: usize) -> Result<Waiting<'a>, OffloadError> {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        let waiting = Waiting(count);
+        if before >= most {
+            return Err(OffloadError::Busy(before));
+        }
+        Ok(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     #[tokio::test]
@@ -91,6 +132,39 @@ mod tests {
             "{panicked:?}"
         );
         // The permit of the panicked job came back.
+        offload.run(|| ()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_queue_deeper_than_its_bound_is_refused_at_once_and_drains() {
+        let offload = Offload::new(1);
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let o = offload.clone();
+        let running = tokio::spawn(async move { o.run(move || hold.recv().ok()).await });
+        while offload.permits.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let waiting: Vec<_> = (0..WAITING_PER_PERMIT)
+            .map(|_| {
+                let o = offload.clone();
+                async move { o.run(|| ()).await }
+            })
+            .collect();
+        let all = tokio::spawn(futures_util::future::join_all(waiting));
+        while offload.waiting.load(Ordering::SeqCst) < WAITING_PER_PERMIT {
+            tokio::task::yield_now().await;
+        }
+        let refused = offload.run(|| ()).await;
+        assert!(
+            matches!(refused, Err(OffloadError::Busy(n)) if n == WAITING_PER_PERMIT),
+            "{refused:?}"
+        );
+        release.send(()).unwrap();
+        running.await.unwrap().unwrap();
+        for done in all.await.unwrap() {
+            done.unwrap();
+        }
+        assert_eq!(offload.waiting.load(Ordering::SeqCst), 0);
         offload.run(|| ()).await.unwrap();
     }
 }

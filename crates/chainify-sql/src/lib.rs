@@ -142,6 +142,19 @@ const ANALYSIS_STACK: usize = 64 * 1024 * 1024;
 
 type PlanResult = Result<Arc<StatementPlan>, Rejection>;
 
+/// How much work an analysis may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effort {
+    /// Parse, analyse and type whatever is not cached.
+    Any,
+    /// Lookups only: stop with [`Miss`] at the first text or typing not cached.
+    CachedOnly,
+}
+
+/// A [`Effort::CachedOnly`] analysis needed more than lookups.
+#[derive(Debug)]
+struct Miss;
+
 /// Plans (and rejections) by statement text, with the bytes of text kept.
 #[derive(Debug, Default)]
 struct PlanCache {
@@ -193,29 +206,21 @@ impl Analyzer {
         &self.schema
     }
 
-    /// Whether planning `sql` is a lookup: its plan or rejection is cached, or the text is
-    /// refused unread. A caller on an async worker runs anything else elsewhere: a new shape
-    /// of up to [`MAX_SQL_LEN`] bytes takes milliseconds to parse and analyse.
-    pub fn knows(&self, sql: &str) -> bool {
-        Self::check_text(sql).is_err()
-            || self
-                .cache
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .plans
-                .contains_key(sql)
-    }
-
-    /// [`Analyzer::knows`] every statement of `tx`.
-    pub fn knows_all(&self, tx: &Transaction) -> bool {
-        tx.statements.iter().all(|st| self.knows(&st.sql))
-    }
-
     /// The (cached) plan of one statement text, or why it is rejected.
     pub fn plan(&self, sql: &str) -> Result<Arc<StatementPlan>, Rejection> {
+        match self.plan_in(sql, Effort::Any) {
+            Ok(planned) => planned,
+            Err(Miss) => Err(Rejection::internal("a plan was not made")),
+        }
+    }
+
+    /// [`Analyzer::plan`]; with [`Effort::CachedOnly`], [`Miss`] instead of parsing.
+    fn plan_in(&self, sql: &str, work: Effort) -> Result<PlanResult, Miss> {
         // Refused before the cache: such a text is never kept (a client sending megabytes of
         // distinct texts would otherwise fill it).
-        Self::check_text(sql)?;
+        if let Err(refused) = Self::check_text(sql) {
+            return Ok(Err(refused));
+        }
         if let Some(hit) = self
             .cache
             .read()
@@ -223,7 +228,10 @@ impl Analyzer {
             .plans
             .get(sql)
         {
-            return hit.clone();
+            return Ok(hit.clone());
+        }
+        if work == Effort::CachedOnly {
+            return Err(Miss);
         }
         let result = self.plan_uncached(sql).map(Arc::new);
         let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
@@ -235,17 +243,21 @@ impl Analyzer {
         if cache.plans.insert(sql.into(), result.clone()).is_none() {
             cache.bytes += bytes;
         }
-        result
+        Ok(result)
     }
 
     /// Types `plan` for these parameters (its renderings cached with it, and counted against
-    /// the cache's budget).
-    pub(crate) fn typed(
+    /// the cache's budget); with [`Effort::CachedOnly`], [`Miss`] instead of typing.
+    fn typed_in(
         &self,
         plan: &StatementPlan,
         params: &[Value],
         row_cap: Option<u64>,
-    ) -> Result<Arc<portable::Typed>, Rejection> {
+        work: Effort,
+    ) -> Result<Result<Arc<portable::Typed>, Rejection>, Miss> {
+        if work == Effort::CachedOnly {
+            return plan.portable.typed_if_cached(params, row_cap).ok_or(Miss);
+        }
         let (typed, added) = plan.portable.typed_counted(params, row_cap);
         if added > 0 {
             let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
@@ -255,7 +267,7 @@ impl Analyzer {
                 cache.bytes = 0;
             }
         }
-        typed
+        Ok(typed)
     }
 
     /// The statement texts the cache holds, and the bytes counted for them.
@@ -335,32 +347,64 @@ impl Analyzer {
     /// Analyses a transaction: plans every statement, checks parameter counts and binds the
     /// read/write sets.
     pub fn analyze(&self, tx: &Transaction) -> Result<TxAnalysis, AnalysisError> {
+        match self.analyze_in(tx, Effort::Any) {
+            Ok(analysed) => analysed,
+            Err(Miss) => Err(Rejection::internal("an analysis was not made").at(0)),
+        }
+    }
+
+    /// [`Analyzer::analyze`] if it takes lookups only: `None` where a statement would have to
+    /// be parsed or typed for new parameter types. A caller on an async worker runs the full
+    /// analysis elsewhere then: a new shape of up to [`MAX_SQL_LEN`] bytes takes milliseconds
+    /// to parse, and each new parameter signature ~0.2 ms to type and render, per statement.
+    pub fn analyze_cached(&self, tx: &Transaction) -> Option<Result<TxAnalysis, AnalysisError>> {
+        self.analyze_in(tx, Effort::CachedOnly).ok()
+    }
+
+    fn analyze_in(
+        &self,
+        tx: &Transaction,
+        work: Effort,
+    ) -> Result<Result<TxAnalysis, AnalysisError>, Miss> {
         if tx.statements.is_empty() {
-            return Err(Rejection::syntax("the transaction has no statements").at(0));
+            return Ok(Err(
+                Rejection::syntax("the transaction has no statements").at(0)
+            ));
         }
         let mut rwset = ReadWriteSet::default();
         let mut plans = Vec::with_capacity(tx.statements.len());
         let mut typed = Vec::with_capacity(tx.statements.len());
         for (i, st) in tx.statements.iter().enumerate() {
             let err = |r: Rejection| r.at(i + 1);
-            let plan = self.plan(&st.sql).map_err(err)?;
-            check_params(&plan, &st.params).map_err(err)?;
+            let plan = match self.plan_in(&st.sql, work)? {
+                Ok(plan) => plan,
+                Err(r) => return Ok(Err(err(r))),
+            };
+            if let Err(r) = check_params(&plan, &st.params) {
+                return Ok(Err(err(r)));
+            }
             // A SELECT in a transaction is capped like a query: an engine reads at most one row
             // more than allowed, and the executor fails the transaction beyond the cap.
             let cap = (plan.kind == chainify_core::config::StatementKind::Select)
                 .then_some(MAX_QUERY_ROWS as u64);
-            let t = self.typed(&plan, &st.params, cap).map_err(err)?;
-            check_work(&t.work, self.max_degree).map_err(err)?;
-            plan.portable.check_values(&t, &st.params).map_err(err)?;
+            let t = match self.typed_in(&plan, &st.params, cap, work)? {
+                Ok(t) => t,
+                Err(r) => return Ok(Err(err(r))),
+            };
+            let checked = check_work(&t.work, self.max_degree)
+                .and_then(|()| plan.portable.check_values(&t, &st.params));
+            if let Err(r) = checked {
+                return Ok(Err(err(r)));
+            }
             bind_into(&plan, &st.params, &mut rwset);
             plans.push(plan);
             typed.push(t);
         }
-        Ok(TxAnalysis {
+        Ok(Ok(TxAnalysis {
             rwset,
             plans,
             typed,
-        })
+        }))
     }
 }
 

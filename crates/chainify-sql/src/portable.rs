@@ -244,13 +244,8 @@ impl Portable {
         row_cap: Option<u64>,
     ) -> (Result<Arc<Typed>, Rejection>, usize) {
         let mut cache = self.typed.lock().unwrap_or_else(|e| e.into_inner());
-        // The hot path (a cached shape) compares without allocating.
-        if let Some((_, _, r)) = cache.iter().find(|(s, c, _)| {
-            *c == row_cap
-                && s.len() == params.len()
-                && s.iter().zip(params).all(|(t, p)| *t == Ty::of_value(p))
-        }) {
-            return (r.clone(), 0);
+        if let Some(r) = Self::find_typed(&cache, params, row_cap) {
+            return (r, 0);
         }
         let sig: Vec<Ty> = params.iter().map(Ty::of_value).collect();
         let r = self.type_and_render(&sig, row_cap).map(Arc::new);
@@ -271,6 +266,32 @@ impl Portable {
         }
         cache.push((sig, row_cap, r.clone()));
         (r, bytes)
+    }
+
+    /// The typing for these parameters' types if it is cached; never types or renders.
+    pub(crate) fn typed_if_cached(
+        &self,
+        params: &[Value],
+        row_cap: Option<u64>,
+    ) -> Option<Result<Arc<Typed>, Rejection>> {
+        let cache = self.typed.lock().unwrap_or_else(|e| e.into_inner());
+        Self::find_typed(&cache, params, row_cap)
+    }
+
+    /// The hot path (a cached shape): compares without allocating.
+    fn find_typed(
+        cache: &[TypedEntry],
+        params: &[Value],
+        row_cap: Option<u64>,
+    ) -> Option<Result<Arc<Typed>, Rejection>> {
+        cache
+            .iter()
+            .find(|(s, c, _)| {
+                *c == row_cap
+                    && s.len() == params.len()
+                    && s.iter().zip(params).all(|(t, p)| *t == Ty::of_value(p))
+            })
+            .map(|(_, _, r)| r.clone())
     }
 
     fn type_and_render(&self, sig: &[Ty], row_cap: Option<u64>) -> Result<Typed, Rejection> {
