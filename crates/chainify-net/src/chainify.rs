@@ -10,6 +10,7 @@
 //! Outcomes come from the node's commit stream; the ledger answers for older transactions.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -43,6 +44,7 @@ use tonic::{Request, Response, Status};
 use tracing::{Instrument, debug, warn};
 
 use crate::NetError;
+use crate::conns::{AddressLimiter, ConnectionLimits};
 use crate::query::{Queries, QueryAccess};
 use crate::status;
 use crate::tls::{Tls, channel};
@@ -77,6 +79,9 @@ pub struct ChainifySettings {
     /// CommitStreams open at once; more are refused. Each holds a task and its buffer until
     /// its client goes away, however slowly that client reads.
     pub max_commit_streams: usize,
+    /// CommitStreams open at once from one IP address (an IPv6 /64 counts as one), so that
+    /// one client cannot take every place.
+    pub max_commit_streams_per_address: usize,
     /// How long a query waits for the node to be between blocks.
     pub query_wait: Duration,
     /// How long a query may run: the engine stops it then (the analysis bounds a query's rows,
@@ -102,6 +107,7 @@ impl Default for ChainifySettings {
             max_lookups: 2,
             commit_stream_buffer: 256,
             max_commit_streams: 1024,
+            max_commit_streams_per_address: 64,
             query_wait: Duration::from_secs(10),
             query_timeout: Duration::from_secs(10),
             max_queries: 2,
@@ -211,8 +217,8 @@ pub(crate) struct Gateway<B: Backend, O> {
     endorsing: Offload,
     /// One permit per lookup under way.
     lookups: Semaphore,
-    /// One permit per open CommitStream.
-    streams: Arc<Semaphore>,
+    /// A place per open CommitStream.
+    streams: AddressLimiter,
     outcomes: Arc<Outcomes>,
     /// Appended blocks, for CommitStream subscribers.
     feed: CommitFeed<B>,
@@ -341,7 +347,11 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 store: parts.store,
                 orderer: parts.orderer,
                 in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
-                streams: Arc::new(Semaphore::new(settings.max_commit_streams)),
+                streams: AddressLimiter::new(ConnectionLimits {
+                    total: settings.max_commit_streams,
+                    per_address: settings.max_commit_streams_per_address,
+                    peers: Vec::new(),
+                }),
                 lookups: Semaphore::new(settings.max_lookups.max(1)),
                 endorsing: Offload::per_core(),
                 outcomes,
@@ -808,13 +818,18 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         &self,
         request: Request<pb::CommitStreamRequest>,
     ) -> Result<Response<Events>, Status> {
+        let address = request
+            .remote_addr()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
         let from = request.into_inner().from_block;
         let gateway = self.gateway.clone();
-        let Ok(permit) = gateway.streams.clone().try_acquire_owned() else {
-            return Err(Status::resource_exhausted(format!(
-                "{} commit streams are open at organization {} (max_commit_streams); close one \
-                 or try again later",
-                gateway.settings.max_commit_streams, gateway.me
+        let Some(permit) = gateway.streams.admit(address) else {
+            let settings = &gateway.settings;
+            return Err(status::busy(format!(
+                "organization {} keeps at most {} commit streams open, {} from one address \
+                 (max_commit_streams, max_commit_streams_per_address); close one or try again \
+                 later",
+                gateway.me, settings.max_commit_streams, settings.max_commit_streams_per_address
             )));
         };
         let from = if from == 0 {

@@ -4,10 +4,12 @@
 //! connections and leaves them idle would otherwise run the process out of descriptors, and
 //! then every service on it stops accepting (the other organizations' votes too) while the
 //! accept loop spins on the error. [`Incoming`] keeps at most [`ConnectionLimits::total`]
-//! connections, at most [`ConnectionLimits::per_address`] from one IP address, so one
-//! client's flood leaves room for everyone else; a connection over a limit is closed as soon as
-//! it is accepted. A failed accept (out of descriptors) pauses accepting briefly instead of
-//! retrying at once.
+//! connections, at most [`ConnectionLimits::per_address`] from one IP address (an IPv6 /64
+//! counts as one address: a host gets a whole prefix), so one client's flood leaves room for
+//! everyone else; a connection over a limit is closed as soon as it is accepted. The other
+//! organizations' addresses ([`ConnectionLimits::peers`]) do not count toward the total, so
+//! clients from many addresses cannot lock the peers out. A failed accept (out of
+//! descriptors) pauses accepting briefly instead of retrying at once.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,6 +20,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use chainify_core::OrgId;
+use chainify_core::config::NetworkConfig;
 use futures_util::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -26,12 +30,16 @@ use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 use tracing::warn;
 
 /// How many connections a server keeps at once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectionLimits {
-    /// In all: well under the units' 65 536 descriptors, with five servers a process.
+    /// In all, the peers' aside: well under the units' 65 536 descriptors, with five servers
+    /// a process.
     pub total: usize,
     /// From one IP address: more than a devnet's 512 benchmark clients on one host.
     pub per_address: usize,
+    /// The other organizations' addresses: outside `total` (each still within
+    /// `per_address`).
+    pub peers: Vec<IpAddr>,
 }
 
 impl Default for ConnectionLimits {
@@ -39,7 +47,71 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             total: 8192,
             per_address: 1024,
+            peers: Vec::new(),
         }
+    }
+}
+
+impl ConnectionLimits {
+    /// The default limits, with the addresses of `network`'s organizations other than `me`
+    /// (every one for `None`: the orderer) as peers, their endpoints' host names resolved now.
+    /// A name that does not resolve is left out, with a warning: its organization's
+    /// connections then count toward the total like a client's.
+    pub async fn for_network(network: &NetworkConfig, me: Option<OrgId>) -> ConnectionLimits {
+        let mut peers = Vec::new();
+        for org in network.orgs.values().filter(|o| Some(o.id) != me) {
+            for endpoint in [&org.chainify_endpoint, &org.commit_endpoint] {
+                match tokio::net::lookup_host(endpoint.as_str()).await {
+                    Ok(found) => peers.extend(found.map(|a| a.ip())),
+                    Err(e) => {
+                        warn!(org = %org.id, %endpoint, error = %e, "cannot resolve a peer's endpoint; its connections count as a client's")
+                    }
+                }
+            }
+        }
+        peers.sort_unstable();
+        peers.dedup();
+        ConnectionLimits {
+            peers,
+            ..ConnectionLimits::default()
+        }
+    }
+}
+
+/// The address `ip` counts as: itself, or for IPv6 its /64 (an IPv4-mapped one, the IPv4).
+fn counted_as(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+    }
+}
+
+/// Places by address within [`ConnectionLimits`], for connections and for anything else a
+/// client holds open (commit streams). Cloning shares them.
+#[derive(Clone, Debug)]
+pub(crate) struct AddressLimiter {
+    counts: Arc<Counts>,
+}
+
+impl AddressLimiter {
+    pub(crate) fn new(mut limits: ConnectionLimits) -> AddressLimiter {
+        limits.peers = limits.peers.into_iter().map(counted_as).collect();
+        AddressLimiter {
+            counts: Arc::new(Counts {
+                limits,
+                open: Mutex::default(),
+            }),
+        }
+    }
+
+    /// A place for one more from `ip`, given back when dropped; `None` over a limit.
+    pub(crate) fn admit(&self, ip: IpAddr) -> Option<Slot> {
+        self.counts.admit(ip)
     }
 }
 
@@ -54,10 +126,7 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 pub fn incoming_within(listener: TcpListener, limits: ConnectionLimits) -> Incoming {
     Incoming {
         inner: TcpIncoming::from(listener).with_nodelay(Some(true)),
-        counts: Arc::new(Counts {
-            limits,
-            open: Mutex::default(),
-        }),
+        places: AddressLimiter::new(limits),
         paused: None,
     }
 }
@@ -70,14 +139,14 @@ pub fn incoming(listener: TcpListener) -> Incoming {
 /// Accepted connections within limits (see the module's documentation).
 pub struct Incoming {
     inner: TcpIncoming,
-    counts: Arc<Counts>,
+    places: AddressLimiter,
     paused: Option<Pin<Box<Sleep>>>,
 }
 
 impl std::fmt::Debug for Incoming {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Incoming")
-            .field("limits", &self.counts.limits)
+            .field("limits", &self.places.counts.limits)
             .finish_non_exhaustive()
     }
 }
@@ -91,29 +160,37 @@ struct Counts {
 
 impl Counts {
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let ip = counted_as(ip);
+        let peer = self.limits.peers.contains(&ip);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let (by_address, total) = &mut *open;
         let from = by_address.entry(ip).or_default();
-        if *total >= self.limits.total || *from >= self.limits.per_address {
+        if (!peer && *total >= self.limits.total) || *from >= self.limits.per_address {
             if *from == 0 {
                 by_address.remove(&ip);
             }
             return None;
         }
         *from += 1;
-        *total += 1;
+        if !peer {
+            *total += 1;
+        }
         Some(Slot {
             counts: self.clone(),
             ip,
+            peer,
         })
     }
 }
 
 /// An admitted connection's place; given back when the connection is dropped.
 #[derive(Debug)]
-struct Slot {
+pub(crate) struct Slot {
     counts: Arc<Counts>,
+    /// As counted ([`counted_as`]).
     ip: IpAddr,
+    /// Outside the total.
+    peer: bool,
 }
 
 impl Drop for Slot {
@@ -124,7 +201,9 @@ impl Drop for Slot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let (by_address, total) = &mut *open;
-        *total = total.saturating_sub(1);
+        if !self.peer {
+            *total = total.saturating_sub(1);
+        }
         if let Some(from) = by_address.get_mut(&self.ip) {
             *from -= 1;
             if *from == 0 {
@@ -157,7 +236,7 @@ impl Stream for Incoming {
                 continue;
             };
             // Over a limit: dropped here, which closes it.
-            if let Some(slot) = self.counts.admit(peer.ip()) {
+            if let Some(slot) = self.places.admit(peer.ip()) {
                 return Poll::Ready(Some(Ok(Conn {
                     stream,
                     _slot: slot,
@@ -253,6 +332,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_ipv6_prefix_counts_as_one_address() {
+        let places = AddressLimiter::new(ConnectionLimits {
+            total: 100,
+            per_address: 2,
+            peers: vec!["2001:db8:0:9::1".parse().expect("ip")],
+        });
+        let a: IpAddr = "2001:db8::1".parse().expect("ip");
+        let b: IpAddr = "2001:db8::ffff:1:2:3".parse().expect("ip");
+        let _one = places.admit(a).expect("a place");
+        let _two = places.admit(b).expect("a place");
+        assert!(places.admit("2001:db8::42".parse().expect("ip")).is_none());
+        assert!(
+            places
+                .admit("2001:db8:0:1::1".parse().expect("ip"))
+                .is_some()
+        );
+        // An IPv4-mapped address is its IPv4 address.
+        let v4 = places.admit(IpAddr::from([10, 0, 0, 1])).expect("a place");
+        let _mapped = places.admit("::ffff:10.0.0.1".parse().expect("ip"));
+        assert!(places.admit(IpAddr::from([10, 0, 0, 1])).is_none());
+        drop(v4);
+        // A peer's whole prefix is the peer's, outside the total.
+        let total = || places.counts.open.lock().expect("lock").1;
+        let before = total();
+        let _p = places
+            .admit("2001:db8:0:9::77".parse().expect("ip"))
+            .expect("a place");
+        assert_eq!(total(), before, "the peer is outside the total");
+    }
+
     #[tokio::test]
     async fn one_address_cannot_take_every_place_and_a_closed_connection_frees_its_own() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
@@ -262,6 +372,7 @@ mod tests {
             ConnectionLimits {
                 total: 3,
                 per_address: 2,
+                peers: vec![IpAddr::from([127, 0, 0, 9])],
             },
         );
         let _a1 = connect_from([127, 0, 0, 1], addr).await;
@@ -291,6 +402,13 @@ mod tests {
         assert!(
             closed(&mut c1).await,
             "a connection over the total was kept open"
+        );
+        // A peer's address is outside the total (within its own per-address limit).
+        let _p1 = connect_from([127, 0, 0, 9], addr).await;
+        let peer = accepted.next().await.expect("a connection").expect("kept");
+        assert_eq!(
+            peer.get_ref().peer_addr().expect("peer").ip(),
+            IpAddr::from([127, 0, 0, 9])
         );
         // Closing one of the first address's connections frees a place for it.
         drop(first);

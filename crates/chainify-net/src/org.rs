@@ -38,7 +38,7 @@ use tracing::{info, warn};
 use crate::NetError;
 use crate::admin::AdminServer;
 use crate::chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
-use crate::conns::incoming;
+use crate::conns::{ConnectionLimits, incoming_within};
 use crate::exec::{ExecutionGrpc, RemoteExecution};
 use crate::follow::follow_ledger;
 use crate::metrics::{Render, serve_metrics};
@@ -209,11 +209,11 @@ fn serve(
     org: OrgId,
     name: &'static str,
     router: Router,
-    listener: TcpListener,
+    (listener, limits): (TcpListener, ConnectionLimits),
     until: impl Future<Output = ()> + Send + 'static,
 ) -> Serving {
     info!(%org, addr = ?local(&listener), "{name} listening");
-    let fut = router.serve_with_incoming_shutdown(incoming(listener), until);
+    let fut = router.serve_with_incoming_shutdown(incoming_within(listener, limits), until);
     Box::pin(async move {
         fut.await
             .map_err(|e| NetError::Serve(format!("{name}: {e}")))
@@ -368,6 +368,7 @@ pub async fn run_org(
     let org = Org {
         me,
         component,
+        limits: ConnectionLimits::for_network(&network, Some(me)).await,
         verifier: Arc::new(Verifier::new(network.signatures)),
         network,
         key,
@@ -518,6 +519,8 @@ struct Org {
     verifier: Arc<Verifier>,
     tls: Option<Tls>,
     store: Arc<Store<AnyBackend>>,
+    /// Its servers' connection limits, the other organizations' addresses among them.
+    limits: ConnectionLimits,
     /// Set when the component stops (a shutdown, or a server or the node that ended).
     stop: (watch::Sender<bool>, watch::Receiver<bool>),
 }
@@ -556,7 +559,7 @@ impl Org {
                         .max_decoding_message_size(block_limit)
                         .max_encoding_message_size(block_limit),
                 ),
-            listener,
+            (listener, self.limits.clone()),
             self.stopped(),
         ))
     }
@@ -677,7 +680,7 @@ impl Org {
                     .max_decoding_message_size(MAX_MESSAGE)
                     .max_encoding_message_size(MAX_MESSAGE),
             ),
-            listener,
+            (listener, self.limits.clone()),
             self.stopped(),
         );
         Ok((server, serving))
@@ -711,7 +714,7 @@ impl Org {
                         .max_decoding_message_size(MAX_MESSAGE)
                         .max_encoding_message_size(MAX_MESSAGE),
                 ),
-            commit_listener,
+            (commit_listener, self.limits.clone()),
             self.stopped(),
         );
         let admin = AdminServer::new(
@@ -742,7 +745,7 @@ impl Org {
                     .max_decoding_message_size(MAX_MESSAGE)
                     .max_encoding_message_size(MAX_MESSAGE),
             ),
-            admin_listener,
+            (admin_listener, self.limits.clone()),
             self.stopped(),
         );
         Ok([commit, admin])

@@ -613,7 +613,8 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
         27300,
         ChainifySettings {
             max_in_flight: 1,
-            max_commit_streams: 2,
+            max_commit_streams: 3,
+            max_commit_streams_per_address: 2,
             max_lookups: 1,
             query_wait: Duration::from_millis(1),
             ..ChainifySettings::default()
@@ -626,11 +627,12 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
         .await
         .unwrap();
     let c = net.client1(1).await;
-    // Commit streams: two open, a third refused by name; closing one frees its place.
+    // Commit streams: two open from this address, a third refused by name; closing one frees
+    // its place.
     let first = c.commits(0).await.unwrap();
     let _second = c.commits(0).await.unwrap();
     let Err(e) = c.commits(0).await else {
-        panic!("a third commit stream was opened with max_commit_streams = 2");
+        panic!("a third commit stream was opened from one address with a limit of 2");
     };
     assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
     assert!(e.to_string().contains("max_commit_streams"), "{e}");

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::admission::{ClientSignature, Refusal, check_proposal};
 use chainify_core::config::NetworkConfig;
-use chainify_core::tx::{LedgerBlock, TransactionBlock};
+use chainify_core::tx::{LedgerBlock, Proposal, TransactionBlock};
 use chainify_core::validate::{BlockSignatures, validate_block};
 use chainify_core::verify::Verifier;
 use chainify_core::{BlockNumber, Digest, TxId};
@@ -90,19 +90,7 @@ impl LookAhead {
             return;
         }
         let _ = BlockSignatures::of(block, &self.network).check(&self.verifier);
-        let analysed: Analysed = block
-            .transactions
-            .iter()
-            .map(|chained| {
-                let analysis = check_proposal(
-                    &self.network,
-                    &self.analyzer,
-                    &chained.proposal,
-                    ClientSignature::Verified,
-                );
-                (chained.proposal.tx_id(), analysis)
-            })
-            .collect();
+        let analysed = self.analyse(block.transactions.iter().map(|c| &c.proposal));
         let mut kept = self.lock();
         kept.insert(block.number, analysed);
         // The highest numbers go first: a block numbered far ahead (a forged one, which the
@@ -110,6 +98,22 @@ impl LookAhead {
         while kept.len() > KEPT_AHEAD {
             kept.pop_last();
         }
+    }
+
+    /// [`check_proposal`] of each proposal, by id, its signature taken as verified (CPU only:
+    /// on the blocking pool for anything not cached).
+    fn analyse<'p>(&self, proposals: impl Iterator<Item = &'p Proposal>) -> Analysed {
+        proposals
+            .map(|proposal| {
+                let analysis = check_proposal(
+                    &self.network,
+                    &self.analyzer,
+                    proposal,
+                    ClientSignature::Verified,
+                );
+                (proposal.tx_id(), analysis)
+            })
+            .collect()
     }
 
     /// The analyses kept for block `number`; those of earlier blocks are dropped (a block
@@ -216,6 +220,39 @@ impl<B: Backend> ExecutionServer<B> {
         let validate_time = validating.elapsed();
         let analysing = std::time::Instant::now();
         let mut ahead = self.ahead.take(block.number);
+        // What was not analysed ahead (the first block after a pause; every block on a split
+        // execution service) is analysed on the blocking pool, unless its analysis takes
+        // lookups only: new shapes take milliseconds each, which on a worker would hold back
+        // the organization's votes and clients.
+        let missing: Vec<Proposal> = validation
+            .iter()
+            .zip(&block.transactions)
+            .filter_map(|(verdict, chained)| match verdict {
+                Ok(id)
+                    if !ahead.contains_key(id)
+                        && self
+                            .ahead
+                            .analyzer
+                            .analyze_cached(&chained.proposal.body.transaction)
+                            .is_none() =>
+                {
+                    Some(chained.proposal.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        if !missing.is_empty() {
+            let lookahead = self.ahead.clone();
+            let analysed = tokio::task::spawn_blocking(move || lookahead.analyse(missing.iter()))
+                .await
+                .map_err(|e| {
+                    ExecutionError::Remote(format!(
+                        "analysing block {}'s transactions: {e}",
+                        block.number
+                    ))
+                })?;
+            ahead.extend(analysed);
+        }
         let mut reused = 0;
         let mut invalid = Vec::new();
         let mut txs = Vec::with_capacity(block.transactions.len());

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use chainify_core::config::{NetworkConfig, OrgConfig};
 use chainify_net::{
-    Component, OrgRuntime, SoloServer, Tls, bind, incoming, run_org, server_builder,
+    Component, ConnectionLimits, OrgRuntime, SoloServer, Tls, bind, incoming_within, run_org,
+    server_builder,
 };
 use chainify_orderer::LocalOrderer;
 use chainify_proto::pb::orderer_service_server::OrdererServiceServer;
@@ -117,6 +118,8 @@ pub(crate) fn orderer(args: &OrdererArgs) -> anyhow::Result<()> {
     };
     runtime()?.block_on(async {
         let listener = bind("--listen", &listen).await?;
+        // Every organization is the orderer's peer: clients cannot lock them out.
+        let limits = ConnectionLimits::for_network(&network, None).await;
         let orderer = LocalOrderer::start(
             network.network_id.clone(),
             network.max_block_txs,
@@ -143,7 +146,7 @@ pub(crate) fn orderer(args: &OrdererArgs) -> anyhow::Result<()> {
                     .max_decoding_message_size(64 * 1024 * 1024)
                     .max_encoding_message_size(256 * 1024 * 1024),
             )
-            .serve_with_incoming_shutdown(incoming(listener), async move {
+            .serve_with_incoming_shutdown(incoming_within(listener, limits), async move {
                 tokio::select! {
                     () = stop_signal() => {}
                     _ = stop.wait_for(|c| *c) => {}
