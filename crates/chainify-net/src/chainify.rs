@@ -350,7 +350,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 streams: AddressLimiter::new(ConnectionLimits {
                     total: settings.max_commit_streams,
                     per_address: settings.max_commit_streams_per_address,
-                    peers: Vec::new(),
+                    ..ConnectionLimits::default()
                 }),
                 lookups: Semaphore::new(settings.max_lookups.max(1)),
                 endorsing: Offload::per_core(),

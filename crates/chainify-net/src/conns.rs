@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chainify_core::OrgId;
 use chainify_core::config::NetworkConfig;
@@ -40,6 +40,10 @@ pub struct ConnectionLimits {
     /// The other organizations' addresses: outside `total` (each still within
     /// `per_address`).
     pub peers: Vec<IpAddr>,
+    /// How long a connection may send nothing before it is closed. Servers ping every
+    /// connection's peer over HTTP/2 (`KEEPALIVE_INTERVAL`) and a live peer answers, so only a
+    /// connection that never finished its handshake, or whose peer stopped, goes this quiet.
+    pub idle: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -48,9 +52,13 @@ impl Default for ConnectionLimits {
             total: 8192,
             per_address: 1024,
             peers: Vec::new(),
+            idle: CONNECTION_IDLE,
         }
     }
 }
+
+/// [`ConnectionLimits::idle`] by default: four HTTP/2 ping intervals.
+pub const CONNECTION_IDLE: Duration = Duration::from_secs(120);
 
 impl ConnectionLimits {
     /// The default limits, with the addresses of `network`'s organizations other than `me`
@@ -125,6 +133,7 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// option is set here.
 pub fn incoming_within(listener: TcpListener, limits: ConnectionLimits) -> Incoming {
     Incoming {
+        idle: limits.idle,
         inner: TcpIncoming::from(listener).with_nodelay(Some(true)),
         places: AddressLimiter::new(limits),
         paused: None,
@@ -139,6 +148,7 @@ pub fn incoming(listener: TcpListener) -> Incoming {
 /// Accepted connections within limits (see the module's documentation).
 pub struct Incoming {
     inner: TcpIncoming,
+    idle: Duration,
     places: AddressLimiter,
     paused: Option<Pin<Box<Sleep>>>,
 }
@@ -237,20 +247,30 @@ impl Stream for Incoming {
             };
             // Over a limit: dropped here, which closes it.
             if let Some(slot) = self.places.admit(peer.ip()) {
+                let idle = self.idle;
                 return Poll::Ready(Some(Ok(Conn {
                     stream,
                     _slot: slot,
+                    idle,
+                    last_read: Instant::now(),
+                    quiet: Box::pin(tokio::time::sleep(idle)),
                 })));
             }
         }
     }
 }
 
-/// An accepted connection, holding its place within the limits until it is dropped.
+/// An accepted connection, holding its place within the limits until it is dropped, and
+/// closed (its reads fail) once it has sent nothing for [`ConnectionLimits::idle`].
 #[derive(Debug)]
 pub struct Conn {
     stream: TcpStream,
     _slot: Slot,
+    idle: Duration,
+    last_read: Instant,
+    /// Fires at the earliest the connection can have been quiet for `idle`; moved on
+    /// lazily, when it fires, rather than at every read.
+    quiet: Pin<Box<Sleep>>,
 }
 
 impl Conn {
@@ -274,7 +294,28 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let this = &mut *self;
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                this.last_read = Instant::now();
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                while this.quiet.as_mut().poll(cx).is_ready() {
+                    let until = this.last_read + this.idle;
+                    if Instant::now() >= until {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("the connection sent nothing for {:?}", this.idle),
+                        )));
+                    }
+                    this.quiet.as_mut().reset(until.into());
+                }
+                Poll::Pending
+            }
+            done => done,
+        }
     }
 }
 
@@ -332,12 +373,53 @@ mod tests {
         }
     }
 
+    /// A connection that sends nothing is closed after `idle`; one that sends now and then is
+    /// not, however long it lives.
+    #[tokio::test]
+    async fn a_quiet_connection_is_closed_and_a_talking_one_kept() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+        let addr = listener.local_addr().expect("bound");
+        let idle = Duration::from_millis(300);
+        let mut accepted = incoming_within(
+            listener,
+            ConnectionLimits {
+                idle,
+                ..ConnectionLimits::default()
+            },
+        );
+        let mut talking = connect_from([127, 0, 0, 1], addr).await;
+        let mut served = accepted.next().await.expect("a connection").expect("kept");
+        let talker = tokio::spawn(async move {
+            for _ in 0..10 {
+                talking.write_all(b"x").await.expect("writes");
+                tokio::time::sleep(idle / 3).await;
+            }
+            talking
+        });
+        let mut byte = [0u8; 1];
+        for _ in 0..10 {
+            assert_eq!(
+                served.read(&mut byte).await.expect("kept while it talks"),
+                1
+            );
+        }
+        let _talking = talker.await.expect("talker");
+        // Now quiet: the next read fails once `idle` has passed.
+        let quiet = served.read(&mut byte).await;
+        assert_eq!(
+            quiet.expect_err("a quiet connection was kept").kind(),
+            io::ErrorKind::TimedOut
+        );
+    }
+
     #[test]
     fn an_ipv6_prefix_counts_as_one_address() {
         let places = AddressLimiter::new(ConnectionLimits {
             total: 100,
             per_address: 2,
             peers: vec!["2001:db8:0:9::1".parse().expect("ip")],
+            idle: CONNECTION_IDLE,
         });
         let a: IpAddr = "2001:db8::1".parse().expect("ip");
         let b: IpAddr = "2001:db8::ffff:1:2:3".parse().expect("ip");
@@ -373,6 +455,7 @@ mod tests {
                 total: 3,
                 per_address: 2,
                 peers: vec![IpAddr::from([127, 0, 0, 9])],
+                idle: CONNECTION_IDLE,
             },
         );
         let _a1 = connect_from([127, 0, 0, 1], addr).await;

@@ -33,7 +33,7 @@ pub mod tls;
 
 pub use admin::{AdminServer, recovery_state};
 pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
-pub use conns::{Conn, ConnectionLimits, Incoming, incoming, incoming_within};
+pub use conns::{CONNECTION_IDLE, Conn, ConnectionLimits, Incoming, incoming, incoming_within};
 pub use exec::{EXECUTE_TIMEOUT, ExecutionGrpc, RemoteExecution};
 pub use follow::{FOLLOW_INTERVAL, follow_ledger};
 pub use metrics::{Render, serve_metrics};
