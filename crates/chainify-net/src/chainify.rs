@@ -79,6 +79,9 @@ pub struct ChainifySettings {
     /// CommitStreams open at once; more are refused. Each holds a task and its buffer until
     /// its client goes away, however slowly that client reads.
     pub max_commit_streams: usize,
+    /// How long a CommitStream's client may read nothing while its buffer is full: then the
+    /// stream ends, naming the block to resume from, and its place is freed.
+    pub commit_stream_stall: Duration,
     /// CommitStreams open at once from one IP address (an IPv6 /64 counts as one), so that
     /// one client cannot take every place.
     pub max_commit_streams_per_address: usize,
@@ -108,6 +111,7 @@ impl Default for ChainifySettings {
             commit_stream_buffer: 256,
             max_commit_streams: 1024,
             max_commit_streams_per_address: 64,
+            commit_stream_stall: Duration::from_secs(60),
             query_wait: Duration::from_secs(10),
             query_timeout: Duration::from_secs(10),
             max_queries: 2,
@@ -530,6 +534,48 @@ async fn endorse_loop(
     }
 }
 
+/// A CommitStream's events for its client, sent by a task of their own (which holds `place`)
+/// through a buffer of `buffer` events, until the client goes away (at once, not at the next
+/// block), `events` end, or the client has read nothing for `stall` while the buffer was full:
+/// then the stream ends with RESOURCE_EXHAUSTED naming the block to resume from, and the task
+/// and its place are freed.
+fn pump<P: Send + 'static>(
+    mut events: Pin<Box<dyn Stream<Item = Result<pb::CommitEvent, Status>> + Send>>,
+    buffer: usize,
+    stall: Duration,
+    place: P,
+) -> Events {
+    use futures_util::StreamExt;
+    let (tx, rx) = mpsc::channel(buffer.max(1));
+    let (fail, failed) = oneshot::channel::<Status>();
+    tokio::spawn(async move {
+        let _place = place;
+        loop {
+            let next = tokio::select! {
+                next = events.next() => next,
+                () = tx.closed() => return,
+            };
+            let Some(event) = next else { return };
+            let block = event.as_ref().map(|e| e.block_number).ok();
+            let end = event.is_err();
+            match tx.send_timeout(event, stall).await {
+                Ok(()) if !end => {}
+                Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                    let resume = block.map_or_else(String::new, |b| format!(" from block {b}"));
+                    let _ = fail.send(status::busy(format!(
+                        "the client read no commit event for {stall:?} (commit_stream_stall); \
+                         the stream ends: open another{resume}"
+                    )));
+                    return;
+                }
+                _ => return,
+            }
+        }
+    });
+    let failure = futures_util::stream::once(failed).filter_map(|f| async move { f.ok().map(Err) });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx).chain(failure))
+}
+
 /// The other organizations' EndorsementServices, through their batching tasks.
 struct GrpcEndorser {
     peers: BTreeMap<OrgId, mpsc::Sender<EndorseJob>>,
@@ -837,34 +883,29 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         } else {
             BlockNumber(from)
         };
-        let mut blocks = gateway.feed.subscribe(from);
-        let (tx, rx) = mpsc::channel(gateway.settings.commit_stream_buffer.max(1));
-        tokio::spawn(async move {
-            let _permit = permit;
-            loop {
-                // A client that went away frees its stream now, not at the next block.
-                let next = tokio::select! {
-                    next = blocks.next() => next,
-                    () = tx.closed() => return,
-                };
-                let event = match next {
-                    Some(Ok(c)) => Ok(event_of(c.block.number, &c.block.outcomes(&c.reasons))),
-                    Some(Err(e)) => Err(status::unavailable(
-                        format_args!("reading ledger block {}", blocks.next_block()),
-                        e,
-                    )),
-                    // The node stopped: the stream ends, so that a graceful shutdown completes.
-                    None => Err(status::shutting_down()),
-                };
-                let end = event.is_err();
-                if tx.send(event).await.is_err() || end {
-                    return;
-                }
-            }
+        let blocks = gateway.feed.subscribe(from);
+        let events = futures_util::stream::unfold(Some(blocks), |blocks| async move {
+            let mut blocks = blocks?;
+            let event = match blocks.next().await {
+                Some(Ok(c)) => Ok(event_of(c.block.number, &c.block.outcomes(&c.reasons))),
+                Some(Err(e)) => Err(status::unavailable(
+                    format_args!("reading ledger block {}", blocks.next_block()),
+                    e,
+                )),
+                // The node stopped: the stream ends, so that a graceful shutdown completes.
+                None => Err(status::shutting_down()),
+            };
+            let more = event.is_ok().then_some(blocks);
+            Some((event, more))
         });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        let settings = &gateway.settings;
+        let stream = pump(
+            Box::pin(events),
+            settings.commit_stream_buffer,
+            settings.commit_stream_stall,
+            permit,
+        );
+        Ok(Response::new(stream))
     }
 
     async fn query(
@@ -1018,6 +1059,71 @@ mod tests {
     const _: () = assert!(
         MAX_ENDORSE_BATCH_BYTES + 2 * chainify_core::tx::MAX_TRANSACTION_BYTES < 64 * 1024 * 1024
     );
+
+    /// A client that reads nothing while its buffer is full loses the stream after the stall,
+    /// told where to resume; one that reads gets every event; one that leaves frees the place.
+    #[tokio::test]
+    async fn a_commit_stream_whose_client_stops_reading_ends_and_frees_its_place() {
+        use futures_util::StreamExt;
+        let event = |b: u64| {
+            Ok(pb::CommitEvent {
+                block_number: b,
+                outcomes: Vec::new(),
+            })
+        };
+        let place = Arc::new(());
+        let source = futures_util::stream::iter((1..=10).map(event));
+        let mut stream = pump(
+            Box::pin(source),
+            2,
+            Duration::from_millis(100),
+            place.clone(),
+        );
+        // Not read: the task fills the buffer (blocks 1, 2), waits for block 3's room, gives
+        // up after the stall and frees the place.
+        let freed = |place: &Arc<()>| {
+            let place = place.clone();
+            async move {
+                for _ in 0..1000 {
+                    if Arc::strong_count(&place) == 2 {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                false
+            }
+        };
+        assert!(freed(&place).await, "the stalled stream's place was kept");
+        let got: Vec<_> = stream.by_ref().collect().await;
+        let blocks: Vec<u64> = got
+            .iter()
+            .filter_map(|e| e.as_ref().ok())
+            .map(|e| e.block_number)
+            .collect();
+        assert_eq!(blocks, [1, 2]);
+        let Some(Err(end)) = got.last() else {
+            panic!("the stream ended without saying why: {got:?}");
+        };
+        assert_eq!(end.code(), tonic::Code::ResourceExhausted);
+        assert!(end.message().contains("from block 3"), "{end:?}");
+        // A client that reads gets everything, and the stream ends when the source does.
+        let source = futures_util::stream::iter((1..=10).map(event));
+        let read: Vec<_> = pump(Box::pin(source), 2, Duration::from_millis(100), ())
+            .collect()
+            .await;
+        assert_eq!(read.len(), 10);
+        assert!(read.iter().all(Result::is_ok));
+        // A client that goes away frees the place at once, though no event comes.
+        let place = Arc::new(());
+        let stream = pump(
+            Box::pin(futures_util::stream::pending()),
+            2,
+            Duration::from_secs(60),
+            place.clone(),
+        );
+        drop(stream);
+        assert!(freed(&place).await, "a closed stream's place was kept");
+    }
 
     #[test]
     fn a_duplicate_copy_does_not_hide_the_outcome() {
