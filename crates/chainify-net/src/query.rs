@@ -172,10 +172,13 @@ impl<B: Backend + 'static> QueryServer<B> {
         let plan = if let Some(checked) = this.analyzer.query_cached(&body.sql, &body.params) {
             checked
         } else {
-            let inner = self.inner.clone();
-            let (sql, params) = (body.sql, body.params.clone());
+            let (sql, params) = (body.sql, &body.params);
             this.offload
-                .run(move || inner.analyzer.query(&sql, &params))
+                .run_made(|| {
+                    let inner = self.inner.clone();
+                    let params = params.clone();
+                    move || inner.analyzer.query(&sql, &params)
+                })
                 .await
                 .map_err(|e| match e {
                     OffloadError::Busy(_) => status::busy(format!("analysing the query: {e}")),

@@ -523,11 +523,13 @@ impl Admission {
             analysed?.check_grants(client)?;
             return Ok(());
         }
-        let this = self.clone();
-        let proposal = proposal.clone();
-        let client = client.clone();
         self.offload
-            .run(move || analyze_granted(&this.analyzer, &proposal, &client).map(drop))
+            .run_made(|| {
+                let this = self.clone();
+                let proposal = proposal.clone();
+                let client = client.clone();
+                move || analyze_granted(&this.analyzer, &proposal, &client).map(drop)
+            })
             .await
             .map_err(|e| Refusal::unavailable("analysing the proposal", e))?
     }
