@@ -27,7 +27,8 @@ use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::ledger::TxLookup;
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_node::{
-    Admission, CommitFeed, Committed, Endorser, NodeStatus, Offload, Refusal, Subscription, ledger,
+    Admission, CommitFeed, Committed, Endorser, NodeStatus, Offload, OffloadError, Refusal,
+    Subscription, ledger,
 };
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
@@ -217,8 +218,9 @@ pub(crate) struct Gateway<B: Backend, O> {
     lookup: TxLookup,
     orderer: Arc<O>,
     in_flight: Arc<Semaphore>,
-    /// Where the peers' endorsement batches are checked.
-    endorsing: Offload,
+    /// Where each peer's endorsement batches are checked: a queue a peer, so that a Byzantine
+    /// organization's flood is refused without holding back the others'.
+    endorsing: BTreeMap<OrgId, Offload>,
     /// One permit per lookup under way.
     lookups: Semaphore,
     /// A place per open CommitStream.
@@ -357,7 +359,13 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                     ..ConnectionLimits::default()
                 }),
                 lookups: Semaphore::new(settings.max_lookups.max(1)),
-                endorsing: Offload::per_core(),
+                endorsing: parts
+                    .network
+                    .orgs
+                    .keys()
+                    .filter(|o| **o != parts.me)
+                    .map(|o| (*o, Offload::per_core()))
+                    .collect(),
                 outcomes,
                 feed,
                 status: parts.status,
@@ -716,13 +724,22 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         BlockNumber(self.status.borrow().next_block.0.saturating_sub(1))
     }
 
-    /// The outcome of an agreed transaction.
+    /// The outcome of an agreed transaction, waiting for a lookup place.
     async fn lookup(&self, id: TxId) -> Result<Option<TxOutcome>, Status> {
         if let Some(o) = self.outcomes.recent(&id) {
             return Ok(Some(o));
         }
+        let slot = self.lookup_slot().await?;
+        self.lookup_in_ledger(id, slot).await
+    }
+
+    /// The outcome of agreed transaction `id` from the ledger, on a lookup place.
+    async fn lookup_in_ledger(
+        &self,
+        id: TxId,
+        _slot: tokio::sync::SemaphorePermit<'_>,
+    ) -> Result<Option<TxOutcome>, Status> {
         let agreed = self.agreed();
-        let _slot = self.lookup_slot().await?;
         let Some(block) = self
             .store
             .transaction_block(&id)
@@ -759,8 +776,15 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
                     Err(_) => waiter = oneshot::channel().1,
                 },
                 _ = poll.tick() => {
-                    // The commit stream may have lagged.
-                    if let Some(o) = self.lookup(id).await? {
+                    // The commit stream may have lagged. Only when a lookup place is free at
+                    // once, and a failed look is tried again at the next tick: clients flooding
+                    // TxStatus must not end (or hold up) a wait whose transaction commits.
+                    if let Some(o) = self.outcomes.recent(&id) {
+                        return Ok(o);
+                    }
+                    if let Ok(slot) = self.lookups.try_acquire()
+                        && let Ok(Some(o)) = self.lookup_in_ledger(id, slot).await
+                    {
                         return Ok(o);
                     }
                 }
@@ -954,8 +978,10 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
         // peer's calls at once cannot take every core; apart from clients' work, so that a
         // client's flood of new statement shapes does not hold back the peers' endorsements.
         let admission = gateway.admission.clone();
-        let responses = gateway
-            .endorsing
+        let queue = gateway.endorsing.get(&from).ok_or_else(|| {
+            status::internal("checking proposals", format!("no queue for {from}"))
+        })?;
+        let responses = queue
             .run(move || {
                 admission.preverify(&proposals);
                 proposals
@@ -972,7 +998,10 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
                     .collect::<Vec<_>>()
             })
             .await
-            .map_err(|e| status::internal("checking proposals", e))?;
+            .map_err(|e| match e {
+                OffloadError::Busy(_) => status::busy(format!("checking proposals of {from}: {e}")),
+                OffloadError::Stopped(_) => status::internal("checking proposals", e),
+            })?;
         Ok(Response::new(pb::EarlyAbortBatchResponse { responses }))
     }
 }

@@ -66,17 +66,30 @@ impl ConnectionLimits {
     /// A name that does not resolve is left out, with a warning: its organization's
     /// connections then count toward the total like a client's.
     pub async fn for_network(network: &NetworkConfig, me: Option<OrgId>) -> ConnectionLimits {
-        let mut peers = Vec::new();
-        for org in network.orgs.values().filter(|o| Some(o.id) != me) {
-            for endpoint in [&org.chainify_endpoint, &org.commit_endpoint] {
-                match tokio::net::lookup_host(endpoint.as_str()).await {
-                    Ok(found) => peers.extend(found.map(|a| a.ip())),
-                    Err(e) => {
-                        warn!(org = %org.id, %endpoint, error = %e, "cannot resolve a peer's endpoint; its connections count as a client's")
+        let lookups = network
+            .orgs
+            .values()
+            .filter(|o| Some(o.id) != me)
+            .flat_map(|org| [&org.chainify_endpoint, &org.commit_endpoint].map(|e| (org.id, e)))
+            .map(|(org, endpoint)| async move {
+                let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(endpoint.as_str())).await;
+                match found {
+                    Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+                    Ok(Err(e)) => {
+                        warn!(%org, %endpoint, error = %e, "cannot resolve a peer's endpoint; its connections count as a client's");
+                        Vec::new()
+                    }
+                    Err(_) => {
+                        warn!(%org, %endpoint, "resolving a peer's endpoint took over {RESOLVE_TIMEOUT:?}; its connections count as a client's");
+                        Vec::new()
                     }
                 }
-            }
-        }
+            });
+        let mut peers: Vec<IpAddr> = futures_util::future::join_all(lookups)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         peers.sort_unstable();
         peers.dedup();
         ConnectionLimits {
@@ -86,16 +99,24 @@ impl ConnectionLimits {
     }
 }
 
-/// The address `ip` counts as: itself, or for IPv6 its /64 (an IPv4-mapped one, the IPv4).
-fn counted_as(ip: IpAddr) -> IpAddr {
+/// How long resolving one peer's endpoint may take at start.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `ip` itself, an IPv4-mapped IPv6 address as its IPv4 address.
+fn plain(ip: IpAddr) -> IpAddr {
     match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(
-                u128::from(v6) & !((1u128 << 64) - 1),
-            )),
-        },
+    }
+}
+
+/// The address a client's `ip` counts as: for IPv6 its /64 (a host gets a whole prefix).
+fn counted_as(ip: IpAddr) -> IpAddr {
+    match plain(ip) {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(v6) & !((1u128 << 64) - 1),
+        )),
+        v4 => v4,
     }
 }
 
@@ -108,7 +129,7 @@ pub(crate) struct AddressLimiter {
 
 impl AddressLimiter {
     pub(crate) fn new(mut limits: ConnectionLimits) -> AddressLimiter {
-        limits.peers = limits.peers.into_iter().map(counted_as).collect();
+        limits.peers = limits.peers.into_iter().map(plain).collect();
         AddressLimiter {
             counts: Arc::new(Counts {
                 limits,
@@ -170,8 +191,11 @@ struct Counts {
 
 impl Counts {
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
-        let ip = counted_as(ip);
-        let peer = self.limits.peers.contains(&ip);
+        // A peer by its exact address, counted apart from its prefix: a neighbour in a shared
+        // IPv6 /64 is a client, and cannot use up the peer's places.
+        let exact = plain(ip);
+        let peer = self.limits.peers.contains(&exact);
+        let ip = if peer { exact } else { counted_as(ip) };
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let (by_address, total) = &mut *open;
         let from = by_address.entry(ip).or_default();
@@ -197,7 +221,7 @@ impl Counts {
 #[derive(Debug)]
 pub(crate) struct Slot {
     counts: Arc<Counts>,
-    /// As counted ([`counted_as`]).
+    /// As counted: a peer's exact address, a client's [`counted_as`].
     ip: IpAddr,
     /// Outside the total.
     peer: bool,
@@ -436,13 +460,22 @@ mod tests {
         let _mapped = places.admit("::ffff:10.0.0.1".parse().expect("ip"));
         assert!(places.admit(IpAddr::from([10, 0, 0, 1])).is_none());
         drop(v4);
-        // A peer's whole prefix is the peer's, outside the total.
+        // The peer's exact address is outside the total; a neighbour in its /64 is a client,
+        // counted apart, and cannot use up the peer's places.
         let total = || places.counts.open.lock().expect("lock").1;
         let before = total();
         let _p = places
-            .admit("2001:db8:0:9::77".parse().expect("ip"))
+            .admit("2001:db8:0:9::1".parse().expect("ip"))
             .expect("a place");
         assert_eq!(total(), before, "the peer is outside the total");
+        let neighbour: IpAddr = "2001:db8:0:9::77".parse().expect("ip");
+        let _n1 = places.admit(neighbour).expect("a place");
+        let _n2 = places.admit(neighbour).expect("a place");
+        assert!(places.admit(neighbour).is_none());
+        assert_eq!(total(), before + 2, "a neighbour counts toward the total");
+        let _p2 = places
+            .admit("2001:db8:0:9::1".parse().expect("ip"))
+            .expect("the peer keeps its own places");
     }
 
     #[tokio::test]

@@ -233,6 +233,25 @@ pub fn check_proposal(
     analyze_granted(analyzer, proposal, client)
 }
 
+/// [`check_proposal`] if its analysis takes lookups only ([`Analyzer::analyze_cached`]);
+/// `None` where it would parse or type: a caller on an async worker runs that elsewhere.
+pub fn check_proposal_cached(
+    network: &NetworkConfig,
+    analyzer: &Analyzer,
+    proposal: &Proposal,
+    signature: ClientSignature<'_>,
+) -> Option<Result<TxAnalysis, Refusal>> {
+    let client = match check_envelope(network, proposal, signature) {
+        Ok(client) => client,
+        Err(refusal) => return Some(Err(refusal)),
+    };
+    let analysed = analyzer.analyze_cached(&proposal.body.transaction)?;
+    Some(analysed.map_err(Refusal::from).and_then(|analysis| {
+        analysis.check_grants(client)?;
+        Ok(analysis)
+    }))
+}
+
 /// The checks of [`check_proposal`] before its SQL is read: its size, its client and signature,
 /// its network. Returns the client.
 fn check_envelope<'n>(

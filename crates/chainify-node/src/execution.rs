@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::admission::{ClientSignature, Refusal, check_proposal};
+use crate::admission::{ClientSignature, Refusal, check_proposal, check_proposal_cached};
 use chainify_core::config::NetworkConfig;
 use chainify_core::tx::{LedgerBlock, Proposal, TransactionBlock};
 use chainify_core::validate::{BlockSignatures, validate_block};
@@ -224,23 +224,24 @@ impl<B: Backend> ExecutionServer<B> {
         // execution service) is analysed on the blocking pool, unless its analysis takes
         // lookups only: new shapes take milliseconds each, which on a worker would hold back
         // the organization's votes and clients.
-        let missing: Vec<Proposal> = validation
-            .iter()
-            .zip(&block.transactions)
-            .filter_map(|(verdict, chained)| match verdict {
-                Ok(id)
-                    if !ahead.contains_key(id)
-                        && self
-                            .ahead
-                            .analyzer
-                            .analyze_cached(&chained.proposal.body.transaction)
-                            .is_none() =>
-                {
-                    Some(chained.proposal.clone())
+        let mut missing: Vec<Proposal> = Vec::new();
+        for (verdict, chained) in validation.iter().zip(&block.transactions) {
+            if let Ok(id) = verdict
+                && !ahead.contains_key(id)
+            {
+                match check_proposal_cached(
+                    network,
+                    &self.ahead.analyzer,
+                    &chained.proposal,
+                    ClientSignature::Verified,
+                ) {
+                    Some(checked) => {
+                        ahead.insert(*id, checked);
+                    }
+                    None => missing.push(chained.proposal.clone()),
                 }
-                _ => None,
-            })
-            .collect();
+            }
+        }
         if !missing.is_empty() {
             let lookahead = self.ahead.clone();
             let analysed = tokio::task::spawn_blocking(move || lookahead.analyse(missing.iter()))

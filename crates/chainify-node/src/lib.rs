@@ -39,7 +39,7 @@ pub mod transport;
 
 pub use admission::{
     Admission, AdmissionSettings, ClientSignature, Endorser, Refusal, Replay, Unauthenticated,
-    check_proposal,
+    check_proposal, check_proposal_cached,
 };
 pub use execution::{Executed, ExecutionError, ExecutionServer};
 pub use fault::LocalFault;
