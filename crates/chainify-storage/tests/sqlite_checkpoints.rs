@@ -112,7 +112,7 @@ async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
     let first = log_restarts(&log);
     let insert = "INSERT INTO t (k, v) VALUES (?1, zeroblob(100))";
     // Below the threshold nothing is checkpointed and no thread started.
-    for k in 0..500 {
+    for k in 0..2000 {
         conn.execute(insert, &[&Value::Int(k)], false)
             .await
             .expect("insert");
@@ -123,17 +123,17 @@ async fn the_log_is_checkpointed_on_a_thread_of_its_own() {
         "no checkpoint before the threshold"
     );
     assert_eq!(log_restarts(&log), first);
-    // Every commit writes a frame at least: past 1 000 frames the checkpointer starts, and the
+    // Every commit writes a frame at least: past 4 000 frames the checkpointer starts, and the
     // log starts over at the first commit after its checkpoint. SQLite's automatic checkpoint
     // is off (the hook replaces it), so nothing else could restart the log this early.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut k = 500;
+    let mut k = 2000;
     while log_restarts(&log) == first {
         assert!(
             Instant::now() < deadline,
             "the log was never checkpointed ({k} commits)"
         );
-        if k >= 1100 {
+        if k >= 4100 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         conn.execute(insert, &[&Value::Int(k)], false)
