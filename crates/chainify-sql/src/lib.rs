@@ -155,6 +155,44 @@ enum Effort {
 #[derive(Debug)]
 struct Miss;
 
+/// Why an analysis stopped: a refusal, or (looking up only) a miss.
+#[derive(Debug)]
+enum Halt {
+    Refused(AnalysisError),
+    Miss,
+}
+
+impl From<Miss> for Halt {
+    fn from(Miss: Miss) -> Halt {
+        Halt::Miss
+    }
+}
+
+impl From<AnalysisError> for Halt {
+    fn from(e: AnalysisError) -> Halt {
+        Halt::Refused(e)
+    }
+}
+
+impl Halt {
+    /// The answer of an analysis allowed any work (`statement` for the impossible miss).
+    fn full<T>(r: Result<T, Halt>, statement: usize) -> Result<T, AnalysisError> {
+        r.map_err(|halt| match halt {
+            Halt::Refused(e) => e,
+            Halt::Miss => Rejection::internal("an analysis was not made").at(statement),
+        })
+    }
+
+    /// The answer of a lookups-only analysis: `None` on a miss.
+    fn cached<T>(r: Result<T, Halt>) -> Option<Result<T, AnalysisError>> {
+        match r {
+            Ok(t) => Some(Ok(t)),
+            Err(Halt::Refused(e)) => Some(Err(e)),
+            Err(Halt::Miss) => None,
+        }
+    }
+}
+
 /// Plans (and rejections) by statement text, with the bytes of text kept.
 #[derive(Debug, Default)]
 struct PlanCache {
@@ -215,7 +253,7 @@ impl Analyzer {
     }
 
     /// [`Analyzer::plan`]; with [`Effort::CachedOnly`], [`Miss`] instead of parsing.
-    fn plan_in(&self, sql: &str, work: Effort) -> Result<PlanResult, Miss> {
+    fn plan_in(&self, sql: &str, effort: Effort) -> Result<PlanResult, Miss> {
         // Refused before the cache: such a text is never kept (a client sending megabytes of
         // distinct texts would otherwise fill it).
         if let Err(refused) = Self::check_text(sql) {
@@ -230,7 +268,7 @@ impl Analyzer {
         {
             return Ok(hit.clone());
         }
-        if work == Effort::CachedOnly {
+        if effort == Effort::CachedOnly {
             return Err(Miss);
         }
         let result = self.plan_uncached(sql).map(Arc::new);
@@ -253,9 +291,9 @@ impl Analyzer {
         plan: &StatementPlan,
         params: &[Value],
         row_cap: Option<u64>,
-        work: Effort,
+        effort: Effort,
     ) -> Result<Result<Arc<portable::Typed>, Rejection>, Miss> {
-        if work == Effort::CachedOnly {
+        if effort == Effort::CachedOnly {
             return plan.portable.typed_if_cached(params, row_cap).ok_or(Miss);
         }
         let (typed, added) = plan.portable.typed_counted(params, row_cap);
@@ -347,10 +385,7 @@ impl Analyzer {
     /// Analyses a transaction: plans every statement, checks parameter counts and binds the
     /// read/write sets.
     pub fn analyze(&self, tx: &Transaction) -> Result<TxAnalysis, AnalysisError> {
-        match self.analyze_in(tx, Effort::Any) {
-            Ok(analysed) => analysed,
-            Err(Miss) => Err(Rejection::internal("an analysis was not made").at(0)),
-        }
+        Halt::full(self.analyze_in(tx, Effort::Any), 0)
     }
 
     /// [`Analyzer::analyze`] if it takes lookups only: `None` where a statement would have to
@@ -358,53 +393,40 @@ impl Analyzer {
     /// analysis elsewhere then: a new shape of up to [`MAX_SQL_LEN`] bytes takes milliseconds
     /// to parse, and each new parameter signature ~0.2 ms to type and render, per statement.
     pub fn analyze_cached(&self, tx: &Transaction) -> Option<Result<TxAnalysis, AnalysisError>> {
-        self.analyze_in(tx, Effort::CachedOnly).ok()
+        Halt::cached(self.analyze_in(tx, Effort::CachedOnly))
     }
 
-    fn analyze_in(
-        &self,
-        tx: &Transaction,
-        work: Effort,
-    ) -> Result<Result<TxAnalysis, AnalysisError>, Miss> {
+    fn analyze_in(&self, tx: &Transaction, effort: Effort) -> Result<TxAnalysis, Halt> {
         if tx.statements.is_empty() {
-            return Ok(Err(
-                Rejection::syntax("the transaction has no statements").at(0)
-            ));
+            return Err(Rejection::syntax("the transaction has no statements")
+                .at(0)
+                .into());
         }
         let mut rwset = ReadWriteSet::default();
         let mut plans = Vec::with_capacity(tx.statements.len());
         let mut typed = Vec::with_capacity(tx.statements.len());
         for (i, st) in tx.statements.iter().enumerate() {
             let err = |r: Rejection| r.at(i + 1);
-            let plan = match self.plan_in(&st.sql, work)? {
-                Ok(plan) => plan,
-                Err(r) => return Ok(Err(err(r))),
-            };
-            if let Err(r) = check_params(&plan, &st.params) {
-                return Ok(Err(err(r)));
-            }
+            let plan = self.plan_in(&st.sql, effort)?.map_err(err)?;
+            check_params(&plan, &st.params).map_err(err)?;
             // A SELECT in a transaction is capped like a query: an engine reads at most one row
             // more than allowed, and the executor fails the transaction beyond the cap.
             let cap = (plan.kind == chainify_core::config::StatementKind::Select)
                 .then_some(MAX_QUERY_ROWS as u64);
-            let t = match self.typed_in(&plan, &st.params, cap, work)? {
-                Ok(t) => t,
-                Err(r) => return Ok(Err(err(r))),
-            };
-            let checked = check_work(&t.work, self.max_degree)
-                .and_then(|()| plan.portable.check_values(&t, &st.params));
-            if let Err(r) = checked {
-                return Ok(Err(err(r)));
-            }
+            let t = self
+                .typed_in(&plan, &st.params, cap, effort)?
+                .map_err(err)?;
+            check_work(&t.work, self.max_degree).map_err(err)?;
+            plan.portable.check_values(&t, &st.params).map_err(err)?;
             bind_into(&plan, &st.params, &mut rwset);
             plans.push(plan);
             typed.push(t);
         }
-        Ok(Ok(TxAnalysis {
+        Ok(TxAnalysis {
             rwset,
             plans,
             typed,
-        }))
+        })
     }
 }
 

@@ -18,7 +18,7 @@ use sqlparser::ast::{
 use crate::ident::object_name;
 use crate::reject::Rejection;
 use crate::schema::{ColumnType, Table};
-use crate::{AnalysisError, Analyzer, Effort, Miss, MissingGrant, StatementPlan, check_params};
+use crate::{AnalysisError, Analyzer, Effort, Halt, MissingGrant, StatementPlan, check_params};
 use chainify_core::config::{ClientInfo, StatementKind};
 
 /// A column of a query's result.
@@ -68,10 +68,7 @@ impl Analyzer {
     /// Checks a read-only query with its parameters and types its result columns. Errors name
     /// the construct (as statement 1).
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<QueryPlan, AnalysisError> {
-        match self.query_in(sql, params, Effort::Any) {
-            Ok(checked) => checked,
-            Err(Miss) => Err(Rejection::internal("a query plan was not made").at(1)),
-        }
+        Halt::full(self.query_in(sql, params, Effort::Any), 1)
     }
 
     /// [`Analyzer::query`] if it takes lookups only (see [`Analyzer::analyze_cached`]).
@@ -80,46 +77,31 @@ impl Analyzer {
         sql: &str,
         params: &[Value],
     ) -> Option<Result<QueryPlan, AnalysisError>> {
-        self.query_in(sql, params, Effort::CachedOnly).ok()
+        Halt::cached(self.query_in(sql, params, Effort::CachedOnly))
     }
 
-    fn query_in(
-        &self,
-        sql: &str,
-        params: &[Value],
-        work: Effort,
-    ) -> Result<Result<QueryPlan, AnalysisError>, Miss> {
+    fn query_in(&self, sql: &str, params: &[Value], effort: Effort) -> Result<QueryPlan, Halt> {
         let err = |r: Rejection| r.at(1);
-        let plan = match self.plan_in(sql, work)? {
-            Ok(plan) if plan.kind != StatementKind::Select => {
-                return Ok(Err(err(Rejection::statement(format!(
-                    "a query must be a single SELECT, not {}",
-                    plan.kind.to_string().to_uppercase()
-                )))));
-            }
-            Ok(plan) => plan,
-            Err(r) => return Ok(Err(err(r))),
-        };
-        if let Err(r) = check_params(&plan, params) {
-            return Ok(Err(err(r)));
+        let plan = self.plan_in(sql, effort)?.map_err(err)?;
+        if plan.kind != StatementKind::Select {
+            return Err(err(Rejection::statement(format!(
+                "a query must be a single SELECT, not {}",
+                plan.kind.to_string().to_uppercase()
+            )))
+            .into());
         }
-        let columns = match output_columns(self, &plan.statement) {
-            Ok(columns) => columns,
-            Err(r) => return Ok(Err(err(r))),
-        };
-        let typed = match self.typed_in(&plan, params, Some(MAX_QUERY_ROWS as u64), work)? {
-            Ok(typed) => typed,
-            Err(r) => return Ok(Err(err(r))),
-        };
-        if let Err(r) = plan.portable.check_values(&typed, params) {
-            return Ok(Err(err(r)));
-        }
-        Ok(Ok(QueryPlan {
+        check_params(&plan, params).map_err(err)?;
+        let columns = output_columns(self, &plan.statement).map_err(err)?;
+        let typed = self
+            .typed_in(&plan, params, Some(MAX_QUERY_ROWS as u64), effort)?
+            .map_err(err)?;
+        plan.portable.check_values(&typed, params).map_err(err)?;
+        Ok(QueryPlan {
             sql: sql.to_owned(),
             plan,
             typed,
             columns,
-        }))
+        })
     }
 }
 
