@@ -245,11 +245,7 @@ pub fn check_proposal_cached(
         Ok(client) => client,
         Err(refusal) => return Some(Err(refusal)),
     };
-    let analysed = analyzer.analyze_cached(&proposal.body.transaction)?;
-    Some(analysed.map_err(Refusal::from).and_then(|analysis| {
-        analysis.check_grants(client)?;
-        Ok(analysis)
-    }))
+    analyze_granted_cached(analyzer, proposal, client)
 }
 
 /// The checks of [`check_proposal`] before its SQL is read: its size, its client and signature,
@@ -281,6 +277,19 @@ fn check_envelope<'n>(
         });
     }
     Ok(client)
+}
+
+/// [`analyze_granted`] if the analysis takes lookups only; `None` otherwise.
+fn analyze_granted_cached(
+    analyzer: &Analyzer,
+    proposal: &Proposal,
+    client: &ClientInfo,
+) -> Option<Result<TxAnalysis, Refusal>> {
+    let analysed = analyzer.analyze_cached(&proposal.body.transaction)?;
+    Some(analysed.map_err(Refusal::from).and_then(|analysis| {
+        analysis.check_grants(client)?;
+        Ok(analysis)
+    }))
 }
 
 /// The checks of [`check_proposal`] that read the SQL: analysis, then `client`'s grants.
@@ -538,9 +547,8 @@ impl Admission {
             proposal,
             ClientSignature::Verify(&self.verifier),
         )?;
-        if let Some(analysed) = self.analyzer.analyze_cached(&proposal.body.transaction) {
-            analysed?.check_grants(client)?;
-            return Ok(());
+        if let Some(checked) = analyze_granted_cached(&self.analyzer, proposal, client) {
+            return checked.map(drop);
         }
         self.offload
             .run_made(|| {

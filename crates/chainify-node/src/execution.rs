@@ -225,10 +225,12 @@ impl<B: Backend> ExecutionServer<B> {
         // lookups only: new shapes take milliseconds each, which on a worker would hold back
         // the organization's votes and clients.
         let mut missing: Vec<Proposal> = Vec::new();
+        let mut reused = 0;
         for (verdict, chained) in validation.iter().zip(&block.transactions) {
-            if let Ok(id) = verdict
-                && !ahead.contains_key(id)
-            {
+            let Ok(id) = verdict else { continue };
+            if ahead.contains_key(id) {
+                reused += 1;
+            } else {
                 match check_proposal_cached(
                     network,
                     &self.ahead.analyzer,
@@ -254,7 +256,6 @@ impl<B: Backend> ExecutionServer<B> {
                 })?;
             ahead.extend(analysed);
         }
-        let mut reused = 0;
         let mut invalid = Vec::new();
         let mut txs = Vec::with_capacity(block.transactions.len());
         let mut valid_ids = Vec::new();
@@ -274,10 +275,7 @@ impl<B: Backend> ExecutionServer<B> {
             // The admission checks again: the orderer is untrusted. Validation verified the
             // client's signature. The analysis made ahead for this id is the same.
             let checked = match ahead.remove(&id) {
-                Some(checked) => {
-                    reused += 1;
-                    checked
-                }
+                Some(checked) => checked,
                 None => check_proposal(
                     network,
                     &self.ahead.analyzer,
