@@ -27,8 +27,7 @@ use chainify_node::admission::{AdmissionSettings, EndorseFuture};
 use chainify_node::ledger::TxLookup;
 use chainify_node::metrics::{Metrics, Phase};
 use chainify_node::{
-    Admission, CommitFeed, Committed, Endorser, NodeStatus, Offload, OffloadError, Refusal,
-    Subscription, ledger,
+    Admission, CommitFeed, Committed, Endorser, NodeStatus, Offload, Refusal, Subscription, ledger,
 };
 use chainify_orderer::Orderer;
 use chainify_proto::pb;
@@ -998,10 +997,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
                     .collect::<Vec<_>>()
             })
             .await
-            .map_err(|e| match e {
-                OffloadError::Busy(_) => status::busy(format!("checking proposals of {from}: {e}")),
-                OffloadError::Stopped(_) => status::internal("checking proposals", e),
-            })?;
+            .map_err(|e| status::offloaded(format_args!("checking proposals of {from}"), e))?;
         Ok(Response::new(pb::EarlyAbortBatchResponse { responses }))
     }
 }
@@ -1034,8 +1030,6 @@ mod tests {
         }
     }
 
-    /// TxStatus answers with a transaction's own outcome, reason included, and a later invalid
-    /// copy of it (a duplicate the orderer repeated) does not replace it.
     /// Endorsement batches are bounded by bytes as well as by count, so that large proposals
     /// never make a call the peer refuses for its size (with every other proposal in it).
     #[test]
@@ -1137,7 +1131,7 @@ mod tests {
         assert!(end.message().contains("from block 3"), "{end:?}");
         // A client that reads gets everything, and the stream ends when the source does.
         let source = futures_util::stream::iter((1..=10).map(event));
-        let read: Vec<_> = pump(Box::pin(source), 2, Duration::from_millis(100), ())
+        let read: Vec<_> = pump(Box::pin(source), 2, Duration::from_secs(10), ())
             .collect()
             .await;
         assert_eq!(read.len(), 10);
@@ -1154,6 +1148,8 @@ mod tests {
         assert!(freed(&place).await, "a closed stream's place was kept");
     }
 
+    /// TxStatus answers with a transaction's own outcome, reason included, and a later invalid
+    /// copy of it (a duplicate the orderer repeated) does not replace it.
     #[test]
     fn a_duplicate_copy_does_not_hide_the_outcome() {
         let (t, u) = (TxId(Digest::of(b"t")), TxId(Digest::of(b"u")));

@@ -71,20 +71,7 @@ impl ConnectionLimits {
             .values()
             .filter(|o| Some(o.id) != me)
             .flat_map(|org| [&org.chainify_endpoint, &org.commit_endpoint].map(|e| (org.id, e)))
-            .map(|(org, endpoint)| async move {
-                let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(endpoint.as_str())).await;
-                match found {
-                    Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
-                    Ok(Err(e)) => {
-                        warn!(%org, %endpoint, error = %e, "cannot resolve a peer's endpoint; its connections count as a client's");
-                        Vec::new()
-                    }
-                    Err(_) => {
-                        warn!(%org, %endpoint, "resolving a peer's endpoint took over {RESOLVE_TIMEOUT:?}; its connections count as a client's");
-                        Vec::new()
-                    }
-                }
-            });
+            .map(|(org, endpoint)| resolve(org, endpoint));
         let mut peers: Vec<IpAddr> = futures_util::future::join_all(lookups)
             .await
             .into_iter()
@@ -101,6 +88,19 @@ impl ConnectionLimits {
 
 /// How long resolving one peer's endpoint may take at start.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The addresses `org`'s `endpoint` resolves to; none, with a warning, if it does not within
+/// [`RESOLVE_TIMEOUT`].
+async fn resolve(org: OrgId, endpoint: &str) -> Vec<IpAddr> {
+    let problem =
+        match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(endpoint)).await {
+            Ok(Ok(found)) => return found.map(|a| a.ip()).collect(),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {RESOLVE_TIMEOUT:?}"),
+        };
+    warn!(%org, %endpoint, %problem, "cannot resolve a peer's endpoint; its connections count as a client's");
+    Vec::new()
+}
 
 /// `ip` itself, an IPv4-mapped IPv6 address as its IPv4 address.
 fn plain(ip: IpAddr) -> IpAddr {
@@ -154,7 +154,6 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// option is set here.
 pub fn incoming_within(listener: TcpListener, limits: ConnectionLimits) -> Incoming {
     Incoming {
-        idle: limits.idle,
         inner: TcpIncoming::from(listener).with_nodelay(Some(true)),
         places: AddressLimiter::new(limits),
         paused: None,
@@ -169,7 +168,6 @@ pub fn incoming(listener: TcpListener) -> Incoming {
 /// Accepted connections within limits (see the module's documentation).
 pub struct Incoming {
     inner: TcpIncoming,
-    idle: Duration,
     places: AddressLimiter,
     paused: Option<Pin<Box<Sleep>>>,
 }
@@ -271,7 +269,7 @@ impl Stream for Incoming {
             };
             // Over a limit: dropped here, which closes it.
             if let Some(slot) = self.places.admit(peer.ip()) {
-                let idle = self.idle;
+                let idle = self.places.counts.limits.idle;
                 return Poll::Ready(Some(Ok(Conn {
                     stream,
                     _slot: slot,
@@ -404,7 +402,8 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
         let addr = listener.local_addr().expect("bound");
-        let idle = Duration::from_millis(300);
+        // Writes 20 times as often as the limit: a slow machine cannot make it look quiet.
+        let idle = Duration::from_secs(2);
         let mut accepted = incoming_within(
             listener,
             ConnectionLimits {
@@ -417,7 +416,7 @@ mod tests {
         let talker = tokio::spawn(async move {
             for _ in 0..10 {
                 talking.write_all(b"x").await.expect("writes");
-                tokio::time::sleep(idle / 3).await;
+                tokio::time::sleep(idle / 20).await;
             }
             talking
         });
@@ -434,6 +433,30 @@ mod tests {
         assert_eq!(
             quiet.expect_err("a quiet connection was kept").kind(),
             io::ErrorKind::TimedOut
+        );
+    }
+
+    /// The peers are the other organizations' endpoints, resolved; one whose name does not
+    /// resolve is left out (its connections count as a client's), and start-up goes on.
+    #[tokio::test]
+    async fn peers_are_the_other_organizations_resolved_addresses() {
+        use chainify_core::config::{NetworkBuilder, PortPlan};
+        use chainify_core::crypto::SigningKey;
+        let mut b = NetworkBuilder::new("net", "any-2", PortPlan { base: 7010 });
+        for (i, host) in [
+            (1u8, "127.0.0.7"),
+            (2, "127.0.0.8"),
+            (3, "no-such-host.invalid"),
+        ] {
+            b.org(&SigningKey::from_seed(&[i; 32]).public_key(), host);
+        }
+        let network = b.config("network.toml").expect("network");
+        let limits = ConnectionLimits::for_network(&network, Some(OrgId(1))).await;
+        assert_eq!(limits.peers, [IpAddr::from([127, 0, 0, 8])]);
+        let orderer = ConnectionLimits::for_network(&network, None).await;
+        assert_eq!(
+            orderer.peers,
+            [IpAddr::from([127, 0, 0, 7]), IpAddr::from([127, 0, 0, 8])]
         );
     }
 

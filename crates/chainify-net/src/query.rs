@@ -9,7 +9,7 @@ use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::Signature;
 use chainify_core::tx::QueryBody;
 use chainify_core::{ClientId, Value};
-use chainify_node::{Offload, OffloadError, ReadGate};
+use chainify_node::{Offload, ReadGate};
 use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
 use chainify_sql::{Analyzer, QueryPlan};
@@ -180,10 +180,7 @@ impl<B: Backend + 'static> QueryServer<B> {
                     move || inner.analyzer.query(&sql, &params)
                 })
                 .await
-                .map_err(|e| match e {
-                    OffloadError::Busy(_) => status::busy(format!("analysing the query: {e}")),
-                    OffloadError::Stopped(_) => status::internal("analysing the query", e),
-                })?
+                .map_err(|e| status::offloaded("analysing the query", e))?
         }
         .map_err(status::invalid)?;
         plan.check_grants(client)

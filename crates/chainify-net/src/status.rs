@@ -16,7 +16,7 @@
 
 use std::fmt::Display;
 
-use chainify_node::{Refusal, ServeError};
+use chainify_node::{OffloadError, Refusal, ServeError};
 use chainify_proto::ProtocolError;
 use chainify_storage::{DbErrorKind, StorageError};
 use tonic::Status;
@@ -133,6 +133,15 @@ pub(crate) fn not_served(problem: impl Display) -> Status {
 /// A bug (a task that panicked).
 pub(crate) fn internal(what: impl Display, e: impl Display) -> Status {
     Status::internal(format!("{what}: {e}"))
+}
+
+/// Work `what` handed to an [`Offload`](chainify_node::Offload) that gave no result: its queue
+/// was full (retry later), or the work stopped (a bug).
+pub(crate) fn offloaded(what: impl Display, e: OffloadError) -> Status {
+    match e {
+        OffloadError::Busy(_) => busy(format!("{what}: {e}")),
+        OffloadError::Stopped(_) => internal(what, e),
+    }
 }
 
 #[cfg(test)]

@@ -648,19 +648,10 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
             .await
         }
     });
-    let mut busy = 0;
-    for answer in futures_util::future::join_all(lookups).await {
-        match answer {
-            Ok(state) => assert!(
-                matches!(state, chainify_client::TxState::Unknown),
-                "{state:?}"
-            ),
-            Err(e) => {
-                assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
-                assert!(e.to_string().contains("max_lookups"), "{e}");
-                busy += 1;
-            }
-        }
+    let (states, busy) =
+        exhausted_apart(futures_util::future::join_all(lookups).await, "max_lookups");
+    for state in states {
+        assert!(matches!(state, TxState::Unknown), "{state:?}");
     }
     assert!(
         busy > 0,
@@ -684,18 +675,11 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
             c.submit(deposit(i % 10 + 1, 1)).await
         }));
     }
-    let mut exhausted = 0;
-    let mut accepted = Vec::new();
+    let mut answers = Vec::new();
     for t in tasks {
-        match t.await.unwrap() {
-            Ok(id) => accepted.push(id),
-            Err(e) => {
-                assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
-                assert!(e.to_string().contains("overloaded"), "{e}");
-                exhausted += 1;
-            }
-        }
+        answers.push(t.await.unwrap());
     }
+    let (accepted, exhausted) = exhausted_apart(answers, "overloaded");
     assert!(
         exhausted > 0,
         "40 concurrent submissions with one slot: some are refused"
@@ -714,6 +698,27 @@ async fn an_overloaded_server_refuses_with_resource_exhausted() {
         matches!(read, Ok(Ok(0) | Err(_))),
         "a connection without a handshake was kept: {read:?}"
     );
+}
+
+/// The answers that succeeded, and how many were refused with RESOURCE_EXHAUSTED naming
+/// `named`; any other failure fails the test.
+fn exhausted_apart<T>(
+    answers: Vec<Result<T, chainify_client::ClientError>>,
+    named: &str,
+) -> (Vec<T>, usize) {
+    let mut exhausted = 0;
+    let mut ok = Vec::new();
+    for answer in answers {
+        match answer {
+            Ok(t) => ok.push(t),
+            Err(e) => {
+                assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+                assert!(e.to_string().contains(named), "{e}");
+                exhausted += 1;
+            }
+        }
+    }
+    (ok, exhausted)
 }
 
 /// Waits until organization `org` has agreed `height` blocks.
