@@ -317,7 +317,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
         let mut peers = BTreeMap::new();
         for org in parts.network.orgs.values().filter(|o| o.id != parts.me) {
             let client = EndorsementServiceClient::new(channel(&org.chainify_endpoint, tls)?)
-                .max_decoding_message_size(64 * 1024 * 1024);
+                .max_decoding_message_size(crate::org::MAX_MESSAGE);
             let (tx, rx) = mpsc::channel(settings.endorse_queue.max(1));
             tokio::spawn(endorse_loop(
                 BatchSigner {
@@ -438,8 +438,8 @@ async fn preverify(
     let _ = tokio::task::spawn_blocking(move || verifier.warm(&items)).await;
 }
 
-/// The most bytes of proposals in one EarlyAbort call: a quarter of the peers' 64 MiB message
-/// limit. Bounded by count alone, a batch of large proposals (a client may send many of up to
+/// The most bytes of proposals in one EarlyAbort call: a quarter of the peers' message limit
+/// (`MAX_MESSAGE`, 64 MiB). Bounded by count alone, a batch of large proposals (a client may send many of up to
 /// `MAX_TRANSACTION_BYTES`) would pass the limit and the peer would refuse every proposal in it.
 const MAX_ENDORSE_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
@@ -1080,7 +1080,8 @@ mod tests {
 
     // At the real budget, a whole batch (with its framing) fits in the peers' message limit.
     const _: () = assert!(
-        MAX_ENDORSE_BATCH_BYTES + 2 * chainify_core::tx::MAX_TRANSACTION_BYTES < 64 * 1024 * 1024
+        MAX_ENDORSE_BATCH_BYTES + 2 * chainify_core::tx::MAX_TRANSACTION_BYTES
+            < crate::org::MAX_MESSAGE
     );
 
     /// A client that reads nothing while its buffer is full loses the stream after the stall,

@@ -507,7 +507,7 @@ impl NodeHandles {
 type OrgNode = Node<AnyBackend, AnyOrderer>;
 
 /// Largest gRPC message a server takes or sends.
-const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
 /// One organization's component while it starts: what every step shares.
 struct Org {
