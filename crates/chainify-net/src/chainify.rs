@@ -439,8 +439,9 @@ async fn preverify(
 }
 
 /// The most bytes of proposals in one EarlyAbort call: a quarter of the peers' message limit
-/// (`MAX_MESSAGE`, 64 MiB). Bounded by count alone, a batch of large proposals (a client may send many of up to
-/// `MAX_TRANSACTION_BYTES`) would pass the limit and the peer would refuse every proposal in it.
+/// (`MAX_MESSAGE`, 64 MiB). Bounded by count alone, a batch of large proposals (a client may
+/// send many of up to `MAX_TRANSACTION_BYTES`) would pass the limit and the peer would refuse
+/// every proposal in it.
 const MAX_ENDORSE_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
 /// A batch starting with `first`, with what is queued in `rx`: at most `max_batch` proposals
