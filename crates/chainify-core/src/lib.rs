@@ -19,6 +19,7 @@
 //! reading key and config files when asked to (and [`verify`] spreading a block's signature checks
 //! over the cores).
 
+pub mod batch;
 pub mod canonical;
 pub mod config;
 pub mod crypto;

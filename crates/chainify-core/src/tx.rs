@@ -1,6 +1,7 @@
 //! Transactions, blocks, votes and certificates: the domain types of the pipeline, with their
 //! canonical encodings (see [`crate::canonical`]), ids, hashes and signatures.
 
+use crate::batch::BatchProof;
 use crate::canonical::Encoder;
 use crate::crypto::{CryptoError, PublicKey, Signature, Signatures, SigningKey};
 use crate::verify::SignedBytes;
@@ -208,8 +209,11 @@ pub struct EarlyAbortResponse {
     pub org: OrgId,
     /// Accept or reject.
     pub verdict: Verdict,
-    /// The organization's signature.
+    /// The organization's signature: over [`Self::signing_bytes`] when it answered alone, over
+    /// the root of its batch's Merkle tree when `batch` is set ([`crate::batch`]).
     pub signature: Signature,
+    /// The response's path to the root its organization signed, when it signed a batch.
+    pub batch: Option<BatchProof>,
 }
 
 impl EarlyAbortResponse {
@@ -257,23 +261,66 @@ impl EarlyAbortResponse {
             org,
             verdict,
             signature,
+            batch: None,
+        }
+    }
+
+    /// `org`'s responses to a batch of proposals, signed together by one call of `sign` (given
+    /// the bytes to sign): a Merkle tree's root when there are two or more ([`crate::batch`]),
+    /// the response itself when there is one.
+    pub fn sign_batch(
+        org: OrgId,
+        answers: Vec<(TxId, Verdict)>,
+        sign: impl FnOnce(Vec<u8>) -> Signature,
+    ) -> Vec<Self> {
+        if answers.len() < 2 {
+            return answers
+                .into_iter()
+                .next()
+                .map(|(tx_id, verdict)| Self::new_with(tx_id, org, verdict, sign))
+                .into_iter()
+                .collect();
+        }
+        let leaves: Vec<Vec<u8>> = answers
+            .iter()
+            .map(|(tx_id, verdict)| Self::signing_bytes(tx_id, org, verdict))
+            .collect();
+        let (signature, proofs) = crate::batch::sign_leaves(org, &leaves, sign);
+        answers
+            .into_iter()
+            .zip(proofs)
+            .map(|((tx_id, verdict), proof)| EarlyAbortResponse {
+                tx_id,
+                org,
+                verdict,
+                signature,
+                batch: Some(proof),
+            })
+            .collect()
+    }
+
+    /// The bytes the signature is over: the response's own, or its batch's root message (only
+    /// the proof's lowest `siblings.len()` index bits count; the wire refuses others).
+    pub fn signed_message(&self) -> Vec<u8> {
+        let own = Self::signing_bytes(&self.tx_id, self.org, &self.verdict);
+        match &self.batch {
+            None => own,
+            Some(proof) => crate::batch::root_message(self.org, &proof.root(&own)),
         }
     }
 
     /// Checks the organization's signature by RFC 8032 (valid under every rule; a network checks
     /// [`Self::signed_by`] by its own rule).
     pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
-        org_key.verify(
-            &Self::signing_bytes(&self.tx_id, self.org, &self.verdict),
-            &self.signature,
-        )
+        org_key.verify(&self.signed_message(), &self.signature)
     }
 
-    /// The organization's signature, to be checked with others.
+    /// The organization's signature, to be checked with others. The responses of one batch
+    /// give the same triple: a [`crate::verify::Verifier`] checks it once.
     pub fn signed_by(&self, org_key: PublicKey) -> SignedBytes {
         SignedBytes {
             key: org_key,
-            message: Self::signing_bytes(&self.tx_id, self.org, &self.verdict),
+            message: self.signed_message(),
             signature: self.signature,
         }
     }
@@ -580,6 +627,65 @@ mod tests {
         let mut flipped = r.clone();
         flipped.verdict = Verdict::Reject(String::new());
         assert!(flipped.verify(&key.public_key()).is_err());
+    }
+
+    #[test]
+    fn responses_signed_as_a_batch_verify_one_by_one_and_share_one_triple() {
+        let (key, _) = SigningKey::generate().unwrap();
+        let id = |n: u8| TxId(Digest::of(&[n]));
+        let answers: Vec<(TxId, Verdict)> = (0..5)
+            .map(|n| {
+                let verdict = if n == 3 {
+                    Verdict::Reject("no".into())
+                } else {
+                    Verdict::Accept
+                };
+                (id(n), verdict)
+            })
+            .collect();
+        let mut signings = 0;
+        let batch = EarlyAbortResponse::sign_batch(OrgId(2), answers.clone(), |bytes| {
+            signings += 1;
+            key.sign(&bytes)
+        });
+        assert_eq!(signings, 1);
+        assert_eq!(batch.len(), 5);
+        let triple = batch[0].signed_by(key.public_key());
+        for (r, (tx_id, verdict)) in batch.iter().zip(&answers) {
+            assert_eq!((&r.tx_id, &r.verdict, r.org), (tx_id, verdict, OrgId(2)));
+            r.verify(&key.public_key()).unwrap();
+            assert_eq!(r.signed_by(key.public_key()), triple);
+        }
+        // What the signature does not cover: another verdict, transaction, organization or
+        // position, or a response without its proof.
+        let mut flipped = batch[3].clone();
+        flipped.verdict = Verdict::Accept;
+        assert!(flipped.verify(&key.public_key()).is_err());
+        let mut moved = batch[0].clone();
+        moved.tx_id = id(9);
+        assert!(moved.verify(&key.public_key()).is_err());
+        let mut renamed = batch[0].clone();
+        renamed.org = OrgId(3);
+        assert!(renamed.verify(&key.public_key()).is_err());
+        let mut swapped = batch[0].clone();
+        swapped.batch = batch[1].batch.clone();
+        assert!(swapped.verify(&key.public_key()).is_err());
+        let mut bare = batch[0].clone();
+        bare.batch = None;
+        assert!(bare.verify(&key.public_key()).is_err());
+        // One answer is signed alone, as before batches.
+        let single =
+            EarlyAbortResponse::sign_batch(OrgId(2), answers[..1].to_vec(), |b| key.sign(&b));
+        assert_eq!(
+            single,
+            vec![EarlyAbortResponse::new_signed(
+                id(0),
+                OrgId(2),
+                Verdict::Accept,
+                &key
+            )]
+        );
+        assert!(EarlyAbortResponse::sign_batch(OrgId(2), vec![], |b| key.sign(&b)).is_empty());
     }
 
     #[test]

@@ -211,10 +211,22 @@ impl Verifier {
         if unknown.is_empty() {
             return verdicts;
         }
-        let fresh: Vec<&SignedBytes> = unknown.iter().map(|i| &items[*i]).collect();
+        // A triple repeated in `items` (the responses of one signed batch) is checked once.
+        let mut first: std::collections::HashMap<Digest, usize> = std::collections::HashMap::new();
+        let mut fresh: Vec<&SignedBytes> = Vec::new();
+        let slots: Vec<usize> = unknown
+            .iter()
+            .map(|i| {
+                *first.entry(fingerprints[*i]).or_insert_with(|| {
+                    fresh.push(&items[*i]);
+                    fresh.len() - 1
+                })
+            })
+            .collect();
         let checked = verify_many(self.signatures, &fresh);
         let mut remembered = self.remembered();
-        for (i, ok) in unknown.into_iter().zip(checked) {
+        for (i, slot) in unknown.into_iter().zip(slots) {
+            let ok = checked[slot];
             verdicts[i] = ok;
             if ok {
                 remembered.insert(fingerprints[i], ());
@@ -387,6 +399,26 @@ mod tests {
                 expected[n + 1] = false;
                 assert_eq!(verify_many(rule, &refs), expected, "{rule:?}, {n}");
             }
+        }
+    }
+
+    #[test]
+    fn repeated_triples_get_each_its_own_verdict() {
+        // The responses of one signed batch repeat one triple; every copy gets the verdict, a
+        // forged copy among good ones too, under both rules and past the batch threshold.
+        for rule in [ZIP215, RFC8032] {
+            let v = Verifier::new(rule);
+            let good = signed(1, b"root");
+            let bad = forged(2, b"root");
+            let mut items = Vec::new();
+            let mut expected = Vec::new();
+            for i in 0..40 {
+                let forgery = i % 7 == 3;
+                items.push(if forgery { bad.clone() } else { good.clone() });
+                expected.push(!forgery);
+            }
+            assert_eq!(v.check_all(&items), expected, "{rule:?}");
+            assert_eq!(v.remembered_len(), 1, "{rule:?}");
         }
     }
 

@@ -9,6 +9,7 @@
 
 use std::str::FromStr;
 
+use chainify_core::batch::{BatchProof, MAX_DEPTH};
 use chainify_core::canonical::{pack_bits, unpack_bits};
 use chainify_core::crypto::Signature;
 use chainify_core::tx::{
@@ -218,8 +219,34 @@ impl TryFrom<pb::EarlyAbortResponse> for EarlyAbortResponse {
             org: org_id(r.org_id, "org_id")?,
             verdict,
             signature: signature(&r.signature, "signature")?,
+            batch: r.batch.map(batch_proof).transpose()?,
         })
     }
+}
+
+/// A received batch proof: 32-byte siblings, a shape [`BatchProof::check`] accepts (one
+/// encoding per response: no index bits beyond the tree's depth).
+fn batch_proof(p: pb::BatchProof) -> Result<BatchProof, ProtocolError> {
+    if p.siblings.len() > MAX_DEPTH {
+        return Err(ProtocolError::new(
+            "batch.siblings",
+            format!("{} siblings; at most {MAX_DEPTH}", p.siblings.len()),
+        ));
+    }
+    let siblings = p
+        .siblings
+        .iter()
+        .enumerate()
+        .map(|(i, s)| digest(s, &format!("batch.siblings[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let proof = BatchProof {
+        index: p.index,
+        siblings,
+    };
+    proof
+        .check()
+        .map_err(|e| ProtocolError::new("batch", e.to_string()))?;
+    Ok(proof)
 }
 
 impl TryFrom<pb::ChainedTransaction> for ChainedTransaction {
@@ -388,6 +415,10 @@ impl From<&EarlyAbortResponse> for pb::EarlyAbortResponse {
             accept,
             reason,
             signature: r.signature.0.to_vec(),
+            batch: r.batch.as_ref().map(|p| pb::BatchProof {
+                index: p.index,
+                siblings: p.siblings.iter().map(|s| s.0.to_vec()).collect(),
+            }),
         }
     }
 }
@@ -524,7 +555,61 @@ mod tests {
                 Verdict::Reject("table checking not granted".into()),
                 &key(),
             ),
+            // A response of a signed batch, with its proof.
+            batched(p).swap_remove(1),
         ]
+    }
+
+    /// Three responses of organization 3, signed as one batch (a tree of four leaves).
+    fn batched(p: &Proposal) -> Vec<EarlyAbortResponse> {
+        let answers = (0u8..3)
+            .map(|i| {
+                let id = if i == 1 {
+                    p.tx_id()
+                } else {
+                    TxId(Digest::of(&[i]))
+                };
+                (id, Verdict::Accept)
+            })
+            .collect();
+        EarlyAbortResponse::sign_batch(OrgId(3), answers, |bytes| key().sign(&bytes))
+    }
+
+    #[test]
+    fn malformed_batch_proofs_name_the_field() {
+        let wire = pb::EarlyAbortResponse::from(&batched(&proposal())[1]);
+        assert_eq!(wire.batch.as_ref().map(|b| b.siblings.len()), Some(2));
+        let cases = [
+            (
+                with(&wire, |r| {
+                    r.batch.as_mut().unwrap().siblings[1]
+                        .pop()
+                        .map(drop)
+                        .unwrap()
+                }),
+                "batch.siblings[1]: expected a 32-byte SHA-256 digest, got 31 bytes",
+            ),
+            (
+                with(&wire, |r| r.batch.as_mut().unwrap().siblings.clear()),
+                "batch: a batch proof needs at least one sibling; a single response is signed alone",
+            ),
+            (
+                with(&wire, |r| r.batch.as_mut().unwrap().index = 4),
+                "batch: index 4 is outside a tree of 4 leaves",
+            ),
+            (
+                with(&wire, |r| {
+                    r.batch.as_mut().unwrap().siblings = vec![vec![0; 32]; MAX_DEPTH + 1];
+                }),
+                "batch.siblings: 21 siblings; at most 20",
+            ),
+        ];
+        for (malformed, expected) in cases {
+            assert_eq!(
+                error::<EarlyAbortResponse, _>(malformed).to_string(),
+                expected
+            );
+        }
     }
 
     fn chained() -> ChainedTransaction {

@@ -1,0 +1,306 @@
+//! One signature over many early-abort responses: an organization that answers a batch of
+//! proposals signs the root of a Merkle tree over the responses, and each response carries its
+//! path to the root ([`BatchProof`]).
+//!
+//! Every organization checks every response of every block, so a signature per response costs
+//! the network a signing and a check per organization for each endorsement. Signed as a batch,
+//! the responses of one call share one signature: the signer signs once, and a checker verifies
+//! the root's signature once and remembers it ([`crate::verify::Verifier`]), leaving a few
+//! hashes per response.
+//!
+//! **Tree.** Leaves are the responses' own signing bytes
+//! ([`crate::tx::EarlyAbortResponse::signing_bytes`]) hashed as `H(0x00 ‖ bytes)`, padded to a
+//! power of two with `H(0x02)`; an inner node is `H(0x01 ‖ left ‖ right)`. The prefixes keep a
+//! node from passing as a leaf and a padding leaf from passing as a response (either would need a
+//! SHA-256 preimage). The proof of leaf `index` lists the siblings from the leaf up; bit `k` of
+//! `index` says whether the node at height `k` is a right child. The signed message names the
+//! organization and the root ([`root_message`]), under a tag of its own, so it never equals a
+//! single response's signing bytes.
+//!
+//! A batch of one response is signed alone, without a proof: what a node signs at low load is
+//! what it signed before batches existed.
+
+use crate::canonical::Encoder;
+use crate::crypto::Signature;
+use crate::{Digest, Hasher, OrgId};
+
+/// Most siblings in a proof: a batch of up to 2²⁰ responses (the endorsement service takes
+/// batches of at most 1 024).
+pub const MAX_DEPTH: usize = 20;
+
+/// Domain tag of the signed root.
+pub const ROOT_TAG: &str = "chainify.v1.EarlyAbortResponses";
+
+const LEAF: u8 = 0x00;
+const NODE: u8 = 0x01;
+const PAD: u8 = 0x02;
+
+/// Where a response sits in the batch its organization signed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct BatchProof {
+    /// The response's position among the tree's leaves (below `2^siblings.len()`).
+    pub index: u32,
+    /// The siblings on the way from the leaf to the root, lowest first (1 to [`MAX_DEPTH`]).
+    pub siblings: Vec<Digest>,
+}
+
+/// Why a [`BatchProof`] is not well formed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProofError {
+    /// No siblings: a single response is signed alone, never as a batch of one.
+    #[error("a batch proof needs at least one sibling; a single response is signed alone")]
+    Empty,
+    /// Deeper than any batch an organization signs.
+    #[error("{0} siblings; at most {MAX_DEPTH}")]
+    TooDeep(usize),
+    /// The index names no leaf of a tree of that depth.
+    #[error("index {index} is outside a tree of {leaves} leaves")]
+    IndexOutOfRange {
+        /// The index.
+        index: u32,
+        /// The tree's leaves.
+        leaves: u64,
+    },
+}
+
+impl BatchProof {
+    /// Checks the proof's shape (not that it leads to any particular root).
+    pub fn check(&self) -> Result<(), ProofError> {
+        let depth = self.siblings.len();
+        if depth == 0 {
+            return Err(ProofError::Empty);
+        }
+        if depth > MAX_DEPTH {
+            return Err(ProofError::TooDeep(depth));
+        }
+        let leaves = 1u64 << depth;
+        if u64::from(self.index) >= leaves {
+            return Err(ProofError::IndexOutOfRange {
+                index: self.index,
+                leaves,
+            });
+        }
+        Ok(())
+    }
+
+    /// The root that the leaf with signing bytes `leaf` leads to along this proof.
+    pub fn root(&self, leaf: &[u8]) -> Digest {
+        let mut node = leaf_hash(leaf);
+        for (height, sibling) in self.siblings.iter().enumerate() {
+            node = if (self.index >> height) & 1 == 0 {
+                node_hash(&node, sibling)
+            } else {
+                node_hash(sibling, &node)
+            };
+        }
+        node
+    }
+}
+
+fn leaf_hash(bytes: &[u8]) -> Digest {
+    let mut h = Hasher::new();
+    h.update(&[LEAF]);
+    h.update(bytes);
+    h.finish()
+}
+
+fn node_hash(left: &Digest, right: &Digest) -> Digest {
+    let mut h = Hasher::new();
+    h.update(&[NODE]);
+    h.update(&left.0);
+    h.update(&right.0);
+    h.finish()
+}
+
+fn pad_hash() -> Digest {
+    Digest::of(&[PAD])
+}
+
+/// What `org` signs for a batch whose tree has root `root`.
+pub fn root_message(org: OrgId, root: &Digest) -> Vec<u8> {
+    let mut e = Encoder::new(ROOT_TAG);
+    e.u32(org.0).digest(root);
+    e.finish()
+}
+
+/// Signs leaves (the responses' signing bytes) with one signature over their tree's root: the
+/// signature and each leaf's proof, in order. `sign` gets [`root_message`]'s bytes. Two or more
+/// leaves (a single response is signed alone).
+///
+/// # Panics
+/// With fewer than two leaves, or more than `2^MAX_DEPTH`.
+pub fn sign_leaves(
+    org: OrgId,
+    leaves: &[Vec<u8>],
+    sign: impl FnOnce(Vec<u8>) -> Signature,
+) -> (Signature, Vec<BatchProof>) {
+    assert!(
+        leaves.len() >= 2 && leaves.len() <= 1 << MAX_DEPTH,
+        "a batch signs 2 to 2^{MAX_DEPTH} responses, not {}",
+        leaves.len()
+    );
+    let width = leaves.len().next_power_of_two();
+    let depth = width.trailing_zeros() as usize;
+    // levels[0] are the leaves, levels[depth] the root.
+    let mut level: Vec<Digest> = leaves.iter().map(|l| leaf_hash(l)).collect();
+    level.resize(width, pad_hash());
+    let mut levels = vec![level];
+    for height in 0..depth {
+        let next: Vec<Digest> = levels[height]
+            .chunks_exact(2)
+            .map(|pair| node_hash(&pair[0], &pair[1]))
+            .collect();
+        levels.push(next);
+    }
+    let root = levels[depth][0];
+    let signature = sign(root_message(org, &root));
+    let proofs = (0..leaves.len())
+        .map(|i| BatchProof {
+            index: u32::try_from(i).expect("at most 2^MAX_DEPTH leaves"),
+            siblings: (0..depth).map(|h| levels[h][(i >> h) ^ 1]).collect(),
+        })
+        .collect();
+    (signature, proofs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn leaves(n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| format!("response {i}").into_bytes())
+            .collect()
+    }
+
+    /// A "signature" that is the signed bytes' hash, to see which root was signed.
+    fn sign_root(message: Vec<u8>) -> Signature {
+        let d = Digest::of(&message);
+        let mut s = [0u8; 64];
+        s[..32].copy_from_slice(&d.0);
+        Signature(s)
+    }
+
+    fn signed_root(org: OrgId, proof: &BatchProof, leaf: &[u8]) -> Signature {
+        sign_root(root_message(org, &proof.root(leaf)))
+    }
+
+    proptest! {
+        #[test]
+        fn every_leaf_leads_to_the_signed_root(n in 2usize..70) {
+            let org = OrgId(2);
+            let leaves = leaves(n);
+            let (signature, proofs) = sign_leaves(org, &leaves, sign_root);
+            prop_assert_eq!(proofs.len(), n);
+            for (leaf, proof) in leaves.iter().zip(&proofs) {
+                prop_assert_eq!(proof.check(), Ok(()));
+                prop_assert_eq!(proof.siblings.len(), n.next_power_of_two().trailing_zeros() as usize);
+                prop_assert_eq!(signed_root(org, proof, leaf), signature);
+            }
+        }
+
+        #[test]
+        fn a_changed_leaf_index_or_sibling_leads_elsewhere(
+            n in 2usize..40,
+            pick in any::<prop::sample::Index>(),
+            byte in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let org = OrgId(1);
+            let leaves = leaves(n);
+            let (signature, proofs) = sign_leaves(org, &leaves, sign_root);
+            let i = pick.index(n);
+            let (leaf, proof) = (&leaves[i], &proofs[i]);
+            // Another response's bytes with this proof.
+            let mut other = leaf.clone();
+            let at = byte.index(other.len());
+            other[at] ^= 1 << bit;
+            prop_assert_ne!(signed_root(org, proof, &other), signature);
+            // Another response's proof with these bytes.
+            let j = (i + 1) % n;
+            prop_assert_ne!(signed_root(org, &proofs[j], leaf), signature);
+            // A changed sibling.
+            let mut bent = proof.clone();
+            let s = byte.index(bent.siblings.len());
+            bent.siblings[s].0[at % 32] ^= 1 << bit;
+            prop_assert_ne!(signed_root(org, &bent, leaf), signature);
+            // The same root signed by another organization.
+            prop_assert_ne!(signed_root(OrgId(3), proof, leaf), signature);
+        }
+    }
+
+    #[test]
+    fn an_inner_node_or_padding_does_not_pass_as_a_response() {
+        let org = OrgId(1);
+        let leaves = leaves(3);
+        let (signature, proofs) = sign_leaves(org, &leaves, sign_root);
+        // Leaves 0 and 1 hash to a node; presenting that node's preimage as a leaf one level up
+        // gives another root (the leaf prefix differs from the node prefix).
+        let node_bytes = [
+            &[NODE][..],
+            &leaf_hash(&leaves[0]).0,
+            &leaf_hash(&leaves[1]).0,
+        ]
+        .concat();
+        let lifted = BatchProof {
+            index: 0,
+            siblings: proofs[0].siblings[1..].to_vec(),
+        };
+        assert_ne!(signed_root(org, &lifted, &node_bytes[1..]), signature);
+        // The padding leaf (index 3) has a proof, but no response's bytes hash to it.
+        let padding = BatchProof {
+            index: 3,
+            siblings: vec![leaf_hash(&leaves[2]), proofs[2].siblings[1]],
+        };
+        // The path is the padding leaf's own: its sibling pair is the one leaf 0 climbs past.
+        assert_eq!(
+            node_hash(&padding.siblings[0], &pad_hash()),
+            proofs[0].siblings[1]
+        );
+        assert_ne!(signed_root(org, &padding, &[PAD]), signature);
+        assert_ne!(signed_root(org, &padding, b""), signature);
+    }
+
+    #[test]
+    fn malformed_proofs_are_named() {
+        let d = Digest::of(b"x");
+        assert_eq!(
+            BatchProof {
+                index: 0,
+                siblings: vec![]
+            }
+            .check(),
+            Err(ProofError::Empty)
+        );
+        assert_eq!(
+            BatchProof {
+                index: 0,
+                siblings: vec![d; MAX_DEPTH + 1]
+            }
+            .check(),
+            Err(ProofError::TooDeep(MAX_DEPTH + 1))
+        );
+        let out = BatchProof {
+            index: 4,
+            siblings: vec![d; 2],
+        };
+        assert_eq!(
+            out.check(),
+            Err(ProofError::IndexOutOfRange {
+                index: 4,
+                leaves: 4
+            })
+        );
+        assert_eq!(
+            out.check().unwrap_err().to_string(),
+            "index 4 is outside a tree of 4 leaves"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a batch signs 2")]
+    fn a_single_response_is_not_a_batch() {
+        let _ = sign_leaves(OrgId(1), &leaves(1), sign_root);
+    }
+}
