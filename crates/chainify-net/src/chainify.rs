@@ -984,17 +984,15 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
         let responses = queue
             .run(move || {
                 admission.preverify(&proposals);
-                proposals
+                let asked: Vec<(&Proposal, TxId, bool)> = proposals
                     .iter()
                     .zip(&ids)
-                    .map(|(p, id)| {
-                        pb::EarlyAbortResponse::from(&admission.verdict(
-                            p,
-                            *id,
-                            from,
-                            known.contains(id),
-                        ))
-                    })
+                    .map(|(p, id)| (p, *id, known.contains(id)))
+                    .collect();
+                admission
+                    .verdicts(&asked, from)
+                    .iter()
+                    .map(pb::EarlyAbortResponse::from)
                     .collect::<Vec<_>>()
             })
             .await

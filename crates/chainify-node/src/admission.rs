@@ -32,6 +32,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use crate::offload::Offload;
+use crate::signer::GroupSigner;
 
 /// Why a proposal is not ordered. Its text is what the client reads (and, for an endorser's
 /// rejection, what the endorser signs), so it names the client, nonce, statement or grant.
@@ -292,6 +293,65 @@ fn analyze_granted_cached(
     }))
 }
 
+/// What a proposal's analysis is shared by: its statement texts (parameters bind later).
+fn statement_texts(proposal: &Proposal) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for s in &proposal.body.transaction.statements {
+        s.sql.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Analyses under way, by statement texts ([`statement_texts`]): a proposal that misses the
+/// cache leads an analysis or follows the one under way for its texts. A collision of the
+/// 64-bit keys only makes a follower wait for an unrelated analysis, then analyse its own.
+#[derive(Default)]
+struct Flights {
+    under_way: Mutex<HashMap<u64, tokio::sync::watch::Receiver<()>>>,
+}
+
+enum Flight<'a> {
+    /// Analyse; dropping it (done, failed or cancelled) releases the followers.
+    Lead(Lead<'a>),
+    /// Wait for the leader: `changed()` ends when it is done.
+    Follow(tokio::sync::watch::Receiver<()>),
+}
+
+struct Lead<'a> {
+    flights: &'a Flights,
+    key: u64,
+    _done: tokio::sync::watch::Sender<()>,
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        self.flights.map().remove(&self.key);
+    }
+}
+
+impl Flights {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, tokio::sync::watch::Receiver<()>>> {
+        self.under_way
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn join(&self, key: u64) -> Flight<'_> {
+        let mut map = self.map();
+        if let Some(done) = map.get(&key) {
+            return Flight::Follow(done.clone());
+        }
+        let (tx, rx) = tokio::sync::watch::channel(());
+        map.insert(key, rx);
+        Flight::Lead(Lead {
+            flights: self,
+            key,
+            _done: tx,
+        })
+    }
+}
+
 /// The checks of [`check_proposal`] that read the SQL: analysis, then `client`'s grants.
 fn analyze_granted(
     analyzer: &Analyzer,
@@ -442,13 +502,14 @@ impl Default for AdmissionSettings {
 /// One organization's admission: its checks, its nonce windows and its signed verdicts.
 pub struct Admission {
     me: OrgId,
-    key: Arc<SigningKey>,
     network: Arc<NetworkConfig>,
     analyzer: Analyzer,
     nonces: Mutex<HashMap<ClientId, NonceWindow>>,
     settings: AdmissionSettings,
     verifier: Arc<Verifier>,
     offload: Offload,
+    signer: Arc<GroupSigner>,
+    analysing: Flights,
 }
 
 impl fmt::Debug for Admission {
@@ -470,29 +531,23 @@ impl Admission {
         settings: AdmissionSettings,
         verifier: Arc<Verifier>,
     ) -> Admission {
+        let signer = Arc::new(GroupSigner::new(me, key.clone(), verifier.clone()));
         Admission {
             me,
-            key,
             network,
             analyzer,
             nonces: Mutex::new(HashMap::new()),
             settings,
             verifier,
             offload: Offload::per_core(),
+            signer,
+            analysing: Flights::default(),
         }
     }
 
     /// The organization's verifier (its block validation shares it).
     pub fn verifier(&self) -> &Arc<Verifier> {
         &self.verifier
-    }
-
-    /// This organization's own early-abort response, signed through its verifier (which then
-    /// never checks it).
-    fn respond(&self, id: TxId, verdict: Verdict) -> EarlyAbortResponse {
-        EarlyAbortResponse::new_with(id, self.me, verdict, |bytes| {
-            self.verifier.sign(&self.key, bytes)
-        })
     }
 
     /// [`check_proposal`] for a proposal as received.
@@ -550,7 +605,24 @@ impl Admission {
         if let Some(checked) = analyze_granted_cached(&self.analyzer, proposal, client) {
             return checked.map(drop);
         }
-        self.offload
+        // Proposals with the same statement texts that miss the cache together (a burst of
+        // clients meeting a new shape) wait for one analysis instead of each queuing its own:
+        // the queue is bounded, and honest clients must not fill it.
+        let shape = statement_texts(proposal);
+        let leading = match self.analysing.join(shape) {
+            Flight::Lead(lead) => Some(lead),
+            Flight::Follow(mut done) => {
+                // Ends when the leader's analysis does (or the leader goes away).
+                let _ = done.changed().await;
+                if let Some(checked) = analyze_granted_cached(&self.analyzer, proposal, client) {
+                    return checked.map(drop);
+                }
+                // Still not cached (other parameter types, or the analysis failed): its own.
+                None
+            }
+        };
+        let checked = self
+            .offload
             .run_made(|| {
                 let this = self.clone();
                 let proposal = proposal.clone();
@@ -558,7 +630,9 @@ impl Admission {
                 move || analyze_granted(&this.analyzer, &proposal, &client).map(drop)
             })
             .await
-            .map_err(|e| Refusal::unavailable("analysing the proposal", e))?
+            .map_err(|e| Refusal::unavailable("analysing the proposal", e))?;
+        drop(leading);
+        checked
     }
 
     /// Checks that an early-abort batch comes from the organization it names: the nonces of
@@ -610,11 +684,43 @@ impl Admission {
         origin: OrgId,
         in_ledger: bool,
     ) -> EarlyAbortResponse {
-        let verdict = match self.rejection(proposal, id, origin, in_ledger) {
+        let verdict = self.judge(proposal, id, origin, in_ledger);
+        self.signer.sign_alone(id, verdict)
+    }
+
+    /// [`Admission::verdict`], signed with the other responses this organization signs at the
+    /// time ([`GroupSigner`]).
+    pub async fn verdict_grouped(
+        &self,
+        proposal: &Proposal,
+        id: TxId,
+        origin: OrgId,
+        in_ledger: bool,
+    ) -> EarlyAbortResponse {
+        let verdict = self.judge(proposal, id, origin, in_ledger);
+        self.signer.sign(id, verdict).await
+    }
+
+    fn judge(&self, proposal: &Proposal, id: TxId, origin: OrgId, in_ledger: bool) -> Verdict {
+        match self.rejection(proposal, id, origin, in_ledger) {
             None => Verdict::Accept,
             Some(refusal) => Verdict::Reject(refusal.to_string()),
-        };
-        self.respond(id, verdict)
+        }
+    }
+
+    /// [`Admission::verdict`] on each of a batch of proposals asked for by `origin`, signed
+    /// together ([`EarlyAbortResponse::sign_batch`]: one signature for the batch, which every
+    /// organization then checks once). `proposals` are `(proposal, id, in_ledger)`.
+    pub fn verdicts(
+        &self,
+        proposals: &[(&Proposal, TxId, bool)],
+        origin: OrgId,
+    ) -> Vec<EarlyAbortResponse> {
+        let answers = proposals
+            .iter()
+            .map(|(proposal, id, in_ledger)| (*id, self.judge(proposal, *id, origin, *in_ledger)))
+            .collect();
+        self.signer.sign_batch(answers)
     }
 
     fn rejection(
@@ -698,7 +804,7 @@ impl Admission {
     ) -> Result<Vec<EarlyAbortResponse>, Refusal> {
         let policy = &self.network.endorsement;
         let mut accepted: BTreeMap<OrgId, EarlyAbortResponse> = BTreeMap::new();
-        accepted.insert(self.me, self.respond(id, Verdict::Accept));
+        accepted.insert(self.me, self.signer.sign(id, Verdict::Accept).await);
         let first: BTreeSet<OrgId> = policy
             .smallest_combination_with(self.me)
             .unwrap_or_else(|| self.network.orgs.keys().copied().collect());
@@ -846,7 +952,9 @@ impl<L: LocalEndorsing> Endorser for LocalEndorser<L> {
                 .admission(org)
                 .ok_or_else(|| format!("{org} is not in this process"))?;
             let in_ledger = self.orgs.in_ledger(org, id).await?;
-            Ok(admission.verdict(proposal, id, self.origin, in_ledger))
+            Ok(admission
+                .verdict_grouped(proposal, id, self.origin, in_ledger)
+                .await)
         })
     }
 }
@@ -1317,6 +1425,59 @@ mod tests {
         assert!(
             finished_first(proposal(2, &sql)).await,
             "a known shape left the caller's thread"
+        );
+    }
+
+    /// A burst of clients meeting one new statement shape at once, more of them than the
+    /// analysis queue takes, is admitted whole: the proposals wait for one analysis instead of
+    /// each queuing its own (the queue's refusal is for floods of distinct shapes).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_one_new_shape_waits_for_one_analysis_instead_of_filling_the_queue() {
+        let net = network("any-2");
+        let origin = admission(1, &net);
+        let values: Vec<String> = (0..2000).map(|i| i.to_string()).collect();
+        let sql = format!("{UPDATE} AND v IN ({})", values.join(", "));
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let burst = cores * crate::offload::WAITING_PER_PERMIT + 200;
+        // Every analysis permit busy until the whole burst has arrived.
+        let (release, blockers): (Vec<_>, Vec<_>) = (0..cores)
+            .map(|_| {
+                let (release, wait) = std::sync::mpsc::channel::<()>();
+                let origin = origin.clone();
+                let blocker = tokio::spawn(async move {
+                    origin.offload.run(move || wait.recv().unwrap_or(())).await
+                });
+                (release, blocker)
+            })
+            .unzip();
+        let proposals: Vec<Proposal> = (0..burst as u64).map(|n| proposal(n, &sql)).collect();
+        let checks: Vec<_> = proposals
+            .into_iter()
+            .map(|p| {
+                let origin = origin.clone();
+                tokio::spawn(async move { origin.check_submitted(&p).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(release);
+        for blocker in blockers {
+            blocker.await.expect("blocker").expect("blocker ran");
+        }
+        let mut refused = Vec::new();
+        for check in checks {
+            if let Err(e) = check.await.expect("check") {
+                refused.push(e.to_string());
+            }
+        }
+        assert_eq!(
+            refused.len(),
+            0,
+            "{burst} proposals, refused: {:?}",
+            refused.first()
+        );
+        assert!(
+            origin.analysing.map().is_empty(),
+            "an analysis stayed under way"
         );
     }
 

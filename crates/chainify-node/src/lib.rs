@@ -34,6 +34,7 @@ mod node;
 mod offload;
 pub mod pipeline;
 mod port;
+mod signer;
 pub mod transfer;
 pub mod transport;
 

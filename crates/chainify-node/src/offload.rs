@@ -25,7 +25,7 @@ pub struct Offload {
 /// cores, 1 024 analyses of 10 ms wait ~5 s at most). Deep enough for a burst of honest
 /// clients starting with the same new statement. A waiting job holds only its caller's future
 /// ([`Offload::run_made`] builds the job once it has a permit).
-const WAITING_PER_PERMIT: usize = 512;
+pub(crate) const WAITING_PER_PERMIT: usize = 512;
 
 /// Why offloaded work gave no result.
 #[derive(Debug, thiserror::Error)]
