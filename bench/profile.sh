@@ -32,8 +32,11 @@ cargo xtask services start postgres mariadb >&2
 eval "$(cargo xtask services env)"
 
 policy=(--policy any-1)
-[[ "$engines" == *,* ]] && policy=()
-"$CHAINIFY" bench --engines "$engines" "${policy[@]}" --clients 24 --warmup 3 \
+[[ "$engines" == *,* || " $* " == *" --policy "* ]] && policy=()
+# 24 clients unless the options name their own (the bench refuses an option given twice).
+clients=(--clients 24)
+[[ " $* " == *" --clients "* ]] && clients=()
+"$CHAINIFY" bench --engines "$engines" "${policy[@]}" "${clients[@]}" --warmup 3 \
     --duration "$((sampled + 6))" --out "$out/bench" "$@" >"$out/bench.txt" 2>&1 &
 bench=$!
 sleep 4

@@ -31,8 +31,8 @@ use chainify_sql::{AnalysisError, Analyzer, MissingGrant, RejectKind, TxAnalysis
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
+use crate::group::{GroupChecker, GroupSigner};
 use crate::offload::Offload;
-use crate::signer::GroupSigner;
 
 /// Why a proposal is not ordered. Its text is what the client reads (and, for an endorser's
 /// rejection, what the endorser signs), so it names the client, nonce, statement or grant.
@@ -509,6 +509,7 @@ pub struct Admission {
     verifier: Arc<Verifier>,
     offload: Offload,
     signer: Arc<GroupSigner>,
+    checker: Arc<GroupChecker>,
     analysing: Flights,
 }
 
@@ -531,7 +532,8 @@ impl Admission {
         settings: AdmissionSettings,
         verifier: Arc<Verifier>,
     ) -> Admission {
-        let signer = Arc::new(GroupSigner::new(me, key.clone(), verifier.clone()));
+        let signer = Arc::new(GroupSigner::new(me, key, verifier.clone()));
+        let checker = Arc::new(GroupChecker::new(verifier.clone()));
         Admission {
             me,
             network,
@@ -541,6 +543,7 @@ impl Admission {
             verifier,
             offload: Offload::per_core(),
             signer,
+            checker,
             analysing: Flights::default(),
         }
     }
@@ -597,6 +600,7 @@ impl Admission {
     /// signature come first, on the caller's thread: only the network's clients get to queue
     /// analysis work.
     pub async fn check_submitted(self: &Arc<Self>, proposal: &Proposal) -> Result<(), Refusal> {
+        self.warm_client_signature(proposal).await;
         let client = check_envelope(
             &self.network,
             proposal,
@@ -633,6 +637,26 @@ impl Admission {
             .map_err(|e| Refusal::unavailable("analysing the proposal", e))?;
         drop(leading);
         checked
+    }
+
+    /// Checks the client's signature of `proposal` with the others being checked at the time
+    /// ([`GroupChecker`]), so that the single check that follows finds it remembered. The
+    /// single check decides; a proposal too large or from an unknown client is left to it.
+    async fn warm_client_signature(&self, proposal: &Proposal) {
+        let Some(client) = self.network.clients.get(&proposal.body.client) else {
+            return;
+        };
+        let message = proposal.body.encode_canonical();
+        if message.len() > MAX_TRANSACTION_BYTES {
+            return;
+        }
+        self.checker
+            .warm(SignedBytes {
+                key: client.public_key,
+                message,
+                signature: proposal.signature,
+            })
+            .await;
     }
 
     /// Checks that an early-abort batch comes from the organization it names: the nonces of
@@ -697,6 +721,7 @@ impl Admission {
         origin: OrgId,
         in_ledger: bool,
     ) -> EarlyAbortResponse {
+        self.warm_client_signature(proposal).await;
         let verdict = self.judge(proposal, id, origin, in_ledger);
         self.signer.sign(id, verdict).await
     }

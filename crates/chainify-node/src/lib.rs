@@ -28,13 +28,13 @@ mod execution;
 mod fault;
 pub mod feed;
 mod gate;
+mod group;
 pub mod ledger;
 pub mod metrics;
 mod node;
 mod offload;
 pub mod pipeline;
 mod port;
-mod signer;
 pub mod transfer;
 pub mod transport;
 
