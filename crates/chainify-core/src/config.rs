@@ -121,6 +121,12 @@ pub struct NetworkFile {
     /// network trusts every client, organization and orderer.
     #[serde(default)]
     pub signatures: Signatures,
+    /// Whether an organization may sign many early-abort responses with one signature (a
+    /// Merkle tree's root, `chainify_core::batch`). Every organization must read responses
+    /// alike, so it changes with every organization at once, never in a rolling upgrade:
+    /// files that name no value keep single signatures; `chainify init` writes `true`.
+    #[serde(default)]
+    pub response_batches: bool,
 }
 
 /// TLS settings shared by the network.
@@ -336,6 +342,8 @@ pub struct NetworkConfig {
     pub tls_ca: Option<PathBuf>,
     /// Whether proposals, responses, votes and queries are signed and checked.
     pub signatures: Signatures,
+    /// Whether responses signed as a batch count ([`NetworkFile::response_batches`]).
+    pub response_batches: bool,
 }
 
 /// Largest block size accepted (bounds memory per block and the success bitmap).
@@ -597,6 +605,7 @@ impl NetworkFile {
             orgs,
             clients,
             signatures: self.signatures,
+            response_batches: self.response_batches,
         })
     }
 }

@@ -265,20 +265,34 @@ impl EarlyAbortResponse {
         }
     }
 
-    /// `org`'s responses to a batch of proposals, signed together by one call of `sign` (given
-    /// the bytes to sign): a Merkle tree's root when there are two or more ([`crate::batch`]),
-    /// the response itself when there is one.
+    /// `org`'s responses to a batch of proposals, signed together by `sign` (given the bytes to
+    /// sign): a Merkle tree's root for each [`crate::batch::MAX_LEAVES`] of them
+    /// ([`crate::batch`]), the response itself when one is left alone.
     pub fn sign_batch(
         org: OrgId,
         answers: Vec<(TxId, Verdict)>,
-        sign: impl FnOnce(Vec<u8>) -> Signature,
+        mut sign: impl FnMut(Vec<u8>) -> Signature,
+    ) -> Vec<Self> {
+        let mut signed = Vec::with_capacity(answers.len());
+        let mut rest = answers;
+        while !rest.is_empty() {
+            let after = rest.split_off(rest.len().min(crate::batch::MAX_LEAVES));
+            signed.extend(Self::sign_tree(org, rest, &mut sign));
+            rest = after;
+        }
+        signed
+    }
+
+    /// At most [`crate::batch::MAX_LEAVES`] answers under one signature (or one alone).
+    fn sign_tree(
+        org: OrgId,
+        answers: Vec<(TxId, Verdict)>,
+        sign: &mut dyn FnMut(Vec<u8>) -> Signature,
     ) -> Vec<Self> {
         if answers.len() < 2 {
             return answers
                 .into_iter()
-                .next()
-                .map(|(tx_id, verdict)| Self::new_with(tx_id, org, verdict, sign))
-                .into_iter()
+                .map(|(tx_id, verdict)| Self::new_with(tx_id, org, verdict, &mut *sign))
                 .collect();
         }
         let leaves: Vec<Vec<u8>> = answers
@@ -299,28 +313,34 @@ impl EarlyAbortResponse {
             .collect()
     }
 
-    /// The bytes the signature is over: the response's own, or its batch's root message (only
-    /// the proof's lowest `siblings.len()` index bits count; the wire refuses others).
-    pub fn signed_message(&self) -> Vec<u8> {
+    /// The bytes the signature is over: its batch's root message when the network counts
+    /// batches (`batches`, the network file's `response_batches`) and the proof is well formed
+    /// ([`BatchProof::check`]), the response's own otherwise. A network without batches reads a
+    /// response as a node that predates them does (it never sees the proof), so a rolling
+    /// upgrade never splits the organizations.
+    pub fn signed_message(&self, batches: bool) -> Vec<u8> {
         let own = Self::signing_bytes(&self.tx_id, self.org, &self.verdict);
         match &self.batch {
-            None => own,
-            Some(proof) => crate::batch::root_message(self.org, &proof.root(&own)),
+            Some(proof) if batches && proof.check().is_ok() => {
+                crate::batch::root_message(self.org, &proof.root(&own))
+            }
+            _ => own,
         }
     }
 
     /// Checks the organization's signature by RFC 8032 (valid under every rule; a network checks
-    /// [`Self::signed_by`] by its own rule).
+    /// [`Self::signed_by`] by its own rule), with batches counted.
     pub fn verify(&self, org_key: &PublicKey) -> Result<(), CryptoError> {
-        org_key.verify(&self.signed_message(), &self.signature)
+        org_key.verify(&self.signed_message(true), &self.signature)
     }
 
-    /// The organization's signature, to be checked with others. The responses of one batch
-    /// give the same triple: a [`crate::verify::Verifier`] checks it once.
-    pub fn signed_by(&self, org_key: PublicKey) -> SignedBytes {
+    /// The organization's signature, to be checked with others, in a network that counts
+    /// batches or not ([`Self::signed_message`]). The responses of one batch give the same
+    /// triple: a [`crate::verify::Verifier`] checks it once.
+    pub fn signed_by(&self, org_key: PublicKey, batches: bool) -> SignedBytes {
         SignedBytes {
             key: org_key,
-            message: self.signed_message(),
+            message: self.signed_message(batches),
             signature: self.signature,
         }
     }
@@ -650,11 +670,17 @@ mod tests {
         });
         assert_eq!(signings, 1);
         assert_eq!(batch.len(), 5);
-        let triple = batch[0].signed_by(key.public_key());
+        let triple = batch[0].signed_by(key.public_key(), true);
         for (r, (tx_id, verdict)) in batch.iter().zip(&answers) {
             assert_eq!((&r.tx_id, &r.verdict, r.org), (tx_id, verdict, OrgId(2)));
             r.verify(&key.public_key()).unwrap();
-            assert_eq!(r.signed_by(key.public_key()), triple);
+            assert_eq!(r.signed_by(key.public_key(), true), triple);
+            // A network without batches reads only the response's own bytes.
+            assert!(
+                r.signed_by(key.public_key(), false)
+                    .verify(Signatures::Ed25519)
+                    .is_err()
+            );
         }
         // What the signature does not cover: another verdict, transaction, organization or
         // position, or a response without its proof.
@@ -686,6 +712,28 @@ mod tests {
             )]
         );
         assert!(EarlyAbortResponse::sign_batch(OrgId(2), vec![], |b| key.sign(&b)).is_empty());
+    }
+
+    #[test]
+    fn more_answers_than_a_tree_holds_are_signed_as_several_trees() {
+        let (key, _) = SigningKey::generate().unwrap();
+        let n = crate::batch::MAX_LEAVES + 3;
+        let answers: Vec<(TxId, Verdict)> = (0..n as u32)
+            .map(|i| (TxId(Digest::of(&i.to_le_bytes())), Verdict::Accept))
+            .collect();
+        let mut signings = 0;
+        let signed = EarlyAbortResponse::sign_batch(OrgId(1), answers, |b| {
+            signings += 1;
+            key.sign(&b)
+        });
+        assert_eq!((signed.len(), signings), (n, 2));
+        let depth = |r: &EarlyAbortResponse| r.batch.as_ref().map(|p| p.siblings.len());
+        assert_eq!(depth(&signed[0]), Some(crate::batch::MAX_DEPTH));
+        assert_eq!(depth(&signed[n - 1]), Some(2));
+        assert_ne!(signed[0].signature, signed[n - 1].signature);
+        for r in [&signed[0], &signed[n - 4], &signed[n - 3], &signed[n - 1]] {
+            r.verify(&key.public_key()).unwrap();
+        }
     }
 
     #[test]

@@ -91,7 +91,8 @@ impl BlockId {
 }
 
 impl BlockSignatures {
-    /// Gathers them (cheap: encodings, no curve arithmetic).
+    /// Gathers them (encodings and, for a response signed as a batch, at most
+    /// [`crate::batch::MAX_DEPTH`] + 1 hashes: no curve arithmetic).
     pub fn of(block: &TransactionBlock, network: &NetworkConfig) -> BlockSignatures {
         let mut items = Vec::new();
         let mut ends = Vec::with_capacity(block.transactions.len());
@@ -158,7 +159,7 @@ fn gather(chained: &ChainedTransaction, network: &NetworkConfig, items: &mut Vec
         if response.tx_id != id {
             return;
         }
-        items.push(response.signed_by(org.public_key));
+        items.push(response.signed_by(org.public_key, network.response_batches));
         if !responders.insert(response.org) {
             return;
         }
@@ -345,6 +346,62 @@ mod tests {
             transactions: txs,
             orderer_position: 1,
         }
+    }
+
+    /// Organization 2's responses to four transactions, signed as one batch.
+    fn batch_endorsed(first_nonce: u64) -> Vec<ChainedTransaction> {
+        let mut txs: Vec<ChainedTransaction> =
+            (0..4).map(|i| chained(first_nonce + i, &[1])).collect();
+        let answers = txs
+            .iter()
+            .map(|t| (t.proposal.tx_id(), Verdict::Accept))
+            .collect();
+        let signed = EarlyAbortResponse::sign_batch(OrgId(2), answers, |b| org_key(2).sign(&b));
+        for (t, r) in txs.iter_mut().zip(signed) {
+            t.responses.push(r);
+        }
+        txs
+    }
+
+    /// Responses signed as a batch count only in a network whose file says so, and there each
+    /// counts for its own transaction only; a network without batches reads them as a node
+    /// that predates batches does (signed alone, so not signed at all).
+    #[test]
+    fn batch_signed_responses_count_only_where_the_network_counts_batches() {
+        let with = network();
+        assert!(with.response_batches);
+        let without = NetworkConfig {
+            response_batches: false,
+            ..network()
+        };
+        let mut txs = batch_endorsed(10);
+        // A response moved to another transaction of the batch.
+        let moved = txs[1].responses[1].clone();
+        txs[3].responses[1] = EarlyAbortResponse {
+            tx_id: txs[3].proposal.tx_id(),
+            ..moved
+        };
+        let b = block(txs.clone());
+        let ids: Vec<TxId> = txs.iter().map(|t| t.proposal.tx_id()).collect();
+        let out = validate(&b, &with, |_| false);
+        assert_eq!(out[..3], [Ok(ids[0]), Ok(ids[1]), Ok(ids[2])]);
+        assert_eq!(out[3], Err(Invalid::BadResponseSignature(OrgId(2))));
+        let out = validate(&b, &without, |_| false);
+        assert!(
+            out.iter()
+                .all(|o| *o == Err(Invalid::BadResponseSignature(OrgId(2)))),
+            "{out:?}"
+        );
+        // The same verdicts from a verifier that remembers the batch's root and checks the
+        // rest of the block without it.
+        let verifier = Verifier::new(with.signatures);
+        let first = block(txs[..1].to_vec());
+        let _ = BlockSignatures::of(&first, &with).check(&verifier);
+        let verdicts = BlockSignatures::of(&b, &with).check(&verifier);
+        assert_eq!(
+            validate_block(&b, &with, &verdicts, |_| false),
+            validate(&b, &with, |_| false)
+        );
     }
 
     #[test]

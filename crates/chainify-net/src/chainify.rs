@@ -326,6 +326,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                     network: parts.network.network_id.clone(),
                     signatures: parts.network.signatures,
                     verifier: parts.verifier.clone(),
+                    response_batches: parts.network.response_batches,
                 },
                 (org.id, org.public_key),
                 client,
@@ -402,6 +403,8 @@ struct BatchSigner {
     network: chainify_core::NetworkId,
     signatures: Signatures,
     verifier: Arc<Verifier>,
+    /// Whether the peers' responses may be signed as a batch (the network's setting).
+    response_batches: bool,
 }
 
 impl BatchSigner {
@@ -425,13 +428,14 @@ const PREVERIFY_FROM: usize = 16;
 /// with a bad one among them every admission checks its own, and refuses the bad one.
 async fn preverify(
     verifier: &Arc<Verifier>,
-    peer: PublicKey,
+    (peer, batches): (PublicKey, bool),
     responses: &[Result<EarlyAbortResponse, String>],
 ) {
+    // The responses of one signed batch are one triple: checked once.
     let items: Vec<SignedBytes> = responses
         .iter()
         .flatten()
-        .map(|response| response.signed_by(peer))
+        .map(|response| response.signed_by(peer, batches))
         .collect();
     let verifier = verifier.clone();
     // A panic here only leaves the checks to admission.
@@ -497,6 +501,7 @@ async fn endorse_loop(
             jobs.into_iter().map(|j| (j.proposal, j.reply)).unzip();
         let batch = signer.batch(proposals, &ids);
         let verifier = signer.verifier.clone();
+        let batches = signer.response_batches;
         tokio::spawn(async move {
             let _permit = permit;
             let n = batch.proposals.len();
@@ -515,7 +520,7 @@ async fn endorse_loop(
                         })
                         .collect();
                     if responses.len() >= PREVERIFY_FROM {
-                        preverify(&verifier, peer_key, &responses).await;
+                        preverify(&verifier, (peer_key, batches), &responses).await;
                     }
                     for (reply, response) in replies.into_iter().zip(responses) {
                         let _ = reply.send(response);

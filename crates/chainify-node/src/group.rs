@@ -20,6 +20,10 @@ use chainify_core::tx::{EarlyAbortResponse, Verdict};
 use chainify_core::verify::{SignedBytes, Verifier};
 use tokio::sync::oneshot;
 
+/// Most jobs waiting for one group: past it a job is done alone (what a waiting job holds stays
+/// bounded, and no group takes longer than a thousand jobs' work).
+pub(crate) const MAX_GROUP: usize = 1024;
+
 /// Jobs waiting for the task that does them, as a group.
 struct Group<J> {
     /// The waiting jobs, and whether a task is doing the group (or about to).
@@ -39,57 +43,66 @@ impl<J: Send + 'static> Group<J> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `job`, and starts `drain` when no task is doing the group yet.
-    fn join<F>(&self, job: J, drain: impl FnOnce() -> F)
+    /// Queues `job`, and starts `drain` on a task of its own when no task is doing the group
+    /// yet. Gives the job back when the group is full or there is no runtime to start a task
+    /// on: the caller does it alone.
+    fn join<F>(self: &Arc<Self>, job: J, drain: impl FnOnce(Draining<J>) -> F) -> Result<(), J>
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(job);
+        };
         let start = {
             let mut q = self.queue();
+            if q.0.len() >= MAX_GROUP {
+                return Err(job);
+            }
             q.0.push(job);
             !std::mem::replace(&mut q.1, true)
         };
         if start {
-            let drain = drain();
-            tokio::spawn(async move {
+            // Made here and moved into the task: a task dropped before it first runs (its
+            // runtime going away) still reopens the group.
+            let drain = drain(Draining {
+                group: self.clone(),
+                done: false,
+            });
+            runtime.spawn(async move {
                 tokio::task::yield_now().await;
                 drain.await;
             });
         }
+        Ok(())
     }
+}
 
+/// The task doing a group's jobs. Dropped before it is done (a panic, its runtime going away,
+/// dropped before it first ran), it clears the queue and reopens the group: the waiting jobs
+/// see their reply dropped and are done by their callers alone.
+struct Draining<J: Send + 'static> {
+    group: Arc<Group<J>>,
+    /// The queue was found empty and the group reopened.
+    done: bool,
+}
+
+impl<J: Send + 'static> Draining<J> {
     /// The jobs that wait, or `None` (and the group open for a new task) when none does.
-    fn next(&self) -> Option<Vec<J>> {
-        let mut q = self.queue();
+    fn next(&mut self) -> Option<Vec<J>> {
+        let mut q = self.group.queue();
         if q.0.is_empty() {
             q.1 = false;
+            self.done = true;
             return None;
         }
         Some(std::mem::take(&mut q.0))
     }
 }
 
-/// Clears the queue if a drain unwinds or is dropped before it is done (a runtime shutting
-/// down), so that later jobs start a new one: the waiting ones see their reply dropped and
-/// do their work alone.
-struct Draining<'a, J: Send + 'static>(&'a Group<J>, bool);
-
-impl<'a, J: Send + 'static> Draining<'a, J> {
-    fn new(group: &'a Group<J>) -> Self {
-        Draining(group, false)
-    }
-
-    fn next(&mut self) -> Option<Vec<J>> {
-        let next = self.0.next();
-        self.1 = next.is_none();
-        next
-    }
-}
-
-impl<J: Send + 'static> Drop for Draining<'_, J> {
+impl<J: Send + 'static> Drop for Draining<J> {
     fn drop(&mut self) {
-        if !self.1 {
-            let mut q = self.0.queue();
+        if !self.done {
+            let mut q = self.group.queue();
             q.0.clear();
             q.1 = false;
         }
@@ -103,7 +116,9 @@ pub(crate) struct GroupSigner {
     me: OrgId,
     key: Arc<SigningKey>,
     verifier: Arc<Verifier>,
-    group: Group<Answer>,
+    /// Whether the network counts responses signed as a batch; if not, each is signed alone.
+    batches: bool,
+    group: Arc<Group<Answer>>,
 }
 
 impl std::fmt::Debug for GroupSigner {
@@ -116,13 +131,19 @@ impl std::fmt::Debug for GroupSigner {
 
 impl GroupSigner {
     /// Signs as `me` with `key`, through `verifier` (which then never checks its own
-    /// signatures).
-    pub(crate) fn new(me: OrgId, key: Arc<SigningKey>, verifier: Arc<Verifier>) -> GroupSigner {
+    /// signatures); in groups when the network counts batches (`batches`).
+    pub(crate) fn new(
+        me: OrgId,
+        key: Arc<SigningKey>,
+        verifier: Arc<Verifier>,
+        batches: bool,
+    ) -> GroupSigner {
         GroupSigner {
             me,
             key,
             verifier,
-            group: Group::default(),
+            batches,
+            group: Arc::default(),
         }
     }
 
@@ -133,8 +154,14 @@ impl GroupSigner {
         })
     }
 
-    /// `answers` signed as one batch.
+    /// `answers` signed as one batch, or each alone in a network without batches.
     pub(crate) fn sign_batch(&self, answers: Vec<(TxId, Verdict)>) -> Vec<EarlyAbortResponse> {
+        if !self.batches {
+            return answers
+                .into_iter()
+                .map(|(id, verdict)| self.sign_alone(id, verdict))
+                .collect();
+        }
         EarlyAbortResponse::sign_batch(self.me, answers, |bytes| {
             self.verifier.sign(&self.key, bytes)
         })
@@ -142,11 +169,17 @@ impl GroupSigner {
 
     /// This organization's verdict on `id`, signed with the group it joins.
     pub(crate) async fn sign(self: &Arc<Self>, id: TxId, verdict: Verdict) -> EarlyAbortResponse {
+        if !self.batches {
+            return self.sign_alone(id, verdict);
+        }
         let (reply, signed) = oneshot::channel();
-        self.group.join((id, verdict.clone(), reply), || {
+        let joined = self.group.join((id, verdict.clone(), reply), |draining| {
             let this = self.clone();
-            async move { this.drain() }
+            async move { this.drain(draining) }
         });
+        if joined.is_err() {
+            return self.sign_alone(id, verdict);
+        }
         match signed.await {
             Ok(response) => response,
             // The drain failed (or the runtime is going away): sign it here.
@@ -155,11 +188,12 @@ impl GroupSigner {
     }
 
     /// Signs what waits, group by group, until nothing does.
-    fn drain(&self) {
-        let mut draining = Draining::new(&self.group);
+    fn drain(&self, mut draining: Draining<Answer>) {
         while let Some(group) = draining.next() {
+            // A caller that went away needs no signature.
             let (answers, replies): (Vec<_>, Vec<_>) = group
                 .into_iter()
+                .filter(|(_, _, reply)| !reply.is_closed())
                 .map(|(id, verdict, reply)| ((id, verdict), reply))
                 .unzip();
             for (response, reply) in self.sign_batch(answers).into_iter().zip(replies) {
@@ -173,7 +207,7 @@ impl GroupSigner {
 /// Checks clients' signatures in groups, ahead of the single checks (module docs).
 pub(crate) struct GroupChecker {
     verifier: Arc<Verifier>,
-    group: Group<(SignedBytes, oneshot::Sender<()>)>,
+    group: Arc<Group<(SignedBytes, oneshot::Sender<()>)>>,
 }
 
 impl std::fmt::Debug for GroupChecker {
@@ -187,34 +221,48 @@ impl GroupChecker {
     pub(crate) fn new(verifier: Arc<Verifier>) -> GroupChecker {
         GroupChecker {
             verifier,
-            group: Group::default(),
+            group: Arc::default(),
         }
     }
 
     /// Checks `item` with the group it joins and returns once that group is checked: if it
     /// verifies, `verifier` remembers it, and the caller's own check finds it there. Whatever
-    /// the outcome, the caller's own check decides.
+    /// the outcome, the caller's own check decides. Messages over [`MAX_GROUPED_BYTES`], and
+    /// items past a full group, are left to that check alone.
     pub(crate) async fn warm(self: &Arc<Self>, item: SignedBytes) {
-        if self.verifier.remembers_all(std::slice::from_ref(&item)) {
+        if item.message.len() > MAX_GROUPED_BYTES
+            || self.verifier.remembers_all(std::slice::from_ref(&item))
+        {
             return;
         }
         let (reply, checked) = oneshot::channel();
-        self.group.join((item, reply), || {
+        let joined = self.group.join((item, reply), |draining| {
             let this = self.clone();
-            async move { this.drain().await }
+            async move { this.drain(draining).await }
         });
-        let _ = checked.await;
+        if joined.is_ok() {
+            let _ = checked.await;
+        }
     }
 
-    async fn drain(&self) {
-        let mut draining = Draining::new(&self.group);
+    async fn drain(&self, mut draining: Draining<(SignedBytes, oneshot::Sender<()>)>) {
         while let Some(group) = draining.next() {
-            let (items, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+            // A caller that went away needs no check.
+            let (items, replies): (Vec<_>, Vec<_>) = group
+                .into_iter()
+                .filter(|(_, reply)| !reply.is_closed())
+                .unzip();
             if items.len() > 1 {
                 let verifier = self.verifier.clone();
-                // Checked off the async workers: a group of a thousand takes milliseconds. A
-                // failure here leaves the checks to the callers.
-                let _ = tokio::task::spawn_blocking(move || verifier.check_all(&items)).await;
+                // Off the async workers (a group of a thousand takes milliseconds), in batches
+                // of `WARM_BATCH` remembered when they verify and otherwise left to the
+                // callers: a forgery costs its batch once, never a search for it.
+                let _ = tokio::task::spawn_blocking(move || {
+                    for batch in items.chunks(WARM_BATCH) {
+                        verifier.warm(batch);
+                    }
+                })
+                .await;
             }
             for reply in replies {
                 let _ = reply.send(());
@@ -223,17 +271,25 @@ impl GroupChecker {
     }
 }
 
+/// Largest proposal encoding checked in a group: larger ones are checked alone (the time is in
+/// hashing the message then, which batching does not save).
+pub(crate) const MAX_GROUPED_BYTES: usize = 16 * 1024;
+
+/// Signatures per batch of a group's check: a forgery spoils its own batch only.
+const WARM_BATCH: usize = 64;
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chainify_core::Digest;
     use chainify_core::crypto::Signatures;
+    use futures_util::FutureExt;
 
     fn signer() -> (Arc<GroupSigner>, Arc<SigningKey>) {
         let key = Arc::new(SigningKey::from_seed(&[7; 32]));
         let verifier = Arc::new(Verifier::new(Signatures::Ed25519Zip215));
         (
-            Arc::new(GroupSigner::new(OrgId(2), key.clone(), verifier)),
+            Arc::new(GroupSigner::new(OrgId(2), key.clone(), verifier, true)),
             key,
         )
     }
@@ -290,10 +346,10 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn signatures_checked_together_are_remembered_and_a_forgery_among_them_is_not() {
+    async fn signatures_checked_together_are_remembered_and_a_forgery_spoils_only_its_batch() {
         let verifier = Arc::new(Verifier::new(Signatures::Ed25519Zip215));
         let checker = Arc::new(GroupChecker::new(verifier.clone()));
-        let mut items: Vec<SignedBytes> = (0..40).map(client_signed).collect();
+        let mut items: Vec<SignedBytes> = (0..2 * WARM_BATCH as u32).map(client_signed).collect();
         items[17].message.push(b'!');
         let warmed = items.iter().cloned().map(|item| {
             let checker = checker.clone();
@@ -302,15 +358,80 @@ mod tests {
         for task in warmed.collect::<Vec<_>>() {
             task.await.unwrap();
         }
+        // The forgery's batch is left to the single checks; the other batch is remembered.
         for (i, item) in items.iter().enumerate() {
             assert_eq!(
                 verifier.remembers_all(std::slice::from_ref(item)),
-                i != 17,
+                i >= WARM_BATCH,
                 "item {i}"
             );
         }
-        // The forgery is still refused by the caller's own check.
         assert!(verifier.check(&items[17]).is_err());
+        verifier.check(&items[16]).unwrap();
+    }
+
+    #[test]
+    fn a_drain_dropped_before_it_ran_reopens_the_group() {
+        let (signer, key) = signer();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // The caller gives up at once, before the drain task it started first runs; then the
+        // runtime goes away with the task.
+        let gave_up =
+            runtime.block_on(async { signer.sign(id(1), Verdict::Accept).now_or_never() });
+        assert!(gave_up.is_none());
+        drop(runtime);
+        assert_eq!(signer.group.queue().0.len(), 0);
+        assert!(!signer.group.queue().1, "the group stayed closed");
+        let later = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    signer.sign(id(2), Verdict::Accept),
+                )
+                .await
+            })
+            .expect("a later response was signed");
+        later.verify(&key.public_key()).unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn callers_that_give_up_leave_a_bounded_queue_and_are_not_checked() {
+        let verifier = Arc::new(Verifier::new(Signatures::Ed25519Zip215));
+        let checker = Arc::new(GroupChecker::new(verifier.clone()));
+        let items: Vec<SignedBytes> = (0..(MAX_GROUP + 500) as u32).map(client_signed).collect();
+        // Every caller polled once, then dropped, before the drain runs; past a full group
+        // the callers are left to check alone at once.
+        for (i, item) in items.iter().enumerate() {
+            let gave_up = checker.warm(item.clone()).now_or_never().is_none();
+            assert_eq!(gave_up, i < MAX_GROUP, "caller {i}");
+        }
+        assert_eq!(checker.group.queue().0.len(), MAX_GROUP);
+        // The drain checks none of them: nobody waits for the answer.
+        while checker.group.queue().1 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(checker.group.queue().0.is_empty());
+        assert!(
+            items
+                .iter()
+                .all(|i| !verifier.remembers_all(std::slice::from_ref(i)))
+        );
+        // A large message is left to the caller's own check.
+        let key = SigningKey::from_seed(&[3; 32]);
+        let message = vec![7u8; MAX_GROUPED_BYTES + 1];
+        let large = SignedBytes {
+            key: key.public_key(),
+            signature: key.sign(&message),
+            message,
+        };
+        checker.warm(large.clone()).await;
+        assert!(!verifier.remembers_all(&[large]));
     }
 
     #[tokio::test(flavor = "current_thread")]

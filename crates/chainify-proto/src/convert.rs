@@ -219,34 +219,31 @@ impl TryFrom<pb::EarlyAbortResponse> for EarlyAbortResponse {
             org: org_id(r.org_id, "org_id")?,
             verdict,
             signature: signature(&r.signature, "signature")?,
-            batch: r.batch.map(batch_proof).transpose()?,
+            batch: r.batch.map(batch_proof),
         })
     }
 }
 
-/// A received batch proof: 32-byte siblings, a shape [`BatchProof::check`] accepts (one
-/// encoding per response: no index bits beyond the tree's depth).
-fn batch_proof(p: pb::BatchProof) -> Result<BatchProof, ProtocolError> {
-    if p.siblings.len() > MAX_DEPTH {
-        return Err(ProtocolError::new(
-            "batch.siblings",
-            format!("{} siblings; at most {MAX_DEPTH}", p.siblings.len()),
-        ));
-    }
-    let siblings = p
-        .siblings
-        .iter()
-        .enumerate()
-        .map(|(i, s)| digest(s, &format!("batch.siblings[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let proof = BatchProof {
+/// A received batch proof. Never refused: a node that predates batches ignores the field, so
+/// refusing a malformed proof here (a Kafka entry dropped by some consumers and not others)
+/// would split a network in a rolling upgrade. A proof that is not 1 to `MAX_DEPTH` siblings of
+/// 32 bytes is kept as one without siblings; every proof that fails [`BatchProof::check`] (no
+/// siblings, an index beyond its tree) leaves the response read as signed alone
+/// (`EarlyAbortResponse::signed_message`), as such a node reads it.
+fn batch_proof(p: pb::BatchProof) -> BatchProof {
+    let siblings = if p.siblings.len() <= MAX_DEPTH {
+        p.siblings
+            .iter()
+            .map(|s| Digest::try_from(s.as_slice()))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    BatchProof {
         index: p.index,
         siblings,
-    };
-    proof
-        .check()
-        .map_err(|e| ProtocolError::new("batch", e.to_string()))?;
-    Ok(proof)
+    }
 }
 
 impl TryFrom<pb::ChainedTransaction> for ChainedTransaction {
@@ -575,40 +572,34 @@ mod tests {
         EarlyAbortResponse::sign_batch(OrgId(3), answers, |bytes| key().sign(&bytes))
     }
 
+    /// Malformed proofs are never refused (a node that predates batches ignores the field):
+    /// the response reads as signed alone, so its batch signature does not count.
     #[test]
-    fn malformed_batch_proofs_name_the_field() {
-        let wire = pb::EarlyAbortResponse::from(&batched(&proposal())[1]);
+    fn malformed_batch_proofs_leave_the_response_read_as_signed_alone() {
+        let response = batched(&proposal())[1].clone();
+        let wire = pb::EarlyAbortResponse::from(&response);
         assert_eq!(wire.batch.as_ref().map(|b| b.siblings.len()), Some(2));
+        response.verify(&key().public_key()).unwrap();
         let cases = [
-            (
-                with(&wire, |r| {
-                    r.batch.as_mut().unwrap().siblings[1]
-                        .pop()
-                        .map(drop)
-                        .unwrap()
-                }),
-                "batch.siblings[1]: expected a 32-byte SHA-256 digest, got 31 bytes",
-            ),
-            (
-                with(&wire, |r| r.batch.as_mut().unwrap().siblings.clear()),
-                "batch: a batch proof needs at least one sibling; a single response is signed alone",
-            ),
-            (
-                with(&wire, |r| r.batch.as_mut().unwrap().index = 4),
-                "batch: index 4 is outside a tree of 4 leaves",
-            ),
-            (
-                with(&wire, |r| {
-                    r.batch.as_mut().unwrap().siblings = vec![vec![0; 32]; MAX_DEPTH + 1];
-                }),
-                "batch.siblings: 21 siblings; at most 20",
-            ),
+            with(&wire, |r| {
+                r.batch.as_mut().unwrap().siblings[1].pop();
+            }),
+            with(&wire, |r| r.batch.as_mut().unwrap().siblings.clear()),
+            with(&wire, |r| r.batch.as_mut().unwrap().index = 4),
+            with(&wire, |r| {
+                r.batch.as_mut().unwrap().siblings = vec![vec![0; 32]; MAX_DEPTH + 1];
+            }),
         ];
-        for (malformed, expected) in cases {
-            assert_eq!(
-                error::<EarlyAbortResponse, _>(malformed).to_string(),
-                expected
+        let alone =
+            EarlyAbortResponse::signing_bytes(&response.tx_id, response.org, &response.verdict);
+        for (i, malformed) in cases.into_iter().enumerate() {
+            let read = EarlyAbortResponse::try_from(malformed).expect("never refused");
+            assert!(
+                read.batch.as_ref().is_some_and(|p| p.check().is_err()),
+                "case {i}"
             );
+            assert_eq!(read.signed_message(true), alone, "case {i}");
+            assert!(read.verify(&key().public_key()).is_err(), "case {i}");
         }
     }
 

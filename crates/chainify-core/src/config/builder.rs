@@ -116,6 +116,7 @@ impl NetworkBuilder {
                 tables: Vec::new(),
                 tls: None,
                 signatures: Signatures::Ed25519Zip215,
+                response_batches: true,
             },
             ports,
         }
@@ -165,6 +166,12 @@ impl NetworkBuilder {
     /// The signature rule, or off (default: `ed25519-zip215`).
     pub fn signatures(mut self, signatures: Signatures) -> Self {
         self.file.signatures = signatures;
+        self
+    }
+
+    /// Whether responses may be signed as batches (default: yes).
+    pub fn response_batches(mut self, on: bool) -> Self {
+        self.file.response_batches = on;
         self
     }
 
