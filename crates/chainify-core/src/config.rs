@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::crypto::{PublicKey, Signatures};
 use crate::policy::{AgreementPolicy, PolicySpec};
-use crate::{ClientId, NetworkId, OrgId};
+use crate::{BlockNumber, ClientId, NetworkId, OrgId};
 
 mod builder;
 
@@ -121,12 +121,13 @@ pub struct NetworkFile {
     /// network trusts every client, organization and orderer.
     #[serde(default)]
     pub signatures: Signatures,
-    /// Whether an organization may sign many early-abort responses with one signature (a
-    /// Merkle tree's root, `chainify_core::batch`). Every organization must read responses
-    /// alike, so it changes with every organization at once, never in a rolling upgrade:
-    /// files that name no value keep single signatures; `chainify init` writes `true`.
-    #[serde(default)]
-    pub response_batches: bool,
+    /// From which block on an early-abort response may be signed with others under one
+    /// signature (a Merkle tree's root, `chainify_core::batch`). A block's responses are read
+    /// by the rule of its number, so every organization, now or replaying, reads a block
+    /// alike: set it to a height the network has not reached, in every organization's copy.
+    /// Files that name none keep single signatures; `chainify init` writes 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_batches_from: Option<u64>,
 }
 
 /// TLS settings shared by the network.
@@ -342,8 +343,9 @@ pub struct NetworkConfig {
     pub tls_ca: Option<PathBuf>,
     /// Whether proposals, responses, votes and queries are signed and checked.
     pub signatures: Signatures,
-    /// Whether responses signed as a batch count ([`NetworkFile::response_batches`]).
-    pub response_batches: bool,
+    /// The first block whose responses may be signed as a batch
+    /// ([`NetworkFile::response_batches_from`]).
+    pub response_batches_from: Option<u64>,
 }
 
 /// Largest block size accepted (bounds memory per block and the success bitmap).
@@ -407,6 +409,12 @@ impl NetworkConfig {
     /// Parses and validates network TOML; `path` is used in messages only.
     pub fn from_toml(text: &str, path: &Path) -> Result<NetworkConfig, ConfigError> {
         parse::<NetworkFile>(path, text)?.validate(path)
+    }
+
+    /// Whether responses of block `block` may be signed as a batch.
+    pub fn batches_at(&self, block: BlockNumber) -> bool {
+        self.response_batches_from
+            .is_some_and(|from| block.0 >= from)
     }
 }
 
@@ -477,6 +485,13 @@ impl NetworkFile {
             Some(p) => policy("endorsement_policy", p)?,
             None => agreement.clone(),
         };
+        if self.response_batches_from == Some(0) {
+            return Err(c.err(
+                "response_batches_from",
+                0,
+                "must be a block number, 1 or more",
+            ));
+        }
         if self.block.max_block_txs == 0 || self.block.max_block_txs > MAX_BLOCK_TXS {
             return Err(c.err(
                 "block.max_block_txs",
@@ -605,7 +620,7 @@ impl NetworkFile {
             orgs,
             clients,
             signatures: self.signatures,
-            response_batches: self.response_batches,
+            response_batches_from: self.response_batches_from,
         })
     }
 }

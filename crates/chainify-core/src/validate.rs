@@ -96,9 +96,12 @@ impl BlockSignatures {
     pub fn of(block: &TransactionBlock, network: &NetworkConfig) -> BlockSignatures {
         let mut items = Vec::new();
         let mut ends = Vec::with_capacity(block.transactions.len());
+        // A block's responses are read by the rule of its number, at every organization and
+        // on every replay alike.
+        let batches = network.batches_at(block.number);
         for chained in &block.transactions {
             if block.network == network.network_id {
-                gather(chained, network, &mut items);
+                gather(chained, network, batches, &mut items);
             }
             ends.push(items.len());
         }
@@ -141,7 +144,12 @@ impl BlockSignatures {
     }
 }
 
-fn gather(chained: &ChainedTransaction, network: &NetworkConfig, items: &mut Vec<SignedBytes>) {
+fn gather(
+    chained: &ChainedTransaction,
+    network: &NetworkConfig,
+    batches: bool,
+    items: &mut Vec<SignedBytes>,
+) {
     let proposal = &chained.proposal;
     if proposal.body.network != network.network_id {
         return;
@@ -159,7 +167,7 @@ fn gather(chained: &ChainedTransaction, network: &NetworkConfig, items: &mut Vec
         if response.tx_id != id {
             return;
         }
-        items.push(response.signed_by(org.public_key, network.response_batches));
+        items.push(response.signed_by(org.public_key, batches));
         if !responders.insert(response.org) {
             return;
         }
@@ -363,16 +371,19 @@ mod tests {
         txs
     }
 
-    /// Responses signed as a batch count only in a network whose file says so, and there each
-    /// counts for its own transaction only; a network without batches reads them as a node
-    /// that predates batches does (signed alone, so not signed at all).
+    /// Responses signed as a batch count from the network file's `response_batches_from` on,
+    /// by the block's number: every organization, now or replaying, reads a block alike. Before
+    /// it a response reads as a node that predates batches reads it (signed alone: a proof is
+    /// ignored), from it a proof counts, and each response counts for its own transaction only.
     #[test]
-    fn batch_signed_responses_count_only_where_the_network_counts_batches() {
-        let with = network();
-        assert!(with.response_batches);
-        let without = NetworkConfig {
-            response_batches: false,
+    fn batch_signed_responses_count_from_the_networks_height_on() {
+        let n = NetworkConfig {
+            response_batches_from: Some(5),
             ..network()
+        };
+        let at = |txs: &[ChainedTransaction], number: u64| TransactionBlock {
+            number: BlockNumber(number),
+            ..block(txs.to_vec())
         };
         let mut txs = batch_endorsed(10);
         // A response moved to another transaction of the batch.
@@ -381,27 +392,46 @@ mod tests {
             tx_id: txs[3].proposal.tx_id(),
             ..moved
         };
-        let b = block(txs.clone());
+        // A response signed alone, with a well-formed proof attached by someone else.
+        let mut junk = chained(20, &[1, 2]);
+        junk.responses[1].batch = Some(crate::batch::BatchProof {
+            index: 0,
+            siblings: vec![crate::Digest::of(b"junk")],
+        });
+        txs.push(junk);
         let ids: Vec<TxId> = txs.iter().map(|t| t.proposal.tx_id()).collect();
-        let out = validate(&b, &with, |_| false);
-        assert_eq!(out[..3], [Ok(ids[0]), Ok(ids[1]), Ok(ids[2])]);
-        assert_eq!(out[3], Err(Invalid::BadResponseSignature(OrgId(2))));
-        let out = validate(&b, &without, |_| false);
-        assert!(
-            out.iter()
-                .all(|o| *o == Err(Invalid::BadResponseSignature(OrgId(2)))),
-            "{out:?}"
+        let bad = Err(Invalid::BadResponseSignature(OrgId(2)));
+        assert_eq!(
+            validate(&at(&txs, 4), &n, |_| false),
+            [
+                bad.clone(),
+                bad.clone(),
+                bad.clone(),
+                bad.clone(),
+                Ok(ids[4])
+            ]
+        );
+        let from = validate(&at(&txs, 5), &n, |_| false);
+        assert_eq!(
+            from,
+            [Ok(ids[0]), Ok(ids[1]), Ok(ids[2]), bad.clone(), bad.clone()]
+        );
+        // A network without the setting never counts a proof.
+        let never = NetworkConfig {
+            response_batches_from: None,
+            ..network()
+        };
+        assert_eq!(
+            validate(&at(&txs, 9), &never, |_| false),
+            validate(&at(&txs, 4), &n, |_| false)
         );
         // The same verdicts from a verifier that remembers the batch's root and checks the
         // rest of the block without it.
-        let verifier = Verifier::new(with.signatures);
-        let first = block(txs[..1].to_vec());
-        let _ = BlockSignatures::of(&first, &with).check(&verifier);
-        let verdicts = BlockSignatures::of(&b, &with).check(&verifier);
-        assert_eq!(
-            validate_block(&b, &with, &verdicts, |_| false),
-            validate(&b, &with, |_| false)
-        );
+        let verifier = Verifier::new(n.signatures);
+        let _ = BlockSignatures::of(&at(&txs[..1], 5), &n).check(&verifier);
+        let b = at(&txs, 5);
+        let verdicts = BlockSignatures::of(&b, &n).check(&verifier);
+        assert_eq!(validate_block(&b, &n, &verdicts, |_| false), from);
     }
 
     #[test]

@@ -326,7 +326,8 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                     network: parts.network.network_id.clone(),
                     signatures: parts.network.signatures,
                     verifier: parts.verifier.clone(),
-                    response_batches: parts.network.response_batches,
+                    // A warm-up only: admission's own check decides by the height.
+                    response_batches: parts.network.response_batches_from.is_some(),
                 },
                 (org.id, org.public_key),
                 client,
@@ -340,6 +341,10 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
         let outcomes = Arc::new(Outcomes::new(settings.recent_outcomes));
         let feed = parts.commits;
         let from = parts.status.borrow().next_block;
+        tokio::spawn(follow_height(
+            parts.status.clone(),
+            Arc::downgrade(&admission),
+        ));
         tokio::spawn(follow_commits(
             feed.subscribe(from),
             Arc::downgrade(&outcomes),
@@ -374,6 +379,24 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 settings,
             }),
         })
+    }
+}
+
+/// Tells admission the ledger's height as it grows: it signs responses as a batch once the
+/// network counts batches at that height.
+async fn follow_height(
+    mut status: watch::Receiver<NodeStatus>,
+    admission: std::sync::Weak<Admission>,
+) {
+    loop {
+        let next = status.borrow_and_update().next_block;
+        match admission.upgrade() {
+            Some(admission) => admission.set_height(next.0),
+            None => return,
+        }
+        if status.changed().await.is_err() {
+            return;
+        }
     }
 }
 

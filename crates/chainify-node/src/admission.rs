@@ -26,7 +26,7 @@ use chainify_core::tx::{
     EarlyAbortBatch, EarlyAbortResponse, MAX_TRANSACTION_BYTES, Proposal, Verdict,
 };
 use chainify_core::verify::{SignedBytes, Verifier};
-use chainify_core::{ClientId, OrgId, TxId};
+use chainify_core::{BlockNumber, ClientId, OrgId, TxId};
 use chainify_sql::{AnalysisError, Analyzer, MissingGrant, RejectKind, TxAnalysis};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -519,6 +519,8 @@ pub struct Admission {
     signer: Arc<GroupSigner>,
     checker: Arc<GroupChecker>,
     analysing: Flights,
+    /// The next block of this organization's ledger, as last told ([`Admission::set_height`]).
+    height: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for Admission {
@@ -540,11 +542,13 @@ impl Admission {
         settings: AdmissionSettings,
         verifier: Arc<Verifier>,
     ) -> Admission {
+        // Until told the ledger's height (`set_height`), batches only in a network that counts
+        // them from its first block.
         let signer = Arc::new(GroupSigner::new(
             me,
             key,
             verifier.clone(),
-            network.response_batches,
+            network.batches_at(BlockNumber(1)),
         ));
         let checker = Arc::new(GroupChecker::new(verifier.clone()));
         Admission {
@@ -558,7 +562,23 @@ impl Admission {
             signer,
             checker,
             analysing: Flights::default(),
+            height: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Tells admission the next block this organization's ledger expects: responses are
+    /// signed as a batch once the network counts batches from that height on (a response
+    /// signed now is ordered in that block or a later one).
+    pub fn set_height(&self, next_block: u64) {
+        self.height
+            .store(next_block, std::sync::atomic::Ordering::Relaxed);
+        self.signer.set_batches(self.batches_now());
+    }
+
+    /// Whether a response signed now may be a batch's ([`Admission::set_height`]).
+    fn batches_now(&self) -> bool {
+        let height = self.height.load(std::sync::atomic::Ordering::Relaxed);
+        self.network.batches_at(BlockNumber(height.max(1)))
     }
 
     /// The organization's verifier (its block validation shares it).
@@ -925,7 +945,7 @@ impl Admission {
             .ok_or_else(|| failed("not in the network".into(), false))?;
         let signed = self
             .verifier
-            .check(&response.signed_by(key, self.network.response_batches));
+            .check(&response.signed_by(key, self.batches_now()));
         if response.org != org || response.tx_id != id || signed.is_err() {
             return Err(failed(
                 "answered with a response that is not its signed verdict on this proposal".into(),
@@ -1480,6 +1500,32 @@ mod tests {
     /// A burst of clients meeting one new statement shape at once, more of them than the
     /// analysis queue takes, is admitted whole: the proposals wait for one analysis instead of
     /// each queuing its own (the queue's refusal is for floods of distinct shapes).
+    /// An endorser signs a batch under one signature only once its ledger has reached the
+    /// height from which the network counts batches: before, each response alone (what it signs
+    /// is ordered in a block at least that high).
+    #[test]
+    fn responses_are_signed_as_a_batch_only_from_the_networks_height_on() {
+        let net = Arc::new(NetworkConfig {
+            response_batches_from: Some(5),
+            ..(*network("any-2")).clone()
+        });
+        let endorser = admission(2, &net);
+        let proposals = [proposal(1, UPDATE), proposal(2, UPDATE)];
+        let asked: Vec<(&Proposal, TxId, bool)> =
+            proposals.iter().map(|p| (p, p.tx_id(), false)).collect();
+        let proofs = |responses: Vec<EarlyAbortResponse>| -> Vec<bool> {
+            responses.iter().map(|r| r.batch.is_some()).collect()
+        };
+        assert_eq!(proofs(endorser.verdicts(&asked, OrgId(1))), [false, false]);
+        endorser.set_height(4);
+        assert_eq!(proofs(endorser.verdicts(&asked, OrgId(1))), [false, false]);
+        endorser.set_height(5);
+        let batch = endorser.verdicts(&asked, OrgId(1));
+        assert_eq!(proofs(batch.clone()), [true, true]);
+        assert_eq!(batch[0].signature, batch[1].signature);
+        assert!(batch.iter().all(|r| r.verdict == Verdict::Accept));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_burst_of_one_new_shape_waits_for_one_analysis_instead_of_filling_the_queue() {
         let (refused, _) = burst_of_one_new_shape(false).await;

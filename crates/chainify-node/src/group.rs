@@ -116,8 +116,9 @@ pub(crate) struct GroupSigner {
     me: OrgId,
     key: Arc<SigningKey>,
     verifier: Arc<Verifier>,
-    /// Whether the network counts responses signed as a batch; if not, each is signed alone.
-    batches: bool,
+    /// Whether the blocks to come count responses signed as a batch; if not, each is signed
+    /// alone ([`Admission::set_height`](crate::admission::Admission::set_height)).
+    batches: std::sync::atomic::AtomicBool,
     group: Arc<Group<Answer>>,
 }
 
@@ -142,7 +143,7 @@ impl GroupSigner {
             me,
             key,
             verifier,
-            batches,
+            batches: std::sync::atomic::AtomicBool::new(batches),
             group: Arc::default(),
         }
     }
@@ -154,9 +155,18 @@ impl GroupSigner {
         })
     }
 
-    /// `answers` signed as one batch, or each alone in a network without batches.
+    /// Whether responses are signed in batches from now on.
+    pub(crate) fn set_batches(&self, on: bool) {
+        self.batches.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn batches(&self) -> bool {
+        self.batches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `answers` signed as one batch, or each alone while batches do not count.
     pub(crate) fn sign_batch(&self, answers: Vec<(TxId, Verdict)>) -> Vec<EarlyAbortResponse> {
-        if !self.batches {
+        if !self.batches() {
             return answers
                 .into_iter()
                 .map(|(id, verdict)| self.sign_alone(id, verdict))
@@ -169,13 +179,13 @@ impl GroupSigner {
 
     /// This organization's verdict on `id`, signed with the group it joins.
     pub(crate) async fn sign(self: &Arc<Self>, id: TxId, verdict: Verdict) -> EarlyAbortResponse {
-        if !self.batches {
+        if !self.batches() {
             return self.sign_alone(id, verdict);
         }
         let (reply, signed) = oneshot::channel();
         let joined = self.group.join((id, verdict.clone(), reply), |draining| {
             let this = self.clone();
-            async move { this.drain(draining) }
+            async move { this.drain(draining).await }
         });
         if joined.is_err() {
             return self.sign_alone(id, verdict);
@@ -188,7 +198,7 @@ impl GroupSigner {
     }
 
     /// Signs what waits, group by group, until nothing does.
-    fn drain(&self, mut draining: Draining<Answer>) {
+    async fn drain(&self, mut draining: Draining<Answer>) {
         while let Some(group) = draining.next() {
             // A caller that went away needs no signature.
             let (answers, replies): (Vec<_>, Vec<_>) = group
@@ -200,6 +210,8 @@ impl GroupSigner {
                 // A caller that went away needs no answer.
                 let _ = reply.send(response);
             }
+            // The callers just answered run before the next group is signed.
+            tokio::task::yield_now().await;
         }
     }
 }

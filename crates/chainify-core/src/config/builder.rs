@@ -116,7 +116,7 @@ impl NetworkBuilder {
                 tables: Vec::new(),
                 tls: None,
                 signatures: Signatures::Ed25519Zip215,
-                response_batches: true,
+                response_batches_from: Some(1),
             },
             ports,
         }
@@ -169,9 +169,9 @@ impl NetworkBuilder {
         self
     }
 
-    /// Whether responses may be signed as batches (default: yes).
-    pub fn response_batches(mut self, on: bool) -> Self {
-        self.file.response_batches = on;
+    /// From which block responses may be signed as batches (default: 1; `None`: never).
+    pub fn response_batches_from(mut self, from: Option<u64>) -> Self {
+        self.file.response_batches_from = from;
         self
     }
 
