@@ -943,9 +943,10 @@ impl Admission {
             .get(&org)
             .map(|o| o.public_key)
             .ok_or_else(|| failed("not in the network".into(), false))?;
-        let signed = self
-            .verifier
-            .check(&response.signed_by(key, self.batches_now()));
+        // A peer signs batches only once its ledger is at the height from which they count, so
+        // what it endorses now is ordered where its batch counts: a lagging origin accepts it.
+        let batches = self.network.response_batches_from.is_some();
+        let signed = self.verifier.check(&response.signed_by(key, batches));
         if response.org != org || response.tx_id != id || signed.is_err() {
             return Err(failed(
                 "answered with a response that is not its signed verdict on this proposal".into(),
