@@ -411,6 +411,12 @@ impl NetworkConfig {
         parse::<NetworkFile>(path, text)?.validate(path)
     }
 
+    /// Whether responses signed as a batch count from some block on: an origin accepts a
+    /// peer's batch, since a peer batches only from that block ([`Self::batches_at`]).
+    pub fn counts_batches(&self) -> bool {
+        self.response_batches_from.is_some()
+    }
+
     /// Whether responses of block `block` may be signed as a batch.
     pub fn batches_at(&self, block: BlockNumber) -> bool {
         self.response_batches_from

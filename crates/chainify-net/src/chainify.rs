@@ -326,8 +326,8 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                     network: parts.network.network_id.clone(),
                     signatures: parts.network.signatures,
                     verifier: parts.verifier.clone(),
-                    // A warm-up only: admission's own check decides by the height.
-                    response_batches: parts.network.response_batches_from.is_some(),
+                    // As admission's own check of the answers reads them.
+                    response_batches: parts.network.counts_batches(),
                 },
                 (org.id, org.public_key),
                 client,

@@ -256,10 +256,24 @@ fn check_envelope<'n>(
     proposal: &Proposal,
     signature: ClientSignature<'_>,
 ) -> Result<&'n ClientInfo, Refusal> {
+    check_encoded_envelope(
+        network,
+        proposal,
+        proposal.body.encode_canonical(),
+        signature,
+    )
+}
+
+/// [`check_envelope`] of a proposal whose body encodes to `signed` (the encoding the signature
+/// covers).
+fn check_encoded_envelope<'n>(
+    network: &'n NetworkConfig,
+    proposal: &Proposal,
+    signed: Vec<u8>,
+    signature: ClientSignature<'_>,
+) -> Result<&'n ClientInfo, Refusal> {
     // First, before any signature or analysis work; the same at every organization, so a
     // block holding such a transaction (a client and an orderer colluding) fails it alike.
-    // The encoding is the one the signature covers.
-    let signed = proposal.body.encode_canonical();
     let size = signed.len();
     if size > MAX_TRANSACTION_BYTES {
         return Err(Refusal::Invalid(AnalysisError {
@@ -519,8 +533,6 @@ pub struct Admission {
     signer: Arc<GroupSigner>,
     checker: Arc<GroupChecker>,
     analysing: Flights,
-    /// The next block of this organization's ledger, as last told ([`Admission::set_height`]).
-    height: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for Admission {
@@ -562,7 +574,6 @@ impl Admission {
             signer,
             checker,
             analysing: Flights::default(),
-            height: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -570,15 +581,8 @@ impl Admission {
     /// signed as a batch once the network counts batches from that height on (a response
     /// signed now is ordered in that block or a later one).
     pub fn set_height(&self, next_block: u64) {
-        self.height
-            .store(next_block, std::sync::atomic::Ordering::Relaxed);
-        self.signer.set_batches(self.batches_now());
-    }
-
-    /// Whether a response signed now may be a batch's ([`Admission::set_height`]).
-    fn batches_now(&self) -> bool {
-        let height = self.height.load(std::sync::atomic::Ordering::Relaxed);
-        self.network.batches_at(BlockNumber(height.max(1)))
+        self.signer
+            .set_batches(self.network.batches_at(BlockNumber(next_block.max(1))));
     }
 
     /// The organization's verifier (its block validation shares it).
@@ -633,10 +637,11 @@ impl Admission {
     /// signature come first, on the caller's thread: only the network's clients get to queue
     /// analysis work.
     pub async fn check_submitted(self: &Arc<Self>, proposal: &Proposal) -> Result<(), Refusal> {
-        self.warm_client_signature(proposal).await;
-        let client = check_envelope(
+        let signed = self.warm_client_signature(proposal).await;
+        let client = check_encoded_envelope(
             &self.network,
             proposal,
+            signed,
             ClientSignature::Verify(&self.verifier),
         )?;
         if let Some(checked) = analyze_granted_cached(&self.analyzer, proposal, client) {
@@ -682,23 +687,30 @@ impl Admission {
     }
 
     /// Checks the client's signature of `proposal` with the others being checked at the time
-    /// ([`GroupChecker`]), so that the single check that follows finds it remembered. The
-    /// single check decides; a proposal too large or from an unknown client is left to it.
-    async fn warm_client_signature(&self, proposal: &Proposal) {
-        let Some(client) = self.network.clients.get(&proposal.body.client) else {
-            return;
-        };
+    /// ([`GroupChecker`]), so that the single check that follows finds it remembered, and
+    /// returns the body's encoding for that check. The single check decides; a proposal too
+    /// large or from an unknown client is left to it.
+    async fn warm_client_signature(&self, proposal: &Proposal) -> Vec<u8> {
         let message = proposal.body.encode_canonical();
+        let Some(client) = self.network.clients.get(&proposal.body.client) else {
+            return message;
+        };
         if message.len() > MAX_TRANSACTION_BYTES {
-            return;
+            return message;
         }
-        self.checker
+        let warmed = self
+            .checker
             .warm(SignedBytes {
                 key: client.public_key,
                 message,
                 signature: proposal.signature,
             })
             .await;
+        match warmed {
+            Some(item) => item.message,
+            // The group's task failed and took the bytes with it.
+            None => proposal.body.encode_canonical(),
+        }
     }
 
     /// Checks that an early-abort batch comes from the organization it names: the nonces of
@@ -763,7 +775,8 @@ impl Admission {
         origin: OrgId,
         in_ledger: bool,
     ) -> EarlyAbortResponse {
-        self.warm_client_signature(proposal).await;
+        // The encoding is made again by the checks (shared with `verdict`); in process only.
+        let _ = self.warm_client_signature(proposal).await;
         let verdict = self.judge(proposal, id, origin, in_ledger);
         self.signer.sign(id, verdict).await
     }
@@ -945,8 +958,9 @@ impl Admission {
             .ok_or_else(|| failed("not in the network".into(), false))?;
         // A peer signs batches only once its ledger is at the height from which they count, so
         // what it endorses now is ordered where its batch counts: a lagging origin accepts it.
-        let batches = self.network.response_batches_from.is_some();
-        let signed = self.verifier.check(&response.signed_by(key, batches));
+        let signed = self
+            .verifier
+            .check(&response.signed_by(key, self.network.counts_batches()));
         if response.org != org || response.tx_id != id || signed.is_err() {
             return Err(failed(
                 "answered with a response that is not its signed verdict on this proposal".into(),
@@ -1498,9 +1512,6 @@ mod tests {
         );
     }
 
-    /// A burst of clients meeting one new statement shape at once, more of them than the
-    /// analysis queue takes, is admitted whole: the proposals wait for one analysis instead of
-    /// each queuing its own (the queue's refusal is for floods of distinct shapes).
     /// An endorser signs a batch under one signature only once its ledger has reached the
     /// height from which the network counts batches: before, each response alone (what it signs
     /// is ordered in a block at least that high).
@@ -1527,6 +1538,9 @@ mod tests {
         assert!(batch.iter().all(|r| r.verdict == Verdict::Accept));
     }
 
+    /// A burst of clients meeting one new statement shape at once, more of them than the
+    /// analysis queue takes, is admitted whole: the proposals wait for one analysis instead of
+    /// each queuing its own (the queue's refusal is for floods of distinct shapes).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_burst_of_one_new_shape_waits_for_one_analysis_instead_of_filling_the_queue() {
         let (refused, _) = burst_of_one_new_shape(false).await;

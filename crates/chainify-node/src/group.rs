@@ -219,7 +219,7 @@ impl GroupSigner {
 /// Checks clients' signatures in groups, ahead of the single checks (module docs).
 pub(crate) struct GroupChecker {
     verifier: Arc<Verifier>,
-    group: Arc<Group<(SignedBytes, oneshot::Sender<()>)>>,
+    group: Arc<Group<Warming>>,
 }
 
 impl std::fmt::Debug for GroupChecker {
@@ -240,48 +240,59 @@ impl GroupChecker {
     /// Checks `item` with the group it joins and returns once that group is checked: if it
     /// verifies, `verifier` remembers it, and the caller's own check finds it there. Whatever
     /// the outcome, the caller's own check decides. Messages over [`MAX_GROUPED_BYTES`], and
-    /// items past a full group, are left to that check alone.
-    pub(crate) async fn warm(self: &Arc<Self>, item: SignedBytes) {
+    /// items past a full group, are left to that check alone. Gives `item` back for that check
+    /// (the caller encodes the message once), or `None` if the group's task failed.
+    pub(crate) async fn warm(self: &Arc<Self>, item: SignedBytes) -> Option<SignedBytes> {
         if item.message.len() > MAX_GROUPED_BYTES
             || self.verifier.remembers_all(std::slice::from_ref(&item))
         {
-            return;
+            return Some(item);
         }
         let (reply, checked) = oneshot::channel();
         let joined = self.group.join((item, reply), |draining| {
             let this = self.clone();
             async move { this.drain(draining).await }
         });
-        if joined.is_ok() {
-            let _ = checked.await;
+        match joined {
+            Ok(()) => checked.await.ok(),
+            Err((item, _)) => Some(item),
         }
     }
 
-    async fn drain(&self, mut draining: Draining<(SignedBytes, oneshot::Sender<()>)>) {
+    async fn drain(&self, mut draining: Draining<Warming>) {
         while let Some(group) = draining.next() {
             // A caller that went away needs no check.
             let (items, replies): (Vec<_>, Vec<_>) = group
                 .into_iter()
                 .filter(|(_, reply)| !reply.is_closed())
                 .unzip();
-            if items.len() > 1 {
+            // Off the async workers (a group of a thousand takes milliseconds), in batches of
+            // `WARM_BATCH` remembered when they verify and otherwise left to the callers: a
+            // forgery costs its batch once, never a search for it. A group of one is left to
+            // its caller without the hop to the blocking pool.
+            let checked = if items.len() > 1 {
                 let verifier = self.verifier.clone();
-                // Off the async workers (a group of a thousand takes milliseconds), in batches
-                // of `WARM_BATCH` remembered when they verify and otherwise left to the
-                // callers: a forgery costs its batch once, never a search for it.
-                let _ = tokio::task::spawn_blocking(move || {
+                tokio::task::spawn_blocking(move || {
                     for batch in items.chunks(WARM_BATCH) {
                         verifier.warm(batch);
                     }
+                    items
                 })
-                .await;
-            }
-            for reply in replies {
-                let _ = reply.send(());
+                .await
+                .ok()
+            } else {
+                Some(items)
+            };
+            // A failed check drops the replies: the callers encode their messages again.
+            for (item, reply) in checked.into_iter().flatten().zip(replies) {
+                let _ = reply.send(item);
             }
         }
     }
 }
+
+/// A signature waiting for its group's check, and where to give it back.
+type Warming = (SignedBytes, oneshot::Sender<SignedBytes>);
 
 /// Largest proposal encoding checked in a group: larger ones are checked alone (the time is in
 /// hashing the message then, which batching does not save).
