@@ -17,7 +17,7 @@ COMPONENTS = [
     ("verification (Ed25519)", r"ed25519_zebra|curve25519_dalek|ed25519::verification|UnparsedPublicKey"),
     ("SQLite engine", r"^sqlite3|sqlite3VdbeExec|sqlite3_step"),
     ("SQL analysis (sqlparser, analyser)", r"^sqlparser::|^chainify_sql::"),
-    ("protobuf / canonical encoding", r"^prost::|chainify_core::canonical|chainify_proto::"),
+    ("protobuf / canonical encoding", r"^prost::|chainify_core::canonical|chainify_proto::convert|as prost::message::Message>|^decode<|tonic_prost::codec"),
     ("hashing (SHA-256, BLAKE3)", r"sha2::|blake3|ring::digest"),
     ("database driver (sqlx)", r"^sqlx_core::|^sqlx_mysql::|^sqlx_postgres::|^sqlx_sqlite::"),
     ("gRPC / HTTP/2 (tonic, h2, hyper)", r"^tonic::|^h2::|^hyper::"),

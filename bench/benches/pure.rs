@@ -17,7 +17,7 @@ use chainify_core::rwset::ReadWriteSet;
 use chainify_core::tx::{Proposal, ProposalBody};
 use chainify_core::verify::verify_many;
 use chainify_core::{ClientId, Digest, NetworkId, OrgId};
-use chainify_sched::{DependencyGraph, TxExecutor, conflict_pairs, run_block};
+use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, conflict_pairs, run_block};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
 fn analysis(c: &mut Criterion) {
@@ -122,6 +122,25 @@ fn scheduler(c: &mut Criterion) {
     for k in [1usize, 8, 64] {
         g.bench_function(format!("run_block_noop_4096_k{k}"), |b| {
             b.iter(|| rt.block_on(run_block(&graph, &Noop, k)))
+        });
+    }
+    // The executor's lane planner (8 lanes of at most 32 transactions, as the node runs a
+    // block), its steps finished in the order they were started: the planner's own cost a block.
+    for k in [8usize, 64] {
+        g.bench_function(format!("lane_plan_4096_k{k}"), |b| {
+            b.iter(|| {
+                let mut plan = LanePlan::new(&graph, k, 32, &[]);
+                let mut in_flight = std::collections::VecDeque::new();
+                loop {
+                    in_flight.extend(plan.steps());
+                    match in_flight.pop_front() {
+                        Some(Step::Run { lane, tx }) => plan.ran(lane, tx),
+                        Some(Step::Commit { lane }) => plan.committed(lane),
+                        None => break,
+                    }
+                }
+                assert!(plan.is_finished());
+            })
         });
     }
     g.finish();

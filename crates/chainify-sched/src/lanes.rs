@@ -41,10 +41,11 @@ pub enum Step {
     },
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Lane {
     busy: bool,
-    held: usize,
+    /// The transactions it holds uncommitted.
+    held: Vec<usize>,
 }
 
 /// The plan of one block's execution on lanes.
@@ -80,36 +81,47 @@ impl<'g> LanePlan<'g> {
     }
 
     /// The steps to start now; their lanes are busy until reported back.
+    ///
+    /// Called after every reported step, so it costs what the free lanes need, not what waits:
+    /// the scan over the waiting transactions stops once no lane is free, since nothing after
+    /// that point could start or commit (a block of 1 024 ready transactions would otherwise be
+    /// scanned again at each of its 1 024 steps).
     pub fn steps(&mut self) -> Vec<Step> {
         self.take_ready();
         let mut steps = Vec::new();
         let mut claimed = vec![false; self.lanes.len()];
-        let waiting: Vec<usize> = self.waiting.iter().copied().collect();
-        for tx in waiting {
-            let needed: BTreeSet<usize> = self
-                .graph
-                .predecessors(tx)
-                .filter_map(|p| self.holder[p])
-                .collect();
+        let mut free_left = self.lanes.iter().filter(|l| !l.busy).count();
+        let mut started = Vec::new();
+        // The lanes holding a transaction's uncommitted predecessors, ascending, each once.
+        let mut needed: Vec<usize> = Vec::new();
+        for &tx in &self.waiting {
+            if free_left == 0 {
+                break;
+            }
+            needed.clear();
+            needed.extend(self.graph.predecessors(tx).filter_map(|p| self.holder[p]));
+            needed.sort_unstable();
+            needed.dedup();
             let free =
                 |lane: usize, lanes: &[Lane], claimed: &[bool]| !lanes[lane].busy && !claimed[lane];
             let target = match needed.len() {
                 0 => (0..self.lanes.len())
                     .filter(|&l| free(l, &self.lanes, &claimed))
                     // The emptiest free lane: spreads independent work, keeps chains apart.
-                    .min_by_key(|&l| self.lanes[l].held),
-                1 => needed
-                    .first()
-                    .copied()
-                    .filter(|&l| free(l, &self.lanes, &claimed)),
+                    .min_by_key(|&l| self.lanes[l].held.len()),
+                1 => Some(needed[0]).filter(|&l| free(l, &self.lanes, &claimed)),
                 _ => {
                     // All but one of the lanes must commit first; keep the one that holds most
                     // (if it is idle it commits as well below: no idle lane holds locks that a
                     // running transaction might wait for).
-                    let keep = needed.iter().copied().max_by_key(|&l| self.lanes[l].held);
+                    let keep = needed
+                        .iter()
+                        .copied()
+                        .max_by_key(|&l| self.lanes[l].held.len());
                     for &l in &needed {
                         if Some(l) != keep && free(l, &self.lanes, &claimed) {
                             claimed[l] = true;
+                            free_left -= 1;
                             steps.push(Step::Commit { lane: l });
                         }
                     }
@@ -118,16 +130,20 @@ impl<'g> LanePlan<'g> {
             };
             let Some(lane) = target else { continue };
             claimed[lane] = true;
-            if self.lanes[lane].held >= self.cap {
+            free_left -= 1;
+            if self.lanes[lane].held.len() >= self.cap {
                 steps.push(Step::Commit { lane });
                 continue;
             }
-            self.waiting.remove(&tx);
+            started.push(tx);
             steps.push(Step::Run { lane, tx });
+        }
+        for tx in started {
+            self.waiting.remove(&tx);
         }
         // A lane with nothing to run gives up its locks.
         for (lane, state) in self.lanes.iter().enumerate() {
-            if !state.busy && !claimed[lane] && state.held > 0 {
+            if !state.busy && !claimed[lane] && !state.held.is_empty() {
                 claimed[lane] = true;
                 steps.push(Step::Commit { lane });
             }
@@ -148,18 +164,16 @@ impl<'g> LanePlan<'g> {
         let completed = self.scheduler.complete(tx);
         assert!(completed.is_ok(), "{completed:?}");
         self.lanes[lane].busy = false;
-        self.lanes[lane].held += 1;
+        self.lanes[lane].held.push(tx);
         self.holder[tx] = Some(lane);
     }
 
     /// `lane` committed everything it held.
     pub fn committed(&mut self, lane: usize) {
-        self.lanes[lane].busy = false;
-        self.lanes[lane].held = 0;
-        for h in &mut self.holder {
-            if *h == Some(lane) {
-                *h = None;
-            }
+        let state = &mut self.lanes[lane];
+        state.busy = false;
+        for tx in state.held.drain(..) {
+            self.holder[tx] = None;
         }
     }
 
@@ -167,7 +181,7 @@ impl<'g> LanePlan<'g> {
     pub fn is_finished(&self) -> bool {
         self.scheduler.is_finished()
             && self.waiting.is_empty()
-            && self.lanes.iter().all(|l| !l.busy && l.held == 0)
+            && self.lanes.iter().all(|l| !l.busy && l.held.is_empty())
     }
 
     /// The lane holding `tx` uncommitted, if any.
