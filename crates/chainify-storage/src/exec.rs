@@ -17,7 +17,9 @@
 //! Abort semantics: a statement error or an `expect_rows` mismatch flags the transaction
 //! unsuccessful (deterministic, the same on every honest engine) and undoes it: the lane rolls
 //! its database transaction back and runs the transactions it held again (no savepoint round
-//! trips for the common case that nothing aborts). Deadlocks, serialization failures and lock
+//! trips for the common case that nothing aborts). A guard that fails before its transaction
+//! changed a row (a SELECT's count, a guarded write matching no row: Smallbank's overdraft
+//! checks) has nothing to undo, and its lane goes on. Deadlocks, serialization failures and lock
 //! timeouts are retried the same way and never flagged.
 
 use std::sync::Mutex;
@@ -232,7 +234,13 @@ pub struct BlockOutcome {
 }
 
 enum Failure {
-    Abort(String),
+    /// The transaction aborts deterministically (flagged unsuccessful). `touched`: whether it
+    /// may have changed rows before it did: if not, the database transaction holding it has
+    /// nothing of it to undo.
+    Abort {
+        reason: String,
+        touched: bool,
+    },
     Db(DbError),
 }
 
@@ -344,7 +352,7 @@ impl<B: Backend> Run<'_, B> {
                             Err(e) => Err(e),
                         }
                     }
-                    Err(Failure::Abort(reason)) => Ok(Some(reason)),
+                    Err(Failure::Abort { reason, .. }) => Ok(Some(reason)),
                     Err(Failure::Db(e)) => Err(e),
                 }
             }
@@ -499,7 +507,7 @@ impl<B: Backend> Run<'_, B> {
                         Ok(()) => {}
                         // It succeeded on the same state before: the engine is not behaving
                         // deterministically, and no outcome of this block can be trusted.
-                        Err(Failure::Abort(reason)) => {
+                        Err(Failure::Abort { reason, .. }) => {
                             return Err(self.broken(&format!(
                                 "transaction {index} succeeded, then failed when run again on the same state: {reason}"
                             )));
@@ -549,10 +557,10 @@ impl<B: Backend> Run<'_, B> {
         }
     }
 
-    /// Runs transaction `index` inside the lane's database transaction. An abort rolls the
-    /// lane back and commits what it held right away, so one abort costs at most one replay of
-    /// the lane (a stream of aborting transactions cannot make the organization run each good
-    /// one many times).
+    /// Runs transaction `index` inside the lane's database transaction. An abort that changed a
+    /// row rolls the lane back and commits what it held right away, so one abort costs at most
+    /// one replay of the lane (a stream of aborting transactions cannot make the organization
+    /// run each good one many times); one that changed none leaves the lane as it is.
     async fn lane_run(&self, lane: &mut Lane<B::Conn>, index: usize) -> Result<(), StorageError> {
         let Some(tx) = &self.block.txs[index] else {
             return Err(self.broken("a transaction without work was given a lane"));
@@ -570,9 +578,21 @@ impl<B: Backend> Run<'_, B> {
                     self.record(index, true, None);
                     return Ok(());
                 }
+                // It changed nothing: the lane goes on, with nothing to undo or run again.
+                Err(Failure::Abort {
+                    reason,
+                    touched: false,
+                }) => {
+                    lane.held.push((index, false));
+                    self.record(index, false, Some(reason));
+                    return Ok(());
+                }
                 // Undo this transaction: the whole database transaction goes (PostgreSQL
                 // refuses anything after an error), and what the lane held runs again.
-                Err(Failure::Abort(reason)) => {
+                Err(Failure::Abort {
+                    reason,
+                    touched: true,
+                }) => {
                     self.lane_rollback(lane).await;
                     lane.held.push((index, false));
                     self.record(index, false, Some(reason));
@@ -818,7 +838,7 @@ impl<B: Backend> Store<B> {
                                 &during,
                             )?;
                             match failure {
-                                Failure::Abort(reason) => {
+                                Failure::Abort { reason, .. } => {
                                     failures.push(TxFailure { index, reason });
                                     break;
                                 }
@@ -876,6 +896,11 @@ impl<B: Backend> Store<B> {
     async fn run_statements(&self, conn: &mut B::Conn, tx: &ExecTx) -> Result<(), Failure> {
         let statements = &tx.transaction.statements;
         let analysis = &tx.analysis;
+        // Whether a statement so far changed a row. A write that matched no row changes
+        // nothing (MySQL counts matched rows, sqlx asks for them; shared tables carry no
+        // trigger but chainify's row triggers, which fire only on rows written), and a SELECT
+        // never does (WITH is refused, so none hides a write).
+        let mut touched = false;
         for (i, ((st, plan), typed)) in statements
             .iter()
             .zip(&analysis.plans)
@@ -886,33 +911,45 @@ impl<B: Backend> Store<B> {
             let rendered = typed.rendered(self.backend.dialect());
             let mut params = Vec::with_capacity(rendered.bind_order.len());
             for &p in &rendered.bind_order {
-                params.push(st.params.get(p).ok_or_else(|| {
-                    Failure::Abort(format!(
+                params.push(st.params.get(p).ok_or_else(|| Failure::Abort {
+                    reason: format!(
                         "statement {n}: uses ${} but has {} parameters",
                         p + 1,
                         st.params.len()
-                    ))
+                    ),
+                    touched,
                 })?);
             }
+            let select = plan.kind == StatementKind::Select;
             let rows = conn
-                .execute(&rendered.sql, &params, plan.kind == StatementKind::Select)
+                .execute(&rendered.sql, &params, select)
                 .await
                 .map_err(|e| match e.kind {
-                    DbErrorKind::Statement => Failure::Abort(format!("statement {n}: {e}")),
+                    // Part of the statement may have been applied (and PostgreSQL refuses
+                    // anything more in this database transaction).
+                    DbErrorKind::Statement => Failure::Abort {
+                        reason: format!("statement {n}: {e}"),
+                        touched: true,
+                    },
                     _ => Failure::Db(e),
                 })?;
-            if plan.kind == StatementKind::Select && rows > chainify_sql::MAX_QUERY_ROWS as u64 {
-                return Err(Failure::Abort(format!(
-                    "statement {n}: returns more than {} rows",
-                    chainify_sql::MAX_QUERY_ROWS
-                )));
+            touched |= !select && rows > 0;
+            if select && rows > chainify_sql::MAX_QUERY_ROWS as u64 {
+                return Err(Failure::Abort {
+                    reason: format!(
+                        "statement {n}: returns more than {} rows",
+                        chainify_sql::MAX_QUERY_ROWS
+                    ),
+                    touched,
+                });
             }
             if let Some(expected) = st.expect_rows
                 && rows != expected
             {
-                return Err(Failure::Abort(format!(
-                    "statement {n}: expected {expected} rows, got {rows}"
-                )));
+                return Err(Failure::Abort {
+                    reason: format!("statement {n}: expected {expected} rows, got {rows}"),
+                    touched,
+                });
             }
         }
         Ok(())

@@ -53,6 +53,7 @@ macro_rules! storage_conformance_tests {
             parallel_execution_matches_serial,
             aborts_roll_back_the_whole_transaction,
             an_abort_inside_a_chain_undoes_only_itself,
+            an_abort_that_changed_nothing_keeps_its_lane,
             transient_lock_conflicts_are_retried,
             a_read_snapshot_holds_back_no_writer,
             values_that_do_not_fit_abort_alike,
@@ -847,6 +848,94 @@ pub async fn an_abort_inside_a_chain_undoes_only_itself<F: Fixture>(f: &F) {
             let empty = run(&store, &block(&store, 1, Vec::new()), mode).await;
             assert_eq!(empty.commits, 0, "{mode:?}");
             assert_eq!(markers_left(&store).await, 0, "{mode:?}: the stray marker");
+        }
+    }
+    drop(store);
+}
+
+/// Case: a chain whose aborts are guards that fail before their transaction changed a row (a
+/// guarded write matching no row, as Smallbank's overdraft checks; a SELECT's row count) and
+/// one that fails after its first write. The first kind leaves the lane's database transaction as
+/// it is: on engines with concurrent writers the chain takes one commit for them plus one for the
+/// abort that must undo a write, where each abort used to roll the lane back and commit. The
+/// state is serial execution's either way.
+pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
+    let store = setup(f, "untouched_abort", StoreOptions::default()).await;
+    let bump = |k: i64| st("UPDATE kv SET v = v + 1 WHERE k = $1", vec![Value::Int(k)]);
+    let b = block(
+        &store,
+        0,
+        vec![
+            tx(vec![bump(1)]),
+            // A guarded write that matches no row (v is 11), then a write it guards.
+            tx(vec![
+                st(
+                    "UPDATE kv SET v = v - $2 WHERE k = $1 AND v >= $2",
+                    vec![Value::Int(1), Value::Int(500)],
+                )
+                .expect_rows(1),
+                bump(1),
+            ]),
+            tx(vec![bump(1)]),
+            // A read whose row count is not the expected one.
+            tx(vec![
+                st("SELECT v FROM kv WHERE k = $1", vec![Value::Int(1)]).expect_rows(2),
+                bump(1),
+            ]),
+            tx(vec![bump(1)]),
+            // A write, then a guard that fails: the write must be undone.
+            tx(vec![
+                bump(1),
+                st("UPDATE kv SET v = 0 WHERE k = 999", vec![]).expect_rows(1),
+            ]),
+            tx(vec![bump(1)]),
+            // A guarded write matching a row counts: this one succeeds (v is 14, guard 10).
+            tx(vec![
+                st(
+                    "UPDATE kv SET v = v - $2 WHERE k = $1 AND v >= $2",
+                    vec![Value::Int(1), Value::Int(10)],
+                )
+                .expect_rows(1),
+            ]),
+        ],
+    );
+    for (mode, name) in [
+        (ExecMode::Parallel(2), "untouched_abort_lanes"),
+        (ExecMode::Serial, "untouched_abort_serial"),
+    ] {
+        let store = setup(f, name, StoreOptions::default()).await;
+        let out = run(&store, &b, mode).await;
+        assert_eq!(
+            out.success,
+            vec![true, false, true, false, true, false, true, true],
+            "{mode:?}: {out:?}"
+        );
+        let reasons: Vec<(usize, &str)> = out
+            .failures
+            .iter()
+            .map(|f| (f.index, f.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (1, "statement 1: expected 1 rows, got 0"),
+                (3, "statement 1: expected 2 rows, got 1"),
+                (5, "statement 2: expected 1 rows, got 0"),
+            ],
+            "{mode:?}"
+        );
+        // 10 + four bumps - 10.
+        assert_eq!(
+            dump(&store, "kv").await[0],
+            vec![Value::Int(1), Value::Int(4)],
+            "{mode:?}"
+        );
+        assert_eq!(markers_left(&store).await, 0, "{mode:?}");
+        if store.backend().concurrent_writers() && mode != ExecMode::Serial {
+            assert_eq!(
+                out.commits, 2,
+                "{mode:?}: one commit for the chain and one for the abort that undid a write"
+            );
         }
     }
     drop(store);
