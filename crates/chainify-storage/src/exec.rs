@@ -896,10 +896,12 @@ impl<B: Backend> Store<B> {
     async fn run_statements(&self, conn: &mut B::Conn, tx: &ExecTx) -> Result<(), Failure> {
         let statements = &tx.transaction.statements;
         let analysis = &tx.analysis;
-        // Whether a statement so far changed a row. A write that matched no row changes
-        // nothing (MySQL counts matched rows, sqlx asks for them; shared tables carry no
-        // trigger but chainify's row triggers, which fire only on rows written), and a SELECT
-        // never does (WITH is refused, so none hides a write).
+        // Whether a statement so far may have changed something. A write that matched no row
+        // changes nothing: shared tables carry no trigger but chainify's row triggers, which
+        // fire on the rows a statement matches, and every engine reports matched rows (sqlx
+        // asks MySQL for them with CLIENT_FOUND_ROWS; counting changed rows instead, an UPDATE
+        // setting a value onto itself would report 0 while MariaDB's trigger still records the
+        // row). A SELECT never changes anything (WITH is refused, so none hides a write).
         let mut touched = false;
         for (i, ((st, plan), typed)) in statements
             .iter()
