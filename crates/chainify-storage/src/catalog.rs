@@ -28,6 +28,10 @@ pub struct CatalogColumn {
     /// Why this engine cannot store the type portably, when the generic rules are not enough
     /// (set by the backend: a case-insensitive MySQL collation, SQLite precision limits, …).
     pub engine_problem: Option<String>,
+    /// How the engine fills the column when an INSERT leaves it out, as its catalog prints it:
+    /// a default expression, or what generates the value (an identity or auto-increment
+    /// column, a generated column, SQLite's rowid). `None`: no default (NULL).
+    pub default: Option<String>,
 }
 
 /// A foreign key as the catalog reports it.
@@ -166,6 +170,9 @@ impl CatalogTable {
             if let Some(problem) = &c.engine_problem {
                 return Err(unsupported(problem));
             }
+            if let Some(problem) = c.default.as_deref().and_then(|d| default_problem(c, d)) {
+                return Err(def(format!("column {}: {problem}", c.name)));
+            }
         }
         let index = |name: &str| -> Result<usize, RegistrationError> {
             self.columns
@@ -228,6 +235,154 @@ impl CatalogTable {
             foreign_keys,
         })
     }
+}
+
+/// A default the engines may not fill in alike, or `None` for a literal every engine stores as
+/// the same value: NULL, an integer or decimal within the column's type, TRUE or FALSE, or a
+/// quoted string within its length. Anything else (a sequence, identity or auto-increment, a
+/// generated column, a function such as `now()` or `random()`, an expression) gives each
+/// organization its own value, or the same one at another time (a rolled-back insert still
+/// advances a sequence), so their states and digests would part.
+pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> {
+    let refuse = |why: &str| {
+        Some(format!(
+            "its default {default} {why}; give the value in every INSERT, or declare a literal default"
+        ))
+    };
+    let Some(literal) = parse_literal(default) else {
+        return refuse("is not a literal: each organization's engine would fill in its own value");
+    };
+    let number = |text: &str| -> Option<(bool, String, String)> {
+        let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+        let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+        let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        (!int.is_empty() && digits(int) && digits(frac))
+            .then(|| (text.starts_with('-'), int.to_owned(), frac.to_owned()))
+    };
+    let value = match &literal {
+        Literal::Null => return None,
+        Literal::Bare(v) | Literal::Quoted(v) => v.as_str(),
+    };
+    match (
+        &column.ty,
+        Limit::of_declared(&column.native_type, &column.ty),
+    ) {
+        (ColumnType::Int, limit) => {
+            let fits = number(value).is_some_and(|(_, _, frac)| frac.is_empty())
+                && value.parse::<i128>().is_ok_and(|n| match limit {
+                    Limit::IntBits(bits) => {
+                        let max = (1i128 << (bits - 1)) - 1;
+                        (-max - 1..=max).contains(&n)
+                    }
+                    _ => true,
+                });
+            (!fits)
+                .then(|| refuse("is not an integer of the column's type"))
+                .flatten()
+        }
+        (ColumnType::Decimal { scale: Some(scale) }, limit) => {
+            let precision = match limit {
+                Limit::Decimal { precision, .. } => usize::from(precision),
+                _ => usize::MAX,
+            };
+            let fits = number(value).is_some_and(|(_, int, frac)| {
+                let int = int.trim_start_matches('0');
+                frac.len() <= usize::from(*scale)
+                    && int.len() <= precision.saturating_sub(usize::from(*scale))
+            });
+            (!fits)
+                .then(|| {
+                    refuse("is not a decimal within the column's precision and scale (engines round or refuse it differently)")
+                })
+                .flatten()
+        }
+        (ColumnType::Bool, _) => {
+            let fits = matches!(
+                value.to_ascii_lowercase().as_str(),
+                "true" | "false" | "0" | "1"
+            );
+            (!fits).then(|| refuse("is not TRUE or FALSE")).flatten()
+        }
+        (ColumnType::Text, limit) => {
+            let Literal::Quoted(text) = &literal else {
+                return refuse("is not a quoted string");
+            };
+            if text.chars().any(char::is_control) {
+                return refuse(
+                    "holds a control character, which engines store or refuse differently",
+                );
+            }
+            match limit {
+                Limit::Chars(n) if text.chars().count() > n as usize => refuse(
+                    "is longer than the column (SQLite would store it whole, the others refuse it)",
+                ),
+                _ => None,
+            }
+        }
+        _ => refuse("is not NULL: engines print and store such literals differently"),
+    }
+}
+
+/// A default as a catalog prints it, reduced to its literal: `NULL`, a bare word or number, or
+/// a quoted string (`''` unescaped), inside any parentheses and before PostgreSQL's casts
+/// (`'-5'::integer`, `'ab'::character varying`). `None` for anything else.
+enum Literal {
+    Null,
+    Bare(String),
+    Quoted(String),
+}
+
+fn parse_literal(text: &str) -> Option<Literal> {
+    let mut t = text.trim();
+    while let Some(inner) = t.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
+        t = inner.trim();
+    }
+    let (literal, rest) = if let Some(body) = t.strip_prefix('\'') {
+        let mut value = String::new();
+        let mut chars = body.char_indices().peekable();
+        let mut end = None;
+        while let Some((i, ch)) = chars.next() {
+            if ch == '\'' {
+                if chars.peek().is_some_and(|&(_, next)| next == '\'') {
+                    chars.next();
+                    value.push('\'');
+                } else {
+                    end = Some(i + 1);
+                    break;
+                }
+            } else {
+                value.push(ch);
+            }
+        }
+        (Literal::Quoted(value), &body[end?..])
+    } else {
+        let end = t.find("::").unwrap_or(t.len());
+        let word = t[..end].trim();
+        let plain = !word.is_empty()
+            && word
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.'));
+        if !plain {
+            return None;
+        }
+        let literal = if word.eq_ignore_ascii_case("null") {
+            Literal::Null
+        } else {
+            Literal::Bare(word.to_owned())
+        };
+        (literal, &t[end..])
+    };
+    // Only casts may follow, each to a type name (`::numeric(10,2)`, `::character varying`).
+    let casts_only = rest.split("::").enumerate().all(|(i, part)| {
+        if i == 0 {
+            return part.trim().is_empty();
+        }
+        !part.trim().is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b' ' | b'_' | b'(' | b')' | b','))
+    });
+    casts_only.then_some(literal)
 }
 
 /// RESTRICT and NO ACTION read the children; everything else (CASCADE, SET NULL, SET DEFAULT)
@@ -303,7 +458,86 @@ pub(crate) mod tests {
             not_null: true,
             precision,
             engine_problem: None,
+            default: None,
         }
+    }
+
+    /// Literal defaults as each engine's catalog prints them pass; what an engine computes, or
+    /// a literal another engine would store otherwise, is refused with the default named.
+    #[test]
+    fn only_literal_defaults_every_engine_stores_alike_pass() {
+        let ok = [
+            ("BIGINT", "0"),
+            ("BIGINT", "-5"),
+            ("bigint", "'-5'::integer"),
+            ("INTEGER", "(2147483647)"),
+            ("BIGINT", "NULL"),
+            ("bigint", "NULL::bigint"),
+            ("DECIMAL(5,2)", "1.25"),
+            ("numeric(5,2)", "'-999.9'::numeric"),
+            ("DECIMAL(5,2)", "(0.5)"),
+            ("BOOLEAN", "true"),
+            ("BOOLEAN", "1"),
+            ("BOOLEAN", "FALSE"),
+            ("VARCHAR(5)", "'ab''c'"),
+            ("character varying(3)", "'é東😀'::character varying"),
+            ("TEXT", "''"),
+            ("TEXT", "'::'::text"),
+        ];
+        for (ty, default) in ok {
+            assert_eq!(
+                default_problem(&col("v", ty), default),
+                None,
+                "{ty} {default}"
+            );
+        }
+        let refused = [
+            ("BIGINT", "nextval('t_v_seq'::regclass)", "is not a literal"),
+            ("BIGINT", "GENERATED AS IDENTITY", "is not a literal"),
+            ("BIGINT", "AUTO_INCREMENT", "is not a literal"),
+            (
+                "BIGINT",
+                "GENERATED ALWAYS AS ((v + 1))",
+                "is not a literal",
+            ),
+            ("BIGINT", "(`v` * 2)", "is not a literal"),
+            ("BIGINT", "random()", "is not a literal"),
+            ("TEXT", "CURRENT_TIMESTAMP", "is not a literal"),
+            ("TEXT", "now", "is not a quoted string"),
+            ("TEXT", "now()", "is not a literal"),
+            (
+                "SMALLINT",
+                "40000",
+                "is not an integer of the column's type",
+            ),
+            ("BIGINT", "1.5", "is not an integer"),
+            ("BIGINT", "1e3", "is not an integer"),
+            ("DECIMAL(5,2)", "1.005", "precision and scale"),
+            ("DECIMAL(5,2)", "1000", "precision and scale"),
+            ("BOOLEAN", "2", "is not TRUE or FALSE"),
+            ("VARCHAR(3)", "'abcd'", "longer than the column"),
+            ("TEXT", "'a' || 'b'", "is not a literal"),
+            ("TEXT", "'a'::text || 'b'::text", "is not a literal"),
+            ("TEXT", "'unterminated", "is not a literal"),
+            ("TEXT", "'tab\there'", "control character"),
+            ("BYTEA", "'\\x0102'::bytea", "is not NULL"),
+        ];
+        for (ty, default, why) in refused {
+            let problem = default_problem(&col("v", ty), default)
+                .unwrap_or_else(|| panic!("{ty} {default} passed"));
+            assert!(
+                problem.contains(why) && problem.contains(default),
+                "{ty} {default}: {problem}"
+            );
+        }
+        // Registration names the table and the column.
+        let mut t = table();
+        t.columns[1].default = Some("now()".into());
+        let e = t.to_shared().expect_err("refused").to_string();
+        assert!(
+            e.contains("checking") && e.contains("column bal: its default now()"),
+            "{e}"
+        );
     }
 
     fn table() -> CatalogTable {

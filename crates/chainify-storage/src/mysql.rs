@@ -256,7 +256,9 @@ async fn limited_read(conn: &mut MySqlConn, limit: std::time::Duration) -> Resul
 
 const COLUMNS: &str = "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_TYPE USING utf8mb4), \
      CONVERT(COLUMN_TYPE USING utf8mb4), CONVERT(IS_NULLABLE USING utf8mb4), \
-     CONVERT(CHARACTER_SET_NAME USING utf8mb4), CONVERT(COLLATION_NAME USING utf8mb4) \
+     CONVERT(CHARACTER_SET_NAME USING utf8mb4), CONVERT(COLLATION_NAME USING utf8mb4), \
+     CONVERT(COLUMN_DEFAULT USING utf8mb4), CONVERT(EXTRA USING utf8mb4), \
+     CONVERT(GENERATION_EXPRESSION USING utf8mb4) \
      FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
      ORDER BY ORDINAL_POSITION";
 
@@ -354,6 +356,34 @@ fn column(
         not_null: nullable == "NO",
         precision,
         engine_problem: problem,
+        default: None,
+    }
+}
+
+/// How MySQL or MariaDB fills a column an INSERT leaves out ([`CatalogColumn::default`]):
+/// what generates it (`EXTRA`: auto-increment, a generated column, `ON UPDATE`, MySQL's expression
+/// defaults),
+/// else `COLUMN_DEFAULT` (MariaDB prints literals as SQL, `NULL` for none).
+fn column_default(
+    default: Option<String>,
+    extra: Option<&str>,
+    generated: Option<String>,
+) -> Option<String> {
+    let extra = extra.unwrap_or("").to_ascii_lowercase();
+    if extra.contains("auto_increment") {
+        Some("AUTO_INCREMENT".into())
+    } else if extra.contains("generated") && !extra.contains("default_generated") {
+        Some(format!(
+            "GENERATED ALWAYS AS ({})",
+            generated.unwrap_or_default()
+        ))
+    } else if extra.contains("on update") {
+        // `ON UPDATE CURRENT_TIMESTAMP`: every update writes the clock.
+        Some(extra.to_ascii_uppercase())
+    } else if extra.contains("default_generated") {
+        Some(format!("({})", default.unwrap_or_default()))
+    } else {
+        default
     }
 }
 
@@ -391,14 +421,19 @@ impl Backend for MySql {
             let data_type: String = r.try_get(1).map_err(&e)?;
             let column_type: String = r.try_get(2).map_err(&e)?;
             let nullable: String = r.try_get(3).map_err(&e)?;
-            t.columns.push(column(
+            let mut c = column(
                 r.try_get(0).map_err(&e)?,
                 &data_type.to_lowercase(),
                 &column_type.to_lowercase(),
                 &nullable,
                 r.try_get(4).map_err(&e)?,
                 r.try_get(5).map_err(&e)?,
-            ));
+            );
+            let default: Option<String> = r.try_get(6).map_err(&e)?;
+            let extra: Option<String> = r.try_get(7).map_err(&e)?;
+            let generated: Option<String> = r.try_get(8).map_err(&e)?;
+            c.default = column_default(default, extra.as_deref(), generated);
+            t.columns.push(c);
         }
         let indexes = sqlx::query(INDEXES)
             .bind(table)

@@ -221,9 +221,13 @@ async fn limited_read(conn: &mut PgConn, limit: std::time::Duration) -> Result<(
     Ok(())
 }
 
-const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod \
+const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod, \
+     CASE WHEN a.attidentity <> '' THEN 'GENERATED AS IDENTITY' \
+          WHEN a.attgenerated <> '' THEN 'GENERATED ALWAYS AS (' || pg_get_expr(d.adbin, d.adrelid) || ')' \
+          ELSE pg_get_expr(d.adbin, d.adrelid) END \
      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
      JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid \
+     LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
      WHERE n.nspname = current_schema() AND c.relname = $1 AND c.relkind IN ('r', 'p') \
      AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
@@ -332,6 +336,7 @@ fn column(
         not_null,
         precision,
         engine_problem: problem,
+        default: None,
     }
 }
 
@@ -366,13 +371,15 @@ impl Backend for Postgres {
         };
         for r in rows {
             let typname: String = r.try_get(2).map_err(err("decoding a column"))?;
-            t.columns.push(column(
+            let mut c = column(
                 r.try_get(0).map_err(err("decoding a column"))?,
                 r.try_get(1).map_err(err("decoding a column"))?,
                 &typname,
                 r.try_get(3).map_err(err("decoding a column"))?,
                 r.try_get(4).map_err(err("decoding a column"))?,
-            ));
+            );
+            c.default = r.try_get(5).map_err(err("decoding a column"))?;
+            t.columns.push(c);
         }
         let indexes = sqlx::query(INDEXES)
             .bind(table)

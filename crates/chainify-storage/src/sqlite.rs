@@ -699,6 +699,7 @@ fn column(name: String, declared: &str, not_null: bool) -> CatalogColumn {
         not_null,
         precision,
         engine_problem: problem,
+        default: None,
     }
 }
 
@@ -897,7 +898,7 @@ impl Sqlite {
         };
         let columns = catalog_rows(
             conn,
-            "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid",
+            "SELECT name, type, \"notnull\", pk, dflt_value, hidden FROM pragma_table_xinfo(?1) ORDER BY cid",
             table,
             |r| {
                 Ok((
@@ -906,6 +907,8 @@ impl Sqlite {
                     r.get::<_, Option<String>>(1)?.unwrap_or_default(),
                     r.get::<_, i64>(2)?,
                     r.get::<_, i64>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, i64>(5)?,
                 ))
             },
         )
@@ -915,20 +918,36 @@ impl Sqlite {
             ..CatalogTable::default()
         };
         let mut pk: Vec<(i64, String)> = Vec::new();
-        for (name, declared, not_null, pk_pos) in columns {
+        for (name, declared, not_null, pk_pos, default, hidden) in columns {
             if pk_pos > 0 {
                 pk.push((pk_pos, name.clone()));
             }
-            t.columns.push(column(name, &declared, not_null != 0));
+            let mut c = column(name, &declared, not_null != 0);
+            // `hidden` 2 and 3: a generated column (virtual, stored).
+            c.default = if hidden >= 2 {
+                Some("GENERATED ALWAYS AS (…)".into())
+            } else {
+                default
+            };
+            t.columns.push(c);
         }
         pk.sort();
         t.primary_key = pk.into_iter().map(|(_, n)| n).collect();
-        // `INTEGER PRIMARY KEY` is the rowid itself, which is never NULL.
+        // `INTEGER PRIMARY KEY` is the rowid itself (unless the table is WITHOUT ROWID), which
+        // SQLite fills in when an INSERT gives it NULL, where the other engines refuse the row.
+        let without_rowid = definition.as_deref().is_some_and(|d| {
+            definition_words(d)
+                .windows(2)
+                .any(|w| w[0] == "WITHOUT" && w[1] == "ROWID")
+        });
         if let [key] = t.primary_key.as_slice()
-            && let Some(c) = t.columns.iter_mut().find(|c| &c.name == key)
+            && let Some(c) = t.columns.iter().find(|c| &c.name == key)
             && c.native_type.eq_ignore_ascii_case("integer")
+            && !without_rowid
         {
-            c.not_null = true;
+            t.problems.push(format!(
+                "primary key {key} INTEGER, SQLite's rowid, which SQLite fills in when an INSERT gives it NULL where the other engines refuse the row; declare it BIGINT"
+            ));
         }
         let indexes = catalog_rows(
             conn,

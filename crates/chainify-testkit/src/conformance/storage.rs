@@ -855,10 +855,10 @@ pub async fn an_abort_inside_a_chain_undoes_only_itself<F: Fixture>(f: &F) {
 
 /// Case: a chain whose aborts are guards that fail before their transaction changed a row (a
 /// guarded write matching no row, as Smallbank's overdraft checks; a SELECT's row count) and
-/// one that fails after its first write. The first kind leaves the lane's database transaction as
-/// it is: on engines with concurrent writers the chain takes one commit for them plus one for the
-/// abort that must undo a write, where each abort used to roll the lane back and commit. The
-/// state is serial execution's either way.
+/// ones that fail after a write. The first kind leaves the lane's database transaction as it is:
+/// on engines with concurrent writers the chain takes one commit for them plus one for each abort
+/// that must undo a write, where each abort used to roll the lane back and commit. The digests
+/// are serial execution's either way.
 pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
     let store = setup(f, "untouched_abort", StoreOptions::default()).await;
     let bump = |k: i64| st("UPDATE kv SET v = v + 1 WHERE k = $1", vec![Value::Int(k)]);
@@ -889,6 +889,12 @@ pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
                 st("UPDATE kv SET v = 0 WHERE k = 999", vec![]).expect_rows(1),
             ]),
             tx(vec![bump(1)]),
+            // A write of a value onto itself matches a row (MariaDB's trigger records it even
+            // though the row does not change), then a guard fails: undone, not left in the lane.
+            tx(vec![
+                st("UPDATE kv SET v = v WHERE k = $1", vec![Value::Int(1)]),
+                st("UPDATE kv SET v = 0 WHERE k = 999", vec![]).expect_rows(1),
+            ]),
             // A guarded write matching a row counts: this one succeeds (v is 14, guard 10).
             tx(vec![
                 st(
@@ -899,6 +905,7 @@ pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
             ]),
         ],
     );
+    let mut outcomes = Vec::new();
     for (mode, name) in [
         (ExecMode::Parallel(2), "untouched_abort_lanes"),
         (ExecMode::Serial, "untouched_abort_serial"),
@@ -907,7 +914,7 @@ pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
         let out = run(&store, &b, mode).await;
         assert_eq!(
             out.success,
-            vec![true, false, true, false, true, false, true, true],
+            vec![true, false, true, false, true, false, true, false, true],
             "{mode:?}: {out:?}"
         );
         let reasons: Vec<(usize, &str)> = out
@@ -921,6 +928,7 @@ pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
                 (1, "statement 1: expected 1 rows, got 0"),
                 (3, "statement 1: expected 2 rows, got 1"),
                 (5, "statement 2: expected 1 rows, got 0"),
+                (7, "statement 2: expected 1 rows, got 0"),
             ],
             "{mode:?}"
         );
@@ -933,11 +941,15 @@ pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
         assert_eq!(markers_left(&store).await, 0, "{mode:?}");
         if store.backend().concurrent_writers() && mode != ExecMode::Serial {
             assert_eq!(
-                out.commits, 2,
-                "{mode:?}: one commit for the chain and one for the abort that undid a write"
+                out.commits, 3,
+                "{mode:?}: one commit for the chain and one for each abort that undid a write"
             );
         }
+        outcomes.push(out);
     }
+    // The lanes leave what serial execution leaves, down to the digests.
+    assert_eq!(outcomes[0].digest, outcomes[1].digest, "block digests");
+    assert_eq!(outcomes[0].state, outcomes[1].state, "state digests");
     drop(store);
 }
 
@@ -2290,8 +2302,45 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
         ("trg", "user trigger"),
         ("chainify_t1", "reserved for chainify"),
     ];
+    // Literal defaults every engine stores alike are shared; values an engine computes are not
+    // (a sequence, identity or auto-increment, a generated column, a function, an expression).
+    outside(
+        backend,
+        "CREATE TABLE dlit (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL DEFAULT 0, s VARCHAR(8) DEFAULT 'it''s', m DECIMAL(6,2) DEFAULT -1.25, f BOOLEAN DEFAULT FALSE, n BIGINT DEFAULT NULL);\n\
+         CREATE TABLE dgen (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, w BIGINT GENERATED ALWAYS AS (v + 1) STORED);\n\
+         CREATE TABLE dlong (k BIGINT NOT NULL PRIMARY KEY, m DECIMAL(6,2) DEFAULT 1.125)",
+    )
+    .await;
+    store
+        .register(&["dlit"])
+        .await
+        .expect("literal defaults are stored alike");
+    cases.push(("dgen", "column w: its default GENERATED ALWAYS AS"));
+    // MariaDB rounds such a default when the table is created (its catalog holds 1.13); the
+    // others would keep 1.125 and round at each insert, or not at all (SQLite).
+    if backend.dialect() != Dialect::MySql {
+        cases.push((
+            "dlong",
+            "column m: its default 1.125 is not a decimal within",
+        ));
+    }
     match backend.dialect() {
         Dialect::Postgres => {
+            outside(
+                backend,
+                "CREATE TABLE dser (k BIGINT NOT NULL PRIMARY KEY, v BIGSERIAL);\n\
+                 CREATE TABLE did (k BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v BIGINT);\n\
+                 CREATE TABLE dnow (k BIGINT NOT NULL PRIMARY KEY, t TEXT DEFAULT now()::text)",
+            )
+            .await;
+            cases.extend([
+                ("dser", "column v: its default nextval("),
+                ("did", "column k: its default GENERATED AS IDENTITY"),
+                (
+                    "dnow",
+                    "column t: its default (now())::text is not a literal",
+                ),
+            ]);
             outside(
                 backend,
                 "CREATE FUNCTION trg_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.v := 1; RETURN NEW; END $$",
@@ -2319,6 +2368,16 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
         Dialect::MySql => {
             outside(
                 backend,
+                "CREATE TABLE dai (k BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, v BIGINT);\n\
+                 CREATE TABLE dexpr (k BIGINT NOT NULL PRIMARY KEY, v BIGINT DEFAULT (1 + 1))",
+            )
+            .await;
+            cases.extend([
+                ("dai", "column k: its default AUTO_INCREMENT"),
+                ("dexpr", "column v: its default (1 + 1) is not a literal"),
+            ]);
+            outside(
+                backend,
                 "CREATE TRIGGER bump BEFORE INSERT ON trg FOR EACH ROW SET NEW.v = 1;\n\
                  CREATE TABLE par (k BIGINT NOT NULL PRIMARY KEY);\n\
                  CREATE TABLE chi (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES par (k) ON DELETE CASCADE);\n\
@@ -2339,6 +2398,25 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             ]);
         }
         Dialect::Sqlite => {
+            outside(
+                backend,
+                "CREATE TABLE drow (k INTEGER NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 CREATE TABLE dts (k BIGINT NOT NULL PRIMARY KEY, t TEXT DEFAULT CURRENT_TIMESTAMP);\n\
+                 CREATE TABLE dwr (k INTEGER NOT NULL PRIMARY KEY, v BIGINT) WITHOUT ROWID",
+            )
+            .await;
+            cases.extend([
+                ("drow", "primary key k INTEGER, SQLite's rowid"),
+                (
+                    "dts",
+                    "column t: its default CURRENT_TIMESTAMP is not a literal",
+                ),
+            ]);
+            // Without a rowid, an INTEGER key is a plain column.
+            store
+                .register(&["dwr"])
+                .await
+                .expect("a WITHOUT ROWID table has no rowid");
             outside(
                 backend,
                 "CREATE TRIGGER bump AFTER INSERT ON trg BEGIN UPDATE trg SET v = 1 WHERE k = NEW.k; END;\n\
