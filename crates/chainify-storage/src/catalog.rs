@@ -239,25 +239,41 @@ impl CatalogTable {
 
 /// A default the engines may not fill in alike, or `None` for a literal every engine stores as
 /// the same value: NULL, an integer or decimal within the column's type, TRUE or FALSE, or a
-/// quoted string within its length. Anything else (a sequence, identity or auto-increment, a
-/// generated column, a function such as `now()` or `random()`, an expression) gives each
-/// organization its own value, or the same one at another time (a rolled-back insert still
-/// advances a sequence), so their states and digests would part.
+/// quoted string within its length, cast (PostgreSQL prints casts) only to the column's own
+/// type. Anything else (a sequence, identity or auto-increment, a generated column, a function
+/// such as `now()` or `random()`, an expression, a cast through another type such as
+/// `'now'::timestamptz`, which PostgreSQL evaluates once, when the table is created) gives each
+/// organization its own value, so their states and digests would part.
 pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> {
     let refuse = |why: &str| {
         Some(format!(
-            "its default {default} {why}; give the value in every INSERT, or declare a literal default"
+            "its default `{default}` {why}; give the value in every INSERT, or declare a literal default"
         ))
     };
-    let Some(literal) = parse_literal(default) else {
+    let Some((literal, casts)) = parse_literal(default) else {
         return refuse("is not a literal: each organization's engine would fill in its own value");
     };
-    let number = |text: &str| -> Option<(bool, String, String)> {
+    // The cast names PostgreSQL prints for a literal of each portable type.
+    let own_type = |cast: &str| {
+        let name = cast.split('(').next().unwrap_or("").trim();
+        match &column.ty {
+            ColumnType::Int => matches!(name, "integer" | "bigint" | "smallint"),
+            ColumnType::Decimal { .. } => name == "numeric",
+            ColumnType::Text => matches!(name, "text" | "character varying"),
+            ColumnType::Bool => name == "boolean",
+            _ => false,
+        }
+    };
+    if let Some(cast) = casts.iter().find(|c| !own_type(c)) {
+        return refuse(&format!(
+            "goes through the type {cast}, whose value each engine, session or day may print otherwise"
+        ));
+    }
+    let number = |text: &str| -> Option<(String, String)> {
         let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
         let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
         let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-        (!int.is_empty() && digits(int) && digits(frac))
-            .then(|| (text.starts_with('-'), int.to_owned(), frac.to_owned()))
+        (!int.is_empty() && digits(int) && digits(frac)).then(|| (int.to_owned(), frac.to_owned()))
     };
     let value = match &literal {
         Literal::Null => return None,
@@ -268,7 +284,7 @@ pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> 
         Limit::of_declared(&column.native_type, &column.ty),
     ) {
         (ColumnType::Int, limit) => {
-            let fits = number(value).is_some_and(|(_, _, frac)| frac.is_empty())
+            let fits = number(value).is_some_and(|(_, frac)| frac.is_empty())
                 && value.parse::<i128>().is_ok_and(|n| match limit {
                     Limit::IntBits(bits) => {
                         let max = (1i128 << (bits - 1)) - 1;
@@ -285,7 +301,7 @@ pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> 
                 Limit::Decimal { precision, .. } => usize::from(precision),
                 _ => usize::MAX,
             };
-            let fits = number(value).is_some_and(|(_, int, frac)| {
+            let fits = number(value).is_some_and(|(int, frac)| {
                 let int = int.trim_start_matches('0');
                 frac.len() <= usize::from(*scale)
                     && int.len() <= precision.saturating_sub(usize::from(*scale))
@@ -296,11 +312,13 @@ pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> 
                 })
                 .flatten()
         }
+        // Bare only: SQLite would keep a quoted 'true' as text, which no boolean is.
         (ColumnType::Bool, _) => {
-            let fits = matches!(
-                value.to_ascii_lowercase().as_str(),
-                "true" | "false" | "0" | "1"
-            );
+            let fits = matches!(&literal, Literal::Bare(_))
+                && matches!(
+                    value.to_ascii_lowercase().as_str(),
+                    "true" | "false" | "0" | "1"
+                );
             (!fits).then(|| refuse("is not TRUE or FALSE")).flatten()
         }
         (ColumnType::Text, limit) => {
@@ -310,6 +328,13 @@ pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> 
             if text.chars().any(char::is_control) {
                 return refuse(
                     "holds a control character, which engines store or refuse differently",
+                );
+            }
+            // MySQL reads `'a\nb'` as a newline, the others as a backslash and an n (and MariaDB
+            // prints its defaults escaped so).
+            if text.contains('\\') {
+                return refuse(
+                    "holds a backslash, which MySQL reads as an escape and the others as a character",
                 );
             }
             match limit {
@@ -324,15 +349,16 @@ pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> 
 }
 
 /// A default as a catalog prints it, reduced to its literal: `NULL`, a bare word or number, or
-/// a quoted string (`''` unescaped), inside any parentheses and before PostgreSQL's casts
-/// (`'-5'::integer`, `'ab'::character varying`). `None` for anything else.
+/// a quoted string (`''` unescaped), inside any parentheses.
 enum Literal {
     Null,
     Bare(String),
     Quoted(String),
 }
 
-fn parse_literal(text: &str) -> Option<Literal> {
+/// The literal of a default and the casts PostgreSQL prints after it (`'-5'::integer`,
+/// `'ab'::character varying`), outermost last; `None` for anything but a literal.
+fn parse_literal(text: &str) -> Option<(Literal, Vec<String>)> {
     let mut t = text.trim();
     while let Some(inner) = t.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
         t = inner.trim();
@@ -373,16 +399,25 @@ fn parse_literal(text: &str) -> Option<Literal> {
         (literal, &t[end..])
     };
     // Only casts may follow, each to a type name (`::numeric(10,2)`, `::character varying`).
-    let casts_only = rest.split("::").enumerate().all(|(i, part)| {
+    let mut casts = Vec::new();
+    for (i, part) in rest.split("::").enumerate() {
+        let part = part.trim();
         if i == 0 {
-            return part.trim().is_empty();
+            if !part.is_empty() {
+                return None;
+            }
+            continue;
         }
-        !part.trim().is_empty()
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b' ' | b'_' | b'(' | b')' | b','))
-    });
-    casts_only.then_some(literal)
+        let name_like = !part.is_empty()
+            && part.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b' ' | b'_' | b'(' | b')' | b',')
+            });
+        if !name_like {
+            return None;
+        }
+        casts.push(part.to_owned());
+    }
+    Some((literal, casts))
 }
 
 /// RESTRICT and NO ACTION read the children; everything else (CASCADE, SET NULL, SET DEFAULT)
@@ -520,7 +555,23 @@ pub(crate) mod tests {
             ("TEXT", "'a'::text || 'b'::text", "is not a literal"),
             ("TEXT", "'unterminated", "is not a literal"),
             ("TEXT", "'tab\there'", "control character"),
-            ("BYTEA", "'\\x0102'::bytea", "is not NULL"),
+            ("BYTEA", "'\\x0102'::bytea", "goes through the type bytea"),
+            (
+                "TEXT",
+                "'2026-11-29 02:39:05+00'::timestamp with time zone",
+                "goes through the type timestamp with time zone",
+            ),
+            (
+                "TEXT",
+                "'1 day 02:00:00'::interval",
+                "goes through the type interval",
+            ),
+            ("BIGINT", "'5'::text", "goes through the type text"),
+            ("BOOLEAN", "'true'", "is not TRUE or FALSE"),
+            ("BOOLEAN", "'1'", "is not TRUE or FALSE"),
+            ("VARCHAR(5)", "'a\\nb'", "holds a backslash"),
+            ("TEXT", "", "is not a literal"),
+            ("TEXT", "abc", "is not a quoted string"),
         ];
         for (ty, default, why) in refused {
             let problem = default_problem(&col("v", ty), default)
@@ -535,7 +586,7 @@ pub(crate) mod tests {
         t.columns[1].default = Some("now()".into());
         let e = t.to_shared().expect_err("refused").to_string();
         assert!(
-            e.contains("checking") && e.contains("column bal: its default now()"),
+            e.contains("checking") && e.contains("column bal: its default `now()`"),
             "{e}"
         );
     }

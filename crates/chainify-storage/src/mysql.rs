@@ -432,6 +432,14 @@ impl Backend for MySql {
             let default: Option<String> = r.try_get(6).map_err(&e)?;
             let extra: Option<String> = r.try_get(7).map_err(&e)?;
             let generated: Option<String> = r.try_get(8).map_err(&e)?;
+            if extra
+                .as_deref()
+                .is_some_and(|x| x.to_ascii_lowercase().contains("invisible"))
+            {
+                c.engine_problem = Some(
+                    "an INVISIBLE column, which MariaDB's SELECT * leaves out and the other engines' does not".into(),
+                );
+            }
             c.default = column_default(default, extra.as_deref(), generated);
             t.columns.push(c);
         }

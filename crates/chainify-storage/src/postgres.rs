@@ -224,9 +224,11 @@ async fn limited_read(conn: &mut PgConn, limit: std::time::Duration) -> Result<(
 const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod, \
      CASE WHEN a.attidentity <> '' THEN 'GENERATED AS IDENTITY' \
           WHEN a.attgenerated <> '' THEN 'GENERATED ALWAYS AS (' || pg_get_expr(d.adbin, d.adrelid) || ')' \
-          ELSE pg_get_expr(d.adbin, d.adrelid) END \
+          ELSE pg_get_expr(d.adbin, d.adrelid) END, \
+     t.typtype = 'b' AND tn.nspname = 'pg_catalog' \
      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
      JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid \
+     JOIN pg_namespace tn ON tn.oid = t.typnamespace \
      LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
      WHERE n.nspname = current_schema() AND c.relname = $1 AND c.relkind IN ('r', 'p') \
      AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
@@ -379,6 +381,14 @@ impl Backend for Postgres {
                 r.try_get(4).map_err(err("decoding a column"))?,
             );
             c.default = r.try_get(5).map_err(err("decoding a column"))?;
+            let built_in: bool = r.try_get(6).map_err(err("decoding a column"))?;
+            if !built_in {
+                // A domain carries its own default and checks, which the column's catalog
+                // entry does not show (and may shadow a built-in type's name).
+                c.engine_problem = Some(
+                    "a domain or a type outside pg_catalog; declare the column with a built-in type".into(),
+                );
+            }
             t.columns.push(c);
         }
         let indexes = sqlx::query(INDEXES)

@@ -933,22 +933,6 @@ impl Sqlite {
         }
         pk.sort();
         t.primary_key = pk.into_iter().map(|(_, n)| n).collect();
-        // `INTEGER PRIMARY KEY` is the rowid itself (unless the table is WITHOUT ROWID), which
-        // SQLite fills in when an INSERT gives it NULL, where the other engines refuse the row.
-        let without_rowid = definition.as_deref().is_some_and(|d| {
-            definition_words(d)
-                .windows(2)
-                .any(|w| w[0] == "WITHOUT" && w[1] == "ROWID")
-        });
-        if let [key] = t.primary_key.as_slice()
-            && let Some(c) = t.columns.iter().find(|c| &c.name == key)
-            && c.native_type.eq_ignore_ascii_case("integer")
-            && !without_rowid
-        {
-            t.problems.push(format!(
-                "primary key {key} INTEGER, SQLite's rowid, which SQLite fills in when an INSERT gives it NULL where the other engines refuse the row; declare it BIGINT"
-            ));
-        }
         let indexes = catalog_rows(
             conn,
             "SELECT name, origin FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
@@ -956,6 +940,15 @@ impl Sqlite {
             |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
         )
         .map_err(err("reading the indexes of a table"))?;
+        // A primary key without an index of its own is the rowid (`INTEGER PRIMARY KEY` in a
+        // table with a rowid), which SQLite fills in when an INSERT gives it NULL, where the
+        // other engines refuse the row. Asked of SQLite, not read from the definition's text.
+        if !t.primary_key.is_empty() && !indexes.iter().any(|(_, origin)| origin == "pk") {
+            t.problems.push(format!(
+                "primary key {} is SQLite's rowid (INTEGER PRIMARY KEY), which SQLite fills in when an INSERT gives it NULL where the other engines refuse the row; declare it BIGINT",
+                t.primary_key.join(", ")
+            ));
+        }
         for (name, origin) in indexes {
             if origin == "pk" {
                 continue;

@@ -2315,13 +2315,27 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
         .register(&["dlit"])
         .await
         .expect("literal defaults are stored alike");
-    cases.push(("dgen", "column w: its default GENERATED ALWAYS AS"));
+    // A row that leaves every defaulted column out holds the same values on every engine.
+    outside(backend, "INSERT INTO dlit (k) VALUES (1)").await;
+    assert_eq!(
+        dump(&store, "dlit").await,
+        vec![vec![
+            Value::Int(1),
+            Value::Int(0),
+            Value::Text("it's".into()),
+            dec("-1.25"),
+            Value::Bool(false),
+            Value::Null,
+        ]],
+        "the defaults as stored"
+    );
+    cases.push(("dgen", "column w: its default `GENERATED ALWAYS AS"));
     // MariaDB rounds such a default when the table is created (its catalog holds 1.13); the
     // others would keep 1.125 and round at each insert, or not at all (SQLite).
     if backend.dialect() != Dialect::MySql {
         cases.push((
             "dlong",
-            "column m: its default 1.125 is not a decimal within",
+            "column m: its default `1.125` is not a decimal within",
         ));
     }
     match backend.dialect() {
@@ -2330,15 +2344,21 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                 backend,
                 "CREATE TABLE dser (k BIGINT NOT NULL PRIMARY KEY, v BIGSERIAL);\n\
                  CREATE TABLE did (k BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v BIGINT);\n\
-                 CREATE TABLE dnow (k BIGINT NOT NULL PRIMARY KEY, t TEXT DEFAULT now()::text)",
+                 CREATE TABLE dnow (k BIGINT NOT NULL PRIMARY KEY, t TEXT DEFAULT now()::text);\n\
+                 CREATE TABLE dday (k BIGINT NOT NULL PRIMARY KEY, t TEXT DEFAULT 'now'::timestamptz);\n\
+                 CREATE DOMAIN int8 AS pg_catalog.int8 DEFAULT 7;\n\
+                 CREATE TABLE ddom (k BIGINT NOT NULL PRIMARY KEY, v public.int8)",
             )
             .await;
             cases.extend([
-                ("dser", "column v: its default nextval("),
-                ("did", "column k: its default GENERATED AS IDENTITY"),
+                ("dday", "goes through the type timestamp with time zone"),
+                // A domain shadowing a built-in type's name, with a default of its own.
+                ("ddom", "a domain or a type outside pg_catalog"),
+                ("dser", "column v: its default `nextval("),
+                ("did", "column k: its default `GENERATED AS IDENTITY`"),
                 (
                     "dnow",
-                    "column t: its default (now())::text is not a literal",
+                    "column t: its default `(now())::text` is not a literal",
                 ),
             ]);
             outside(
@@ -2369,12 +2389,14 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             outside(
                 backend,
                 "CREATE TABLE dai (k BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, v BIGINT);\n\
-                 CREATE TABLE dexpr (k BIGINT NOT NULL PRIMARY KEY, v BIGINT DEFAULT (1 + 1))",
+                 CREATE TABLE dexpr (k BIGINT NOT NULL PRIMARY KEY, v BIGINT DEFAULT (1 + 1));\n\
+                 CREATE TABLE dinv (k BIGINT NOT NULL PRIMARY KEY, v BIGINT INVISIBLE DEFAULT 0)",
             )
             .await;
             cases.extend([
-                ("dai", "column k: its default AUTO_INCREMENT"),
-                ("dexpr", "column v: its default (1 + 1) is not a literal"),
+                ("dinv", "an INVISIBLE column"),
+                ("dai", "column k: its default `AUTO_INCREMENT`"),
+                ("dexpr", "column v: its default `(1 + 1)` is not a literal"),
             ]);
             outside(
                 backend,
@@ -2402,14 +2424,21 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                 backend,
                 "CREATE TABLE drow (k INTEGER NOT NULL PRIMARY KEY, v BIGINT);\n\
                  CREATE TABLE dts (k BIGINT NOT NULL PRIMARY KEY, t TEXT DEFAULT CURRENT_TIMESTAMP);\n\
-                 CREATE TABLE dwr (k INTEGER NOT NULL PRIMARY KEY, v BIGINT) WITHOUT ROWID",
+                 CREATE TABLE dwr (k INTEGER NOT NULL PRIMARY KEY, v BIGINT) WITHOUT ROWID;\n\
+                 CREATE TABLE dwrs (k INTEGER NOT NULL PRIMARY KEY, note TEXT DEFAULT 'WITHOUT ROWID');\n\
+                 CREATE TABLE dbool (k BIGINT NOT NULL PRIMARY KEY, b BOOLEAN DEFAULT 'true')",
             )
             .await;
             cases.extend([
-                ("drow", "primary key k INTEGER, SQLite's rowid"),
+                ("dwrs", "primary key k is SQLite's rowid"),
+                (
+                    "dbool",
+                    "column b: its default `'true'` is not TRUE or FALSE",
+                ),
+                ("drow", "primary key k is SQLite's rowid"),
                 (
                     "dts",
-                    "column t: its default CURRENT_TIMESTAMP is not a literal",
+                    "column t: its default `CURRENT_TIMESTAMP` is not a literal",
                 ),
             ]);
             // Without a rowid, an INTEGER key is a plain column.
