@@ -211,16 +211,35 @@ fn leader(topic: &str) -> u16 {
     u16::try_from(leader).unwrap()
 }
 
-/// The nonces of the next `count` transactions the stream delivers, in order.
-async fn nonces(stream: &mut BlockStream, count: usize) -> Vec<u64> {
+/// A block stream with the point after the last block it delivered.
+struct Reading {
+    stream: BlockStream,
+    after: Resume,
+}
+
+/// The nonces of the next `count` transactions the stream delivers, in order. A stream that
+/// fails is opened again after the last block it delivered, as the node does: librdkafka
+/// connects to brokers as it needs them, and reports `AllBrokersDown` when the only broker it
+/// was talking to dies though the others live.
+async fn nonces(orderer: &KafkaOrderer, reading: &mut Reading, count: usize) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut out = Vec::new();
     while out.len() < count {
-        let block = tokio::time::timeout(Duration::from_secs(60), stream.next())
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = tokio::time::timeout(left, reading.stream.next())
             .await
-            .expect("a block within 60 s")
-            .expect("the stream goes on")
-            .expect("a block");
-        out.extend(block.transactions.iter().map(|t| t.proposal.body.nonce));
+            .expect("the blocks within 60 s")
+            .expect("the stream goes on");
+        match next {
+            Ok(block) => {
+                reading.after = Resume::after(&block);
+                out.extend(block.transactions.iter().map(|t| t.proposal.body.nonce));
+            }
+            Err(e) => {
+                eprintln!("the block stream failed ({e}); opening it again");
+                reading.stream = orderer.deliver(reading.after).await.expect("deliver again");
+            }
+        }
     }
     out
 }
@@ -267,8 +286,14 @@ fn the_shipped_three_node_cluster_orders_through_the_loss_of_its_leader() {
                 .await
                 .expect("broadcast");
         }
-        let mut reading = orderer.deliver(Resume::START).await.expect("deliver");
-        assert_eq!(nonces(&mut reading, 8).await, (1..=8).collect::<Vec<_>>());
+        let mut reading = Reading {
+            stream: orderer.deliver(Resume::START).await.expect("deliver"),
+            after: Resume::START,
+        };
+        assert_eq!(
+            nonces(&orderer, &mut reading, 8).await,
+            (1..=8).collect::<Vec<_>>()
+        );
         (orderer, reading)
     });
     let dead = leader(topic);
@@ -284,14 +309,17 @@ fn the_shipped_three_node_cluster_orders_through_the_loss_of_its_leader() {
             .expect("broadcast");
         }
         assert_eq!(
-            nonces(&mut reading, 8).await,
+            nonces(&orderer, &mut reading, 8).await,
             (9..=16).collect::<Vec<_>>(),
             "the consumer that was reading"
         );
         let fresh = KafkaOrderer::connect(settings).await.expect("kafka");
-        let mut from_start = fresh.deliver(Resume::START).await.expect("deliver");
+        let mut from_start = Reading {
+            stream: fresh.deliver(Resume::START).await.expect("deliver"),
+            after: Resume::START,
+        };
         assert_eq!(
-            nonces(&mut from_start, 16).await,
+            nonces(&fresh, &mut from_start, 16).await,
             (1..=16).collect::<Vec<_>>(),
             "a new consumer from the start"
         );
