@@ -409,7 +409,7 @@ impl Portable {
         };
         for (table, column, limit, e) in stored {
             if let Some(v) = eval(e, params)? {
-                fits(&v, limit).map_err(|what| {
+                limit.admits(&v).map_err(|what| {
                     let mut shown = v.to_string();
                     if shown.len() > 80 {
                         let cut = (0..=77)
@@ -4613,40 +4613,6 @@ fn describe(e: &E) -> &'static str {
     }
 }
 
-/// Whether a value fits a column's declared limit; `Err` says what the column takes.
-fn fits(v: &Value, limit: Limit) -> Result<(), String> {
-    match (v, limit) {
-        (Value::Int(i), Limit::IntBits(b)) if b < 64 => {
-            let max = (1i64 << (b - 1)) - 1;
-            if (-max - 1..=max).contains(i) {
-                Ok(())
-            } else {
-                Err(format!("a {b}-bit integer"))
-            }
-        }
-        (Value::Int(_) | Value::Decimal(_), Limit::Decimal { precision, scale }) => {
-            let d = match v {
-                Value::Int(i) => chainify_core::Decimal::new(i128::from(*i), 0),
-                Value::Decimal(d) => Some(*d),
-                _ => None,
-            };
-            let bound = 10i128.checked_pow(u32::from(precision));
-            match (d.and_then(|d| d.round_to(scale)), bound) {
-                (Some(r), Some(b)) if r.mantissa().abs() < b => Ok(()),
-                _ => Err(format!("DECIMAL({precision}, {scale})")),
-            }
-        }
-        (Value::Text(s), Limit::Chars(n)) => {
-            if s.chars().count() <= n as usize {
-                Ok(())
-            } else {
-                Err(format!("at most {n} characters"))
-            }
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -4731,16 +4697,24 @@ mod tests {
             eval(&case, &[]).unwrap(),
             Some(Value::Text("xxxxxxxxxxxxx".into()))
         );
-        assert!(fits(&Value::Text("xxxxxxxxxxxxx".into()), Limit::Chars(12)).is_err());
-        assert!(fits(&Value::Int(1 << 31), Limit::IntBits(32)).is_err());
-        assert!(fits(&Value::Int((1 << 31) - 1), Limit::IntBits(32)).is_ok());
+        assert!(
+            Limit::Chars(12)
+                .admits(&Value::Text("xxxxxxxxxxxxx".into()))
+                .is_err()
+        );
+        assert!(Limit::IntBits(32).admits(&Value::Int(1 << 31)).is_err());
+        assert!(
+            Limit::IntBits(32)
+                .admits(&Value::Int((1 << 31) - 1))
+                .is_ok()
+        );
         let dec = |s: &str| Value::Decimal(s.parse().unwrap());
         let two = Limit::Decimal {
             precision: 4,
             scale: 2,
         };
-        assert!(fits(&dec("99.99"), two).is_ok());
+        assert!(two.admits(&dec("99.99")).is_ok());
         // Rounded first, as the engines do: 99.995 is 100.00, too large.
-        assert!(fits(&dec("99.995"), two).is_err());
+        assert!(two.admits(&dec("99.995")).is_err());
     }
 }

@@ -172,6 +172,44 @@ impl Limit {
     }
 }
 
+impl Limit {
+    /// Whether a value fits this declared limit, as the engines store it (a decimal rounded to
+    /// the scale first); `Err` says what the column takes.
+    pub fn admits(self, v: &chainify_core::Value) -> Result<(), String> {
+        use chainify_core::Value;
+        match (v, self) {
+            (Value::Int(i), Limit::IntBits(b)) if b < 64 => {
+                let max = (1i64 << (b - 1)) - 1;
+                if (-max - 1..=max).contains(i) {
+                    Ok(())
+                } else {
+                    Err(format!("a {b}-bit integer"))
+                }
+            }
+            (Value::Int(_) | Value::Decimal(_), Limit::Decimal { precision, scale }) => {
+                let d = match v {
+                    Value::Int(i) => chainify_core::Decimal::new(i128::from(*i), 0),
+                    Value::Decimal(d) => Some(*d),
+                    _ => None,
+                };
+                let bound = 10i128.checked_pow(u32::from(precision));
+                match (d.and_then(|d| d.round_to(scale)), bound) {
+                    (Some(r), Some(b)) if r.mantissa().abs() < b => Ok(()),
+                    _ => Err(format!("DECIMAL({precision}, {scale})")),
+                }
+            }
+            (Value::Text(s), Limit::Chars(n)) => {
+                if s.chars().count() <= n as usize {
+                    Ok(())
+                } else {
+                    Err(format!("at most {n} characters"))
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The numbers in a declared type's parentheses (`VARCHAR(20)` → `[20]`, `DECIMAL(12, 2)` →
 /// `[12, 2]`).
 pub fn declared_args(declared: &str) -> Vec<u32> {

@@ -2,7 +2,7 @@
 //! be a shared table. Each backend fills a [`CatalogTable`] from its own catalog; everything after
 //! that is engine-independent.
 
-use chainify_core::Hasher;
+use chainify_core::{Decimal, Hasher, Value};
 use chainify_sql::ColumnType;
 use chainify_sql::schema::{Column, ForeignKey, Limit, RefAction, Table};
 
@@ -269,59 +269,40 @@ pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> 
             "goes through the type {cast}, whose value each engine, session or day may print otherwise"
         ));
     }
-    let number = |text: &str| -> Option<(String, String)> {
-        let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
-        let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
-        let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-        (!int.is_empty() && digits(int) && digits(frac)).then(|| (int.to_owned(), frac.to_owned()))
-    };
     let value = match &literal {
         Literal::Null => return None,
         Literal::Bare(v) | Literal::Quoted(v) => v.as_str(),
     };
-    match (
-        &column.ty,
-        Limit::of_declared(&column.native_type, &column.ty),
-    ) {
-        (ColumnType::Int, limit) => {
-            let fits = number(value).is_some_and(|(_, frac)| frac.is_empty())
-                && value.parse::<i128>().is_ok_and(|n| match limit {
-                    Limit::IntBits(bits) => {
-                        let max = (1i128 << (bits - 1)) - 1;
-                        (-max - 1..=max).contains(&n)
-                    }
-                    _ => true,
-                });
-            (!fits)
-                .then(|| refuse("is not an integer of the column's type"))
-                .flatten()
-        }
-        (ColumnType::Decimal { scale: Some(scale) }, limit) => {
-            let precision = match limit {
-                Limit::Decimal { precision, .. } => usize::from(precision),
-                _ => usize::MAX,
-            };
-            let fits = number(value).is_some_and(|(int, frac)| {
-                let int = int.trim_start_matches('0');
-                frac.len() <= usize::from(*scale)
-                    && int.len() <= precision.saturating_sub(usize::from(*scale))
-            });
-            (!fits)
-                .then(|| {
-                    refuse("is not a decimal within the column's precision and scale (engines round or refuse it differently)")
-                })
-                .flatten()
-        }
-        // Bare only: SQLite would keep a quoted 'true' as text, which no boolean is.
-        (ColumnType::Bool, _) => {
-            let fits = matches!(&literal, Literal::Bare(_))
-                && matches!(
-                    value.to_ascii_lowercase().as_str(),
-                    "true" | "false" | "0" | "1"
+    let limit = Limit::of_declared(&column.native_type, &column.ty);
+    // The literal as the value it stores (a decimal with no more digits after the point than
+    // the column keeps: engines round or refuse the others differently), then the column's
+    // declared width, precision or length, as parameters are checked.
+    let stored = match &column.ty {
+        ColumnType::Int => match value
+            .parse::<Decimal>()
+            .ok()
+            .and_then(Decimal::to_i64_exact)
+        {
+            Some(i) if !value.contains('.') => Value::Int(i),
+            _ => return refuse("is not an integer of the column's type"),
+        },
+        ColumnType::Decimal { scale: Some(scale) } => match value.parse::<Decimal>() {
+            Ok(d) if d.scale() <= *scale => Value::Decimal(d),
+            _ => {
+                return refuse(
+                    "is not a decimal within the column's precision and scale (engines round or refuse it differently)",
                 );
-            (!fits).then(|| refuse("is not TRUE or FALSE")).flatten()
+            }
+        },
+        // Bare only: SQLite would keep a quoted 'true' as text, which no boolean is.
+        ColumnType::Bool => {
+            let bare = matches!(&literal, Literal::Bare(_));
+            return match value.to_ascii_lowercase().as_str() {
+                "true" | "false" | "0" | "1" if bare => None,
+                _ => refuse("is not TRUE or FALSE"),
+            };
         }
-        (ColumnType::Text, limit) => {
+        ColumnType::Text => {
             let Literal::Quoted(text) = &literal else {
                 return refuse("is not a quoted string");
             };
@@ -337,15 +318,19 @@ pub fn default_problem(column: &CatalogColumn, default: &str) -> Option<String> 
                     "holds a backslash, which MySQL reads as an escape and the others as a character",
                 );
             }
-            match limit {
-                Limit::Chars(n) if text.chars().count() > n as usize => refuse(
-                    "is longer than the column (SQLite would store it whole, the others refuse it)",
-                ),
-                _ => None,
-            }
+            Value::Text(text.clone())
         }
-        _ => refuse("is not NULL: engines print and store such literals differently"),
-    }
+        _ => return refuse("is not NULL: engines print and store such literals differently"),
+    };
+    limit.admits(&stored).err().and_then(|what| match stored {
+        Value::Int(_) => refuse(&format!("is not an integer of the column's type ({what})")),
+        Value::Decimal(_) => refuse(&format!(
+            "is not a decimal within the column's precision and scale ({what})"
+        )),
+        _ => refuse(&format!(
+            "is longer than the column ({what}; SQLite would store it whole, the others refuse it)"
+        )),
+    })
 }
 
 /// A default as a catalog prints it, reduced to its literal: `NULL`, a bare word or number, or

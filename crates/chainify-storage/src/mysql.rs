@@ -361,9 +361,8 @@ fn column(
 }
 
 /// How MySQL or MariaDB fills a column an INSERT leaves out ([`CatalogColumn::default`]):
-/// what generates it (`EXTRA`: auto-increment, a generated column, `ON UPDATE`, MySQL's expression
-/// defaults),
-/// else `COLUMN_DEFAULT` (MariaDB prints literals as SQL, `NULL` for none).
+/// what generates it (`EXTRA`: auto-increment, a generated column, `ON UPDATE`, MySQL's
+/// expression defaults), else `COLUMN_DEFAULT` (MariaDB prints literals as SQL, `NULL` for none).
 fn column_default(
     default: Option<String>,
     extra: Option<&str>,
