@@ -6,7 +6,7 @@
 use chainify_core::Value;
 use chainify_sql::render::Dialect;
 
-use crate::backend::{Backend, Conn, DeferForeignKeys};
+use crate::backend::{Backend, Conn, DeferForeignKeys, Pipeline, Pipelined};
 use crate::catalog::CatalogTable;
 use crate::ddl::ReadType;
 use crate::error::{DbError, StorageError, redact_url};
@@ -70,7 +70,9 @@ pub fn database_on(server_url: &str, name: &str) -> Result<String, StorageError>
         .next()
         .filter(|h| !h.is_empty())
         .ok_or_else(bad)?;
-    Ok(format!("{scheme}://{host}/{name}"))
+    // The connection options (a Unix socket's directory, TLS) stay: only the database changes.
+    let options = rest.find('?').map_or("", |at| &rest[at..]);
+    Ok(format!("{scheme}://{host}/{name}{options}"))
 }
 
 /// Drops the database `url` names if it exists and creates it empty (a server database with
@@ -114,10 +116,14 @@ async fn administer(url: &str, create: bool) -> Result<(), StorageError> {
         }
         return Ok(());
     }
+    let (url, options) = url.split_once('?').map_or((url, ""), |(u, o)| (u, o));
+    let options = if options.is_empty() {
+        String::new()
+    } else {
+        format!("?{options}")
+    };
     let (base, name) = url
-        .split('?')
-        .next()
-        .and_then(|u| u.rsplit_once('/'))
+        .rsplit_once('/')
         .filter(|(base, _)| base.contains("://"))
         .ok_or_else(|| failed("the URL names no database".into()))?;
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -127,7 +133,7 @@ async fn administer(url: &str, create: bool) -> Result<(), StorageError> {
     }
     match scheme {
         "postgres" | "postgresql" => {
-            let mut conn = sqlx::PgConnection::connect(&format!("{base}/postgres"))
+            let mut conn = sqlx::PgConnection::connect(&format!("{base}/postgres{options}"))
                 .await
                 .map_err(|e| failed(e.to_string()))?;
             let mut sql = vec![format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")];
@@ -142,7 +148,7 @@ async fn administer(url: &str, create: bool) -> Result<(), StorageError> {
         }
         "mysql" | "mariadb" => {
             let base = base.replacen("mariadb:", "mysql:", 1);
-            let mut conn = sqlx::MySqlConnection::connect(&format!("{base}/mysql"))
+            let mut conn = sqlx::MySqlConnection::connect(&format!("{base}/mysql{options}"))
                 .await
                 .map_err(|e| failed(e.to_string()))?;
             let mut sql = vec![format!("DROP DATABASE IF EXISTS {name}")];
@@ -192,6 +198,10 @@ impl Backend for AnyBackend {
         each!(AnyBackend, self, b => b.calls_inline())
     }
 
+    fn pipelines_statements(&self) -> bool {
+        each!(AnyBackend, self, b => b.pipelines_statements())
+    }
+
     fn transactional_ddl(&self) -> bool {
         each!(AnyBackend, self, b => b.transactional_ddl())
     }
@@ -237,6 +247,10 @@ impl Conn for AnyConn {
         returns_rows: bool,
     ) -> Result<u64, DbError> {
         each!(AnyConn, self, c => c.execute(sql, params, returns_rows).await)
+    }
+
+    async fn execute_pipelined(&mut self, statements: &[Pipelined<'_>]) -> Pipeline {
+        each!(AnyConn, self, c => c.execute_pipelined(statements).await)
     }
 
     async fn query(
@@ -317,8 +331,12 @@ mod tests {
     #[test]
     fn database_on_replaces_the_database_only() {
         assert_eq!(
-            database_on("postgres://u:p@127.0.0.1:5/a?sslmode=disable", "b").expect("url"),
-            "postgres://u:p@127.0.0.1:5/b"
+            database_on("postgres://u:p@127.0.0.1:5/a?sslmode=require", "b").expect("url"),
+            "postgres://u:p@127.0.0.1:5/b?sslmode=require"
+        );
+        assert_eq!(
+            database_on("postgres://u@localhost?host=/run/pg&port=5", "b").expect("url"),
+            "postgres://u@localhost/b?host=/run/pg&port=5"
         );
         assert_eq!(
             database_on("mysql://root@h:3306", "x").expect("url"),

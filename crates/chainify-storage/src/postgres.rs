@@ -16,8 +16,8 @@ use sqlx::query::Query;
 
 use crate::StoreOptions;
 use crate::backend::{
-    Backend, DeferForeignKeys, Suspicion, catalog_error, classify, sqlx_backend_basics, sqlx_conn,
-    typed_statement_text as statement_text,
+    Backend, DeferForeignKeys, Pipeline, Pipelined, Suspicion, catalog_error, classify,
+    sqlx_backend_basics, sqlx_conn, typed_statement_text as statement_text,
 };
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
 use crate::ddl::ReadType;
@@ -205,7 +205,7 @@ fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"], read_snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"], limited_read: limited_read);
+sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"], read_snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"], limited_read: limited_read, pipelined: pipelined);
 
 /// A read snapshot whose statements PostgreSQL stops after `limit` (`SET LOCAL` ends with the
 /// transaction), in one round trip.
@@ -219,6 +219,137 @@ async fn limited_read(conn: &mut PgConn, limit: std::time::Duration) -> Result<(
         .await
         .map_err(db_err)?;
     Ok(())
+}
+
+/// Runs `statements` in one round trip: each as `EXECUTE` of a statement this session prepared
+/// in SQL, with the parameter types sqlx would bind (so the plan and the parameters' meaning are
+/// those of [`Conn::execute`]), prepared in the same text where it is new to the session. The
+/// values go as literals ([`execute_argument`]): PostgreSQL cannot bind parameters in a text of
+/// several statements, and sqlx sends one extended-protocol statement a round trip.
+async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline {
+    use futures_util::TryStreamExt;
+
+    let mut done = Pipeline::default();
+    let prepared = match conn.prepared.take() {
+        Some(known) => known,
+        None => match sqlx::query_scalar::<_, String>(
+            "SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'chainify_p')",
+        )
+        .fetch_all(&mut *conn.conn)
+        .await
+        {
+            Ok(names) => names.into_iter().collect(),
+            Err(e) => {
+                done.error = Some(db_err(e));
+                return done;
+            }
+        },
+    };
+    let mut prepared = prepared;
+    // What each reply answers: a PREPARE (its name), or an EXECUTE (whether it returns rows).
+    let mut parts: Vec<Result<bool, String>> = Vec::with_capacity(statements.len() * 2);
+    let mut text = String::new();
+    let mut preparing = std::collections::HashSet::new();
+    for s in statements {
+        let name = format!(
+            "chainify_p{}",
+            &chainify_core::Digest::of(statement_text(s.sql, s.params).as_bytes()).to_hex()[..32]
+        );
+        if !prepared.contains(&name) && preparing.insert(name.clone()) {
+            let types: Vec<&str> = s.params.iter().map(|v| parameter_type(v)).collect();
+            text.push_str(&format!("PREPARE {name}"));
+            if !types.is_empty() {
+                text.push_str(&format!(" ({})", types.join(", ")));
+            }
+            text.push_str(&format!(" AS {}; ", s.sql));
+            parts.push(Err(name.clone()));
+        }
+        text.push_str(&format!("EXECUTE {name}"));
+        if !s.params.is_empty() {
+            let args: Vec<String> = s.params.iter().map(|v| execute_argument(v)).collect();
+            text.push_str(&format!("({})", args.join(", ")));
+        }
+        text.push_str("; ");
+        parts.push(Ok(s.returns_rows));
+    }
+    let mut at = 0;
+    let mut returned = 0u64;
+    {
+        let mut replies = sqlx::raw_sql(sqlx::AssertSqlSafe(text)).fetch_many(&mut *conn.conn);
+        loop {
+            match replies.try_next().await {
+                Ok(Some(sqlx::Either::Left(result))) => {
+                    match parts.get(at) {
+                        Some(Err(name)) => {
+                            prepared.insert(name.clone());
+                        }
+                        Some(Ok(returns_rows)) => done.rows.push(if *returns_rows {
+                            returned
+                        } else {
+                            result.rows_affected()
+                        }),
+                        None => {}
+                    }
+                    returned = 0;
+                    at += 1;
+                }
+                Ok(Some(sqlx::Either::Right(_))) => returned += 1,
+                Ok(None) => break,
+                Err(e) => {
+                    done.error = Some(db_err(e));
+                    break;
+                }
+            }
+        }
+    }
+    conn.prepared = Some(prepared);
+    if done.error.is_none() && at != parts.len() {
+        done.error = Some(DbError {
+            kind: DbErrorKind::Statement,
+            code: None,
+            message: format!("{} statements sent in one text, {at} answered", parts.len()),
+        });
+    }
+    done
+}
+
+/// The type sqlx binds a value as (`bind`): a statement prepared in SQL with these is planned
+/// as the extended protocol's would be.
+fn parameter_type(v: &Value) -> &'static str {
+    match v {
+        // As `UntypedNull`: the type comes from the context.
+        Value::Null => "unknown",
+        Value::Int(_) => "int8",
+        Value::Decimal(_) => "numeric",
+        Value::Text(_) => "text",
+        Value::Bool(_) => "bool",
+        Value::Bytes(_) => "bytea",
+    }
+}
+
+/// A value as an argument of `EXECUTE`, which PostgreSQL converts to the parameter's type by
+/// the type's input function, as a parameter sent as text would be. Text and bytes go as hex
+/// digits, so no quote, backslash or setting (`standard_conforming_strings`) can change where
+/// the literal ends; numbers as their digits in quotes.
+fn execute_argument(v: &Value) -> String {
+    let hex = |b: &[u8]| -> String {
+        let mut out = String::with_capacity(b.len() * 2);
+        for byte in b {
+            out.push_str(&format!("{byte:02x}"));
+        }
+        out
+    };
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Int(i) => format!("'{i}'"),
+        Value::Decimal(d) => format!("'{d}'"),
+        Value::Text(t) => format!(
+            "convert_from(decode('{}', 'hex'), 'UTF8')",
+            hex(t.as_bytes())
+        ),
+        Value::Bool(b) => if *b { "true" } else { "false" }.into(),
+        Value::Bytes(b) => format!("decode('{}', 'hex')", hex(b)),
+    }
 }
 
 const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod, \
@@ -350,6 +481,10 @@ impl Backend for Postgres {
     }
 
     fn concurrent_writers(&self) -> bool {
+        true
+    }
+
+    fn pipelines_statements(&self) -> bool {
         true
     }
 
