@@ -221,6 +221,17 @@ async fn limited_read(conn: &mut PgConn, limit: std::time::Duration) -> Result<(
     Ok(())
 }
 
+/// Statements a session keeps prepared for [`pipelined`]; past this many they are all dropped
+/// (a client's new statement shapes must not grow each server session without bound).
+const MAX_PREPARED: usize = 256;
+
+/// What a reply to [`pipelined`]'s text answers.
+enum Part {
+    Deallocate,
+    Prepare(String),
+    Execute { returns_rows: bool },
+}
+
 /// Runs `statements` in one round trip: each as `EXECUTE` of a statement this session prepared
 /// in SQL, with the parameter types sqlx would bind (so the plan and the parameters' meaning are
 /// those of [`Conn::execute`]), prepared in the same text where it is new to the session. The
@@ -230,7 +241,7 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
     use futures_util::TryStreamExt;
 
     let mut done = Pipeline::default();
-    let prepared = match conn.prepared.take() {
+    let mut prepared = match conn.prepared.take() {
         Some(known) => known,
         None => match sqlx::query_scalar::<_, String>(
             "SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'chainify_p')",
@@ -245,10 +256,14 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
             }
         },
     };
-    let mut prepared = prepared;
-    // What each reply answers: a PREPARE (its name), or an EXECUTE (whether it returns rows).
-    let mut parts: Vec<Result<bool, String>> = Vec::with_capacity(statements.len() * 2);
+    let mut parts = Vec::with_capacity(statements.len() * 2);
     let mut text = String::new();
+    if prepared.len() + statements.len() > MAX_PREPARED {
+        for name in prepared.drain() {
+            text.push_str(&format!("DEALLOCATE {name}; "));
+            parts.push(Part::Deallocate);
+        }
+    }
     let mut preparing = std::collections::HashSet::new();
     for s in statements {
         let name = format!(
@@ -262,7 +277,7 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
                 text.push_str(&format!(" ({})", types.join(", ")));
             }
             text.push_str(&format!(" AS {}; ", s.sql));
-            parts.push(Err(name.clone()));
+            parts.push(Part::Prepare(name.clone()));
         }
         text.push_str(&format!("EXECUTE {name}"));
         if !s.params.is_empty() {
@@ -270,25 +285,28 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
             text.push_str(&format!("({})", args.join(", ")));
         }
         text.push_str("; ");
-        parts.push(Ok(s.returns_rows));
+        parts.push(Part::Execute {
+            returns_rows: s.returns_rows,
+        });
     }
     let mut at = 0;
     let mut returned = 0u64;
+    let mut failed = None;
     {
         let mut replies = sqlx::raw_sql(sqlx::AssertSqlSafe(text)).fetch_many(&mut *conn.conn);
         loop {
             match replies.try_next().await {
                 Ok(Some(sqlx::Either::Left(result))) => {
                     match parts.get(at) {
-                        Some(Err(name)) => {
+                        Some(Part::Prepare(name)) => {
                             prepared.insert(name.clone());
                         }
-                        Some(Ok(returns_rows)) => done.rows.push(if *returns_rows {
+                        Some(Part::Execute { returns_rows }) => done.rows.push(if *returns_rows {
                             returned
                         } else {
                             result.rows_affected()
                         }),
-                        None => {}
+                        Some(Part::Deallocate) | None => {}
                     }
                     returned = 0;
                     at += 1;
@@ -296,16 +314,33 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
                 Ok(Some(sqlx::Either::Right(_))) => returned += 1,
                 Ok(None) => break,
                 Err(e) => {
-                    done.error = Some(db_err(e));
+                    failed = Some(db_err(e));
                     break;
                 }
             }
         }
     }
+    if let Some(mut e) = failed {
+        // A client's statements are DML rendered by chainify and never name a prepared
+        // statement: a missing or doubled one, or a failed DEALLOCATE, is this session's
+        // bookkeeping gone wrong, not the transaction's failure (which would set this
+        // organization apart). Retried, with the session's statements read again.
+        let bookkeeping = matches!(e.code.as_deref(), Some("26000" | "42P05"))
+            || matches!(parts.get(at), Some(Part::Deallocate));
+        if bookkeeping {
+            e.kind = DbErrorKind::Transient;
+            conn.prepared = None;
+        } else {
+            conn.prepared = Some(prepared);
+        }
+        done.error = Some(e);
+        return done;
+    }
     conn.prepared = Some(prepared);
-    if done.error.is_none() && at != parts.len() {
+    if at != parts.len() {
+        // The server's surprise, not the transaction's.
         done.error = Some(DbError {
-            kind: DbErrorKind::Statement,
+            kind: DbErrorKind::Connection,
             code: None,
             message: format!("{} statements sent in one text, {at} answered", parts.len()),
         });

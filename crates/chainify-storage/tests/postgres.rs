@@ -163,3 +163,105 @@ async fn a_database_default_bytea_output_does_not_reach_the_digest() {
     let check = store.check_state().await.expect("scan");
     assert!(check.agrees(), "{check:?}");
 }
+
+/// Pipelined statements (a transaction's statements in one round trip) prepare each shape once
+/// a session, keep at most a bounded number prepared however many shapes clients send, and
+/// treat a prepared statement the session lost as bookkeeping to retry, never as the
+/// transaction's failure (which only PostgreSQL organizations would then see).
+#[tokio::test]
+async fn pipelined_statements_stay_bounded_and_survive_lost_ones() {
+    use chainify_core::Value;
+    use chainify_storage::{Backend, Conn, DbErrorKind, Pipelined};
+
+    PgFixture::create("pipelined").await;
+    let backend = Postgres::connect(&PgFixture::url("pipelined"), &StoreOptions::default())
+        .await
+        .expect("connect");
+    let mut conn = backend.acquire().await.expect("a connection");
+    conn.batch("CREATE TABLE kv (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL); INSERT INTO kv VALUES (1, 0)")
+        .await
+        .expect("table");
+    let key = Value::Int(1);
+    // Three hundred shapes, two statements each: every one runs, the session keeps at most 256.
+    let texts: Vec<String> = (0..300)
+        .map(|i| format!("UPDATE kv SET v = v + {i} WHERE k = $1"))
+        .collect();
+    let params = [&key];
+    let mut most = 0;
+    for pair in texts.chunks(2) {
+        let list: Vec<Pipelined<'_>> = pair
+            .iter()
+            .map(|sql| Pipelined {
+                sql,
+                params: &params,
+                returns_rows: false,
+            })
+            .collect();
+        let done = conn.execute_pipelined(&list).await;
+        assert!(done.error.is_none(), "{:?}", done.error);
+        assert_eq!(done.rows, vec![1, 1]);
+        most = most.max(prepared_now(&mut conn).await);
+    }
+    assert!(most <= 256, "{most} statements prepared at once");
+    assert!(most >= 200, "shapes are kept between transactions: {most}");
+    let sum: i64 = (0..300).sum();
+    let v = conn
+        .query(
+            "SELECT v FROM kv WHERE k = 1",
+            &[],
+            &[chainify_storage::ddl::ReadType::Int],
+        )
+        .await
+        .expect("v");
+    assert_eq!(v, vec![vec![Value::Int(sum)]], "each ran exactly once");
+    // The session loses its statements behind the registry's back: a retryable error, then
+    // the statements are read again and prepared anew.
+    let names = conn
+        .query(
+            "SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'chainify_p')",
+            &[],
+            &[chainify_storage::ddl::ReadType::Text],
+        )
+        .await
+        .expect("names");
+    let gone: Vec<String> = names
+        .iter()
+        .map(|row| match &row[0] {
+            Value::Text(name) => format!("DEALLOCATE {name}"),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    conn.batch(&gone.join("; ")).await.expect("deallocate");
+    let list = [
+        Pipelined {
+            sql: &texts[298],
+            params: &params,
+            returns_rows: false,
+        },
+        Pipelined {
+            sql: &texts[299],
+            params: &params,
+            returns_rows: false,
+        },
+    ];
+    let lost = conn.execute_pipelined(&list).await;
+    let error = lost.error.expect("the statement is gone");
+    assert_eq!(error.kind, DbErrorKind::Transient, "{error}");
+    let again = conn.execute_pipelined(&list).await;
+    assert!(again.error.is_none(), "{:?}", again.error);
+    assert_eq!(again.rows, vec![1, 1]);
+}
+
+/// How many statements the session prepared for pipelining.
+async fn prepared_now(conn: &mut chainify_storage::PgConn) -> i64 {
+    use chainify_storage::Conn;
+    let sql = "SELECT count(*) FROM pg_prepared_statements WHERE starts_with(name, 'chainify_p')";
+    match &conn
+        .query(sql, &[], &[chainify_storage::ddl::ReadType::Int])
+        .await
+        .expect(sql)[0][0]
+    {
+        chainify_core::Value::Int(n) => *n,
+        other => panic!("{other:?}"),
+    }
+}
