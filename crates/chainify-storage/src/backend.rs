@@ -341,6 +341,10 @@ macro_rules! sqlx_conn {
             /// statements), read from the server on first use: they outlive the wrapper.
             #[allow(dead_code)]
             prepared: Option<std::collections::HashSet<String>>,
+            /// Whether those statements are to be dropped before the next use (one failed in
+            /// a way that says the session's statements are not what was prepared).
+            #[allow(dead_code)]
+            stale_prepared: bool,
         }
 
         impl Drop for $name {
@@ -358,6 +362,7 @@ macro_rules! sqlx_conn {
                     in_transaction: false,
                     after_end: None,
                     prepared: None,
+                    stale_prepared: false,
                 }
             }
 

@@ -16,7 +16,7 @@ use sqlx::query::Query;
 
 use crate::StoreOptions;
 use crate::backend::{
-    Backend, DeferForeignKeys, Pipeline, Pipelined, Suspicion, catalog_error, classify,
+    Backend, DeferForeignKeys, Pipeline, Pipelined, Suspicion, catalog_error, classify, one_by_one,
     sqlx_backend_basics, sqlx_conn, typed_statement_text as statement_text,
 };
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
@@ -223,7 +223,14 @@ async fn limited_read(conn: &mut PgConn, limit: std::time::Duration) -> Result<(
 
 /// Statements a session keeps prepared for [`pipelined`]; past this many they are all dropped
 /// (a client's new statement shapes must not grow each server session without bound).
-const MAX_PREPARED: usize = 256;
+const MAX_PREPARED: usize = 128;
+
+/// Limits of what [`pipelined`] sends as one text; beyond them the statements go one by one.
+/// A statement's text: each kept prepared holds its plan in the server session's memory. The
+/// values: PostgreSQL logs a failed text whole, values included (an extended-protocol
+/// statement's values are not logged), and a client must not fill the log with them.
+const MAX_PIPELINED_SQL: usize = 1024;
+const MAX_PIPELINED_VALUES: usize = 4096;
 
 /// What a reply to [`pipelined`]'s text answers.
 enum Part {
@@ -240,6 +247,22 @@ enum Part {
 async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline {
     use futures_util::TryStreamExt;
 
+    let mut arguments = Vec::with_capacity(statements.len());
+    let mut values = 0;
+    for s in statements {
+        // Where a text holds what could end a statement or start a comment (inside a string
+        // literal, say), it goes alone: the extended protocol refuses a second statement in
+        // one, which a renderer's mistake then meets as an error rather than as SQL run.
+        if s.sql.len() > MAX_PIPELINED_SQL || [";", "--", "/*"].iter().any(|t| s.sql.contains(t)) {
+            return one_by_one(conn, statements).await;
+        }
+        let args: Vec<String> = s.params.iter().map(|v| execute_argument(v)).collect();
+        values += args.iter().map(String::len).sum::<usize>();
+        if values > MAX_PIPELINED_VALUES {
+            return one_by_one(conn, statements).await;
+        }
+        arguments.push(args);
+    }
     let mut done = Pipeline::default();
     let mut prepared = match conn.prepared.take() {
         Some(known) => known,
@@ -258,14 +281,15 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
     };
     let mut parts = Vec::with_capacity(statements.len() * 2);
     let mut text = String::new();
-    if prepared.len() + statements.len() > MAX_PREPARED {
+    if std::mem::take(&mut conn.stale_prepared) || prepared.len() + statements.len() > MAX_PREPARED
+    {
         for name in prepared.drain() {
             text.push_str(&format!("DEALLOCATE {name}; "));
             parts.push(Part::Deallocate);
         }
     }
     let mut preparing = std::collections::HashSet::new();
-    for s in statements {
+    for (s, args) in statements.iter().zip(arguments) {
         let name = format!(
             "chainify_p{}",
             &chainify_core::Digest::of(statement_text(s.sql, s.params).as_bytes()).to_hex()[..32]
@@ -280,8 +304,7 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
             parts.push(Part::Prepare(name.clone()));
         }
         text.push_str(&format!("EXECUTE {name}"));
-        if !s.params.is_empty() {
-            let args: Vec<String> = s.params.iter().map(|v| execute_argument(v)).collect();
+        if !args.is_empty() {
             text.push_str(&format!("({})", args.join(", ")));
         }
         text.push_str("; ");
@@ -325,11 +348,14 @@ async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline 
         // statement: a missing or doubled one, or a failed DEALLOCATE, is this session's
         // bookkeeping gone wrong, not the transaction's failure (which would set this
         // organization apart). Retried, with the session's statements read again.
-        let bookkeeping = matches!(e.code.as_deref(), Some("26000" | "42P05"))
+        // A prepared SELECT whose table changed type since (0A000, "cached plan must not
+        // change result type") fails alike: its statements are dropped before the next use.
+        let bookkeeping = matches!(e.code.as_deref(), Some("26000" | "42P05" | "0A000"))
             || matches!(parts.get(at), Some(Part::Deallocate));
         if bookkeeping {
             e.kind = DbErrorKind::Transient;
             conn.prepared = None;
+            conn.stale_prepared = true;
         } else {
             conn.prepared = Some(prepared);
         }
@@ -368,9 +394,11 @@ fn parameter_type(v: &Value) -> &'static str {
 /// the literal ends; numbers as their digits in quotes.
 fn execute_argument(v: &Value) -> String {
     let hex = |b: &[u8]| -> String {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut out = String::with_capacity(b.len() * 2);
         for byte in b {
-            out.push_str(&format!("{byte:02x}"));
+            out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            out.push(char::from(DIGITS[usize::from(byte & 15)]));
         }
         out
     };
