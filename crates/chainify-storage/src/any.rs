@@ -6,7 +6,7 @@
 use chainify_core::Value;
 use chainify_sql::render::Dialect;
 
-use crate::backend::{Backend, Conn, DeferForeignKeys, Pipeline, Pipelined};
+use crate::backend::{Backend, Conn, DeferForeignKeys};
 use crate::catalog::CatalogTable;
 use crate::ddl::ReadType;
 use crate::error::{DbError, StorageError, redact_url};
@@ -198,10 +198,6 @@ impl Backend for AnyBackend {
         each!(AnyBackend, self, b => b.calls_inline())
     }
 
-    fn pipelines_statements(&self) -> bool {
-        each!(AnyBackend, self, b => b.pipelines_statements())
-    }
-
     fn transactional_ddl(&self) -> bool {
         each!(AnyBackend, self, b => b.transactional_ddl())
     }
@@ -247,10 +243,6 @@ impl Conn for AnyConn {
         returns_rows: bool,
     ) -> Result<u64, DbError> {
         each!(AnyConn, self, c => c.execute(sql, params, returns_rows).await)
-    }
-
-    async fn execute_pipelined(&mut self, statements: &[Pipelined<'_>]) -> Pipeline {
-        each!(AnyConn, self, c => c.execute_pipelined(statements).await)
     }
 
     async fn query(

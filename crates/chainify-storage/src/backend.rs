@@ -35,12 +35,6 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
-    /// Whether [`Conn::execute_pipelined`] sends a transaction's statements in one round trip
-    /// (PostgreSQL) rather than one by one.
-    fn pipelines_statements(&self) -> bool {
-        false
-    }
-
     /// Whether DDL is transactional (PostgreSQL, SQLite); MySQL commits each DDL statement.
     fn transactional_ddl(&self) -> bool;
 
@@ -137,41 +131,6 @@ pub struct DeferForeignKeys {
     pub after_end: &'static [&'static str],
 }
 
-/// A statement of [`Conn::execute_pipelined`]: its text, its parameters in bind order, and
-/// whether it returns rows (counted) rather than affecting them.
-#[derive(Debug, Clone, Copy)]
-pub struct Pipelined<'a> {
-    pub sql: &'a str,
-    pub params: &'a [&'a Value],
-    pub returns_rows: bool,
-}
-
-/// What [`Conn::execute_pipelined`] gives: the rows of each statement that ran, in order, and
-/// the error of the one after them that stopped the rest.
-#[derive(Debug, Default)]
-pub struct Pipeline {
-    pub rows: Vec<u64>,
-    pub error: Option<DbError>,
-}
-
-/// [`Conn::execute_pipelined`] one statement a round trip, stopping at the first error.
-pub(crate) async fn one_by_one<C: Conn + ?Sized>(
-    conn: &mut C,
-    statements: &[Pipelined<'_>],
-) -> Pipeline {
-    let mut done = Pipeline::default();
-    for s in statements {
-        match conn.execute(s.sql, s.params, s.returns_rows).await {
-            Ok(rows) => done.rows.push(rows),
-            Err(e) => {
-                done.error = Some(e);
-                break;
-            }
-        }
-    }
-    done
-}
-
 /// A pooled connection. A connection dropped inside a transaction is closed rather than
 /// returned to the pool, so the next user never inherits a half-done transaction.
 pub trait Conn: Send {
@@ -183,17 +142,6 @@ pub trait Conn: Send {
         params: &[&Value],
         returns_rows: bool,
     ) -> impl Future<Output = Result<u64, DbError>> + Send;
-
-    /// Runs `statements` (each as [`Conn::execute`] would) in order, in one round trip where the
-    /// engine allows ([`Backend::pipelines_statements`]), and returns the rows of each that ran
-    /// and the error that stopped the rest. A pipelining engine runs every statement up to the
-    /// first error, whatever the caller would have made of an earlier one's rows.
-    fn execute_pipelined(
-        &mut self,
-        statements: &[Pipelined<'_>],
-    ) -> impl Future<Output = Pipeline> + Send {
-        one_by_one(self, statements)
-    }
 
     /// Runs a query and decodes each row's columns as `types`.
     fn query(
@@ -329,7 +277,7 @@ pub(crate) fn plain_statement_text(sql: &str, _: &[&Value]) -> String {
 /// leave a statement in `after_end` that lifts the limit). A connection dropped inside a
 /// transaction, or whose limit could not be lifted, is closed rather than returned to the pool.
 macro_rules! sqlx_conn {
-    ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+], read_snapshot: [$($read:literal),+], limited_read: $limited:path, pipelined: $pipelined:path) => {
+    ($name:ident, $db:ty, begin: [$($begin:literal),+], snapshot: [$($snapshot:literal),+], read_snapshot: [$($read:literal),+], limited_read: $limited:path) => {
         /// A pooled connection.
         #[derive(Debug)]
         pub struct $name {
@@ -337,14 +285,6 @@ macro_rules! sqlx_conn {
             in_transaction: bool,
             /// Run after the transaction ends: a session setting of the transaction to undo.
             after_end: Option<&'static str>,
-            /// Names of the statements this session prepared in SQL (PostgreSQL's pipelined
-            /// statements), read from the server on first use: they outlive the wrapper.
-            #[allow(dead_code)]
-            prepared: Option<std::collections::HashSet<String>>,
-            /// Whether those statements are to be dropped before the next use (one failed in
-            /// a way that says the session's statements are not what was prepared).
-            #[allow(dead_code)]
-            stale_prepared: bool,
         }
 
         impl Drop for $name {
@@ -361,8 +301,6 @@ macro_rules! sqlx_conn {
                     conn,
                     in_transaction: false,
                     after_end: None,
-                    prepared: None,
-                    stale_prepared: false,
                 }
             }
 
@@ -404,13 +342,6 @@ macro_rules! sqlx_conn {
                     let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
                     Ok(done.rows_affected())
                 }
-            }
-
-            async fn execute_pipelined(
-                &mut self,
-                statements: &[$crate::backend::Pipelined<'_>],
-            ) -> $crate::backend::Pipeline {
-                $pipelined(self, statements).await
             }
 
             async fn query(

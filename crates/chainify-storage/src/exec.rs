@@ -38,7 +38,7 @@ use chainify_sql::{AnalysisError, Analyzer, TxAnalysis};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
-use crate::backend::{Backend, Conn, Pipelined};
+use crate::backend::{Backend, Conn};
 use crate::ddl::{self, ReadType};
 use crate::error::{DbError, DbErrorKind, StorageError};
 use crate::state::{split_change, state_digest};
@@ -892,48 +892,50 @@ impl<B: Backend> Store<B> {
         result
     }
 
-    /// Runs a transaction's statements on `conn` inside an open database transaction: one by
-    /// one, or all in one round trip where the engine pipelines them.
+    /// Runs a transaction's statements on `conn` inside an open database transaction.
     async fn run_statements(&self, conn: &mut B::Conn, tx: &ExecTx) -> Result<(), Failure> {
         let statements = &tx.transaction.statements;
         let analysis = &tx.analysis;
-        let dialect = self.backend.dialect();
-        // Each statement's text and parameters in bind order, up to one that names a
-        // parameter the transaction lacks: the statements before it run first.
-        let mut rendered = Vec::with_capacity(statements.len());
-        let mut missing = None;
-        'render: for (i, ((st, plan), typed)) in statements
+        // Whether a statement so far may have changed something. A write that matched no row
+        // changes nothing: shared tables carry no trigger but chainify's row triggers, which
+        // fire on the rows a statement matches, and every engine reports matched rows (sqlx
+        // asks MySQL for them with CLIENT_FOUND_ROWS; counting changed rows instead, an UPDATE
+        // setting a value onto itself would report 0 while MariaDB's trigger still records the
+        // row). A SELECT never changes anything (WITH is refused, so none hides a write).
+        let mut touched = false;
+        for (i, ((st, plan), typed)) in statements
             .iter()
             .zip(&analysis.plans)
             .zip(&analysis.typed)
             .enumerate()
         {
-            let r = typed.rendered(dialect);
-            let mut params = Vec::with_capacity(r.bind_order.len());
-            for &p in &r.bind_order {
-                let Some(v) = st.params.get(p) else {
-                    missing = Some(format!(
-                        "statement {}: uses ${} but has {} parameters",
-                        i + 1,
+            let n = i + 1;
+            let rendered = typed.rendered(self.backend.dialect());
+            let mut params = Vec::with_capacity(rendered.bind_order.len());
+            for &p in &rendered.bind_order {
+                params.push(st.params.get(p).ok_or_else(|| Failure::Abort {
+                    reason: format!(
+                        "statement {n}: uses ${} but has {} parameters",
                         p + 1,
                         st.params.len()
-                    ));
-                    break 'render;
-                };
-                params.push(v);
+                    ),
+                    touched,
+                })?);
             }
-            rendered.push((r.sql.as_str(), params, plan.kind == StatementKind::Select));
-        }
-        let statement_error = |n: usize, e: DbError| match e.kind {
-            // Part of the statement may have been applied (and PostgreSQL refuses anything
-            // more in this database transaction).
-            DbErrorKind::Statement => Failure::Abort {
-                reason: format!("statement {n}: {e}"),
-                touched: true,
-            },
-            _ => Failure::Db(e),
-        };
-        let check = |n: usize, select: bool, rows: u64, touched: bool| {
+            let select = plan.kind == StatementKind::Select;
+            let rows = conn
+                .execute(&rendered.sql, &params, select)
+                .await
+                .map_err(|e| match e.kind {
+                    // Part of the statement may have been applied (and PostgreSQL refuses
+                    // anything more in this database transaction).
+                    DbErrorKind::Statement => Failure::Abort {
+                        reason: format!("statement {n}: {e}"),
+                        touched: true,
+                    },
+                    _ => Failure::Db(e),
+                })?;
+            touched |= !select && rows > 0;
             if select && rows > chainify_sql::MAX_QUERY_ROWS as u64 {
                 return Err(Failure::Abort {
                     reason: format!(
@@ -943,61 +945,16 @@ impl<B: Backend> Store<B> {
                     touched,
                 });
             }
-            match statements[n - 1].expect_rows {
-                Some(expected) if rows != expected => Err(Failure::Abort {
+            if let Some(expected) = st.expect_rows
+                && rows != expected
+            {
+                return Err(Failure::Abort {
                     reason: format!("statement {n}: expected {expected} rows, got {rows}"),
                     touched,
-                }),
-                _ => Ok(()),
-            }
-        };
-        // Whether a statement so far may have changed something. A write that matched no row
-        // changes nothing: shared tables carry no trigger but chainify's row triggers, which
-        // fire on the rows a statement matches, and every engine reports matched rows (sqlx
-        // asks MySQL for them with CLIENT_FOUND_ROWS; counting changed rows instead, an UPDATE
-        // setting a value onto itself would report 0 while MariaDB's trigger still records the
-        // row). A SELECT never changes anything (WITH is refused, so none hides a write).
-        let mut touched = false;
-        if self.backend.pipelines_statements() && rendered.len() > 1 {
-            let list: Vec<Pipelined<'_>> = rendered
-                .iter()
-                .map(|(sql, params, select)| Pipelined {
-                    sql,
-                    params,
-                    returns_rows: *select,
-                })
-                .collect();
-            let done = conn.execute_pipelined(&list).await;
-            // Every statement up to the first error ran, whatever an earlier one's rows say:
-            // any of them may have changed a row, and after an error PostgreSQL refuses
-            // anything more in the database transaction. The outcome is still the first
-            // failure in statement order, which the later statements cannot change.
-            touched = done.error.is_some()
-                || done
-                    .rows
-                    .iter()
-                    .zip(&rendered)
-                    .any(|(rows, (_, _, select))| !select && *rows > 0);
-            for (i, (rows, (_, _, select))) in done.rows.iter().zip(&rendered).enumerate() {
-                check(i + 1, *select, *rows, touched)?;
-            }
-            if let Some(e) = done.error {
-                return Err(statement_error(done.rows.len() + 1, e));
-            }
-        } else {
-            for (i, (sql, params, select)) in rendered.iter().enumerate() {
-                let rows = conn
-                    .execute(sql, params, *select)
-                    .await
-                    .map_err(|e| statement_error(i + 1, e))?;
-                touched |= !select && rows > 0;
-                check(i + 1, *select, rows, touched)?;
+                });
             }
         }
-        match missing {
-            Some(reason) => Err(Failure::Abort { reason, touched }),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Records `block` as applied with its hash digest and outcome (`chainify_applied_blocks`).

@@ -40,7 +40,7 @@ mod value;
 use std::time::Duration;
 
 pub use any::{AnyBackend, AnyConn, database_on, drop_database, recreate_database};
-pub use backend::{Backend, Conn, DeferForeignKeys, Pipeline, Pipelined, PoolUse};
+pub use backend::{Backend, Conn, DeferForeignKeys, PoolUse};
 pub use chainify_sql::MAX_QUERY_ROWS;
 pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};

@@ -223,7 +223,7 @@ fn decode(row: &MySqlRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-sqlx_conn!(MySqlConn, sqlx::MySql, begin: ["BEGIN"], snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"], read_snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"], limited_read: limited_read, pipelined: crate::backend::one_by_one);
+sqlx_conn!(MySqlConn, sqlx::MySql, begin: ["BEGIN"], snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"], read_snapshot: ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"], limited_read: limited_read);
 
 /// A read snapshot whose statements the server stops after `limit`: MariaDB's
 /// `max_statement_time` (seconds), else MySQL's `max_execution_time` (milliseconds, SELECTs

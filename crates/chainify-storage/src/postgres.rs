@@ -16,8 +16,8 @@ use sqlx::query::Query;
 
 use crate::StoreOptions;
 use crate::backend::{
-    Backend, DeferForeignKeys, Pipeline, Pipelined, Suspicion, catalog_error, classify, one_by_one,
-    sqlx_backend_basics, sqlx_conn, typed_statement_text as statement_text,
+    Backend, DeferForeignKeys, Suspicion, catalog_error, classify, sqlx_backend_basics, sqlx_conn,
+    typed_statement_text as statement_text,
 };
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
 use crate::ddl::ReadType;
@@ -205,7 +205,7 @@ fn decode(row: &PgRow, types: &[ReadType]) -> Result<Vec<Value>, DbError> {
         .collect()
 }
 
-sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"], read_snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"], limited_read: limited_read, pipelined: pipelined);
+sqlx_conn!(PgConn, sqlx::Postgres, begin: ["BEGIN"], snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ"], read_snapshot: ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"], limited_read: limited_read);
 
 /// A read snapshot whose statements PostgreSQL stops after `limit` (`SET LOCAL` ends with the
 /// transaction), in one round trip.
@@ -219,200 +219,6 @@ async fn limited_read(conn: &mut PgConn, limit: std::time::Duration) -> Result<(
         .await
         .map_err(db_err)?;
     Ok(())
-}
-
-/// Statements a session keeps prepared for [`pipelined`]; past this many they are all dropped
-/// (a client's new statement shapes must not grow each server session without bound).
-const MAX_PREPARED: usize = 128;
-
-/// Limits of what [`pipelined`] sends as one text; beyond them the statements go one by one.
-/// A statement's text: each kept prepared holds its plan in the server session's memory. The
-/// values: PostgreSQL logs a failed text whole, values included (an extended-protocol
-/// statement's values are not logged), and a client must not fill the log with them.
-const MAX_PIPELINED_SQL: usize = 1024;
-const MAX_PIPELINED_VALUES: usize = 4096;
-
-/// What a reply to [`pipelined`]'s text answers.
-enum Part {
-    Deallocate,
-    Prepare(String),
-    Execute { returns_rows: bool },
-}
-
-/// Runs `statements` in one round trip: each as `EXECUTE` of a statement this session prepared
-/// in SQL, with the parameter types sqlx would bind (so the plan and the parameters' meaning are
-/// those of [`Conn::execute`]), prepared in the same text where it is new to the session. The
-/// values go as literals ([`execute_argument`]): PostgreSQL cannot bind parameters in a text of
-/// several statements, and sqlx sends one extended-protocol statement a round trip.
-async fn pipelined(conn: &mut PgConn, statements: &[Pipelined<'_>]) -> Pipeline {
-    use futures_util::TryStreamExt;
-
-    let mut arguments = Vec::with_capacity(statements.len());
-    let mut values = 0;
-    for s in statements {
-        // Where a text holds what could end a statement or start a comment (inside a string
-        // literal, say), it goes alone: the extended protocol refuses a second statement in
-        // one, which a renderer's mistake then meets as an error rather than as SQL run.
-        if s.sql.len() > MAX_PIPELINED_SQL || [";", "--", "/*"].iter().any(|t| s.sql.contains(t)) {
-            return one_by_one(conn, statements).await;
-        }
-        let args: Vec<String> = s.params.iter().map(|v| execute_argument(v)).collect();
-        values += args.iter().map(String::len).sum::<usize>();
-        if values > MAX_PIPELINED_VALUES {
-            return one_by_one(conn, statements).await;
-        }
-        arguments.push(args);
-    }
-    let mut done = Pipeline::default();
-    let mut prepared = match conn.prepared.take() {
-        Some(known) => known,
-        None => match sqlx::query_scalar::<_, String>(
-            "SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'chainify_p')",
-        )
-        .fetch_all(&mut *conn.conn)
-        .await
-        {
-            Ok(names) => names.into_iter().collect(),
-            Err(e) => {
-                done.error = Some(db_err(e));
-                return done;
-            }
-        },
-    };
-    let mut parts = Vec::with_capacity(statements.len() * 2);
-    let mut text = String::new();
-    if std::mem::take(&mut conn.stale_prepared) || prepared.len() + statements.len() > MAX_PREPARED
-    {
-        for name in prepared.drain() {
-            text.push_str(&format!("DEALLOCATE {name}; "));
-            parts.push(Part::Deallocate);
-        }
-    }
-    let mut preparing = std::collections::HashSet::new();
-    for (s, args) in statements.iter().zip(arguments) {
-        let name = format!(
-            "chainify_p{}",
-            &chainify_core::Digest::of(statement_text(s.sql, s.params).as_bytes()).to_hex()[..32]
-        );
-        if !prepared.contains(&name) && preparing.insert(name.clone()) {
-            let types: Vec<&str> = s.params.iter().map(|v| parameter_type(v)).collect();
-            text.push_str(&format!("PREPARE {name}"));
-            if !types.is_empty() {
-                text.push_str(&format!(" ({})", types.join(", ")));
-            }
-            text.push_str(&format!(" AS {}; ", s.sql));
-            parts.push(Part::Prepare(name.clone()));
-        }
-        text.push_str(&format!("EXECUTE {name}"));
-        if !args.is_empty() {
-            text.push_str(&format!("({})", args.join(", ")));
-        }
-        text.push_str("; ");
-        parts.push(Part::Execute {
-            returns_rows: s.returns_rows,
-        });
-    }
-    let mut at = 0;
-    let mut returned = 0u64;
-    let mut failed = None;
-    {
-        let mut replies = sqlx::raw_sql(sqlx::AssertSqlSafe(text)).fetch_many(&mut *conn.conn);
-        loop {
-            match replies.try_next().await {
-                Ok(Some(sqlx::Either::Left(result))) => {
-                    match parts.get(at) {
-                        Some(Part::Prepare(name)) => {
-                            prepared.insert(name.clone());
-                        }
-                        Some(Part::Execute { returns_rows }) => done.rows.push(if *returns_rows {
-                            returned
-                        } else {
-                            result.rows_affected()
-                        }),
-                        Some(Part::Deallocate) | None => {}
-                    }
-                    returned = 0;
-                    at += 1;
-                }
-                Ok(Some(sqlx::Either::Right(_))) => returned += 1,
-                Ok(None) => break,
-                Err(e) => {
-                    failed = Some(db_err(e));
-                    break;
-                }
-            }
-        }
-    }
-    if let Some(mut e) = failed {
-        // A client's statements are DML rendered by chainify and never name a prepared
-        // statement: a missing or doubled one, or a failed DEALLOCATE, is this session's
-        // bookkeeping gone wrong, not the transaction's failure (which would set this
-        // organization apart). Retried, with the session's statements read again.
-        // A prepared SELECT whose table changed type since (0A000, "cached plan must not
-        // change result type") fails alike: its statements are dropped before the next use.
-        let bookkeeping = matches!(e.code.as_deref(), Some("26000" | "42P05" | "0A000"))
-            || matches!(parts.get(at), Some(Part::Deallocate));
-        if bookkeeping {
-            e.kind = DbErrorKind::Transient;
-            conn.prepared = None;
-            conn.stale_prepared = true;
-        } else {
-            conn.prepared = Some(prepared);
-        }
-        done.error = Some(e);
-        return done;
-    }
-    conn.prepared = Some(prepared);
-    if at != parts.len() {
-        // The server's surprise, not the transaction's.
-        done.error = Some(DbError {
-            kind: DbErrorKind::Connection,
-            code: None,
-            message: format!("{} statements sent in one text, {at} answered", parts.len()),
-        });
-    }
-    done
-}
-
-/// The type sqlx binds a value as (`bind`): a statement prepared in SQL with these is planned
-/// as the extended protocol's would be.
-fn parameter_type(v: &Value) -> &'static str {
-    match v {
-        // As `UntypedNull`: the type comes from the context.
-        Value::Null => "unknown",
-        Value::Int(_) => "int8",
-        Value::Decimal(_) => "numeric",
-        Value::Text(_) => "text",
-        Value::Bool(_) => "bool",
-        Value::Bytes(_) => "bytea",
-    }
-}
-
-/// A value as an argument of `EXECUTE`, which PostgreSQL converts to the parameter's type by
-/// the type's input function, as a parameter sent as text would be. Text and bytes go as hex
-/// digits, so no quote, backslash or setting (`standard_conforming_strings`) can change where
-/// the literal ends; numbers as their digits in quotes.
-fn execute_argument(v: &Value) -> String {
-    let hex = |b: &[u8]| -> String {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut out = String::with_capacity(b.len() * 2);
-        for byte in b {
-            out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-            out.push(char::from(DIGITS[usize::from(byte & 15)]));
-        }
-        out
-    };
-    match v {
-        Value::Null => "NULL".into(),
-        Value::Int(i) => format!("'{i}'"),
-        Value::Decimal(d) => format!("'{d}'"),
-        Value::Text(t) => format!(
-            "convert_from(decode('{}', 'hex'), 'UTF8')",
-            hex(t.as_bytes())
-        ),
-        Value::Bool(b) => if *b { "true" } else { "false" }.into(),
-        Value::Bytes(b) => format!("decode('{}', 'hex')", hex(b)),
-    }
 }
 
 const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, a.attnotnull, a.atttypmod, \
@@ -544,10 +350,6 @@ impl Backend for Postgres {
     }
 
     fn concurrent_writers(&self) -> bool {
-        true
-    }
-
-    fn pipelines_statements(&self) -> bool {
         true
     }
 
