@@ -639,6 +639,12 @@ impl<B: Backend> Run<'_, B> {
                     if let Some(conn) = lane.conn.take() {
                         self.keep(conn);
                     }
+                    // Their outcomes are decided again: a failure recorded in the lane would
+                    // otherwise be listed twice.
+                    self.failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|f| !held.iter().any(|&(index, _)| index == f.index));
                     for (index, _) in held {
                         self.run_committing(index).await?;
                     }

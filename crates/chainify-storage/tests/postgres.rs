@@ -163,3 +163,18 @@ async fn a_database_default_bytea_output_does_not_reach_the_digest() {
     let check = store.check_state().await.expect("scan");
     assert!(check.agrees(), "{check:?}");
 }
+
+/// A COMMIT that refuses what a lane held (here a trigger refusing several markers at once,
+/// standing in for an engine's surprise at commit) has each transaction decided again, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lane_commit_decides_each_transaction_once() {
+    chainify_testkit::conformance::storage::a_refused_lane_commit_decides_each_transaction_once(
+        &PgFixture,
+        "CREATE FUNCTION trap_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF (SELECT count(*) FROM fresh) > 1 THEN RAISE EXCEPTION 'several markers at once'; END IF; \
+         RETURN NULL; END $$; \
+         CREATE TRIGGER trap AFTER INSERT ON chainify_applied_txs REFERENCING NEW TABLE AS fresh \
+         FOR EACH STATEMENT EXECUTE FUNCTION trap_fn()",
+    )
+    .await;
+}

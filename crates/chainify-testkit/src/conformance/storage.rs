@@ -1047,6 +1047,54 @@ pub async fn several_statements_carry_values_as_one_does<F: Fixture>(f: &F) {
     assert_eq!(outcomes[0].state, outcomes[1].state, "state digests");
 }
 
+/// Case (engines whose COMMIT can refuse what a lane held; `trap` makes it so, e.g. a
+/// statement trigger on the marker table refusing several markers at once): the lane's
+/// transactions run again one by one, each committing alone, and each outcome is listed once,
+/// the same as serial execution's.
+pub async fn a_refused_lane_commit_decides_each_transaction_once<F: Fixture>(f: &F, trap: &str) {
+    let bump = |k: i64| st("UPDATE kv SET v = v + 1 WHERE k = $1", vec![Value::Int(k)]);
+    let txs = vec![
+        tx(vec![bump(1)]),
+        // A guard that fails before it changed a row: the lane keeps it.
+        tx(vec![
+            st(
+                "UPDATE kv SET v = v - $2 WHERE k = $1 AND v >= $2",
+                vec![Value::Int(1), Value::Int(500)],
+            )
+            .expect_rows(1),
+        ]),
+        tx(vec![bump(1)]),
+    ];
+    let mut outcomes = Vec::new();
+    for (name, mode) in [
+        ("refused_commit", ExecMode::Parallel(2)),
+        ("refused_commit_serial", ExecMode::Serial),
+    ] {
+        let store = setup(f, name, StoreOptions::default()).await;
+        if mode != ExecMode::Serial {
+            outside(store.backend(), trap).await;
+        }
+        let out = run(&store, &block(&store, 0, txs.clone()), mode).await;
+        assert_eq!(out.success, vec![true, false, true], "{name}: {out:?}");
+        let failed: Vec<usize> = out.failures.iter().map(|f| f.index).collect();
+        assert_eq!(failed, vec![1], "{name}: each failure once");
+        assert_eq!(
+            dump(&store, "kv").await[0],
+            vec![Value::Int(1), Value::Int(12)],
+            "{name}"
+        );
+        assert_eq!(markers_left(&store).await, 0, "{name}");
+        outcomes.push(out);
+    }
+    assert!(
+        outcomes[0].commits >= 3,
+        "the lane's transactions committed one by one: {}",
+        outcomes[0].commits
+    );
+    assert_eq!(outcomes[0].digest, outcomes[1].digest, "block digests");
+    assert_eq!(outcomes[0].state, outcomes[1].state, "state digests");
+}
+
 /// Case: a row lock held outside chainify makes the engine time out; the transaction is retried
 /// and commits once the lock is gone, never flagged as aborted.
 pub async fn transient_lock_conflicts_are_retried<F: Fixture>(f: &F) {
