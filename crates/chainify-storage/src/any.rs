@@ -116,12 +116,8 @@ async fn administer(url: &str, create: bool) -> Result<(), StorageError> {
         }
         return Ok(());
     }
-    let (url, options) = url.split_once('?').map_or((url, ""), |(u, o)| (u, o));
-    let options = if options.is_empty() {
-        String::new()
-    } else {
-        format!("?{options}")
-    };
+    // The connection options stay, as in `database_on`.
+    let (url, options) = url.split_at(url.find('?').unwrap_or(url.len()));
     let (base, name) = url
         .rsplit_once('/')
         .filter(|(base, _)| base.contains("://"))

@@ -173,6 +173,15 @@ pub async fn dump_all<B: Backend>(store: &Store<B>) -> Vec<Vec<Vec<Value>>> {
     out
 }
 
+/// Takes `amount` from kv row `k` if it holds that much: a guard matching one row or none.
+fn guarded_take(k: i64, amount: i64) -> Statement {
+    st(
+        "UPDATE kv SET v = v - $2 WHERE k = $1 AND v >= $2",
+        vec![Value::Int(k), Value::Int(amount)],
+    )
+    .expect_rows(1)
+}
+
 fn st(sql: &str, params: Vec<Value>) -> Statement {
     Statement::new(sql, params)
 }
@@ -869,14 +878,7 @@ pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
         vec![
             tx(vec![bump(1)]),
             // A guarded write that matches no row (v is 11), then a write it guards.
-            tx(vec![
-                st(
-                    "UPDATE kv SET v = v - $2 WHERE k = $1 AND v >= $2",
-                    vec![Value::Int(1), Value::Int(500)],
-                )
-                .expect_rows(1),
-                bump(1),
-            ]),
+            tx(vec![guarded_take(1, 500), bump(1)]),
             tx(vec![bump(1)]),
             // A read whose row count is not the expected one.
             tx(vec![
@@ -897,13 +899,7 @@ pub async fn an_abort_that_changed_nothing_keeps_its_lane<F: Fixture>(f: &F) {
                 st("UPDATE kv SET v = 0 WHERE k = 999", vec![]).expect_rows(1),
             ]),
             // A guarded write matching a row counts: this one succeeds (v is 14, guard 10).
-            tx(vec![
-                st(
-                    "UPDATE kv SET v = v - $2 WHERE k = $1 AND v >= $2",
-                    vec![Value::Int(1), Value::Int(10)],
-                )
-                .expect_rows(1),
-            ]),
+            tx(vec![guarded_take(1, 10)]),
         ],
     );
     let mut outcomes = Vec::new();
@@ -1056,13 +1052,7 @@ pub async fn a_refused_lane_commit_decides_each_transaction_once<F: Fixture>(f: 
     let txs = vec![
         tx(vec![bump(1)]),
         // A guard that fails before it changed a row: the lane keeps it.
-        tx(vec![
-            st(
-                "UPDATE kv SET v = v - $2 WHERE k = $1 AND v >= $2",
-                vec![Value::Int(1), Value::Int(500)],
-            )
-            .expect_rows(1),
-        ]),
+        tx(vec![guarded_take(1, 500)]),
         tx(vec![bump(1)]),
     ];
     let mut outcomes = Vec::new();
