@@ -3,15 +3,16 @@
 //! generation, so every dialect's output is unit-tested without a server.
 //!
 //! For shared table `t` (names are checked to be plain lower-case identifiers first):
-//! - `chainify_dg_t(<key columns>, chainify_n, chainify_was, chainify_o1…)`: one row per key
-//!   changed since the last block digest. Row triggers upsert the key (old and new key when an
-//!   UPDATE moves a row) and bump `chainify_n`. The digest step locks these tables against
-//!   writers ([`begin_digest`]), so it consumes exactly the rows it hashed and a direct change
-//!   meanwhile waits for the next block. The first change of a
-//!   key also records the row as it was before (`chainify_was` = 1 and the columns in
-//!   `chainify_o1…`, or 0 when the key did not exist): the state digest subtracts that image and
-//!   adds the new one. The triggers need no session state: a direct change by anyone is recorded
-//!   like chainify's own.
+//! - `chainify_dg_t(chainify_seq, <key columns>, chainify_was, chainify_o1…)`: a log of the
+//!   changes since the last block digest, one record a changed row, appended by row triggers
+//!   (the old and the new key when an UPDATE moves a row). The digest step locks these tables
+//!   against writers ([`begin_digest`]), reads each key once, and so consumes exactly the
+//!   records it hashed; a direct change meanwhile waits for the next block. A record of a change
+//!   that removes the row from its key holds the row as it was (`chainify_was` = 1 and the
+//!   columns in `chainify_o1…`; 0 when the change creates the row): the key's earliest record
+//!   (`chainify_seq`) is its image before the block, which the state digest subtracts before it
+//!   adds the new one. The triggers need no session state: a direct change by anyone is
+//!   recorded like chainify's own.
 //! - `chainify_cp_t(chainify_cp_block, chainify_cp_gone, <all columns>)`: checkpoint snapshots of
 //!   `t` in layers (`chainify_snapshot_layers`): a base layer holds every row, a delta layer only
 //!   the keys changed since the layer before it, a deleted key as a tombstone (`chainify_cp_gone`
@@ -40,33 +41,64 @@ fn snapshot_index(table: &str) -> String {
     format!("chainify_cpk_{table}")
 }
 
-/// Whether `t`'s snapshot table has its tombstone column (query, one parameter: the snapshot
-/// table's name; a count), and the statements that add it and the key index to a snapshot
-/// table created before layers existed.
-pub fn snapshot_upgrade(dialect: Dialect, t: &CatalogTable) -> (String, Vec<String>) {
-    let check = match dialect {
+/// The statements that add the tombstone column `chainify_cp_gone` and the key index to `t`'s
+/// snapshot table created before layers existed.
+pub fn snapshot_upgrade(t: &CatalogTable) -> Vec<String> {
+    let cp = snapshot_table(&t.name);
+    vec![
+        format!("ALTER TABLE {cp} ADD COLUMN chainify_cp_gone SMALLINT NOT NULL DEFAULT 0"),
+        format!(
+            "CREATE INDEX {} ON {cp} ({}, chainify_cp_block)",
+            snapshot_index(&t.name),
+            t.primary_key.join(", ")
+        ),
+    ]
+}
+
+/// Whether table `$1` has a column named `$2`: 1 or 0 (0 also when there is no such table).
+pub fn has_column(dialect: Dialect) -> &'static str {
+    match dialect {
         Dialect::Postgres => {
-            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = 'chainify_cp_gone'"
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2"
         }
         Dialect::MySql => {
-            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'chainify_cp_gone'"
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"
         }
-        Dialect::Sqlite => {
-            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'chainify_cp_gone'"
-        }
-    };
-    let cp = snapshot_table(&t.name);
-    (
-        check.to_owned(),
-        vec![
-            format!("ALTER TABLE {cp} ADD COLUMN chainify_cp_gone SMALLINT NOT NULL DEFAULT 0"),
-            format!(
-                "CREATE INDEX {} ON {cp} ({}, chainify_cp_block)",
-                snapshot_index(&t.name),
-                t.primary_key.join(", ")
-            ),
-        ],
-    )
+        Dialect::Sqlite => "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+    }
+}
+
+/// The column only a digest table of the first shape has: one upserted row a key, with a count
+/// of its changes, where the digest table is now a log ([`log_table`]).
+pub const UPSERTED_DIGEST_COLUMN: &str = "chainify_n";
+
+/// Where [`digest_upgrade`] sets a digest table of the first shape aside while it copies its
+/// records into the log (as long as the digest table's name, so within every engine's limit).
+pub fn upserted_digest_table(table: &str) -> String {
+    format!("chainify_d1_{table}")
+}
+
+/// Turns `t`'s digest table of the first shape into the log: sets it aside (`set_aside`: it
+/// still has its name), creates the log and copies its records into it, a key's one record
+/// (its before-image) first, then drops it. The triggers are reinstalled after. Run again after
+/// an interruption (MySQL's DDL commits statement by statement) with `set_aside` false, it
+/// copies what is left: a record copied twice is harmless, since a key's earliest record alone
+/// is read and the copies agree.
+pub fn digest_upgrade(dialect: Dialect, t: &CatalogTable, set_aside: bool) -> Vec<String> {
+    let (dg, old) = (digest_table(&t.name), upserted_digest_table(&t.name));
+    let keys = t.primary_key.join(", ");
+    let before: Vec<String> = (0..t.columns.len()).map(before_column).collect();
+    let columns = format!("{keys}, chainify_was, {}", before.join(", "));
+    let mut out = Vec::new();
+    if set_aside {
+        out.push(format!("ALTER TABLE {dg} RENAME TO {old}"));
+    }
+    out.push(log_table(dialect, t));
+    out.push(format!(
+        "INSERT INTO {dg} ({columns}) SELECT {columns} FROM {old}"
+    ));
+    out.push(format!("DROP TABLE {old}"));
+    out
 }
 
 /// `a.k = b.k AND …` over `t`'s key columns.
@@ -225,6 +257,43 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
     (sql, vec![ReadType::Text; 4])
 }
 
+/// The digest table of `t`, a log the triggers only append to: a change costs one insert, with
+/// no lookup of the key and no index to maintain on PostgreSQL (an upsert a change cost a
+/// PostgreSQL server about three times as much CPU). `chainify_seq` orders a key's records as
+/// its changes happened: changes of one key are serialized by the row's lock (or the key's
+/// unique index) and record after the change, so the later one draws the later number.
+fn log_table(dialect: Dialect, t: &CatalogTable) -> String {
+    let mut defs = vec![
+        match dialect {
+            Dialect::Postgres => "chainify_seq BIGINT GENERATED ALWAYS AS IDENTITY",
+            Dialect::MySql => "chainify_seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
+            Dialect::Sqlite => "chainify_seq INTEGER PRIMARY KEY",
+        }
+        .to_owned(),
+    ];
+    defs.extend(
+        t.key_columns()
+            .map(|c| format!("{} {} NOT NULL", c.name, c.native_type)),
+    );
+    defs.push("chainify_was SMALLINT NOT NULL".into());
+    defs.extend(
+        t.columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{} {}", before_column(i), c.native_type)),
+    );
+    let suffix = if dialect == Dialect::MySql {
+        " ENGINE=InnoDB"
+    } else {
+        ""
+    };
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} ({}){suffix}",
+        digest_table(&t.name),
+        defs.join(", ")
+    )
+}
+
 /// Digest table, snapshot table and triggers for `t` in `dialect`.
 pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     let name = &t.name;
@@ -252,20 +321,10 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     } else {
         "BIGINT"
     };
-    let before_defs: Vec<String> = t
-        .columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("{} {}", before_column(i), c.native_type))
-        .collect();
     let before_list: Vec<String> = (0..t.columns.len()).map(before_column).collect();
     let before_list = before_list.join(", ");
     let mut install = vec![
-        format!(
-            "CREATE TABLE IF NOT EXISTS {dg} ({}, chainify_n {big} NOT NULL, chainify_was SMALLINT NOT NULL, {}, PRIMARY KEY ({key_list})){suffix}",
-            key_defs.join(", "),
-            before_defs.join(", ")
-        ),
+        log_table(dialect, t),
         format!(
             "CREATE TABLE IF NOT EXISTS {cp} (chainify_cp_block {big} NOT NULL, chainify_cp_gone SMALLINT NOT NULL DEFAULT 0, {}, PRIMARY KEY (chainify_cp_block, {key_list}){}){suffix}",
             col_defs.join(", "),
@@ -312,13 +371,13 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     let record = |src: &str| -> (String, String) {
         if src == "OLD" {
             (
-                format!("{key_list}, chainify_n, chainify_was, {before_list}"),
-                format!("{}, 1, 1, {all_old}", row("OLD")),
+                format!("{key_list}, chainify_was, {before_list}"),
+                format!("{}, 1, {all_old}", row("OLD")),
             )
         } else {
             (
-                format!("{key_list}, chainify_n, chainify_was"),
-                format!("{}, 1, 0", row(src)),
+                format!("{key_list}, chainify_was"),
+                format!("{}, 0", row(src)),
             )
         }
     };
@@ -332,11 +391,9 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
     let mut triggers = Vec::new();
     match dialect {
         Dialect::Postgres => {
-            let upsert = |src: &str| {
+            let append = |src: &str| {
                 let (columns, values) = record(src);
-                format!(
-                    "INSERT INTO {dg} AS d ({columns}) VALUES ({values}) ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = d.chainify_n + 1;"
-                )
+                format!("INSERT INTO {dg} ({columns}) VALUES ({values});")
             };
             let moved = key_moved(&|k| format!("NEW.{k} IS DISTINCT FROM OLD.{k}"));
             let body = format!(
@@ -345,8 +402,8 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
                  IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND ({moved})) THEN {} END IF;\n\
                  RETURN NULL;\n\
                  END ",
-                upsert("OLD"),
-                upsert("NEW")
+                append("OLD"),
+                append("NEW")
             );
             install.push(format!(
                 "CREATE OR REPLACE FUNCTION {dg}_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify${body}$chainify$"
@@ -395,23 +452,21 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             uninstall.push(format!("DROP FUNCTION IF EXISTS {dg}_truncate_fn()"));
         }
         Dialect::MySql => {
-            let upsert = |src: &str| {
+            let append = |src: &str| {
                 let (columns, values) = record(src);
-                format!(
-                    "INSERT INTO {dg} ({columns}) VALUES ({values}) ON DUPLICATE KEY UPDATE chainify_n = chainify_n + 1;"
-                )
+                format!("INSERT INTO {dg} ({columns}) VALUES ({values});")
             };
             let moved = key_moved(&|k| format!("NOT (NEW.{k} <=> OLD.{k})"));
             for (suffix, event, body) in [
-                ("ai", "INSERT", upsert("NEW")),
-                ("ad", "DELETE", upsert("OLD")),
+                ("ai", "INSERT", append("NEW")),
+                ("ad", "DELETE", append("OLD")),
                 (
                     "au",
                     "UPDATE",
                     format!(
                         "{} IF {moved} THEN {} END IF;",
-                        upsert("OLD"),
-                        upsert("NEW")
+                        append("OLD"),
+                        append("NEW")
                     ),
                 ),
             ] {
@@ -427,11 +482,14 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             }
         }
         Dialect::Sqlite => {
-            let upsert = |src: &str, condition: &str| {
+            let append = |src: &str, condition: Option<&str>| {
                 let (columns, values) = record(src);
-                format!(
-                    "INSERT INTO {dg} ({columns}) SELECT {values} WHERE {condition} ON CONFLICT ({key_list}) DO UPDATE SET chainify_n = chainify_n + 1;"
-                )
+                match condition {
+                    None => format!("INSERT INTO {dg} ({columns}) VALUES ({values});"),
+                    Some(c) => {
+                        format!("INSERT INTO {dg} ({columns}) SELECT {values} WHERE {c};")
+                    }
+                }
             };
             // SQLite keeps any number in a DECIMAL column as it came (1.005 stays 1.005 in a
             // DECIMAL(10,2)); round it to the declared scale as PostgreSQL and MySQL do on
@@ -490,15 +548,19 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             }
             let moved = key_moved(&|k| format!("{} IS NOT OLD.{k}", key_ref("NEW", k)));
             for (suffix, event, body) in [
-                ("ai", "INSERT", format!("{}{normalize}", upsert("NEW", "1"))),
-                ("ad", "DELETE", upsert("OLD", "1")),
+                (
+                    "ai",
+                    "INSERT",
+                    format!("{}{normalize}", append("NEW", None)),
+                ),
+                ("ad", "DELETE", append("OLD", None)),
                 (
                     "au",
                     "UPDATE",
                     format!(
                         "{} {}{normalize}",
-                        upsert("OLD", "1"),
-                        upsert("NEW", &moved)
+                        append("OLD", None),
+                        append("NEW", Some(&moved))
                     ),
                 ),
             ] {
@@ -614,10 +676,11 @@ fn sqlite_round(column: &str, scale: u8) -> String {
     )
 }
 
-/// Reads every recorded key of `t` with its counter, the row's current image (all columns NULL
-/// when the row is gone) and its image before the first recorded change. Columns: keys…,
-/// `chainify_n`, every column of `t`, `chainify_was` (1: the key existed before), every column
-/// of `t` again (the before-image).
+/// Reads every recorded key of `t` once, with the row's current image (all columns NULL when
+/// the row is gone) and its image before the key's first recorded change (the log's earliest
+/// record of the key; its later records hold images the block itself made). Columns: keys…,
+/// every column of `t`, `chainify_was` (1: the key existed before), every column of `t` again
+/// (the before-image).
 pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let name = &t.name;
     let dg = digest_table(name);
@@ -628,8 +691,6 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
         select.push(read_expr(dialect, &format!("d.{}", c.name), ty));
         types.push(ty);
     }
-    select.push("d.chainify_n".into());
-    types.push(ReadType::Int);
     for c in &t.columns {
         let ty = ReadType::of(&c.ty);
         select.push(read_expr(dialect, &format!("r.{}", c.name), ty));
@@ -647,10 +708,13 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
         .iter()
         .map(|k| format!("r.{k} = d.{k}"))
         .collect();
+    let key_list = t.primary_key.join(", ");
+    let before_list: Vec<String> = (0..t.columns.len()).map(before_column).collect();
     (
         format!(
-            "SELECT {} FROM {dg} d LEFT JOIN {name} r ON {}",
+            "SELECT {} FROM (SELECT {key_list}, chainify_was, {}, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY chainify_seq) AS chainify_rank FROM {dg}) d LEFT JOIN {name} r ON {} WHERE d.chainify_rank = 1",
             select.join(", "),
+            before_list.join(", "),
             on.join(" AND ")
         ),
         types,
@@ -822,10 +886,12 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
         let b = v.int(w.block);
         let sql = match dialect {
             Dialect::MySql => format!(
-                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} ON DUPLICATE KEY UPDATE chainify_block = {b}"
+                "INSERT INTO {dk} ({keys}, chainify_block) SELECT DISTINCT {keys}, {b} FROM {dg} ON DUPLICATE KEY UPDATE chainify_block = {b}"
             ),
+            // The log holds a key once a change: PostgreSQL's upsert refuses to touch a row
+            // twice in one statement.
             _ => format!(
-                "INSERT INTO {dk} ({keys}, chainify_block) SELECT {keys}, {b} FROM {dg} WHERE 1 = 1 ON CONFLICT ({keys}) DO UPDATE SET chainify_block = {b}"
+                "INSERT INTO {dk} ({keys}, chainify_block) SELECT DISTINCT {keys}, {b} FROM {dg} WHERE 1 = 1 ON CONFLICT ({keys}) DO UPDATE SET chainify_block = {b}"
             ),
         };
         out.push(v.write(sql));
@@ -1333,15 +1399,16 @@ mod tests {
         let a = artifacts(Dialect::Postgres, &table());
         assert_eq!(
             a.install[0],
-            "CREATE TABLE IF NOT EXISTS chainify_dg_acct (bank INTEGER NOT NULL, id BIGINT NOT NULL, chainify_n BIGINT NOT NULL, chainify_was SMALLINT NOT NULL, chainify_o1 INTEGER, chainify_o2 BIGINT, chainify_o3 DECIMAL(12,2), chainify_o4 TEXT, PRIMARY KEY (bank, id))"
+            "CREATE TABLE IF NOT EXISTS chainify_dg_acct (chainify_seq BIGINT GENERATED ALWAYS AS IDENTITY, bank INTEGER NOT NULL, id BIGINT NOT NULL, chainify_was SMALLINT NOT NULL, chainify_o1 INTEGER, chainify_o2 BIGINT, chainify_o3 DECIMAL(12,2), chainify_o4 TEXT)"
         );
         assert!(a.install[3].contains("IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND (NEW.bank IS DISTINCT FROM OLD.bank OR NEW.id IS DISTINCT FROM OLD.id))"));
-        // The first change of a key records the row before it (OLD), a new key none.
-        assert!(a.install[3].contains("(bank, id, chainify_n, chainify_was, chainify_o1, chainify_o2, chainify_o3, chainify_o4) VALUES (OLD.bank, OLD.id, 1, 1, OLD.bank, OLD.id, OLD.bal, OLD.note) ON CONFLICT (bank, id) DO UPDATE SET chainify_n = d.chainify_n + 1"));
-        assert!(
-            a.install[3]
-                .contains("(bank, id, chainify_n, chainify_was) VALUES (NEW.bank, NEW.id, 1, 0)")
-        );
+        // A change removing a row records the row before it (OLD), one creating it none; both
+        // only append.
+        assert!(a.install[3].contains("INSERT INTO chainify_dg_acct (bank, id, chainify_was, chainify_o1, chainify_o2, chainify_o3, chainify_o4) VALUES (OLD.bank, OLD.id, 1, OLD.bank, OLD.id, OLD.bal, OLD.note);"));
+        assert!(a.install[3].contains(
+            "INSERT INTO chainify_dg_acct (bank, id, chainify_was) VALUES (NEW.bank, NEW.id, 0);"
+        ));
+        assert!(!a.install[3].contains("CONFLICT"));
         // Fires for replica-role sessions; names resolve in the table's schema.
         assert!(
             a.install
@@ -1370,13 +1437,16 @@ mod tests {
     #[test]
     fn mysql_objects() {
         let a = artifacts(Dialect::MySql, &table());
-        assert!(a.install[0].ends_with("PRIMARY KEY (bank, id)) ENGINE=InnoDB"));
+        assert!(a.install[0].starts_with(
+            "CREATE TABLE IF NOT EXISTS chainify_dg_acct (chainify_seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, bank INTEGER NOT NULL,"
+        ));
+        assert!(a.install[0].ends_with("chainify_o4 TEXT) ENGINE=InnoDB"));
         let au = a
             .install
             .iter()
             .find(|s| s.starts_with("CREATE TRIGGER chainify_dg_acct_au"))
             .unwrap();
-        assert!(au.contains("IF NOT (NEW.bank <=> OLD.bank) OR NOT (NEW.id <=> OLD.id) THEN INSERT INTO chainify_dg_acct (bank, id, chainify_n, chainify_was) VALUES (NEW.bank, NEW.id, 1, 0) ON DUPLICATE KEY UPDATE"), "{au}");
+        assert!(au.contains("IF NOT (NEW.bank <=> OLD.bank) OR NOT (NEW.id <=> OLD.id) THEN INSERT INTO chainify_dg_acct (bank, id, chainify_was) VALUES (NEW.bank, NEW.id, 0); END IF;"), "{au}");
         assert!(
             a.triggers
                 .iter()
@@ -1443,7 +1513,7 @@ mod tests {
         assert_eq!(
             texts(Dialect::Postgres, &w),
             [
-                "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = 7",
+                "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT DISTINCT bank, id, 7 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = 7",
                 "DELETE FROM chainify_dg_acct",
                 "UPDATE chainify_shared_tables SET last_changed_block = 7 WHERE table_name = 'acct'",
                 "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', decode('01ab', 'hex'))",
@@ -1472,14 +1542,14 @@ mod tests {
         );
         assert_eq!(
             texts(Dialect::MySql, &w)[0],
-            "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, 7 FROM chainify_dg_acct ON DUPLICATE KEY UPDATE chainify_block = 7"
+            "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT DISTINCT bank, id, 7 FROM chainify_dg_acct ON DUPLICATE KEY UPDATE chainify_block = 7"
         );
         // SQLite binds every value, one row a statement, so the texts recur from block to block.
         let sqlite = digest_writes(Dialect::Sqlite, &w);
         let bytes = |b: &[u8]| Value::Bytes(b.to_vec());
         let expected: Vec<(&str, Vec<Value>)> = vec![
             (
-                "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT bank, id, ?1 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = ?1",
+                "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT DISTINCT bank, id, ?1 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = ?1",
                 vec![Value::Int(7)],
             ),
             ("DELETE FROM chainify_dg_acct", vec![]),
@@ -1533,10 +1603,10 @@ mod tests {
         let (sql, types) = read_changes(Dialect::MySql, &table());
         assert_eq!(
             sql,
-            "SELECT CAST(d.bank AS SIGNED), CAST(d.id AS SIGNED), d.chainify_n, CAST(r.bank AS SIGNED), CAST(r.id AS SIGNED), CAST(r.bal AS CHAR), r.note, CAST(d.chainify_was AS SIGNED), CAST(d.chainify_o1 AS SIGNED), CAST(d.chainify_o2 AS SIGNED), CAST(d.chainify_o3 AS CHAR), d.chainify_o4 FROM chainify_dg_acct d LEFT JOIN acct r ON r.bank = d.bank AND r.id = d.id"
+            "SELECT CAST(d.bank AS SIGNED), CAST(d.id AS SIGNED), CAST(r.bank AS SIGNED), CAST(r.id AS SIGNED), CAST(r.bal AS CHAR), r.note, CAST(d.chainify_was AS SIGNED), CAST(d.chainify_o1 AS SIGNED), CAST(d.chainify_o2 AS SIGNED), CAST(d.chainify_o3 AS CHAR), d.chainify_o4 FROM (SELECT bank, id, chainify_was, chainify_o1, chainify_o2, chainify_o3, chainify_o4, ROW_NUMBER() OVER (PARTITION BY bank, id ORDER BY chainify_seq) AS chainify_rank FROM chainify_dg_acct) d LEFT JOIN acct r ON r.bank = d.bank AND r.id = d.id WHERE d.chainify_rank = 1"
         );
-        assert_eq!(types.len(), 12);
-        assert_eq!(types[5], ReadType::Decimal(2));
+        assert_eq!(types.len(), 11);
+        assert_eq!(types[4], ReadType::Decimal(2));
         // The digest holds the change tables against writers before it reads them.
         assert_eq!(
             begin_digest(Dialect::Postgres, ["acct", "b"]).join("; "),

@@ -1067,7 +1067,7 @@ impl<B: Backend> Store<B> {
             }
             let state = states.entry(t.name.clone()).or_default();
             for row in rows {
-                let (key, _, (before, image)) = split_change(t, row);
+                let (key, (before, image)) = split_change(t, row);
                 // The state digest: the row as it was leaves, the row as it is enters.
                 if before != image {
                     if let Some(before) = &before {

@@ -296,7 +296,7 @@ impl<B: Backend> Store<B> {
     ) -> Result<Vec<(Option<Vec<Value>>, Option<Vec<Value>>)>, StorageError> {
         let (sql, types) = ddl::read_changes(self.backend().dialect(), t);
         let rows = self.db(conn.query(&sql, &[], &types).await, during)?;
-        Ok(rows.into_iter().map(|row| split_change(t, row).2).collect())
+        Ok(rows.into_iter().map(|row| split_change(t, row).1).collect())
     }
 }
 
@@ -345,12 +345,11 @@ pub(crate) async fn hash_rows(
     }
 }
 
-/// Splits a row of [`ddl::read_changes`] into key, counter and (before-image, current image).
-#[allow(clippy::type_complexity)]
+/// Splits a row of [`ddl::read_changes`] into key and (before-image, current image).
 pub(crate) fn split_change(
     t: &CatalogTable,
     mut row: Vec<Value>,
-) -> (Vec<Value>, Value, (Option<Vec<Value>>, Option<Vec<Value>>)) {
+) -> (Vec<Value>, (Option<Vec<Value>>, Option<Vec<Value>>)) {
     let key_len = t.primary_key.len();
     let width = t.columns.len();
     let first_key = t
@@ -358,8 +357,7 @@ pub(crate) fn split_change(
         .iter()
         .position(|c| c.name == t.primary_key[0])
         .unwrap_or(0);
-    let mut image = row.split_off(key_len + 1);
-    let counter = row.pop().unwrap_or(Value::Null);
+    let mut image = row.split_off(key_len);
     let mut was = image.split_off(width.min(image.len()));
     let before_image = if was.is_empty() {
         Vec::new()
@@ -370,7 +368,6 @@ pub(crate) fn split_change(
     let present = !matches!(image.get(first_key), None | Some(Value::Null));
     (
         row,
-        counter,
         (existed.then_some(before_image), present.then_some(image)),
     )
 }

@@ -110,6 +110,9 @@ impl<B: Backend> Store<B> {
         }
         *store.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tables);
         if !store.options.read_only {
+            store.upgrade_digest_tables().await?;
+        }
+        if !store.options.read_only {
             // Snapshot layers a crash or a failure left behind after their operation committed.
             store.settle_layers().await?;
         }
@@ -122,24 +125,89 @@ impl<B: Backend> Store<B> {
         &self,
         tables: impl Iterator<Item = &CatalogTable>,
     ) -> Result<(), StorageError> {
-        let dialect = self.backend.dialect();
         for t in tables {
             let during = format!("upgrading the snapshot table of {}", t.name);
-            let (check, upgrade) = ddl::snapshot_upgrade(dialect, t);
-            let found = self
-                .query(
-                    &during,
-                    &check,
-                    &[&Value::Text(ddl::snapshot_table(&t.name))],
-                    &[ReadType::Int],
-                )
-                .await?;
-            if matches!(found.first().and_then(|r| r.first()), Some(Value::Int(0))) {
+            let cp = ddl::snapshot_table(&t.name);
+            if !self.has_column(&cp, "chainify_cp_gone", &during).await? {
                 let mut conn = self.acquire(&during).await?;
-                for sql in upgrade {
+                for sql in ddl::snapshot_upgrade(t) {
                     self.db(conn.batch(&sql).await, &during)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Whether `table` exists and has `column`.
+    async fn has_column(
+        &self,
+        table: &str,
+        column: &str,
+        during: &str,
+    ) -> Result<bool, StorageError> {
+        let found = self
+            .query(
+                during,
+                ddl::has_column(self.backend.dialect()),
+                &[&Value::Text(table.into()), &Value::Text(column.into())],
+                &[ReadType::Int],
+            )
+            .await?;
+        Ok(!matches!(
+            found.first().and_then(|r| r.first()),
+            Some(Value::Int(0)) | None
+        ))
+    }
+
+    /// Turns digest tables of the first shape (a row a key, upserted) into logs
+    /// ([`ddl::digest_upgrade`]), records pending in them kept, and reinstalls their triggers,
+    /// in one transaction where the engine's DDL is transactional.
+    async fn upgrade_digest_tables(&self) -> Result<(), StorageError> {
+        let dialect = self.backend.dialect();
+        for t in self.tables().values() {
+            let during = format!("upgrading the digest table of {}", t.name);
+            let set_aside = self
+                .has_column(
+                    &ddl::digest_table(&t.name),
+                    ddl::UPSERTED_DIGEST_COLUMN,
+                    &during,
+                )
+                .await?;
+            // Set aside and not yet copied back: an upgrade on MySQL interrupted.
+            let left = self
+                .has_column(
+                    &ddl::upserted_digest_table(&t.name),
+                    "chainify_was",
+                    &during,
+                )
+                .await?;
+            if !set_aside && !left {
+                continue;
+            }
+            let mut conn = self.acquire(&during).await?;
+            let transactional = self.backend.transactional_ddl();
+            if transactional {
+                self.db(conn.begin().await, &during)?;
+            }
+            let statements = ddl::digest_upgrade(dialect, t, set_aside)
+                .into_iter()
+                .chain(ddl::artifacts(dialect, t).install);
+            let mut result = Ok(());
+            for sql in statements {
+                result = self.db(conn.batch(&sql).await, &during);
+                if result.is_err() {
+                    break;
+                }
+            }
+            if transactional {
+                match result {
+                    Ok(()) => result = self.db(conn.commit().await, &during),
+                    Err(_) => {
+                        let _ = conn.rollback().await;
+                    }
+                }
+            }
+            result?;
         }
         Ok(())
     }
