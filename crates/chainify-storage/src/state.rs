@@ -293,7 +293,7 @@ impl<B: Backend> Store<B> {
         conn: &mut B::Conn,
         t: &CatalogTable,
         during: &str,
-    ) -> Result<Vec<(Option<Vec<Value>>, Option<Vec<Value>>)>, StorageError> {
+    ) -> Result<Vec<BeforeAndNow>, StorageError> {
         let (sql, types) = ddl::read_changes(self.backend().dialect(), t);
         let rows = self.db(conn.query(&sql, &[], &types).await, during)?;
         Ok(rows.into_iter().map(|row| split_change(t, row).1).collect())
@@ -345,11 +345,11 @@ pub(crate) async fn hash_rows(
     }
 }
 
+/// A changed key's row before the block and now (`None`: absent).
+pub(crate) type BeforeAndNow = (Option<Vec<Value>>, Option<Vec<Value>>);
+
 /// Splits a row of [`ddl::read_changes`] into key and (before-image, current image).
-pub(crate) fn split_change(
-    t: &CatalogTable,
-    mut row: Vec<Value>,
-) -> (Vec<Value>, (Option<Vec<Value>>, Option<Vec<Value>>)) {
+pub(crate) fn split_change(t: &CatalogTable, mut row: Vec<Value>) -> (Vec<Value>, BeforeAndNow) {
     let key_len = t.primary_key.len();
     let width = t.columns.len();
     let first_key = t
