@@ -393,9 +393,38 @@ impl Schema {
                         fk.parent_columns.join(", ")
                     )));
                 }
+                // A key change whose action comes back to the changed row (a row referencing
+                // itself, or through a cycle of tables) changes that row twice in one
+                // statement: SQLite runs the action before the row's own triggers, PostgreSQL
+                // after them, and MariaDB refuses it at run time, so the engines would record,
+                // digest or even commit it differently.
+                if fk.on_update == RefAction::Modify && self.reaches(&fk.parent, &t.name) {
+                    return Err(err(format!(
+                        "foreign key to {} changes rows ON UPDATE (CASCADE, SET NULL or SET DEFAULT) within a cycle of foreign keys, where a key change can come back to the row it changed and the engines apply it in different orders; declare it ON UPDATE RESTRICT or NO ACTION",
+                        fk.parent
+                    )));
+                }
             }
         }
         Ok(())
+    }
+
+    /// Whether `to` is `from` or one of its parents, grandparents, … by foreign keys.
+    fn reaches(&self, from: &str, to: &str) -> bool {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut pending = vec![from];
+        while let Some(name) = pending.pop() {
+            if name == to {
+                return true;
+            }
+            if !seen.insert(name) {
+                continue;
+            }
+            if let Some(t) = self.tables.get(name) {
+                pending.extend(t.foreign_keys.iter().map(|fk| fk.parent.as_str()));
+            }
+        }
+        false
     }
 
     /// A table by (case-insensitive) name.
@@ -666,6 +695,34 @@ mod tests {
         assert!(e("DROP TABLE t").contains("only CREATE TABLE"));
         assert!(e("CREATE TABLE").contains("does not parse"));
         assert!(e("CREATE TABLE t (a INT); CREATE TABLE T (b INT)").contains("defined twice"));
+    }
+
+    #[test]
+    fn key_changes_that_can_come_back_to_their_row_are_refused() {
+        let e = |sql: &str| Schema::from_sql(sql).err().map(|e| e.to_string());
+        // A row referencing itself, and a cycle of two tables.
+        for sql in [
+            "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id) ON UPDATE CASCADE)",
+            "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id) ON UPDATE SET NULL)",
+            "CREATE TABLE a (id INT PRIMARY KEY, b INT UNIQUE REFERENCES b(id) ON UPDATE CASCADE); \
+             CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b))",
+        ] {
+            let problem = e(sql).unwrap_or_default();
+            assert!(
+                problem.contains("within a cycle of foreign keys")
+                    && problem.contains("declare it ON UPDATE RESTRICT or NO ACTION"),
+                "{sql}: {problem}"
+            );
+        }
+        // Outside cycles, and deletes, the actions stay allowed.
+        for sql in [
+            "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id) ON UPDATE RESTRICT ON DELETE CASCADE)",
+            "CREATE TABLE p (id INT PRIMARY KEY); CREATE TABLE c (id INT PRIMARY KEY, p INT REFERENCES p(id) ON UPDATE CASCADE)",
+            "CREATE TABLE a (id INT PRIMARY KEY, b INT UNIQUE REFERENCES b(id)); \
+             CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b) ON DELETE SET NULL)",
+        ] {
+            assert_eq!(e(sql), None, "{sql}");
+        }
     }
 
     #[test]

@@ -415,6 +415,9 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             install.push(format!(
                 "CREATE OR REPLACE FUNCTION {dg}_truncate_fn() RETURNS trigger LANGUAGE plpgsql AS $chainify${truncate_body}$chainify$"
             ));
+            // The log has no key: with a publication of every table (change-data capture, a
+            // logical replica) PostgreSQL would refuse the digest's DELETE without this.
+            install.push(format!("ALTER TABLE {dg} REPLICA IDENTITY FULL"));
             install.push(format!("DROP TRIGGER IF EXISTS {dg} ON {name}"));
             install.push(format!(
                 "CREATE TRIGGER {dg} AFTER INSERT OR UPDATE OR DELETE ON {name} FOR EACH ROW EXECUTE FUNCTION {dg}_fn()"
@@ -1409,6 +1412,11 @@ mod tests {
             "INSERT INTO chainify_dg_acct (bank, id, chainify_was) VALUES (NEW.bank, NEW.id, 0);"
         ));
         assert!(!a.install[3].contains("CONFLICT"));
+        assert!(
+            a.install
+                .iter()
+                .any(|s| s == "ALTER TABLE chainify_dg_acct REPLICA IDENTITY FULL")
+        );
         // Fires for replica-role sessions; names resolve in the table's schema.
         assert!(
             a.install

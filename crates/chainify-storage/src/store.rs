@@ -109,9 +109,7 @@ impl<B: Backend> Store<B> {
             store.upgrade_snapshot_tables(tables.values()).await?;
         }
         *store.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tables);
-        if !store.options.read_only {
-            store.upgrade_digest_tables().await?;
-        }
+        store.upgrade_digest_tables().await?;
         if !store.options.read_only {
             // Snapshot layers a crash or a failure left behind after their operation committed.
             store.settle_layers().await?;
@@ -161,7 +159,8 @@ impl<B: Backend> Store<B> {
 
     /// Turns digest tables of the first shape (a row a key, upserted) into logs
     /// ([`ddl::digest_upgrade`]), records pending in them kept, and reinstalls their triggers,
-    /// in one transaction where the engine's DDL is transactional.
+    /// in one transaction where the engine's DDL is transactional. A read-only store refuses
+    /// such tables, which it could not read.
     async fn upgrade_digest_tables(&self) -> Result<(), StorageError> {
         let dialect = self.backend.dialect();
         for t in self.tables().values() {
@@ -183,6 +182,15 @@ impl<B: Backend> Store<B> {
                 .await?;
             if !set_aside && !left {
                 continue;
+            }
+            if self.options.read_only {
+                return Err(StorageError::Migration {
+                    url: self.backend.url().to_owned(),
+                    reason: format!(
+                        "the digest table of {} has the shape of an earlier chainify (a row a key); open the organization's database writable once (start its node) to upgrade it",
+                        t.name
+                    ),
+                });
             }
             let mut conn = self.acquire(&during).await?;
             let transactional = self.backend.transactional_ddl();
@@ -434,12 +442,19 @@ fn schema_of<'a>(tables: impl Iterator<Item = &'a CatalogTable>) -> Result<Schem
             })?;
     }
     schema.validate().map_err(|e| match e {
-        chainify_sql::SchemaError::Table { table, problem } => RegistrationError::Definition {
-            table,
-            problem: format!(
-                "{problem} (a foreign key may only reference another shared table; register both together)"
-            ),
-        },
+        chainify_sql::SchemaError::Table { table, problem }
+            if problem.starts_with("foreign key references unknown table") =>
+        {
+            RegistrationError::Definition {
+                table,
+                problem: format!(
+                    "{problem} (a foreign key may only reference another shared table; register both together)"
+                ),
+            }
+        }
+        chainify_sql::SchemaError::Table { table, problem } => {
+            RegistrationError::Definition { table, problem }
+        }
         other => RegistrationError::Definition {
             table: String::new(),
             problem: other.to_string(),

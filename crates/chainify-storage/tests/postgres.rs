@@ -178,3 +178,41 @@ async fn a_refused_lane_commit_decides_each_transaction_once() {
     )
     .await;
 }
+
+/// A publication of every table (for a change-data-capture tool or a logical replica) makes
+/// PostgreSQL refuse deletes from a table without a replica identity: the digest and a restore
+/// consume the change log with DELETE, so the log must have one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_of_every_table_stops_no_digest_or_restore() {
+    use chainify_core::BlockNumber;
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_storage::ExecMode;
+    use chainify_testkit::conformance::storage::{block, outside, setup};
+    let store = setup(&PgFixture, "publication", StoreOptions::default()).await;
+    outside(
+        store.backend(),
+        "CREATE PUBLICATION everything FOR ALL TABLES",
+    )
+    .await;
+    let txs = || {
+        vec![Some(Transaction {
+            statements: vec![Statement::new(
+                "UPDATE kv SET v = v + 1 WHERE k = 1",
+                vec![],
+            )],
+        })]
+    };
+    for number in 0..2 {
+        let out = store
+            .execute_block(&block(&store, number, txs()), ExecMode::Parallel(2))
+            .await
+            .expect("the digest consumes the log");
+        assert_eq!(out.success, vec![true]);
+        if number == 0 {
+            store.checkpoint(BlockNumber(0)).await.expect("checkpoint");
+        }
+    }
+    store.restore(BlockNumber(0)).await.expect("restore");
+    let check = store.check_state().await.expect("scan");
+    assert!(check.agrees(), "{check:?}");
+}
