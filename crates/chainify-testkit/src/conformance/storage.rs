@@ -2024,30 +2024,18 @@ pub async fn digest_tables_of_a_row_a_key_are_upgraded<F: Fixture>(f: &F) {
     };
     let old_shape = |table: &str| {
         format!(
-            "CREATE TABLE {table} (k BIGINT NOT NULL, chainify_n BIGINT NOT NULL, chainify_was SMALLINT NOT NULL, chainify_o1 BIGINT, chainify_o2 BIGINT, PRIMARY KEY (k)){suffix};
+            "CREATE TABLE {table} (k BIGINT NOT NULL, chainify_n BIGINT NOT NULL, chainify_was SMALLINT NOT NULL, chainify_o1 BIGINT, chainify_o2 BIGINT, PRIMARY KEY (k)){suffix};\n\
              INSERT INTO {table} (k, chainify_n, chainify_was, chainify_o1, chainify_o2) VALUES (3, 1, 1, 3, {v3})"
         )
     };
-    // The whole old shape under the digest table's name.
-    outside(
-        stores[1].backend(),
-        &format!(
-            "DROP TABLE chainify_dg_kv;
-{}",
-            old_shape("chainify_dg_kv")
-        ),
-    )
-    .await;
-    // Set aside, with an empty log already made: where an interrupted upgrade stops on MySQL.
-    outside(
-        stores[2].backend(),
-        &format!(
-            "DELETE FROM chainify_dg_kv;
-{}",
-            old_shape("chainify_d1_kv")
-        ),
-    )
-    .await;
+    // The whole old shape under the digest table's name; and set aside, with an empty log
+    // already made: where an interrupted upgrade stops on MySQL.
+    for (store, (clear, table)) in stores[1..].iter().zip([
+        ("DROP TABLE chainify_dg_kv", "chainify_dg_kv"),
+        ("DELETE FROM chainify_dg_kv", "chainify_d1_kv"),
+    ]) {
+        outside(store.backend(), &format!("{clear};\n{}", old_shape(table))).await;
+    }
     let mut reopened = vec![stores.remove(0)];
     for (name, store) in names[1..].iter().zip(stores) {
         drop(store);
