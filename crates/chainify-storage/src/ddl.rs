@@ -679,9 +679,11 @@ fn sqlite_round(column: &str, scale: u8) -> String {
     )
 }
 
-/// Reads every recorded key of `t` once, with the row's current image (all columns NULL when
-/// the row is gone) and its image before the key's first recorded change (the log's earliest
-/// record of the key; its later records hold images the block itself made). Columns: keys…,
+/// Reads every record of `t`'s change log in the order the changes happened, each with the
+/// key's current row (all columns NULL when the row is gone). A key's first record holds its
+/// image before its first change (the later ones hold images the block itself made), so the
+/// reader keeps the first record of each key ([`crate::state::first_changes`]): in the engine
+/// that took a window function, which costs MariaDB a temporary table a query. Columns: keys…,
 /// every column of `t`, `chainify_was` (1: the key existed before), every column of `t` again
 /// (the before-image).
 pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
@@ -711,13 +713,10 @@ pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType
         .iter()
         .map(|k| format!("r.{k} = d.{k}"))
         .collect();
-    let key_list = t.primary_key.join(", ");
-    let before_list: Vec<String> = (0..t.columns.len()).map(before_column).collect();
     (
         format!(
-            "SELECT {} FROM (SELECT {key_list}, chainify_was, {}, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY chainify_seq) AS chainify_rank FROM {dg}) d LEFT JOIN {name} r ON {} WHERE d.chainify_rank = 1",
+            "SELECT {} FROM {dg} d LEFT JOIN {name} r ON {} ORDER BY d.chainify_seq",
             select.join(", "),
-            before_list.join(", "),
             on.join(" AND ")
         ),
         types,
@@ -1611,7 +1610,7 @@ mod tests {
         let (sql, types) = read_changes(Dialect::MySql, &table());
         assert_eq!(
             sql,
-            "SELECT CAST(d.bank AS SIGNED), CAST(d.id AS SIGNED), CAST(r.bank AS SIGNED), CAST(r.id AS SIGNED), CAST(r.bal AS CHAR), r.note, CAST(d.chainify_was AS SIGNED), CAST(d.chainify_o1 AS SIGNED), CAST(d.chainify_o2 AS SIGNED), CAST(d.chainify_o3 AS CHAR), d.chainify_o4 FROM (SELECT bank, id, chainify_was, chainify_o1, chainify_o2, chainify_o3, chainify_o4, ROW_NUMBER() OVER (PARTITION BY bank, id ORDER BY chainify_seq) AS chainify_rank FROM chainify_dg_acct) d LEFT JOIN acct r ON r.bank = d.bank AND r.id = d.id WHERE d.chainify_rank = 1"
+            "SELECT CAST(d.bank AS SIGNED), CAST(d.id AS SIGNED), CAST(r.bank AS SIGNED), CAST(r.id AS SIGNED), CAST(r.bal AS CHAR), r.note, CAST(d.chainify_was AS SIGNED), CAST(d.chainify_o1 AS SIGNED), CAST(d.chainify_o2 AS SIGNED), CAST(d.chainify_o3 AS CHAR), d.chainify_o4 FROM chainify_dg_acct d LEFT JOIN acct r ON r.bank = d.bank AND r.id = d.id ORDER BY d.chainify_seq"
         );
         assert_eq!(types.len(), 11);
         assert_eq!(types[4], ReadType::Decimal(2));

@@ -41,7 +41,7 @@ use futures_util::stream::FuturesUnordered;
 use crate::backend::{Backend, Conn};
 use crate::ddl::{self, ReadType};
 use crate::error::{DbError, DbErrorKind, StorageError};
-use crate::state::{split_change, state_digest};
+use crate::state::{first_changes, state_digest};
 use crate::store::Store;
 
 /// Recorded keys deleted per statement after digesting.
@@ -1066,8 +1066,7 @@ impl<B: Backend> Store<B> {
                 continue;
             }
             let state = states.entry(t.name.clone()).or_default();
-            for row in rows {
-                let (key, (before, image)) = split_change(t, row);
+            for (key, (before, image)) in first_changes(t, rows) {
                 // The state digest: the row as it was leaves, the row as it is enters.
                 if before != image {
                     if let Some(before) = &before {

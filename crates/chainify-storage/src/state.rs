@@ -296,7 +296,7 @@ impl<B: Backend> Store<B> {
     ) -> Result<Vec<BeforeAndNow>, StorageError> {
         let (sql, types) = ddl::read_changes(self.backend().dialect(), t);
         let rows = self.db(conn.query(&sql, &[], &types).await, during)?;
-        Ok(rows.into_iter().map(|row| split_change(t, row).1).collect())
+        Ok(first_changes(t, rows).map(|(_, change)| change).collect())
     }
 }
 
@@ -345,11 +345,24 @@ pub(crate) async fn hash_rows(
     }
 }
 
+/// Each changed key of `t` once, from the rows of [`ddl::read_changes`] (a record a change, in
+/// the order the changes happened): its key and its first record's before-image with its row
+/// now.
+pub(crate) fn first_changes(
+    t: &CatalogTable,
+    rows: Vec<Vec<Value>>,
+) -> impl Iterator<Item = (Vec<Value>, BeforeAndNow)> + '_ {
+    let mut seen = std::collections::HashSet::new();
+    rows.into_iter()
+        .map(move |row| split_change(t, row))
+        .filter(move |(key, _)| seen.insert(key.clone()))
+}
+
 /// A changed key's row before the block and now (`None`: absent).
 pub(crate) type BeforeAndNow = (Option<Vec<Value>>, Option<Vec<Value>>);
 
 /// Splits a row of [`ddl::read_changes`] into key and (before-image, current image).
-pub(crate) fn split_change(t: &CatalogTable, mut row: Vec<Value>) -> (Vec<Value>, BeforeAndNow) {
+fn split_change(t: &CatalogTable, mut row: Vec<Value>) -> (Vec<Value>, BeforeAndNow) {
     let key_len = t.primary_key.len();
     let width = t.columns.len();
     let first_key = t
