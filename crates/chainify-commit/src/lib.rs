@@ -301,8 +301,10 @@ impl CommitEngine {
             return;
         }
         let vote = Vote::new_as(network, number, *hash, me, key, signatures);
-        // Count our own vote like anybody else's.
-        let _ = slot.tally.add(&self.ctx, vote.clone());
+        // Count our own vote like anybody else's, but for the check of a signature just made.
+        let _ = slot
+            .tally
+            .add_signed_here(&self.ctx, vote.clone(), &key.public_key());
         slot.sent = Some((vote.clone(), now));
         slot.waiting_since = Some(now);
         out.push(Command::SendVote(vote));

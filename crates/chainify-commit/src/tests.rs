@@ -387,3 +387,31 @@ fn pending_votes_show_who_voted_what_for_the_next_block_only() {
         BTreeMap::from([(OrgId(1), b0.hash()), (OrgId(2), other.hash())])
     );
 }
+
+#[test]
+fn a_node_signing_with_a_key_the_network_does_not_name_does_not_count_its_own_vote() {
+    let n = SeededNet::new(1, "any-1", chainify_core::crypto::Signatures::Ed25519);
+    let b0 = lb(&n, 0, "a");
+    // With its own key, its vote alone agrees.
+    let mut right = n.engine(1);
+    let sent = right.handle(Event::Executed(b0.clone()));
+    assert!(
+        sent.iter().any(|c| matches!(c, Command::Append { .. })),
+        "{sent:?}"
+    );
+    // With another key, the vote is sent (peers refuse it too) but not counted here.
+    let mut wrong = CommitEngine::new(
+        OrgId(1),
+        Arc::new(seeded_key(7)),
+        n.ctx.clone(),
+        Timing::default(),
+        BlockNumber(0),
+    );
+    let sent = wrong.handle(Event::Executed(b0.clone()));
+    assert!(
+        matches!(sent.as_slice(), [Command::SendVote(v)] if v.org == OrgId(1)),
+        "{sent:?}"
+    );
+    assert!(wrong.pending_votes().is_empty());
+    assert_eq!(wrong.next_block(), BlockNumber(0));
+}
