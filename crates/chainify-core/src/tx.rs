@@ -96,7 +96,15 @@ impl ProposalBody {
 
     /// The transaction id: SHA-256 of the canonical encoding.
     pub fn tx_id(&self) -> TxId {
-        TxId(Digest::of(&self.encode_canonical()))
+        self.encode_with_id().1
+    }
+
+    /// The canonical encoding (what the client signs) and the id hashed from it, for a caller
+    /// that needs both.
+    pub fn encode_with_id(&self) -> (Vec<u8>, TxId) {
+        let encoded = self.encode_canonical();
+        let id = TxId(Digest::of(&encoded));
+        (encoded, id)
     }
 
     /// Signs the body with the client's key.

@@ -63,6 +63,8 @@ pub struct BlockSignatures {
     items: Vec<SignedBytes>,
     /// Where each transaction's signatures end in `items`.
     ends: Vec<usize>,
+    /// Each transaction's id, hashed from the encoding its client's signature is over.
+    ids: Vec<TxId>,
     block: BlockId,
 }
 
@@ -96,20 +98,30 @@ impl BlockSignatures {
     pub fn of(block: &TransactionBlock, network: &NetworkConfig) -> BlockSignatures {
         let mut items = Vec::new();
         let mut ends = Vec::with_capacity(block.transactions.len());
+        let mut ids = Vec::with_capacity(block.transactions.len());
         // A block's responses are read by the rule of its number, at every organization and
         // on every replay alike.
         let batches = network.batches_at(block.number);
         for chained in &block.transactions {
+            // One encoding a proposal: its id is its hash, and its client signed it.
+            let (encoded, id) = chained.proposal.body.encode_with_id();
+            ids.push(id);
             if block.network == network.network_id {
-                gather(chained, network, batches, &mut items);
+                gather(chained, network, batches, (encoded, id), &mut items);
             }
             ends.push(items.len());
         }
         BlockSignatures {
             items,
             ends,
+            ids,
             block: BlockId::of(block),
         }
+    }
+
+    /// The block's transaction ids, in order.
+    pub fn ids(&self) -> &[TxId] {
+        &self.ids
     }
 
     /// The verdicts, without curve arithmetic or a hand-off to another thread, when the block
@@ -128,6 +140,7 @@ impl BlockSignatures {
         Ok(SignatureVerdicts {
             verdicts: vec![true; self.items.len()],
             ends: self.ends,
+            ids: self.ids,
             block: self.block,
             rule: verifier.signatures(),
         })
@@ -138,16 +151,19 @@ impl BlockSignatures {
         SignatureVerdicts {
             verdicts: verifier.check_all(&self.items),
             ends: self.ends,
+            ids: self.ids,
             block: self.block,
             rule: verifier.signatures(),
         }
     }
 }
 
+/// A transaction's signatures, given its body's encoding and its id.
 fn gather(
     chained: &ChainedTransaction,
     network: &NetworkConfig,
     batches: bool,
+    (encoded, id): (Vec<u8>, TxId),
     items: &mut Vec<SignedBytes>,
 ) {
     let proposal = &chained.proposal;
@@ -157,8 +173,11 @@ fn gather(
     let Some(client) = network.clients.get(&proposal.body.client) else {
         return;
     };
-    items.push(proposal.signed_by(client.public_key));
-    let id = proposal.tx_id();
+    items.push(SignedBytes {
+        key: client.public_key,
+        message: encoded,
+        signature: proposal.signature,
+    });
     let mut responders = BTreeSet::new();
     for response in &chained.responses {
         let Some(org) = network.orgs.get(&response.org) else {
@@ -179,6 +198,8 @@ fn gather(
 pub struct SignatureVerdicts {
     verdicts: Vec<bool>,
     ends: Vec<usize>,
+    /// The transactions' ids, as [`BlockSignatures`] hashed them.
+    ids: Vec<TxId>,
     block: BlockId,
     /// The rule they were reached by.
     rule: Signatures,
@@ -229,7 +250,12 @@ pub fn validate_block(
             if !verified() {
                 return Err(Invalid::BadClientSignature(body.client.clone()));
             }
-            let id = proposal.tx_id();
+            // Verified, so these verdicts (and ids) are this block's.
+            let id = match signatures.ids.get(index) {
+                Some(id) => *id,
+                None => proposal.tx_id(),
+            };
+            debug_assert_eq!(id, proposal.tx_id(), "verdicts of another block");
             let mut responders = BTreeSet::new();
             let mut accepted = BTreeSet::new();
             for response in &chained.responses {
@@ -354,6 +380,28 @@ mod tests {
             transactions: txs,
             orderer_position: 1,
         }
+    }
+
+    #[test]
+    fn the_gathered_ids_are_each_transaction_s_own_even_where_nothing_is_gathered() {
+        let n = network();
+        let mut foreign = chained(7, &[1, 2]);
+        foreign.proposal.body.network = NetworkId::new("elsewhere").unwrap();
+        let mut stranger = chained(8, &[1, 2]);
+        stranger.proposal.body.client = ClientId::new("mallory").unwrap();
+        let b = block(vec![chained(6, &[1, 2]), foreign, stranger]);
+        let gathered = BlockSignatures::of(&b, &n);
+        let ids: Vec<TxId> = b.transactions.iter().map(|t| t.proposal.tx_id()).collect();
+        assert_eq!(gathered.ids(), ids.as_slice());
+        let verdicts = gathered.check(&Verifier::new(n.signatures));
+        assert_eq!(
+            validate_block(&b, &n, &verdicts, |_| false),
+            vec![
+                Ok(ids[0]),
+                Err(Invalid::WrongNetwork("elsewhere".into())),
+                Err(Invalid::UnknownClient(ClientId::new("mallory").unwrap())),
+            ]
+        );
     }
 
     /// Organization 2's responses to four transactions, signed as one batch.
@@ -668,6 +716,7 @@ mod tests {
                         .map(|i| i.verify(n.signatures).is_ok())
                         .collect(),
                     ends: gathered.ends,
+                    ids: gathered.ids,
                     block: gathered.block,
                     rule: n.signatures,
                 }

@@ -193,17 +193,14 @@ impl<B: Backend> ExecutionServer<B> {
                 network: block.network.to_string(),
             });
         }
-        let ids: Vec<TxId> = block
-            .transactions
-            .iter()
-            .map(|t| t.proposal.tx_id())
-            .collect();
         let validating = std::time::Instant::now();
         // The signature checks are the CPU-heavy part: all at once, on the blocking pool (which
         // spreads them over the cores), while the ledger lookup runs; unless the block is small
         // and every signature was checked before, which hashing finds in place.
         let verifier = self.ahead.verifier.clone();
-        let checking = match BlockSignatures::of(block, network).remembered(&verifier) {
+        let signatures = BlockSignatures::of(block, network);
+        let ids = signatures.ids().to_vec();
+        let checking = match signatures.remembered(&verifier) {
             Ok(verdicts) => Ok(verdicts),
             Err(signatures) => Err(tokio::task::spawn_blocking(move || {
                 signatures.check(&verifier)
