@@ -291,7 +291,7 @@ impl CommitEngine {
             return;
         }
         let now = self.now;
-        let (me, network, signatures) = (self.me, self.ctx.network.clone(), self.ctx.signatures);
+        let me = self.me;
         let key = &self.key;
         let Some(slot) = self.slots.get_mut(&number) else {
             return;
@@ -300,11 +300,8 @@ impl CommitEngine {
         if slot.sent.is_some() {
             return;
         }
-        let vote = Vote::new_as(network, number, *hash, me, key, signatures);
-        // Count our own vote like anybody else's, but for the check of a signature just made.
-        let _ = slot
-            .tally
-            .add_signed_here(&self.ctx, vote.clone(), &key.public_key());
+        // Counted like anybody else's, but for the check of the signature just made.
+        let (vote, _) = slot.tally.vote_as(&self.ctx, *hash, me, key);
         slot.sent = Some((vote.clone(), now));
         slot.waiting_since = Some(now);
         out.push(Command::SendVote(vote));

@@ -218,7 +218,8 @@ impl SignatureVerdicts {
     }
 }
 
-/// Validates every transaction of `block`, given the verdicts on its [`BlockSignatures`].
+/// Validates every transaction of `block`, given the verdicts on its [`BlockSignatures`]
+/// (gathered from this same block: the verdicts carry its transaction ids).
 /// `in_ledger` answers whether a transaction id is in the ledger already (it must answer from
 /// agreed blocks only, so every organization agrees). Returns, per transaction, its id or why
 /// it is invalid.
@@ -250,7 +251,9 @@ pub fn validate_block(
             if !verified() {
                 return Err(Invalid::BadClientSignature(body.client.clone()));
             }
-            // Verified, so these verdicts (and ids) are this block's.
+            // `usable` ties the verdicts to a block of this number, position and length, not to
+            // its content: callers gather them from the very block they validate, so the ids
+            // are its own (checked in debug builds).
             let id = match signatures.ids.get(index) {
                 Some(id) => *id,
                 None => proposal.tx_id(),

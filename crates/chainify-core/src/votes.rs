@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::crypto::{PublicKey, Signatures};
+use crate::crypto::{PublicKey, Signatures, SigningKey};
 use crate::policy::{Agreement, AgreementPolicy};
 use crate::tx::{Certificate, LedgerBlock, Vote};
 use crate::{BlockNumber, Digest, NetworkId, OrgId};
@@ -114,21 +114,32 @@ impl VoteTally {
         self.count(vote)
     }
 
-    /// Counts a vote this process has just signed with `key`, without checking its signature
-    /// again when `key` is the one the network names for the voter (a signature check costs
-    /// twice the signing, once a block). Any other key gets the full check, which refuses the
-    /// vote: a node signing with the wrong key sees its own vote refused, as its peers do.
-    pub fn add_signed_here(
+    /// Signs `org`'s vote for `hash` on this tally's block with `key`, by the network's rule,
+    /// and counts it; returns the vote (to send) and whether it counted. Its signature is not
+    /// checked again when `key` is the one the network names for `org` (a check costs twice the
+    /// signing, once a block); any other key gets the full check, which refuses the vote, as
+    /// peers refuse it. Only a vote made here skips the check: none can be handed in.
+    pub fn vote_as(
         &mut self,
         ctx: &VoteContext,
-        vote: Vote,
-        key: &PublicKey,
-    ) -> Result<(), VoteRejection> {
-        if ctx.keys.get(&vote.org) != Some(key) {
-            return self.add(ctx, vote);
-        }
-        check_vote_fields(&vote, ctx, self.block)?;
-        self.count(vote)
+        hash: Digest,
+        org: OrgId,
+        key: &SigningKey,
+    ) -> (Vote, Result<(), VoteRejection>) {
+        let vote = Vote::new_as(
+            ctx.network.clone(),
+            self.block,
+            hash,
+            org,
+            key,
+            ctx.signatures,
+        );
+        let counted = if ctx.keys.get(&org) == Some(&key.public_key()) {
+            check_vote_fields(&vote, ctx, self.block).and_then(|_| self.count(vote.clone()))
+        } else {
+            self.add(ctx, vote.clone())
+        };
+        (vote, counted)
     }
 
     /// Counts a checked vote: an organization's second vote, for another hash, makes it an
@@ -466,50 +477,31 @@ mod tests {
     }
 
     #[test]
-    fn a_vote_signed_here_skips_only_the_signature_check_and_only_under_the_voter_s_key() {
+    fn a_vote_made_here_counts_unchecked_only_under_the_key_the_network_names() {
         let n = net("any-2");
-        let own = |v: &Vote| n.keys[v.org.0 as usize - 1].public_key();
         let mut tally = VoteTally::new(BlockNumber(4));
-        let mine = vote(&n, 1, 4, b"h");
-        assert_eq!(
-            tally.add_signed_here(&n.ctx, mine.clone(), &own(&mine)),
-            Ok(())
-        );
+        let (mine, counted) = tally.vote_as(&n.ctx, Digest::of(b"h"), OrgId(1), &n.keys[0]);
+        assert_eq!(counted, Ok(()));
+        assert_eq!(mine, vote(&n, 1, 4, b"h"), "the vote peers get");
+        assert_eq!(check_vote_signature(&mine, &n.ctx), Ok(()));
         // A second vote for another hash still makes an equivocator.
-        let other = vote(&n, 1, 4, b"other");
+        let (_, again) = tally.vote_as(&n.ctx, Digest::of(b"other"), OrgId(1), &n.keys[0]);
         assert_eq!(
-            tally.add_signed_here(&n.ctx, other.clone(), &own(&other)),
+            again,
             Err(VoteRejection::Equivocation {
                 org: OrgId(1),
                 first: Digest::of(b"h"),
                 second: Digest::of(b"other"),
             })
         );
-        // The fields are still checked.
-        let late = vote(&n, 2, 5, b"h");
-        assert!(matches!(
-            tally.add_signed_here(&n.ctx, late.clone(), &own(&late)),
-            Err(VoteRejection::WrongBlock { .. })
-        ));
-        let mut foreign = vote(&n, 2, 4, b"h");
-        foreign.network = NetworkId::new("elsewhere").unwrap();
-        assert!(matches!(
-            tally.add_signed_here(&n.ctx, foreign.clone(), &own(&foreign)),
-            Err(VoteRejection::WrongNetwork { .. })
-        ));
         // Signed with a key the network does not name for the voter: checked, and refused.
-        let stranger = crate::crypto::SigningKey::from_seed(&[99; 32]);
-        let wrong = Vote::new_signed(
-            n.ctx.network.clone(),
-            BlockNumber(4),
-            Digest::of(b"h"),
-            OrgId(2),
-            &stranger,
-        );
-        assert_eq!(
-            tally.add_signed_here(&n.ctx, wrong, &stranger.public_key()),
-            Err(VoteRejection::BadSignature(OrgId(2)))
-        );
+        let stranger = SigningKey::from_seed(&[99; 32]);
+        let (sent, refused) = tally.vote_as(&n.ctx, Digest::of(b"h"), OrgId(2), &stranger);
+        assert_eq!(refused, Err(VoteRejection::BadSignature(OrgId(2))));
+        assert_eq!(sent.org, OrgId(2));
+        // Made for an organization the network does not have: refused.
+        let (_, unknown) = tally.vote_as(&n.ctx, Digest::of(b"h"), OrgId(9), &n.keys[0]);
+        assert_eq!(unknown, Err(VoteRejection::UnknownOrg(OrgId(9))));
         assert_eq!(tally.hashes().count(), 0, "only the equivocator voted");
     }
 
