@@ -11,6 +11,7 @@ use std::hint::black_box;
 use chainify_bench::{
     BLOCK_TXS, smallbank_analyzer, smallbank_block_uniform, smallbank_block_zipf,
 };
+use chainify_core::batch::{Roots, sign_leaves};
 use chainify_core::crypto::{Signatures, SigningKey};
 use chainify_core::policy::{AgreementPolicy, PolicySpec};
 use chainify_core::rwset::ReadWriteSet;
@@ -188,6 +189,32 @@ fn signatures(c: &mut Criterion) {
             verify_many(Signatures::Ed25519, &signed)
                 .into_iter()
                 .all(|ok| ok)
+        })
+    });
+    g.finish();
+    // A block's endorsements signed as one batch of 1 024: each response's root, alone or with
+    // the nodes the batch's proofs share hashed once (what gathering a block does).
+    let leaves: Vec<Vec<u8>> = (0..1024u32).map(|i| i.to_be_bytes().repeat(20)).collect();
+    let (_, proofs) = sign_leaves(OrgId(2), &leaves, |m| key.sign(&m));
+    let mut g = c.benchmark_group("batch_proofs");
+    g.throughput(Throughput::Elements(leaves.len() as u64));
+    g.bench_function("roots_1024_alone", |b| {
+        b.iter(|| {
+            leaves
+                .iter()
+                .zip(&proofs)
+                .map(|(l, p)| p.root(l))
+                .collect::<Vec<_>>()
+        })
+    });
+    g.bench_function("roots_1024_shared", |b| {
+        b.iter(|| {
+            let mut roots = Roots::default();
+            leaves
+                .iter()
+                .zip(&proofs)
+                .map(|(l, p)| roots.root(p, l))
+                .collect::<Vec<_>>()
         })
     });
     g.finish();

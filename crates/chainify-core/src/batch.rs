@@ -101,6 +101,53 @@ impl BatchProof {
     }
 }
 
+/// The roots of many proofs, each tree node hashed once where proofs share it: the responses of
+/// one batch in a block climb the same nodes above where their paths meet, and every
+/// organization gathers every response of every block. A root is reused only from a node of
+/// the same height, position and value whose siblings above are the same, so each root is
+/// exactly [`BatchProof::root`]'s, whatever the other proofs hold (forged ones included).
+#[derive(Debug, Default)]
+pub struct Roots<'a> {
+    /// (height, position at that height, node) → the siblings above it and the root they lead
+    /// to, from the first proof that climbed through it.
+    known: std::collections::HashMap<(usize, u32, Digest), (&'a [Digest], Digest)>,
+}
+
+impl<'a> Roots<'a> {
+    /// [`BatchProof::root`] of `proof` for the leaf with signing bytes `leaf`.
+    pub fn root(&mut self, proof: &'a BatchProof, leaf: &[u8]) -> Digest {
+        let mut node = leaf_hash(leaf);
+        let mut climbed = Vec::with_capacity(proof.siblings.len());
+        let mut found = None;
+        for (height, sibling) in proof.siblings.iter().enumerate() {
+            let position = proof.index >> height;
+            // Leaves are not kept: only a response gathered twice would meet another at one.
+            if height > 0 {
+                let above = &proof.siblings[height..];
+                if let Some((known_above, root)) = self.known.get(&(height, position, node))
+                    && *known_above == above
+                {
+                    found = Some(*root);
+                    break;
+                }
+                climbed.push((height, position, node));
+            }
+            node = if position & 1 == 0 {
+                node_hash(&node, sibling)
+            } else {
+                node_hash(sibling, &node)
+            };
+        }
+        let root = found.unwrap_or(node);
+        for (height, position, node) in climbed {
+            self.known
+                .entry((height, position, node))
+                .or_insert((&proof.siblings[height..], root));
+        }
+        root
+    }
+}
+
 fn leaf_hash(bytes: &[u8]) -> Digest {
     let mut h = Hasher::new();
     h.update(&[LEAF]);
@@ -232,6 +279,66 @@ mod tests {
             // The same root signed by another organization.
             prop_assert_ne!(signed_root(OrgId(3), proof, leaf), signature);
         }
+    }
+
+    proptest! {
+        /// Shared hashing changes no root: every proof of a block's batches, some bent, in any
+        /// order, leads where it leads alone.
+        #[test]
+        fn roots_hashed_together_are_each_proof_s_own(
+            sizes in prop::collection::vec(2usize..40, 1..4),
+            bends in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..3), 0..12),
+            order in any::<prop::sample::Index>(),
+        ) {
+            let mut items: Vec<(Vec<u8>, BatchProof)> = Vec::new();
+            for (b, n) in sizes.iter().enumerate() {
+                let leaves: Vec<Vec<u8>> = (0..*n).map(|i| format!("batch {b} response {i}").into_bytes()).collect();
+                let (_, proofs) = sign_leaves(OrgId(b as u32 + 1), &leaves, sign_root);
+                items.extend(leaves.into_iter().zip(proofs));
+            }
+            // Forgeries beside the honest proofs: a sibling changed, an index moved, a leaf
+            // claiming another's proof.
+            for (pick, at, kind) in bends {
+                let i = pick.index(items.len());
+                let (leaf, mut proof) = items[i].clone();
+                match kind {
+                    0 => {
+                        let s = at.index(proof.siblings.len());
+                        proof.siblings[s].0[0] ^= 1;
+                        items.push((leaf, proof));
+                    }
+                    1 => {
+                        proof.index ^= 1 << at.index(proof.siblings.len());
+                        items.push((leaf, proof));
+                    }
+                    _ => {
+                        let other = items[at.index(items.len())].0.clone();
+                        items.push((other, proof));
+                    }
+                }
+            }
+            let k = order.index(items.len());
+            items.rotate_left(k);
+            let mut roots = Roots::default();
+            for (leaf, proof) in &items {
+                prop_assert_eq!(roots.root(proof, leaf), proof.root(leaf));
+            }
+        }
+    }
+
+    #[test]
+    fn a_forged_path_that_meets_an_honest_one_gets_its_own_root() {
+        let leaves = leaves(8);
+        let (_, proofs) = sign_leaves(OrgId(1), &leaves, sign_root);
+        let mut roots = Roots::default();
+        let honest = roots.root(&proofs[0], &leaves[0]);
+        // Leaf 1 meets leaf 0's path at height 1; a forged top sibling must not borrow its root.
+        let mut forged = proofs[1].clone();
+        *forged.siblings.last_mut().unwrap() = Digest::of(b"elsewhere");
+        let root = roots.root(&forged, &leaves[1]);
+        assert_eq!(root, forged.root(&leaves[1]));
+        assert_ne!(root, honest);
+        assert_eq!(roots.root(&proofs[1], &leaves[1]), honest);
     }
 
     #[test]

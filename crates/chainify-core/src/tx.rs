@@ -327,10 +327,20 @@ impl EarlyAbortResponse {
     /// response as a node that predates them does (it never sees the proof), so a rolling
     /// upgrade never splits the organizations.
     pub fn signed_message(&self, batches: bool) -> Vec<u8> {
+        self.signed_message_by(batches, |proof, own| proof.root(own))
+    }
+
+    /// [`Self::signed_message`], with the batch's root found by `root` (given the proof and
+    /// the response's own signing bytes).
+    fn signed_message_by<'a>(
+        &'a self,
+        batches: bool,
+        root: impl FnOnce(&'a crate::batch::BatchProof, &[u8]) -> Digest,
+    ) -> Vec<u8> {
         let own = Self::signing_bytes(&self.tx_id, self.org, &self.verdict);
         match &self.batch {
             Some(proof) if batches && proof.check().is_ok() => {
-                crate::batch::root_message(self.org, &proof.root(&own))
+                crate::batch::root_message(self.org, &root(proof, &own))
             }
             _ => own,
         }
@@ -349,6 +359,22 @@ impl EarlyAbortResponse {
         SignedBytes {
             key: org_key,
             message: self.signed_message(batches),
+            signature: self.signature,
+        }
+    }
+
+    /// [`Self::signed_by`] for one of many responses gathered together: the batch's root is
+    /// hashed through `roots`, which shares the nodes the responses of one batch have in
+    /// common (the same message either way).
+    pub fn signed_by_among<'a>(
+        &'a self,
+        org_key: PublicKey,
+        batches: bool,
+        roots: &mut crate::batch::Roots<'a>,
+    ) -> SignedBytes {
+        SignedBytes {
+            key: org_key,
+            message: self.signed_message_by(batches, |proof, own| roots.root(proof, own)),
             signature: self.signature,
         }
     }

@@ -94,7 +94,8 @@ impl BlockId {
 
 impl BlockSignatures {
     /// Gathers them (encodings and, for a response signed as a batch, at most
-    /// [`crate::batch::MAX_DEPTH`] + 1 hashes: no curve arithmetic).
+    /// [`crate::batch::MAX_DEPTH`] + 1 hashes, the nodes shared with the block's other
+    /// responses of its batch hashed once ([`crate::batch::Roots`]): no curve arithmetic).
     pub fn of(block: &TransactionBlock, network: &NetworkConfig) -> BlockSignatures {
         let mut items = Vec::new();
         let mut ends = Vec::with_capacity(block.transactions.len());
@@ -102,12 +103,20 @@ impl BlockSignatures {
         // A block's responses are read by the rule of its number, at every organization and
         // on every replay alike.
         let batches = network.batches_at(block.number);
+        let mut roots = crate::batch::Roots::default();
         for chained in &block.transactions {
             // One encoding a proposal: its id is its hash, and its client signed it.
             let (encoded, id) = chained.proposal.body.encode_with_id();
             ids.push(id);
             if block.network == network.network_id {
-                gather(chained, network, batches, (encoded, id), &mut items);
+                gather(
+                    chained,
+                    network,
+                    batches,
+                    (encoded, id),
+                    &mut roots,
+                    &mut items,
+                );
             }
             ends.push(items.len());
         }
@@ -159,11 +168,12 @@ impl BlockSignatures {
 }
 
 /// A transaction's signatures, given its body's encoding and its id.
-fn gather(
-    chained: &ChainedTransaction,
+fn gather<'a>(
+    chained: &'a ChainedTransaction,
     network: &NetworkConfig,
     batches: bool,
     (encoded, id): (Vec<u8>, TxId),
+    roots: &mut crate::batch::Roots<'a>,
     items: &mut Vec<SignedBytes>,
 ) {
     let proposal = &chained.proposal;
@@ -186,7 +196,7 @@ fn gather(
         if response.tx_id != id {
             return;
         }
-        items.push(response.signed_by(org.public_key, batches));
+        items.push(response.signed_by_among(org.public_key, batches, roots));
         if !responders.insert(response.org) {
             return;
         }
