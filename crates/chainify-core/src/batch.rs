@@ -105,7 +105,9 @@ impl BatchProof {
 /// one batch in a block climb the same nodes above where their paths meet, and every
 /// organization gathers every response of every block. A root is reused only from a node of
 /// the same height, position and value whose siblings above are the same, so each root is
-/// exactly [`BatchProof::root`]'s, whatever the other proofs hold (forged ones included).
+/// exactly [`BatchProof::root`]'s, whatever the other proofs hold (forged ones included). A
+/// node keeps the first proof's siblings: forged proofs gathered first can make the honest ones
+/// of their batch miss, which costs them no more than hashing alone (plus the lookups).
 #[derive(Debug, Default)]
 pub struct Roots<'a> {
     /// (height, position at that height, node) → the siblings above it and the root they lead
@@ -114,8 +116,10 @@ pub struct Roots<'a> {
 }
 
 impl<'a> Roots<'a> {
-    /// [`BatchProof::root`] of `proof` for the leaf with signing bytes `leaf`.
+    /// [`BatchProof::root`] of `proof` for the leaf with signing bytes `leaf`; for a proof
+    /// that [`BatchProof::check`]s (as every caller checks first).
     pub fn root(&mut self, proof: &'a BatchProof, leaf: &[u8]) -> Digest {
+        debug_assert!(proof.check().is_ok(), "a malformed proof: {proof:?}");
         let mut node = leaf_hash(leaf);
         let mut climbed = Vec::with_capacity(proof.siblings.len());
         let mut found = None;
