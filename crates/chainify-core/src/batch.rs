@@ -291,12 +291,17 @@ mod tests {
         #[test]
         fn roots_hashed_together_are_each_proof_s_own(
             sizes in prop::collection::vec(2usize..40, 1..4),
-            bends in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..3), 0..12),
+            bends in prop::collection::vec(
+                (any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..3),
+                0..12,
+            ),
             order in any::<prop::sample::Index>(),
         ) {
             let mut items: Vec<(Vec<u8>, BatchProof)> = Vec::new();
             for (b, n) in sizes.iter().enumerate() {
-                let leaves: Vec<Vec<u8>> = (0..*n).map(|i| format!("batch {b} response {i}").into_bytes()).collect();
+                let leaves: Vec<Vec<u8>> = (0..*n)
+                    .map(|i| format!("batch {b} response {i}").into_bytes())
+                    .collect();
                 let (_, proofs) = sign_leaves(OrgId(b as u32 + 1), &leaves, sign_root);
                 items.extend(leaves.into_iter().zip(proofs));
             }

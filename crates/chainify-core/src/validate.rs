@@ -264,10 +264,11 @@ pub fn validate_block(
             // `usable` ties the verdicts to a block of this number, position and length, not to
             // its content: callers gather them from the very block they validate, so the ids
             // are its own (checked in debug builds).
-            let id = match signatures.ids.get(index) {
-                Some(id) => *id,
-                None => proposal.tx_id(),
-            };
+            let id = signatures
+                .ids
+                .get(index)
+                .copied()
+                .unwrap_or_else(|| proposal.tx_id());
             debug_assert_eq!(id, proposal.tx_id(), "verdicts of another block");
             let mut responders = BTreeSet::new();
             let mut accepted = BTreeSet::new();

@@ -7,9 +7,10 @@
 //!   changes since the last block digest, one record a changed row, appended by row triggers
 //!   (the old and the new key when an UPDATE moves a row). The digest step locks these tables
 //!   against writers ([`begin_digest`]), reads the log and keeps each key's first record, and
-//!   so consumes exactly the records it hashed; a direct change meanwhile waits for the next block. A record of a change
-//!   that removes the row from its key holds the row as it was (`chainify_was` = 1 and the
-//!   columns in `chainify_o1…`; 0 when the change creates the row): the key's earliest record
+//!   so consumes exactly the records it hashed; a direct change meanwhile waits for the next
+//!   block. A record of a change that removes the row from its key holds the row as it was
+//!   (`chainify_was` = 1 and the columns in `chainify_o1…`; 0 when the change creates the
+//!   row): the key's earliest record
 //!   (`chainify_seq`) is its image before the block, which the state digest subtracts before it
 //!   adds the new one. The triggers need no session state: a direct change by anyone is
 //!   recorded like chainify's own.
@@ -683,8 +684,8 @@ fn sqlite_round(column: &str, scale: u8) -> String {
 /// key's current row (all columns NULL when the row is gone). A key's first record holds its
 /// image before its first change (the later ones hold images the block itself made), so the
 /// reader keeps the first record of each key ([`crate::state::first_changes`]); picking it in
-/// the engine takes a window function, which costs MariaDB a temporary table a query. Columns: keys…,
-/// every column of `t`, `chainify_was` (1: the key existed before), every column of `t` again
+/// the engine takes a window function, which costs MariaDB a temporary table a query.
+/// Columns: keys…, every column of `t`, `chainify_was` (1: the key existed before), every column of `t` again
 /// (the before-image).
 pub fn read_changes(dialect: Dialect, t: &CatalogTable) -> (String, Vec<ReadType>) {
     let name = &t.name;
