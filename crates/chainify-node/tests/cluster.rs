@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use chainify_core::OrgId;
+use chainify_core::{BlockNumber, OrgId};
 use chainify_orderer::LocalOrderer;
 use chainify_testkit::cluster::Cluster;
 use chainify_testkit::engines::*;
@@ -605,4 +605,125 @@ async fn blocks_cut_meanwhile_are_prepared_ahead_and_change_nothing() {
         assert!(status.alarms.is_empty(), "{status:?}");
     }
     cluster.shutdown().await.expect("shutdown");
+}
+
+/// Agreed blocks go into the ledger beside the next block's execution (engines with concurrent
+/// writers): what a node tells the world must still wait for its ledger. A read at an agreed
+/// height sees exactly the blocks of that height, in the database and in the ledger; the
+/// height a status reports and every commit event are already in the ledger. Checked while
+/// blocks of eight transactions stream through PostgreSQL and MariaDB organizations under
+/// Any-1, where each appends as soon as it has executed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_node_reports_never_runs_ahead_of_its_ledger() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    for engine in ["postgres", "mariadb"] {
+        let test = format!("reports_{engine}");
+        let urls = smallbank_dbs(&test, &[engine], ACCOUNTS).await;
+        let spec = spec(&test, "any-1", &urls, 8);
+        let orderer = local(&spec);
+        let cluster = Arc::new(Cluster::start(spec, orderer).await.expect("start"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let checked = Arc::new(AtomicUsize::new(0));
+        let mut checkers = Vec::new();
+        for org in cluster.orgs() {
+            let store = cluster.store(org).expect("store");
+            let tail = |store: Arc<chainify_storage::Store<chainify_storage::AnyBackend>>| async move {
+                store
+                    .ledger_tail()
+                    .await
+                    .expect("the ledger reads")
+                    .map(|(b, _)| b.0)
+            };
+            // Reads at a height.
+            let gate = cluster.read_gate(org).expect("running");
+            let (s, st, c) = (store.clone(), stop.clone(), checked.clone());
+            checkers.push(tokio::spawn(async move {
+                while !st.load(Ordering::Relaxed) {
+                    let guard = gate.read().await;
+                    let applied = s.last_applied_block().await.expect("reads").map(|b| b.0);
+                    let ledger = tail(s.clone()).await;
+                    let height = guard.height.map(|b| b.0);
+                    drop(guard);
+                    assert_eq!(
+                        applied, height,
+                        "{org}: a read at height {height:?} saw block {applied:?} applied"
+                    );
+                    assert_eq!(
+                        ledger, height,
+                        "{org}: a read at height {height:?} with the ledger at {ledger:?}"
+                    );
+                    c.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }));
+            // The reported height.
+            let (s, st, cl, c) = (
+                store.clone(),
+                stop.clone(),
+                cluster.clone(),
+                checked.clone(),
+            );
+            checkers.push(tokio::spawn(async move {
+                while !st.load(Ordering::Relaxed) {
+                    let reported = cl
+                        .status(org)
+                        .expect("status")
+                        .next_block
+                        .0
+                        .saturating_sub(1);
+                    let ledger = tail(s.clone()).await.unwrap_or(0);
+                    assert!(
+                        reported <= ledger,
+                        "{org}: reports block {reported} agreed, its ledger ends at {ledger}"
+                    );
+                    c.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }));
+            // Commit events.
+            let mut sub = cluster
+                .feed(org)
+                .expect("running")
+                .subscribe(BlockNumber(1));
+            let (s, st, c) = (store.clone(), stop.clone(), checked.clone());
+            checkers.push(tokio::spawn(async move {
+                while !st.load(Ordering::Relaxed) {
+                    let Ok(Some(event)) =
+                        tokio::time::timeout(Duration::from_millis(200), sub.next()).await
+                    else {
+                        continue;
+                    };
+                    let block = event.expect("the feed reads").block.number.0;
+                    let ledger = tail(s.clone()).await.unwrap_or(0);
+                    assert!(
+                        block <= ledger,
+                        "{org}: block {block}'s commit event came with the ledger at {ledger}"
+                    );
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        let mut workload = smallbank(ACCOUNTS, 11);
+        let ids = drive(&cluster, &mut workload, 1200).await;
+        let orgs = cluster.orgs();
+        cluster
+            .wait_committed(&orgs, &ids, WAIT)
+            .await
+            .expect("committed");
+        stop.store(true, Ordering::Relaxed);
+        for checker in checkers {
+            checker.await.expect("no check failed");
+        }
+        let blocks = cluster.check_consistent(&orgs).await.expect("consistent");
+        assert!(blocks >= 100, "{engine}: {blocks} blocks");
+        assert!(
+            checked.load(Ordering::Relaxed) >= 300,
+            "{} checks",
+            checked.load(Ordering::Relaxed)
+        );
+        let cluster = Arc::into_inner(cluster).expect("the checkers are done");
+        cluster.shutdown().await.expect("shutdown");
+    }
 }

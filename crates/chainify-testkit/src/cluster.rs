@@ -213,6 +213,7 @@ struct Running {
     collector: JoinHandle<()>,
     feed: CommitFeed<AnyBackend>,
     metrics: Arc<chainify_node::metrics::Metrics>,
+    gate: chainify_node::ReadGate,
 }
 
 struct OrgRun {
@@ -517,6 +518,7 @@ impl<F: OrdererFactory> Cluster<F> {
         let status = node.status();
         let feed = node.commit_feed();
         let metrics = node.metrics();
+        let gate = node.read_gate();
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(node.run(async {
             let _ = stopped.await;
@@ -530,6 +532,7 @@ impl<F: OrdererFactory> Cluster<F> {
             collector,
             feed,
             metrics,
+            gate,
         });
         Ok(())
     }
@@ -617,6 +620,12 @@ impl<F: OrdererFactory> Cluster<F> {
     /// stopped).
     pub fn feed(&self, org: OrgId) -> Option<CommitFeed<AnyBackend>> {
         Some(self.orgs.get(&org)?.running.as_ref()?.feed.clone())
+    }
+
+    /// Reads at an agreed height on `org`'s database, as its query service does (`None` while
+    /// it is stopped).
+    pub fn read_gate(&self, org: OrgId) -> Option<chainify_node::ReadGate> {
+        Some(self.orgs.get(&org)?.running.as_ref()?.gate.clone())
     }
 
     /// Waits until `done` holds for the statuses, checking whenever one changes.
