@@ -607,12 +607,12 @@ async fn blocks_cut_meanwhile_are_prepared_ahead_and_change_nothing() {
     cluster.shutdown().await.expect("shutdown");
 }
 
-/// Agreed blocks go into the ledger beside the next block's execution (engines with concurrent
-/// writers): what a node tells the world must still wait for its ledger. A read at an agreed
-/// height sees exactly the blocks of that height, in the database and in the ledger; the
-/// height a status reports and every commit event are already in the ledger. Checked while
-/// blocks of eight transactions stream through PostgreSQL and MariaDB organizations under
-/// Any-1, where each appends as soon as it has executed.
+/// What a node tells the world waits for its ledger, however the ledger append is scheduled
+/// against the next block's execution: a read at an agreed height sees exactly the blocks of
+/// that height, in the database and in the ledger; the height a status reports and every
+/// commit event are already in the ledger. Checked while blocks of eight transactions stream
+/// through an organization on PostgreSQL, then one on MariaDB, alone under Any-1, where each
+/// block is appended as soon as it has executed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_node_reports_never_runs_ahead_of_its_ledger() {
     use std::sync::Arc;
