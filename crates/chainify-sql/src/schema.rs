@@ -393,16 +393,35 @@ impl Schema {
                         fk.parent_columns.join(", ")
                     )));
                 }
-                // A key change whose action comes back to the changed row (a row referencing
-                // itself, or through a cycle of tables) changes that row twice in one
-                // statement: SQLite runs the action before the row's own triggers, PostgreSQL
-                // after them, and MariaDB refuses it at run time, so the engines would record,
-                // digest or even commit it differently.
-                if fk.on_update == RefAction::Modify && self.reaches(&fk.parent, &t.name) {
+                // One statement changes rows of one table. A table referencing itself has that
+                // statement change parents and children at once, and the engines check them at
+                // different moments: MariaDB row by row, PostgreSQL at the end of the statement,
+                // SQLite at the end for NO ACTION and row by row for RESTRICT. Deleting a row
+                // that references itself, or a parent and its child together, then commits on
+                // some engines and fails on others.
+                if fk.parent == t.name {
                     return Err(err(format!(
-                        "foreign key to {} changes rows ON UPDATE (CASCADE, SET NULL or SET DEFAULT) within a cycle of foreign keys, where a key change can come back to the row it changed and the engines apply it in different orders; declare it ON UPDATE RESTRICT or NO ACTION",
-                        fk.parent
+                        "foreign key ({}) references the table itself: the engines check such a key at different moments within a statement (MariaDB row by row, PostgreSQL at the end), so deleting a row that references itself, or a parent and its child in one statement, succeeds on some and fails on others; keep the reference in a column without a foreign key, or in another table",
+                        fk.columns
+                            .iter()
+                            .map(|c| t.columns.get(*c).map_or("?", |c| c.name.as_str()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )));
+                }
+                // A key change or delete whose action comes back through a cycle of tables to
+                // the statement's own table changes rows there while the statement runs:
+                // SQLite runs actions at once, PostgreSQL at the end of the statement, and
+                // MariaDB refuses them at run time, so the engines would record, digest or even
+                // commit it differently.
+                let cyclic = self.reaches(&fk.parent, &t.name);
+                for (event, action) in [("UPDATE", fk.on_update), ("DELETE", fk.on_delete)] {
+                    if action == RefAction::Modify && cyclic {
+                        return Err(err(format!(
+                            "foreign key to {} changes rows ON {event} (CASCADE, SET NULL or SET DEFAULT) within a cycle of foreign keys, where the action can come back to the table the statement changes and the engines apply it at different moments; declare it ON {event} RESTRICT or NO ACTION",
+                            fk.parent
+                        )));
+                    }
                 }
             }
         }
@@ -698,28 +717,57 @@ mod tests {
     }
 
     #[test]
-    fn key_changes_that_can_come_back_to_their_row_are_refused() {
+    fn a_table_referencing_itself_is_refused_whatever_its_actions() {
         let e = |sql: &str| Schema::from_sql(sql).err().map(|e| e.to_string());
-        // A row referencing itself, and a cycle of two tables.
         for sql in [
+            "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id))",
+            "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id) ON DELETE RESTRICT ON UPDATE RESTRICT)",
             "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id) ON UPDATE CASCADE)",
-            "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id) ON UPDATE SET NULL)",
-            "CREATE TABLE a (id INT PRIMARY KEY, b INT UNIQUE REFERENCES b(id) ON UPDATE CASCADE); \
-             CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b))",
+            "CREATE TABLE n (id INT PRIMARY KEY, code INT UNIQUE, up INT, FOREIGN KEY (up) REFERENCES n(code))",
         ] {
             let problem = e(sql).unwrap_or_default();
             assert!(
-                problem.contains("within a cycle of foreign keys")
-                    && problem.contains("declare it ON UPDATE RESTRICT or NO ACTION"),
+                problem.starts_with("table n: foreign key (up) references the table itself")
+                    && problem.contains("MariaDB row by row, PostgreSQL at the end"),
                 "{sql}: {problem}"
             );
         }
-        // Outside cycles, and deletes, the actions stay allowed.
+    }
+
+    #[test]
+    fn actions_that_can_come_back_through_a_cycle_are_refused() {
+        let e = |sql: &str| Schema::from_sql(sql).err().map(|e| e.to_string());
+        for (sql, event) in [
+            (
+                "CREATE TABLE a (id INT PRIMARY KEY, b INT UNIQUE REFERENCES b(id) ON UPDATE CASCADE); \
+                 CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b))",
+                "UPDATE",
+            ),
+            (
+                "CREATE TABLE a (id INT PRIMARY KEY, b INT UNIQUE REFERENCES b(id)); \
+                 CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b) ON DELETE SET NULL)",
+                "DELETE",
+            ),
+            (
+                "CREATE TABLE a (id INT PRIMARY KEY, b INT REFERENCES c(id)); \
+                 CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(id) ON DELETE CASCADE); \
+                 CREATE TABLE c (id INT PRIMARY KEY, b INT REFERENCES b(id))",
+                "DELETE",
+            ),
+        ] {
+            let problem = e(sql).unwrap_or_default();
+            assert!(
+                problem.contains(&format!("changes rows ON {event}"))
+                    && problem.contains("within a cycle of foreign keys")
+                    && problem.contains(&format!("declare it ON {event} RESTRICT or NO ACTION")),
+                "{sql}: {problem}"
+            );
+        }
+        // Outside cycles the actions stay allowed, and so does a cycle that only checks.
         for sql in [
-            "CREATE TABLE n (id INT PRIMARY KEY, up INT REFERENCES n(id) ON UPDATE RESTRICT ON DELETE CASCADE)",
-            "CREATE TABLE p (id INT PRIMARY KEY); CREATE TABLE c (id INT PRIMARY KEY, p INT REFERENCES p(id) ON UPDATE CASCADE)",
+            "CREATE TABLE p (id INT PRIMARY KEY); CREATE TABLE c (id INT PRIMARY KEY, p INT REFERENCES p(id) ON UPDATE CASCADE ON DELETE CASCADE)",
             "CREATE TABLE a (id INT PRIMARY KEY, b INT UNIQUE REFERENCES b(id)); \
-             CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b) ON DELETE SET NULL)",
+             CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b))",
         ] {
             assert_eq!(e(sql), None, "{sql}");
         }

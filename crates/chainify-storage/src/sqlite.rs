@@ -782,6 +782,15 @@ fn conflict_resolution(definition: &str) -> Option<String> {
     })
 }
 
+/// Whether `definition` declares a constraint `INITIALLY DEFERRED`: SQLite then checks that
+/// foreign key only when the block's transaction commits, failing the whole block (again at
+/// every retry), where the other engines refuse the one statement that broke it.
+fn deferred_constraint(definition: &str) -> bool {
+    definition_words(definition)
+        .windows(2)
+        .any(|pair| pair[0] == "INITIALLY" && pair[1] == "DEFERRED")
+}
+
 /// Applies the embedded migrations that `conn`'s database lacks, each in a transaction,
 /// recorded in sqlx's `_sqlx_migrations` (version, checksum) as sqlx's migrator did.
 fn apply_migrations(conn: &Connection) -> Result<(), String> {
@@ -978,6 +987,11 @@ impl Sqlite {
             t.problems.push(format!(
                 "declares ON CONFLICT {resolution}, with which SQLite resolves a constraint violation where the other engines abort the statement (REPLACE deletes rows no trigger records, ROLLBACK ends the block's transaction); remove the clause"
             ));
+        }
+        if definition.as_deref().is_some_and(deferred_constraint) {
+            t.problems.push(
+                "declares a foreign key DEFERRABLE INITIALLY DEFERRED, which SQLite checks only when the block commits (failing the whole block) where the other engines refuse the one statement; remove the clause".into(),
+            );
         }
         let triggers = catalog_rows(
             conn,
@@ -1193,6 +1207,20 @@ mod tests {
             ),
             Some("NOCASE".to_owned())
         );
+        // Only a deferred constraint is: DEFERRABLE alone, or INITIALLY IMMEDIATE, checks at once.
+        assert!(deferred_constraint(
+            "CREATE TABLE c (k INT PRIMARY KEY, p INT REFERENCES t (k) deferrable\n initially /* x */ deferred)"
+        ));
+        for immediate in [
+            "DEFERRABLE",
+            "DEFERRABLE INITIALLY IMMEDIATE",
+            "NOT DEFERRABLE",
+            "",
+        ] {
+            assert!(!deferred_constraint(&format!(
+                "CREATE TABLE c (k INT PRIMARY KEY, p INT REFERENCES t (k) {immediate})"
+            )));
+        }
         // ON DELETE / ON UPDATE actions are not conflict clauses.
         assert_eq!(
             conflict_resolution(
