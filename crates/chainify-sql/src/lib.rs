@@ -42,7 +42,7 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
 
 pub use analyze::StatementPlan;
-pub use portable::{MAX_DEGREE, MAX_DEPTH, MAX_TERMS, Typed, Work};
+pub use portable::{MAX_BOUND_BYTES, MAX_DEGREE, MAX_DEPTH, MAX_TERMS, Typed, Work};
 pub use query::{MAX_QUERY_ROWS, OutputColumn, QueryPlan};
 pub use reject::{RejectKind, Rejection};
 pub use schema::{ColumnType, Schema, SchemaError};

@@ -47,6 +47,10 @@ pub const MAX_FROM: usize = 4;
 /// Most expression nodes one statement may have.
 pub const MAX_TERMS: usize = 4_096;
 
+/// Most bytes a statement's parameter values may add up to, counted at every place the statement
+/// uses them (under MariaDB's default packet of 16 MiB with room for the text).
+pub const MAX_BOUND_BYTES: usize = 4 << 20;
+
 /// The largest magnitude of a parameter in a filter's arithmetic ([`ValueCheck::Small`]).
 const SMALL: u64 = 1 << 31;
 
@@ -363,6 +367,7 @@ impl Portable {
     /// constants — parameters included — when it plans, and fails even where no row is
     /// touched; the others fail only on a row.) Errors name the parameter, value or column.
     pub fn check_values(&self, typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
+        check_bound_bytes(typed, params)?;
         check_parameters(typed, params)?;
         if self.has_constants {
             self.check_constants(params)?;
@@ -431,6 +436,39 @@ impl Portable {
 
 /// Checks parameter values against a typed statement's conditions and refuses control
 /// characters in text. Errors name the parameter.
+/// Refuses parameter values that add up to more than [`MAX_BOUND_BYTES`] where the statement
+/// uses them. MySQL is sent a value again at every place (its `?` are positional), and constant
+/// folding holds all of an `IN` list's values at once, so a parameter repeated in a long list
+/// made one small proposal or query cost gigabytes at every organization and exceed MariaDB's
+/// packet limit, which aborted it there alone. The MySQL rendering is the count for every engine:
+/// it names each place at least once, and the refusal must not depend on the engine.
+fn check_bound_bytes(typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
+    let size = |v: &Value| match v {
+        Value::Text(t) => t.len(),
+        Value::Bytes(b) => b.len(),
+        _ => 16,
+    };
+    let places = &typed.rendered(Dialect::MySql).bind_order;
+    let total = places
+        .iter()
+        .filter_map(|i| params.get(*i))
+        .fold(0usize, |n, v| n.saturating_add(size(v)));
+    if total > MAX_BOUND_BYTES {
+        let (largest, bytes) = params
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, places.iter().filter(|p| **p == i).count() * size(v)))
+            .max_by_key(|(_, b)| *b)
+            .unwrap_or((0, 0));
+        return Err(Rejection::limit(format!(
+            "the parameters carry {total} bytes where the statement uses them, more than {MAX_BOUND_BYTES} (parameter ${} alone {bytes}, at {} places)",
+            largest + 1,
+            places.iter().filter(|p| **p == largest).count()
+        )));
+    }
+    Ok(())
+}
+
 fn check_parameters(typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
     for (i, p) in params.iter().enumerate() {
         if let Value::Decimal(d) = p {

@@ -7,7 +7,7 @@
 use chainify_core::Value;
 use chainify_core::tx::{Statement, Transaction};
 use chainify_sql::render::Dialect;
-use chainify_sql::{Analyzer, MAX_DEPTH, MAX_TERMS, RejectKind, Schema};
+use chainify_sql::{Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_TERMS, RejectKind, Schema};
 
 const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite];
 
@@ -1053,4 +1053,39 @@ fn a_constant_folding_to_null_beside_a_column_is_refused() {
         a.analyze(&tx(sql, params.clone()))
             .unwrap_or_else(|e| panic!("{sql} {params:?}: {e}"));
     }
+}
+
+/// A parameter repeated in a long `IN` list costs its bytes at every place: MySQL is sent it at
+/// each, and constant folding holds the list's values at once. Past [`MAX_BOUND_BYTES`] the
+/// statement is refused, as a transaction and as a query, before anything is folded or bound,
+/// with the parameter named; the same list with a short value, and one long value used once,
+/// pass.
+#[test]
+fn a_parameter_repeated_past_the_byte_bound_is_refused_before_it_is_folded() {
+    let a = analyzer();
+    let places = 2_000;
+    // The list's places and the subject's.
+    let list = vec!["$1"; places - 1].join(", ");
+    let update =
+        format!("UPDATE accounts SET name = name WHERE custid = ABS($2) AND $1 IN ({list})");
+    let query = format!("SELECT custid FROM accounts WHERE custid = ABS($2) AND $1 IN ({list})");
+    let value = |bytes: usize| vec![Value::Text("a".repeat(bytes)), Value::Int(1)];
+    // 2 000 places of 4 KiB: 8 MiB, about twice the bound.
+    let e = a.analyze(&tx(&update, value(4096))).unwrap_err();
+    assert_eq!(e.kind, RejectKind::Limit, "{e}");
+    let expected = format!(
+        "the parameters carry {} bytes where the statement uses them, more than {MAX_BOUND_BYTES} (parameter $1 alone {}, at {places} places)",
+        places * 4096 + 16,
+        places * 4096
+    );
+    assert!(e.reason.contains(&expected), "{e}");
+    let e = a.query(&query, &value(4096)).unwrap_err().to_string();
+    assert!(e.contains(&expected), "{e}");
+    // Under the bound: the same list with a value of 1 KiB (2 MiB), and 3 MiB used once.
+    a.analyze(&tx(&update, value(1024))).unwrap();
+    a.analyze(&tx(
+        "UPDATE accounts SET name = name WHERE custid = ABS($2) AND name = $1",
+        value(3 << 20),
+    ))
+    .unwrap();
 }
