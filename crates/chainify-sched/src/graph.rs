@@ -12,12 +12,22 @@ use crate::index::{NONE, PointIndex, Span, SpanAccess};
 ///
 /// Built by [`DependencyGraph::build`]; edges implied by others are mostly left out (see the crate
 /// docs), but for every conflicting pair `(i, j)` of [`conflict_pairs`](crate::conflict_pairs)
-/// there is a path `i → … → j`, and every edge joins a conflicting pair.
+/// there is a path `i → … → j`, and every edge joins a conflicting pair, up to the work budget:
+/// past [`WORK_BUDGET`] comparisons the rest of the block is ordered in block order
+/// ([`DependencyGraph::serial_from`]).
 #[derive(Clone, Debug, Default)]
 pub struct DependencyGraph {
     /// Node `i` is transaction `i`; edges point from the earlier to the later transaction.
     graph: DiGraph<(), ()>,
+    serial_from: Option<usize>,
 }
+
+/// Most comparisons of ranges and keys one block's graph may cost. Ranges are compared with
+/// every earlier range of their table, so a block of transactions each with a thousand disjoint
+/// ranges would cost trillions (hours, at every organization on every replay); past the budget
+/// the remaining transactions run in block order, which orders every pair and costs one edge
+/// each. Ordinary blocks stay far below it.
+pub const WORK_BUDGET: u64 = 1 << 22;
 
 impl DependencyGraph {
     /// Builds the graph of a block from each transaction's read/write set, in block order.
@@ -35,10 +45,25 @@ impl DependencyGraph {
             readers: Vec::with_capacity(sets.len()),
             ..Builder::default()
         };
+        let mut serial_from = None;
+        let mut last = None;
         for (tx, set) in sets.iter().enumerate() {
-            if let Some(set) = set {
-                builder.add(tx as u32, set);
+            let Some(set) = set else { continue };
+            let tx32 = tx as u32;
+            if serial_from.is_some() {
+                // In block order: after the transaction before it, which is after all others.
+                builder.edges.extend(last.map(|l| (l, tx32)));
+            } else if !builder.add(tx32, set) {
+                // Over budget: after every executed transaction before it.
+                serial_from = Some(tx);
+                builder.edges.truncate(builder.edges_before);
+                builder.edges.extend(
+                    (0..tx32)
+                        .filter(|t| sets[*t as usize].is_some())
+                        .map(|t| (t, tx32)),
+                );
             }
+            last = Some(tx32);
         }
         let mut graph = DiGraph::with_capacity(sets.len(), builder.edges.len());
         for _ in 0..sets.len() {
@@ -51,7 +76,13 @@ impl DependencyGraph {
                 (),
             );
         }
-        DependencyGraph { graph }
+        DependencyGraph { graph, serial_from }
+    }
+
+    /// The first transaction ordered in block order because the block's graph went past
+    /// [`WORK_BUDGET`] (`None`: every edge is a conflict).
+    pub fn serial_from(&self) -> Option<usize> {
+        self.serial_from
     }
 
     /// Number of transactions (nodes), including rejected ones.
@@ -171,29 +202,36 @@ struct Builder<'a> {
     pending: Vec<(u32, u32, bool)>,
     /// Scratch: slots covered by a span.
     covered: Vec<u32>,
+    /// Comparisons so far (earlier spans looked at, keys a span covers).
+    work: u64,
+    /// `edges.len()` before the current transaction's edges.
+    edges_before: usize,
 }
 
 impl<'a> Builder<'a> {
     /// Orders transaction `tx` after everything it conflicts with so far, then records its
     /// accesses. Reads are visited before writes, so that the pending updates apply a
-    /// transaction's reads first.
-    fn add(&mut self, tx: u32, set: &'a ReadWriteSet) {
+    /// transaction's reads first. Returns false, having recorded nothing, when the block's
+    /// graph went past [`WORK_BUDGET`].
+    fn add(&mut self, tx: u32, set: &'a ReadWriteSet) -> bool {
         self.preds.clear();
         self.pending.clear();
+        self.edges_before = self.edges.len();
         for (write, map) in [(false, &set.reads), (true, &set.writes)] {
             for (resource, keys) in map {
                 let r = self.resource(tx, resource);
-                match keys {
+                let within = match keys {
                     KeySet::All => self.span(tx, r, write, Span::All),
-                    KeySet::Ranges(ranges) => {
-                        for range in ranges {
-                            if range.is_point(resource.arity) {
-                                self.point(r, write, range);
-                            } else {
-                                self.span(tx, r, write, Span::Range(range));
-                            }
+                    KeySet::Ranges(ranges) => ranges.iter().all(|range| {
+                        if range.is_point(resource.arity) {
+                            self.point(r, write, range)
+                        } else {
+                            self.span(tx, r, write, Span::Range(range))
                         }
-                    }
+                    }),
+                };
+                if !within {
+                    return false;
                 }
             }
         }
@@ -216,6 +254,13 @@ impl<'a> Builder<'a> {
                 key.readers = (self.readers.len() - 1) as u32;
             }
         }
+        true
+    }
+
+    /// Counts `n` comparisons; false past the budget.
+    fn spend(&mut self, n: usize) -> bool {
+        self.work = self.work.saturating_add(n as u64);
+        self.work <= WORK_BUDGET
     }
 
     /// The index of `resource` in `states`, created on first sight (by transaction `tx`).
@@ -238,7 +283,10 @@ impl<'a> Builder<'a> {
 
     /// A full-key access: after the key's last writer; a write also after the readers since.
     /// Earlier spans covering the key are ordered directly.
-    fn point(&mut self, r: u32, write: bool, range: &'a KeyRange) {
+    fn point(&mut self, r: u32, write: bool, range: &'a KeyRange) -> bool {
+        if !self.spend(self.states[r as usize].spans.len()) {
+            return false;
+        }
         let state = &mut self.states[r as usize];
         let (slot, new) = state.index.slot(range);
         if new {
@@ -255,11 +303,15 @@ impl<'a> Builder<'a> {
             }
         }
         self.pending.push((r, slot, write));
+        true
     }
 
     /// A range or whole-table access: after every earlier overlapping span it conflicts with, and
     /// after the last writer (and, for a write, the readers since) of every full key it covers.
-    fn span(&mut self, tx: u32, r: u32, write: bool, span: Span<'a>) {
+    fn span(&mut self, tx: u32, r: u32, write: bool, span: Span<'a>) -> bool {
+        if !self.spend(self.states[r as usize].spans.len()) {
+            return false;
+        }
         let state = &mut self.states[r as usize];
         for s in &state.spans {
             if (write || s.write) && s.span.overlaps(&span) {
@@ -278,6 +330,8 @@ impl<'a> Builder<'a> {
             );
         }
         state.spans.push(SpanAccess { tx, write, span });
+        let covered = self.covered.len();
+        self.spend(covered)
     }
 
     fn after_key(preds: &mut Vec<u32>, readers: &[(u32, u32)], key: KeyState, write: bool) {
@@ -403,5 +457,72 @@ mod tests {
         assert!(g.has_path(0, 2) && !g.has_path(0, 1) && !g.has_path(2, 0));
         assert_eq!(g.predecessors(7).count(), 0);
         assert!(!g.has_path(0, 7));
+    }
+}
+
+#[cfg(test)]
+mod budget {
+    use std::ops::Bound::Included;
+
+    use chainify_core::rwset::KeyValue;
+
+    use super::*;
+
+    /// One transaction writing `n` disjoint ranges of `t`, from `from` on.
+    fn ranges(from: i64, n: i64) -> ReadWriteSet {
+        let t = Resource {
+            name: "t".into(),
+            arity: 1,
+        };
+        let keys = KeySet::Ranges(
+            (0..n)
+                .map(|i| KeyRange {
+                    prefix: vec![],
+                    next: Some((
+                        Included(KeyValue::Int(from + 4 * i)),
+                        Included(KeyValue::Int(from + 4 * i + 1)),
+                    )),
+                })
+                .collect(),
+        );
+        let mut s = ReadWriteSet::default();
+        s.write(&t, &keys);
+        s
+    }
+
+    /// A block of transactions with a thousand disjoint ranges each would compare every range with
+    /// every earlier one (trillions of comparisons for a full block). Past the budget the rest
+    /// runs in block order: each transaction after all the executed ones before it, rejected
+    /// transactions still without edges.
+    #[test]
+    fn a_block_past_the_work_budget_is_ordered_in_block_order_from_there() {
+        let n = 64usize;
+        let sets: Vec<Option<ReadWriteSet>> = (0..n)
+            .map(|i| (i != 40).then(|| ranges(i as i64 * 10_000, 1000)))
+            .collect();
+        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
+        let graph = DependencyGraph::build(&refs);
+        // Within the budget: the transactions' ranges are disjoint, so no edges at all.
+        let first = graph.serial_from().expect("past the budget");
+        let compared = |t: u64| t * 1000 * (t * 1000 - 1) / 2;
+        assert!(
+            compared(first as u64 + 1) > WORK_BUDGET && compared(first as u64 - 1) <= WORK_BUDGET,
+            "serial from {first}"
+        );
+        for to in 0..n {
+            let preds: Vec<usize> = graph.predecessors(to).collect();
+            if to < first || to == 40 {
+                assert!(preds.is_empty(), "{to}: {preds:?}");
+            }
+        }
+        for (i, j) in (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))) {
+            if j >= first && i != 40 && j != 40 {
+                assert!(graph.has_path(i, j), "{i} before {j}");
+            }
+        }
+        // An ordinary block stays within it.
+        let small: Vec<_> = (0..64).map(|i| Some(ranges(i * 10_000, 8))).collect();
+        let refs: Vec<_> = small.iter().map(Option::as_ref).collect();
+        assert_eq!(DependencyGraph::build(&refs).serial_from(), None);
     }
 }

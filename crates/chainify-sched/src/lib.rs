@@ -27,7 +27,9 @@
 //!   chains, so a conflict between a point and a later range is reached through the chain.
 //!
 //! Every edge joins a conflicting pair and goes from a lower to a higher index, so the graph is
-//! acyclic by construction. [`conflict_pairs`] computes the full, unreduced conflict relation with
+//! acyclic by construction. Comparing ranges with earlier ranges is quadratic in a block's
+//! ranges, so the comparisons are counted: past [`WORK_BUDGET`] the rest of the block is chained
+//! in block order (edges that join pairs which need not conflict, never a missing order). [`conflict_pairs`] computes the full, unreduced conflict relation with
 //! the same indexes; it is what the graph is checked against.
 //!
 //! The [`Scheduler`] has no stages and no barriers. Running the DAG level by level would make
@@ -58,7 +60,7 @@ mod pairs;
 mod scheduler;
 
 pub use driver::{TxExecutor, run_block, run_serial};
-pub use graph::DependencyGraph;
+pub use graph::{DependencyGraph, WORK_BUDGET};
 pub use lanes::{LanePlan, Step};
 pub use pairs::{conflict_pairs, conflict_pairs_reference};
 pub use scheduler::{ScheduleError, Scheduler};
