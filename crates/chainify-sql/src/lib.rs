@@ -42,7 +42,9 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
 
 pub use analyze::StatementPlan;
-pub use portable::{MAX_BOUND_BYTES, MAX_DEGREE, MAX_DEPTH, MAX_TERMS, Typed, Work};
+pub use portable::{
+    MAX_BOUND_BYTES, MAX_DEGREE, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_TERMS, Typed, Work,
+};
 pub use query::{MAX_QUERY_ROWS, OutputColumn, QueryPlan};
 pub use reject::{RejectKind, Rejection};
 pub use schema::{ColumnType, Schema, SchemaError};
@@ -405,6 +407,7 @@ impl Analyzer {
         let mut rwset = ReadWriteSet::default();
         let mut plans = Vec::with_capacity(tx.statements.len());
         let mut typed = Vec::with_capacity(tx.statements.len());
+        let mut folding = portable::MAX_FOLDED_BYTES;
         for (i, st) in tx.statements.iter().enumerate() {
             let err = |r: Rejection| r.at(i + 1);
             let plan = self.plan_in(&st.sql, effort)?.map_err(err)?;
@@ -417,7 +420,9 @@ impl Analyzer {
                 .typed_in(&plan, &st.params, cap, effort)?
                 .map_err(err)?;
             check_work(&t.work, self.max_degree).map_err(err)?;
-            plan.portable.check_values(&t, &st.params).map_err(err)?;
+            plan.portable
+                .check_values_within(&t, &st.params, &mut folding)
+                .map_err(err)?;
             bind_into(&plan, &st.params, &mut rwset);
             plans.push(plan);
             typed.push(t);

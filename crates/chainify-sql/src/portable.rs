@@ -17,6 +17,7 @@
 //! integer arithmetic on SQLite). Everything else is refused with the reason. The table of
 //! semantics is `docs/design/portable-sql.md`.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
@@ -50,6 +51,30 @@ pub const MAX_TERMS: usize = 4_096;
 /// Most bytes a statement's parameter values may add up to, counted at every place the statement
 /// uses them (under MariaDB's default packet of 16 MiB with room for the text).
 pub const MAX_BOUND_BYTES: usize = 4 << 20;
+
+/// Most bytes of parameter values constant folding may copy for one transaction (or query):
+/// it evaluates every operator with everything under it, so a value under nested operators is
+/// copied once for each of them, in every statement.
+pub const MAX_FOLDED_BYTES: usize = 16 << 20;
+
+/// Parameters as constant folding reads them, counting the bytes it copies.
+struct Folding<'a> {
+    params: &'a [Value],
+    copied: Cell<usize>,
+}
+
+impl Folding<'_> {
+    fn get(&self, i: usize) -> Option<&Value> {
+        let v = self.params.get(i)?;
+        let size = match v {
+            Value::Text(t) => t.len(),
+            Value::Bytes(b) => b.len(),
+            _ => 16,
+        };
+        self.copied.set(self.copied.get().saturating_add(size));
+        Some(v)
+    }
+}
 
 /// The largest magnitude of a parameter in a filter's arithmetic ([`ValueCheck::Small`]).
 const SMALL: u64 = 1 << 31;
@@ -367,15 +392,39 @@ impl Portable {
     /// constants — parameters included — when it plans, and fails even where no row is
     /// touched; the others fail only on a row.) Errors name the parameter, value or column.
     pub fn check_values(&self, typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
+        let mut budget = MAX_FOLDED_BYTES;
+        self.check_values_within(typed, params, &mut budget)
+    }
+
+    /// [`Portable::check_values`], with constant folding copying at most `budget` bytes of
+    /// parameter values (what it copies is taken off: a transaction's statements share one
+    /// budget).
+    pub fn check_values_within(
+        &self,
+        typed: &Typed,
+        params: &[Value],
+        budget: &mut usize,
+    ) -> Result<(), Rejection> {
         check_bound_bytes(typed, params)?;
         check_parameters(typed, params)?;
         if self.has_constants {
-            self.check_constants(params)?;
+            let folding = Folding {
+                params,
+                copied: Cell::new(0),
+            };
+            let checked = self.check_constants(&folding, *budget);
+            *budget = budget.saturating_sub(folding.copied.get());
+            checked?;
         }
         Ok(())
     }
 
-    fn check_constants(&self, params: &[Value]) -> Result<(), Rejection> {
+    fn check_constants(&self, params: &Folding<'_>, budget: usize) -> Result<(), Rejection> {
+        let over = |copied: usize| {
+            Rejection::limit(format!(
+                "folding its constants copies parameter values {copied} bytes over and over (they are used under nested operators), more than the {MAX_FOLDED_BYTES} a transaction may"
+            ))
+        };
         let mut first_error = None;
         walk_statement(&self.stmt, &mut |e| {
             if first_error.is_none()
@@ -383,6 +432,9 @@ impl Portable {
                 && let Err(why) = eval(e, params)
             {
                 first_error = Some(why);
+            }
+            if first_error.is_none() && params.copied.get() > budget {
+                first_error = Some(over(params.copied.get()));
             }
         });
         if let Some(why) = first_error {
@@ -413,6 +465,9 @@ impl Portable {
             _ => Vec::new(),
         };
         for (table, column, limit, e) in stored {
+            if params.copied.get() > budget {
+                return Err(over(params.copied.get()));
+            }
             if let Some(v) = eval(e, params)? {
                 limit.admits(&v).map_err(|what| {
                     let mut shown = v.to_string();
@@ -4168,7 +4223,7 @@ fn bool_fold(and: bool, x: Option<Option<bool>>, y: Option<Option<bool>>) -> Opt
 
 /// Evaluates a constant expression as PostgreSQL folds it when it plans; `Ok(None)` when it is
 /// not one this evaluator knows. Folding more than PostgreSQL only refuses more.
-fn eval(e: &E, params: &[Value]) -> Result<Option<Value>, Rejection> {
+fn eval(e: &E, params: &Folding<'_>) -> Result<Option<Value>, Rejection> {
     let overflow = || {
         Rejection::nondeterministic(format!(
             "the constant expression overflows ({})",
@@ -4655,6 +4710,13 @@ fn describe(e: &E) -> &'static str {
 mod tests {
     use super::*;
 
+    fn folding(params: &[Value]) -> Folding<'_> {
+        Folding {
+            params,
+            copied: Cell::new(0),
+        }
+    }
+
     /// The plain recursive definition of LIKE, the oracle for the linear matcher.
     fn like_reference(text: &[char], pat: &[char]) -> bool {
         match pat.split_first() {
@@ -4707,9 +4769,9 @@ mod tests {
     #[test]
     fn constants_fold_as_postgres_folds_them() {
         let add = E::Arith(Arith::Add, Box::new(int(i64::MAX)), Box::new(E::Param(0)));
-        assert!(eval(&add, &[Value::Int(1)]).is_err());
+        assert!(eval(&add, &folding(&[Value::Int(1)])).is_err());
         assert_eq!(
-            eval(&add, &[Value::Int(-1)]).unwrap(),
+            eval(&add, &folding(&[Value::Int(-1)])).unwrap(),
             Some(Value::Int(i64::MAX - 1))
         );
         // CASE with a constant condition folds to its branch, even beside a column.
@@ -4732,7 +4794,7 @@ mod tests {
             ))),
         };
         assert_eq!(
-            eval(&case, &[]).unwrap(),
+            eval(&case, &folding(&[])).unwrap(),
             Some(Value::Text("xxxxxxxxxxxxx".into()))
         );
         assert!(

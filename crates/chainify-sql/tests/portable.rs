@@ -7,7 +7,9 @@
 use chainify_core::Value;
 use chainify_core::tx::{Statement, Transaction};
 use chainify_sql::render::Dialect;
-use chainify_sql::{Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_TERMS, RejectKind, Schema};
+use chainify_sql::{
+    Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_TERMS, RejectKind, Schema,
+};
 
 const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite];
 
@@ -1088,4 +1090,70 @@ fn a_parameter_repeated_past_the_byte_bound_is_refused_before_it_is_folded() {
         value(3 << 20),
     ))
     .unwrap();
+}
+
+/// Constant folding evaluates every operator with everything under it, so what it copies of the
+/// parameters is counted, and a transaction's statements share [`MAX_FOLDED_BYTES`]: statements
+/// each within [`MAX_BOUND_BYTES`] are refused once together they pass it, naming the statement;
+/// one alone, and queries, keep their own budget.
+#[test]
+fn constant_folding_shares_one_byte_budget_across_a_transaction() {
+    let a = analyzer();
+    let list = vec!["$1"; 1749].join(", ");
+    let sql = format!("UPDATE accounts SET name = name WHERE custid = ABS($2) AND $1 IN ({list})");
+    let params = vec![Value::Text("a".repeat(2048)), Value::Int(1)];
+    // 1 750 places of 2 KiB: 3.5 MiB each, under the bound.
+    a.analyze(&tx(&sql, params.clone())).unwrap();
+    let statements = |n: usize| Transaction {
+        statements: vec![Statement::new(&sql, params.clone()); n],
+    };
+    a.analyze(&statements(4)).unwrap();
+    let e = a.analyze(&statements(5)).unwrap_err();
+    assert_eq!((e.statement, e.kind), (5, RejectKind::Limit), "{e}");
+    assert!(
+        e.reason.contains(&format!(
+            "more than the {MAX_FOLDED_BYTES} a transaction may"
+        )),
+        "{e}"
+    );
+}
+
+/// Two IN lists on one key column keep exactly the values in both, however long, repeated or
+/// ordered the lists are.
+#[test]
+fn in_lists_on_one_key_column_intersect() {
+    use chainify_core::rwset::{KeySet, KeyValue};
+    let a = analyzer();
+    let first: Vec<i64> = (0..1500).rev().collect();
+    let second: Vec<i64> = (1000..2400).chain(1000..1100).collect();
+    let list = |from: usize, n: usize| {
+        (from..from + n)
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let sql = format!(
+        "UPDATE checking SET bal = bal WHERE custid IN ({}) AND custid IN ({})",
+        list(1, first.len()),
+        list(first.len() + 1, second.len())
+    );
+    let params: Vec<Value> = first
+        .iter()
+        .chain(&second)
+        .map(|v| Value::Int(*v))
+        .collect();
+    let analysis = a.analyze(&tx(&sql, params)).unwrap();
+    let (_, keys) = analysis.rwset.writes.into_iter().next().unwrap();
+    let KeySet::Ranges(ranges) = keys else {
+        panic!("{keys:?}")
+    };
+    let mut written: Vec<i64> = ranges
+        .iter()
+        .map(|r| match r.prefix.as_slice() {
+            [KeyValue::Int(k)] => *k,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    written.sort_unstable();
+    assert_eq!(written, (1000..1500).collect::<Vec<_>>());
 }
