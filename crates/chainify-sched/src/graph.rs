@@ -318,6 +318,7 @@ impl<'a> Builder<'a> {
                 self.preds.push(s.tx);
             }
         }
+        let preds_before = self.preds.len();
         self.covered.clear();
         let covered = &mut self.covered;
         state.index.covered(span, |slot| covered.push(slot));
@@ -330,8 +331,9 @@ impl<'a> Builder<'a> {
             );
         }
         state.spans.push(SpanAccess { tx, write, span });
-        let covered = self.covered.len();
-        self.spend(covered)
+        // Each covered key, and for a write each of its readers since its last writer.
+        let walked = self.covered.len() + (self.preds.len() - preds_before);
+        self.spend(walked)
     }
 
     fn after_key(preds: &mut Vec<u32>, readers: &[(u32, u32)], key: KeyState, write: bool) {
@@ -524,5 +526,46 @@ mod budget {
         let small: Vec<_> = (0..64).map(|i| Some(ranges(i * 10_000, 8))).collect();
         let refs: Vec<_> = small.iter().map(Option::as_ref).collect();
         assert_eq!(DependencyGraph::build(&refs).serial_from(), None);
+    }
+
+    /// A range write waits for the readers of every key it covers, and a range write leaves
+    /// them in place, so each later range write walks them all again: the walks count too.
+    #[test]
+    fn readers_walked_by_range_writes_count_against_the_budget() {
+        let t = Resource {
+            name: "t".into(),
+            arity: 1,
+        };
+        let mut sets = Vec::new();
+        for _ in 0..128 {
+            let mut s = ReadWriteSet::default();
+            let keys = KeySet::Ranges(
+                (0..1024)
+                    .map(|k| KeyRange::point(vec![KeyValue::Int(k)]))
+                    .collect(),
+            );
+            s.read(&t, &keys);
+            sets.push(Some(s));
+        }
+        for _ in 0..128 {
+            let mut s = ReadWriteSet::default();
+            s.write(
+                &t,
+                &KeySet::Ranges(vec![KeyRange {
+                    prefix: vec![],
+                    next: Some((Included(KeyValue::Int(0)), Included(KeyValue::Int(5000)))),
+                }]),
+            );
+            sets.push(Some(s));
+        }
+        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
+        let graph = DependencyGraph::build(&refs);
+        // 128 readers of 1 024 keys each are walked by every range write: the budget trips
+        // after about 32 of them.
+        let first = graph.serial_from().expect("past the budget");
+        assert!((128 + 16..128 + 64).contains(&first), "serial from {first}");
+        for j in first..sets.len() {
+            assert!(graph.has_path(j - 1, j), "{} before {j}", j - 1);
+        }
     }
 }

@@ -42,6 +42,7 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
 
 pub use analyze::StatementPlan;
+pub use plan::MAX_KEY_VALUE_BYTES;
 pub use portable::{
     MAX_BOUND_BYTES, MAX_DEGREE, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_TERMS, Typed, Work,
 };

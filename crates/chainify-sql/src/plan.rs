@@ -109,9 +109,22 @@ impl Access {
     }
 }
 
+/// Longest text or byte string bound as a key value.
+pub const MAX_KEY_VALUE_BYTES: usize = 1024;
+
 /// Coerces a bound value to a key column's type, by SQL comparison semantics. `Err(())` means the
 /// value compares equal to nothing (NULL); `Ok(None)` means we cannot say which keys it equals.
 fn coerce(v: &Value, ty: &ColumnType) -> Result<Option<KeyValue>, ()> {
+    // A long text or byte string is no key here: a key value is copied into every combination
+    // of the access's IN lists and compared with every earlier range of its block, so one long
+    // parameter beside `b IN (1, …, 1024)` cost half a gigabyte at every organization. Treated
+    // as undecidable, the access covers the keys around it instead (a wider set, never a
+    // narrower one).
+    match v {
+        Value::Text(s) if s.len() > MAX_KEY_VALUE_BYTES => return Ok(None),
+        Value::Bytes(b) if b.len() > MAX_KEY_VALUE_BYTES => return Ok(None),
+        _ => {}
+    }
     Ok(match (v, ty) {
         (Value::Null, _) => return Err(()),
         (Value::Int(i), ColumnType::Int) => Some(KeyValue::Int(*i)),

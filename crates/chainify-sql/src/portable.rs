@@ -52,27 +52,39 @@ pub const MAX_TERMS: usize = 4_096;
 /// uses them (under MariaDB's default packet of 16 MiB with room for the text).
 pub const MAX_BOUND_BYTES: usize = 4 << 20;
 
-/// Most bytes of parameter values constant folding may copy for one transaction (or query):
-/// it evaluates every operator with everything under it, so a value under nested operators is
-/// copied once for each of them, in every statement.
+/// Most bytes of values constant folding may produce for one transaction (or query): it
+/// evaluates every operator with everything under it, so a value under nested operators is
+/// copied (or rebuilt, by REPLACE or `||`) once for each of them, in every statement.
 pub const MAX_FOLDED_BYTES: usize = 16 << 20;
 
-/// Parameters as constant folding reads them, counting the bytes it copies.
+/// Parameters as constant folding reads them, and what it may still produce.
 struct Folding<'a> {
     params: &'a [Value],
-    copied: Cell<usize>,
+    /// Bytes of values folding may still produce; it stops with a refusal past them.
+    left: Cell<usize>,
 }
 
 impl Folding<'_> {
     fn get(&self, i: usize) -> Option<&Value> {
-        let v = self.params.get(i)?;
+        self.params.get(i)
+    }
+
+    /// Takes a produced value's bytes off what is left.
+    fn charge(&self, v: &Value) -> Result<(), Rejection> {
         let size = match v {
             Value::Text(t) => t.len(),
             Value::Bytes(b) => b.len(),
             _ => 16,
         };
-        self.copied.set(self.copied.get().saturating_add(size));
-        Some(v)
+        match self.left.get().checked_sub(size) {
+            Some(left) => {
+                self.left.set(left);
+                Ok(())
+            }
+            None => Err(Rejection::limit(format!(
+                "folding its constants produces more than the {MAX_FOLDED_BYTES} bytes of values a transaction may (long values under nested operators are copied or rebuilt for each of them)"
+            ))),
+        }
     }
 }
 
@@ -396,9 +408,8 @@ impl Portable {
         self.check_values_within(typed, params, &mut budget)
     }
 
-    /// [`Portable::check_values`], with constant folding copying at most `budget` bytes of
-    /// parameter values (what it copies is taken off: a transaction's statements share one
-    /// budget).
+    /// [`Portable::check_values`], with constant folding producing at most `budget` bytes of
+    /// values (what it produces is taken off: a transaction's statements share one budget).
     pub fn check_values_within(
         &self,
         typed: &Typed,
@@ -410,21 +421,16 @@ impl Portable {
         if self.has_constants {
             let folding = Folding {
                 params,
-                copied: Cell::new(0),
+                left: Cell::new(*budget),
             };
-            let checked = self.check_constants(&folding, *budget);
-            *budget = budget.saturating_sub(folding.copied.get());
+            let checked = self.check_constants(&folding);
+            *budget = folding.left.get();
             checked?;
         }
         Ok(())
     }
 
-    fn check_constants(&self, params: &Folding<'_>, budget: usize) -> Result<(), Rejection> {
-        let over = |copied: usize| {
-            Rejection::limit(format!(
-                "folding its constants copies parameter values {copied} bytes over and over (they are used under nested operators), more than the {MAX_FOLDED_BYTES} a transaction may"
-            ))
-        };
+    fn check_constants(&self, params: &Folding<'_>) -> Result<(), Rejection> {
         let mut first_error = None;
         walk_statement(&self.stmt, &mut |e| {
             if first_error.is_none()
@@ -432,9 +438,6 @@ impl Portable {
                 && let Err(why) = eval(e, params)
             {
                 first_error = Some(why);
-            }
-            if first_error.is_none() && params.copied.get() > budget {
-                first_error = Some(over(params.copied.get()));
             }
         });
         if let Some(why) = first_error {
@@ -465,9 +468,6 @@ impl Portable {
             _ => Vec::new(),
         };
         for (table, column, limit, e) in stored {
-            if params.copied.get() > budget {
-                return Err(over(params.copied.get()));
-            }
             if let Some(v) = eval(e, params)? {
                 limit.admits(&v).map_err(|what| {
                     let mut shown = v.to_string();
@@ -4224,6 +4224,15 @@ fn bool_fold(and: bool, x: Option<Option<bool>>, y: Option<Option<bool>>) -> Opt
 /// Evaluates a constant expression as PostgreSQL folds it when it plans; `Ok(None)` when it is
 /// not one this evaluator knows. Folding more than PostgreSQL only refuses more.
 fn eval(e: &E, params: &Folding<'_>) -> Result<Option<Value>, Rejection> {
+    let v = eval_node(e, params)?;
+    if let Some(v) = &v {
+        params.charge(v)?;
+    }
+    Ok(v)
+}
+
+/// [`eval`] of one node; its operands through [`eval`], each charged.
+fn eval_node(e: &E, params: &Folding<'_>) -> Result<Option<Value>, Rejection> {
     let overflow = || {
         Rejection::nondeterministic(format!(
             "the constant expression overflows ({})",
@@ -4713,7 +4722,7 @@ mod tests {
     fn folding(params: &[Value]) -> Folding<'_> {
         Folding {
             params,
-            copied: Cell::new(0),
+            left: Cell::new(usize::MAX),
         }
     }
 

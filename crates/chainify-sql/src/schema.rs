@@ -425,7 +425,65 @@ impl Schema {
                 }
             }
         }
+        self.check_cascade_diamonds()
+    }
+
+    /// Refuses a foreign key that checks (RESTRICT or NO ACTION) a parent whose rows one
+    /// statement can remove or re-key through cascading actions while it also changes the
+    /// referencing rows the same way: SQLite checks RESTRICT as each cascaded row goes, in an
+    /// order set by how the tables were created, PostgreSQL after all of them, so deleting the
+    /// common ancestor committed on PostgreSQL and failed on SQLite.
+    fn check_cascade_diamonds(&self) -> Result<(), SchemaError> {
+        for (event, action) in [
+            (
+                "DELETE",
+                (|fk: &ForeignKey| fk.on_delete) as fn(&ForeignKey) -> RefAction,
+            ),
+            ("UPDATE", |fk: &ForeignKey| fk.on_update),
+        ] {
+            for from in self.tables.keys() {
+                let reached = self.cascades_from(from, action);
+                for t in reached.iter().filter_map(|n| self.tables.get(*n)) {
+                    for fk in &t.foreign_keys {
+                        let checked_parent_changes =
+                            fk.parent == *from || reached.contains(fk.parent.as_str());
+                        if action(fk) == RefAction::Restrict && checked_parent_changes {
+                            return Err(SchemaError::Table {
+                                table: t.name.clone(),
+                                problem: format!(
+                                    "foreign key to {} is checked ON {event} while an ON {event} CASCADE, SET NULL or SET DEFAULT from {from} can change both its rows and {}'s in one statement: SQLite checks RESTRICT as each row goes, in the order the tables were created, PostgreSQL after all of them, so the statement would commit on one and fail on the other; change the actions so that one statement cannot reach both",
+                                    fk.parent, fk.parent
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The tables whose rows a statement changing `from` changes through the action `action`
+    /// picks (CASCADE, SET NULL, SET DEFAULT), transitively.
+    fn cascades_from<'s>(
+        &'s self,
+        from: &str,
+        action: fn(&ForeignKey) -> RefAction,
+    ) -> std::collections::BTreeSet<&'s str> {
+        let mut reached = std::collections::BTreeSet::new();
+        let mut pending = vec![from.to_owned()];
+        while let Some(parent) = pending.pop() {
+            for t in self.tables.values() {
+                let changed = t
+                    .foreign_keys
+                    .iter()
+                    .any(|fk| fk.parent == parent && action(fk) == RefAction::Modify);
+                if changed && reached.insert(t.name.as_str()) {
+                    pending.push(t.name.clone());
+                }
+            }
+        }
+        reached
     }
 
     /// Whether `to` is `from` or one of its parents, grandparents, … by foreign keys.
@@ -770,6 +828,45 @@ mod tests {
              CREATE TABLE b (id INT PRIMARY KEY, a INT REFERENCES a(b))",
         ] {
             assert_eq!(e(sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn a_check_on_rows_one_cascade_also_removes_is_refused() {
+        let e = |sql: &str| Schema::from_sql(sql).err().map(|e| e.to_string());
+        let p = "CREATE TABLE p (id INT PRIMARY KEY); ";
+        for sql in [
+            // Both children cascade from p; c2 checks c1.
+            format!(
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id))"
+            ),
+            // c2 cascades from p through c1 and checks p itself.
+            format!(
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id))"
+            ),
+        ] {
+            let problem = e(&sql).unwrap_or_default();
+            assert!(
+                problem.starts_with("table c2: foreign key to ")
+                    && problem.contains("is checked ON DELETE while an ON DELETE CASCADE")
+                    && problem.contains("from p"),
+                "{sql}: {problem}"
+            );
+        }
+        // A check on rows no cascade of the same statement changes stays allowed.
+        for sql in [
+            format!(
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id))"
+            ),
+            format!(
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id)); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id))"
+            ),
+        ] {
+            assert_eq!(e(&sql), None, "{sql}");
         }
     }
 

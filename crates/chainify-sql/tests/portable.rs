@@ -8,7 +8,8 @@ use chainify_core::Value;
 use chainify_core::tx::{Statement, Transaction};
 use chainify_sql::render::Dialect;
 use chainify_sql::{
-    Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_TERMS, RejectKind, Schema,
+    Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_KEY_VALUE_BYTES, MAX_TERMS,
+    RejectKind, Schema,
 };
 
 const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite];
@@ -1092,10 +1093,10 @@ fn a_parameter_repeated_past_the_byte_bound_is_refused_before_it_is_folded() {
     .unwrap();
 }
 
-/// Constant folding evaluates every operator with everything under it, so what it copies of the
-/// parameters is counted, and a transaction's statements share [`MAX_FOLDED_BYTES`]: statements
-/// each within [`MAX_BOUND_BYTES`] are refused once together they pass it, naming the statement;
-/// one alone, and queries, keep their own budget.
+/// Constant folding evaluates every operator with everything under it, so the values it produces
+/// are counted, and a transaction's statements share [`MAX_FOLDED_BYTES`]: statements each within
+/// [`MAX_BOUND_BYTES`] are refused once together they pass it, naming the statement; one alone,
+/// and queries, keep their own budget.
 #[test]
 fn constant_folding_shares_one_byte_budget_across_a_transaction() {
     let a = analyzer();
@@ -1112,7 +1113,7 @@ fn constant_folding_shares_one_byte_budget_across_a_transaction() {
     assert_eq!((e.statement, e.kind), (5, RejectKind::Limit), "{e}");
     assert!(
         e.reason.contains(&format!(
-            "more than the {MAX_FOLDED_BYTES} a transaction may"
+            "more than the {MAX_FOLDED_BYTES} bytes of values a transaction may"
         )),
         "{e}"
     );
@@ -1156,4 +1157,63 @@ fn in_lists_on_one_key_column_intersect() {
         .collect();
     written.sort_unstable();
     assert_eq!(written, (1000..1500).collect::<Vec<_>>());
+}
+
+/// Rebuilding a long value under nested operators is what folding pays for, parameters or not:
+/// a chain of REPLACEs of a literal grown to 1 MiB is re-evaluated under every REPLACE above it,
+/// and is refused once what it produced passes [`MAX_FOLDED_BYTES`], not after gigabytes.
+#[test]
+fn folding_a_value_rebuilt_under_nested_operators_is_bounded() {
+    let a =
+        Analyzer::new(Schema::from_sql("CREATE TABLE t (k BIGINT PRIMARY KEY, v TEXT)").unwrap());
+    let grown = format!(
+        "REPLACE('{}', 'a', '{}')",
+        "a".repeat(1024),
+        "b".repeat(1024)
+    );
+    let chain = |depth: usize| {
+        (0..depth).fold(grown.clone(), |inner, _| {
+            format!("REPLACE({inner}, 'c', 'd')")
+        })
+    };
+    let sql = |depth: usize| format!("UPDATE t SET v = v WHERE k = $1 AND v = {}", chain(depth));
+    a.analyze(&tx(&sql(2), vec![Value::Int(1)])).unwrap();
+    let e = a.analyze(&tx(&sql(40), vec![Value::Int(1)])).unwrap_err();
+    assert_eq!(e.kind, RejectKind::Limit, "{e}");
+    assert!(
+        e.reason
+            .contains("folding its constants produces more than"),
+        "{e}"
+    );
+}
+
+/// A long key value is no key: beside an IN list on the next key column it would be copied into
+/// every combination (half a gigabyte for 500 KB and 1 024 values), so the access covers the
+/// table's keys instead, a wider set and never a narrower one; a short one still gives a key
+/// per value.
+#[test]
+fn a_long_key_value_beside_an_in_list_widens_the_access_instead_of_multiplying() {
+    use chainify_core::rwset::KeySet;
+    let a = Analyzer::new(
+        Schema::from_sql("CREATE TABLE t (a VARCHAR(64) NOT NULL, b BIGINT NOT NULL, v BIGINT, PRIMARY KEY (a, b))")
+            .unwrap(),
+    );
+    let list = (1..=1024)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!("UPDATE t SET v = 0 WHERE a = $1 AND b IN ({list})");
+    let keys = |bytes: usize| {
+        let analysis = a
+            .analyze(&tx(&sql, vec![Value::Text("x".repeat(bytes))]))
+            .unwrap();
+        let (_, keys) = analysis.rwset.writes.into_iter().next().unwrap();
+        keys.clone()
+    };
+    match keys(MAX_KEY_VALUE_BYTES) {
+        KeySet::Ranges(r) => assert_eq!(r.len(), 1024),
+        KeySet::All => panic!("a short key value"),
+    }
+    assert_eq!(keys(MAX_KEY_VALUE_BYTES + 1), KeySet::All);
+    assert_eq!(keys(500_000), KeySet::All);
 }

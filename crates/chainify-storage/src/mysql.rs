@@ -116,6 +116,11 @@ impl MySql {
             .connect_with(connect)
             .await
             .map_err(|e| connect_err(e.to_string()))?;
+        let packet: i64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)")
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| connect_err(format!("reading max_allowed_packet: {e}")))?;
+        check_packet(packet).map_err(connect_err)?;
         Ok(MySql {
             pool,
             url: redacted,
@@ -127,6 +132,23 @@ impl MySql {
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
     }
+}
+
+/// The smallest `max_allowed_packet` chainify runs on: MariaDB's default, room for a statement
+/// whose parameters carry `chainify_sql::MAX_BOUND_BYTES` (4 MiB) and its text.
+const MIN_PACKET: i64 = 16 << 20;
+
+/// Refuses a server whose packet is smaller than [`MIN_PACKET`]: it would fail alone a statement
+/// the other organizations run, and leave the network.
+fn check_packet(bytes: i64) -> Result<(), String> {
+    if bytes >= MIN_PACKET {
+        return Ok(());
+    }
+    Err(format!(
+        "the server's max_allowed_packet is {bytes} bytes; chainify needs at least {MIN_PACKET} \
+         (16 MiB, MariaDB's default), or statements the other organizations run would fail here \
+         alone: SET GLOBAL max_allowed_packet = {MIN_PACKET}, and in the server's configuration"
+    ))
 }
 
 fn error_kind(e: &dyn sqlx::error::DatabaseError) -> (DbErrorKind, Option<String>) {
@@ -547,6 +569,19 @@ impl Backend for MySql {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_packet_smaller_than_mariadbs_default_is_refused_by_name() {
+        assert_eq!(check_packet(MIN_PACKET), Ok(()));
+        assert_eq!(check_packet(64 << 20), Ok(()));
+        let e = check_packet(4 << 20).unwrap_err();
+        assert!(
+            e.starts_with(
+                "the server's max_allowed_packet is 4194304 bytes; chainify needs at least 16777216"
+            ),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_servers_own_trouble_fails_the_block_instead_of_aborting_the_transaction() {
