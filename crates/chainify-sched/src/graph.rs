@@ -27,7 +27,7 @@ pub struct DependencyGraph {
 /// ranges would cost trillions (hours, at every organization on every replay); past the budget
 /// the remaining transactions run in block order, which orders every pair and costs one edge
 /// each. Ordinary blocks stay far below it.
-pub const WORK_BUDGET: u64 = 1 << 22;
+pub const WORK_BUDGET: u64 = 1 << 24;
 
 impl DependencyGraph {
     /// Builds the graph of a block from each transaction's read/write set, in block order.
@@ -537,7 +537,8 @@ mod budget {
             arity: 1,
         };
         let mut sets = Vec::new();
-        for _ in 0..128 {
+        let (readers, writers) = (256, 128);
+        for _ in 0..readers {
             let mut s = ReadWriteSet::default();
             let keys = KeySet::Ranges(
                 (0..1024)
@@ -547,7 +548,7 @@ mod budget {
             s.read(&t, &keys);
             sets.push(Some(s));
         }
-        for _ in 0..128 {
+        for _ in 0..writers {
             let mut s = ReadWriteSet::default();
             s.write(
                 &t,
@@ -560,10 +561,13 @@ mod budget {
         }
         let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
         let graph = DependencyGraph::build(&refs);
-        // 128 readers of 1 024 keys each are walked by every range write: the budget trips
-        // after about 32 of them.
+        // 256 readers of 1 024 keys each are walked by every range write: the budget trips
+        // after about 64 of them.
         let first = graph.serial_from().expect("past the budget");
-        assert!((128 + 16..128 + 64).contains(&first), "serial from {first}");
+        assert!(
+            (readers + 32..readers + writers).contains(&first),
+            "serial from {first}"
+        );
         for j in first..sets.len() {
             assert!(graph.has_path(j - 1, j), "{} before {j}", j - 1);
         }
