@@ -845,7 +845,9 @@ impl<'s> Analysis<'s> {
 
     /// Deleting parent rows or changing their referenced columns checks (RESTRICT) or modifies
     /// (CASCADE, SET NULL, SET DEFAULT) the children that reference them, recursively for
-    /// modifications.
+    /// modifications. A modified child may have been deleted (CASCADE on delete) or updated (SET
+    /// NULL or SET DEFAULT on delete, any action on update), so its own children are taken to
+    /// react by either of their actions.
     fn parent_change(
         &mut self,
         parent: &Table,
@@ -853,10 +855,18 @@ impl<'s> Analysis<'s> {
         parent_keys: KeyPlan,
         action: fn(&crate::schema::ForeignKey) -> RefAction,
     ) -> Result<(), Rejection> {
-        let mut stack: Vec<(String, Vec<usize>, KeyPlan)> =
-            vec![(parent.name.clone(), changed_cols.to_vec(), parent_keys)];
+        fn either(fk: &crate::schema::ForeignKey) -> RefAction {
+            if fk.on_delete == RefAction::Modify || fk.on_update == RefAction::Modify {
+                RefAction::Modify
+            } else {
+                RefAction::Restrict
+            }
+        }
+        type Action = fn(&crate::schema::ForeignKey) -> RefAction;
+        let mut stack: Vec<(String, Vec<usize>, KeyPlan, Action)> =
+            vec![(parent.name.clone(), changed_cols.to_vec(), parent_keys, action)];
         let mut visited: Vec<String> = Vec::new();
-        while let Some((pname, cols, keys)) = stack.pop() {
+        while let Some((pname, cols, keys, action)) = stack.pop() {
             let Some(p) = self.schema.table(&pname) else {
                 continue;
             };
@@ -890,7 +900,7 @@ impl<'s> Analysis<'s> {
                         visited.push(child.name.clone());
                         // A cascaded change may in turn affect the child's children.
                         let all_cols: Vec<usize> = (0..child.columns.len()).collect();
-                        stack.push((child.name.clone(), all_cols, KeyPlan::All));
+                        stack.push((child.name.clone(), all_cols, KeyPlan::All, either));
                     }
                 }
             }

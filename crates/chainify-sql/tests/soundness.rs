@@ -291,3 +291,25 @@ proptest! {
         let _ = analyzer.analyze(&Transaction { statements: vec![Statement::new(text, vec![Value::Int(1)])] });
     }
 }
+
+/// Deleting a parent whose child is ON DELETE SET NULL updates the child's row, so a grandchild
+/// referencing the child's nulled column reacts by its ON UPDATE action: a write of the
+/// grandchild when that is CASCADE (PostgreSQL and SQLite change its rows), and the analysis
+/// must say so, not only the check of a read.
+#[test]
+fn a_delete_that_nulls_a_child_writes_the_grandchild_that_cascades_on_update() {
+    let analyzer = Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE p (id INT PRIMARY KEY);
+             CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL);
+             CREATE TABLE c2 (id INT PRIMARY KEY, c1p INT REFERENCES c1(p) ON UPDATE CASCADE);",
+        )
+        .unwrap(),
+    );
+    let tx = Transaction {
+        statements: vec![Statement::new("DELETE FROM p WHERE id = $1", vec![Value::Int(1)])],
+    };
+    let analysis = analyzer.analyze(&tx).unwrap();
+    assert!(written(&analysis.rwset, "c1").is_some(), "{:?}", analysis.rwset);
+    assert_eq!(written(&analysis.rwset, "c2"), Some(KeySet::All), "{:?}", analysis.rwset);
+}
