@@ -863,8 +863,12 @@ impl<'s> Analysis<'s> {
             }
         }
         type Action = fn(&crate::schema::ForeignKey) -> RefAction;
-        let mut stack: Vec<(String, Vec<usize>, KeyPlan, Action)> =
-            vec![(parent.name.clone(), changed_cols.to_vec(), parent_keys, action)];
+        let mut stack: Vec<(String, Vec<usize>, KeyPlan, Action)> = vec![(
+            parent.name.clone(),
+            changed_cols.to_vec(),
+            parent_keys,
+            action,
+        )];
         let mut visited: Vec<String> = Vec::new();
         while let Some((pname, cols, keys, action)) = stack.pop() {
             let Some(p) = self.schema.table(&pname) else {

@@ -253,6 +253,15 @@ pub struct ForeignKey {
     pub on_delete: RefAction,
     /// Effect of changing a parent's referenced key.
     pub on_update: RefAction,
+    /// Whether the check on delete, and on update, is declared RESTRICT rather than NO ACTION:
+    /// SQLite checks RESTRICT as each row changes, NO ACTION (as PostgreSQL both) at the end of
+    /// the statement.
+    pub restrict: [bool; 2],
+}
+
+/// Whether a declared action is RESTRICT.
+pub fn is_restrict(a: Option<&ReferentialAction>) -> bool {
+    matches!(a, Some(ReferentialAction::Restrict))
 }
 
 /// A table.
@@ -428,11 +437,12 @@ impl Schema {
         self.check_cascade_diamonds()
     }
 
-    /// Refuses a foreign key that checks (RESTRICT or NO ACTION) a parent whose rows one
-    /// statement can remove or re-key through cascading actions while it also changes the
-    /// referencing rows the same way: SQLite checks RESTRICT as each cascaded row goes, in an
-    /// order set by how the tables were created, PostgreSQL after all of them, so deleting the
-    /// common ancestor committed on PostgreSQL and failed on SQLite.
+    /// Refuses a foreign key declared RESTRICT on a parent whose rows one statement can remove
+    /// or re-key through cascading actions while it also changes the referencing rows: SQLite
+    /// checks RESTRICT as each cascaded row goes, in an order set by how the tables were
+    /// created, PostgreSQL after all of them, so deleting the common ancestor committed on
+    /// PostgreSQL and failed on SQLite. (NO ACTION is checked at the end of the statement on
+    /// both.)
     fn check_cascade_diamonds(&self) -> Result<(), SchemaError> {
         for (event, action) in [
             (
@@ -447,11 +457,13 @@ impl Schema {
                     for fk in &t.foreign_keys {
                         let checked_parent_changes =
                             fk.parent == *from || reached.contains(fk.parent.as_str());
-                        if action(fk) == RefAction::Restrict && checked_parent_changes {
+                        // A cascaded row may be deleted or updated: either check applies.
+                        let restrict = fk.restrict.iter().any(|r| *r);
+                        if restrict && checked_parent_changes {
                             return Err(SchemaError::Table {
                                 table: t.name.clone(),
                                 problem: format!(
-                                    "foreign key to {} is checked ON {event} while an ON {event} CASCADE, SET NULL or SET DEFAULT from {from} can change both its rows and {}'s in one statement: SQLite checks RESTRICT as each row goes, in the order the tables were created, PostgreSQL after all of them, so the statement would commit on one and fail on the other; change the actions so that one statement cannot reach both",
+                                    "foreign key to {} is declared RESTRICT while an ON {event} CASCADE, SET NULL or SET DEFAULT from {from} can change both its rows and {}'s in one statement: SQLite checks RESTRICT as each row goes, in the order the tables were created, PostgreSQL after all of them, so the statement would commit on one and fail on the other; change the actions so that one statement cannot reach both",
                                     fk.parent, fk.parent
                                 ),
                             });
@@ -464,22 +476,26 @@ impl Schema {
     }
 
     /// The tables whose rows a statement changing `from` changes through the action `action`
-    /// picks (CASCADE, SET NULL, SET DEFAULT), transitively.
+    /// picks (CASCADE, SET NULL, SET DEFAULT), and below them through either action (a cascaded
+    /// row is deleted or updated), transitively.
     fn cascades_from<'s>(
         &'s self,
         from: &str,
         action: fn(&ForeignKey) -> RefAction,
     ) -> std::collections::BTreeSet<&'s str> {
         let mut reached = std::collections::BTreeSet::new();
-        let mut pending = vec![from.to_owned()];
-        while let Some(parent) = pending.pop() {
+        let mut pending = vec![(from.to_owned(), true)];
+        while let Some((parent, first)) = pending.pop() {
             for t in self.tables.values() {
-                let changed = t
-                    .foreign_keys
-                    .iter()
-                    .any(|fk| fk.parent == parent && action(fk) == RefAction::Modify);
+                let changed = t.foreign_keys.iter().any(|fk| {
+                    fk.parent == parent
+                        && (action(fk) == RefAction::Modify
+                            || (!first
+                                && (fk.on_delete == RefAction::Modify
+                                    || fk.on_update == RefAction::Modify)))
+                });
                 if changed && reached.insert(t.name.as_str()) {
-                    pending.push(t.name.clone());
+                    pending.push((t.name.clone(), false));
                 }
             }
         }
@@ -657,6 +673,10 @@ fn table_from_create(ct: &CreateTable) -> Result<Table, SchemaError> {
             parent_columns,
             on_delete: fk.on_delete.as_ref().into(),
             on_update: fk.on_update.as_ref().into(),
+            restrict: [
+                is_restrict(fk.on_delete.as_ref()),
+                is_restrict(fk.on_update.as_ref()),
+            ],
         });
     }
     // Every engine keeps key columns non-NULL (registration refuses a nullable one on SQLite).
@@ -832,38 +852,48 @@ mod tests {
     }
 
     #[test]
-    fn a_check_on_rows_one_cascade_also_removes_is_refused() {
+    fn a_restrict_on_rows_one_cascade_also_removes_is_refused() {
         let e = |sql: &str| Schema::from_sql(sql).err().map(|e| e.to_string());
         let p = "CREATE TABLE p (id INT PRIMARY KEY); ";
         for sql in [
-            // Both children cascade from p; c2 checks c1.
+            // Both children cascade from p; c2 checks c1 at once.
             format!(
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id))"
+                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
             ),
             // c2 cascades from p through c1 and checks p itself.
             format!(
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id))"
+                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON UPDATE RESTRICT)"
+            ),
+            // Nulling c1's column reaches c2 through ON UPDATE below the first level.
+            format!(
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1p INT REFERENCES c1(p) ON UPDATE CASCADE, x INT REFERENCES c1(id) ON DELETE RESTRICT)"
             ),
         ] {
             let problem = e(&sql).unwrap_or_default();
             assert!(
                 problem.starts_with("table c2: foreign key to ")
-                    && problem.contains("is checked ON DELETE while an ON DELETE CASCADE")
+                    && problem.contains("is declared RESTRICT while an ON DELETE CASCADE")
                     && problem.contains("from p"),
                 "{sql}: {problem}"
             );
         }
-        // A check on rows no cascade of the same statement changes stays allowed.
+        // NO ACTION is checked at the end of the statement everywhere (users, posts and
+        // comments that cascade from users, comments referencing posts), and a RESTRICT on rows
+        // no cascade of the same statement changes stays allowed.
         for sql in [
+            "CREATE TABLE users (id INT PRIMARY KEY); \
+             CREATE TABLE posts (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE); \
+             CREATE TABLE comments (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE, post INT REFERENCES posts(id))".to_owned(),
             format!(
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id))"
+                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
             ),
             format!(
-                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id)); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id))"
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE RESTRICT); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
             ),
         ] {
             assert_eq!(e(&sql), None, "{sql}");

@@ -307,9 +307,21 @@ fn a_delete_that_nulls_a_child_writes_the_grandchild_that_cascades_on_update() {
         .unwrap(),
     );
     let tx = Transaction {
-        statements: vec![Statement::new("DELETE FROM p WHERE id = $1", vec![Value::Int(1)])],
+        statements: vec![Statement::new(
+            "DELETE FROM p WHERE id = $1",
+            vec![Value::Int(1)],
+        )],
     };
     let analysis = analyzer.analyze(&tx).unwrap();
-    assert!(written(&analysis.rwset, "c1").is_some(), "{:?}", analysis.rwset);
-    assert_eq!(written(&analysis.rwset, "c2"), Some(KeySet::All), "{:?}", analysis.rwset);
+    assert!(
+        written(&analysis.rwset, "c1").is_some(),
+        "{:?}",
+        analysis.rwset
+    );
+    assert_eq!(
+        written(&analysis.rwset, "c2"),
+        Some(KeySet::All),
+        "{:?}",
+        analysis.rwset
+    );
 }

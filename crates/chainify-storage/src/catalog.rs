@@ -215,6 +215,7 @@ impl CatalogTable {
                     parent_columns: f.parent_columns.clone(),
                     on_delete: ref_action(&f.on_delete),
                     on_update: ref_action(&f.on_update),
+                    restrict: [is_restrict(&f.on_delete), is_restrict(&f.on_update)],
                 })
             })
             .collect::<Result<Vec<_>, RegistrationError>>()?;
@@ -414,6 +415,12 @@ fn ref_action(action: &str) -> RefAction {
     } else {
         RefAction::Modify
     }
+}
+
+/// RESTRICT as the catalogs spell it (PostgreSQL's `r`), not NO ACTION (`a`, or nothing).
+fn is_restrict(action: &str) -> bool {
+    let a = action.trim().to_ascii_uppercase();
+    a == "RESTRICT" || a == "R"
 }
 
 /// `[a-z_][a-z0-9_]*`: needs no quoting on any engine and means the same everywhere.
