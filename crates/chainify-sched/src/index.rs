@@ -120,11 +120,12 @@ impl<'a> PointIndex<'a> {
     }
 
     /// Calls `f` with every slot whose key lies in `span`, each once, in no particular order.
-    pub(crate) fn covered(&mut self, span: Span<'a>, mut f: impl FnMut(u32)) {
+    /// Returns how many keys it looked at, covered or not (what the lookup cost).
+    pub(crate) fn covered(&mut self, span: Span<'a>, mut f: impl FnMut(u32)) -> usize {
         let range = match span {
             Span::All => {
                 (0..self.reps.len() as u32).for_each(f);
-                return;
+                return self.reps.len();
             }
             Span::Range(range) => range,
         };
@@ -137,7 +138,7 @@ impl<'a> PointIndex<'a> {
             {
                 f(slot);
             }
-            return;
+            return 1;
         }
         let ordered = self.ordered.get_or_insert_with(|| {
             let mut ordered = BTreeMap::new();
@@ -162,9 +163,11 @@ impl<'a> PointIndex<'a> {
             }
             Bound::Unbounded => prefix,
         };
+        let mut looked = 0;
         for (key, &first) in
             ordered.range::<[KeyValue], _>((Bound::Included(start), Bound::Unbounded))
         {
+            looked += 1;
             if key.len() < prefix.len() || key[..prefix.len()].cmp(prefix).is_ne() {
                 break;
             }
@@ -180,11 +183,13 @@ impl<'a> PointIndex<'a> {
             }
             let mut slot = first;
             while slot != NONE {
+                looked += 1;
                 if range.overlaps(self.reps[slot as usize]) {
                     f(slot);
                 }
                 slot = self.ord_twins[slot as usize];
             }
         }
+        looked
     }
 }
