@@ -275,6 +275,12 @@ impl Analyzer {
             return Err(Miss);
         }
         let result = self.plan_uncached(sql).map(Arc::new);
+        // An analysis that could not run (no thread under memory pressure, a panic) is not
+        // kept: the next transaction with the text tries again instead of being refused here
+        // alone for as long as the cache holds it.
+        if matches!(&result, Err(r) if r.kind() == RejectKind::Internal) {
+            return Ok(result);
+        }
         let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
         let bytes = sql.len() * PLAN_BYTES_PER_TEXT_BYTE;
         if cache.plans.len() >= PLAN_CACHE_CAPACITY || cache.bytes + bytes > self.cache_bytes {

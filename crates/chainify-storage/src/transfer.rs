@@ -24,6 +24,44 @@ use crate::store::Store;
 /// Most parameters per statement when writing transferred rows (SQLite allows 32 766).
 const PARAMS_PER_STATEMENT: usize = 30_000;
 
+/// Most bytes of values one insert of transferred rows carries: MariaDB refuses a statement past
+/// its packet (16 MiB at least, checked at start), and a thousand rows of a few hundred KiB each
+/// would have failed every transfer of their table there.
+const BATCH_BYTES: usize = 4 << 20;
+
+/// `rows` in consecutive batches of at most `per` rows and, past the first row of a batch, at
+/// most [`BATCH_BYTES`] of values.
+fn row_batches(rows: &[Vec<Value>], per: usize) -> impl Iterator<Item = &[Vec<Value>]> {
+    let size = |row: &Vec<Value>| -> usize {
+        row.iter()
+            .map(|v| match v {
+                Value::Text(t) => t.len(),
+                Value::Bytes(b) => b.len(),
+                _ => 16,
+            })
+            .sum()
+    };
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut n = 0;
+        let mut bytes = 0;
+        while n < rest.len() && n < per.max(1) {
+            let b = size(&rest[n]);
+            if n > 0 && bytes + b > BATCH_BYTES {
+                break;
+            }
+            bytes += b;
+            n += 1;
+        }
+        let (batch, after) = rest.split_at(n);
+        rest = after;
+        Some(batch)
+    })
+}
+
 /// A ledger block a state transfer appends. The caller decodes it (the storage layer keeps
 /// ledger entries as opaque bytes) and has verified its certificate.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -416,7 +454,7 @@ impl<B: Backend> Store<B> {
         }
         let columns = t.columns.len() + 1;
         let per = (PARAMS_PER_STATEMENT / columns).clamp(1, 1000);
-        for chunk in patch.rows.chunks(per) {
+        for chunk in row_batches(&patch.rows, per) {
             let sql = ddl::insert_snapshot_rows(dialect, t, chunk.len());
             let mut params: Vec<&Value> = Vec::with_capacity(chunk.len() * columns);
             for row in chunk {
@@ -509,5 +547,38 @@ impl<B: Backend> Store<B> {
         }
         self.record_applied(conn, a.block, &a.hash_digest, &a.success, during)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Transferred rows go in batches bounded by count and by bytes, in order, every row once; a
+    /// row larger than the bound goes alone.
+    #[test]
+    fn transferred_rows_are_batched_by_count_and_bytes() {
+        let row = |bytes: usize| vec![Value::Int(1), Value::Text("x".repeat(bytes))];
+        let rows: Vec<Vec<Value>> = [
+            10,
+            BATCH_BYTES / 2,
+            BATCH_BYTES / 2,
+            10,
+            BATCH_BYTES * 2,
+            10,
+            10,
+            10,
+        ]
+        .iter()
+        .map(|b| row(*b))
+        .collect();
+        let sizes: Vec<usize> = row_batches(&rows, 1000).map(<[_]>::len).collect();
+        // 10 + half + half passes the bound at the third row; the oversized row goes alone.
+        assert_eq!(sizes, [2, 2, 1, 3]);
+        let by_count: Vec<usize> = row_batches(&rows[5..], 2).map(<[_]>::len).collect();
+        assert_eq!(by_count, [2, 1]);
+        let flat: Vec<&Vec<Value>> = row_batches(&rows, 1000).flatten().collect();
+        assert_eq!(flat, rows.iter().collect::<Vec<_>>());
+        assert_eq!(row_batches(&[], 10).count(), 0);
     }
 }
