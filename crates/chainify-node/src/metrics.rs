@@ -159,6 +159,8 @@ pub struct Metrics {
     pub prepared_ahead: AtomicU64,
     /// Transactions whose analysis an execution found made ahead.
     pub analysed_ahead: AtomicU64,
+    /// Blocks whose dependency graph passed its work budget (the rest ran in block order).
+    pub graph_budget_blocks: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -174,6 +176,7 @@ impl Default for Metrics {
             state_mismatches: AtomicU64::new(0),
             prepared_ahead: AtomicU64::new(0),
             analysed_ahead: AtomicU64::new(0),
+            graph_budget_blocks: AtomicU64::new(0),
         }
     }
 }
@@ -223,6 +226,11 @@ impl Metrics {
                 "chainify_trigger_repairs_total",
                 "Times the digest triggers were found missing, disabled or altered and reinstalled.",
                 &self.trigger_repairs,
+            ),
+            (
+                "chainify_graph_budget_blocks_total",
+                "Blocks whose dependency graph passed its work budget: their later transactions ran in block order.",
+                &self.graph_budget_blocks,
             ),
             (
                 "chainify_state_checks_total",

@@ -410,6 +410,10 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
                 m.observe(Phase::Execute, outcome.execute_time);
                 m.observe(Phase::Digest, outcome.digest_time);
             }
+            if let Some(from) = outcome.serial_from {
+                m.graph_budget_blocks.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(block = %block.number, from, "the block's dependency graph passed its work budget: its transactions from this one on ran in block order");
+            }
             let checkpoint = if checkpoint {
                 let taking = Instant::now();
                 let taken = match self.store.checkpoint(block.number).await {

@@ -231,6 +231,9 @@ pub struct BlockOutcome {
     pub execute_time: Duration,
     /// Time spent reading back, hashing and consuming the recorded changes.
     pub digest_time: Duration,
+    /// The first transaction the dependency graph ordered in block order because the block
+    /// passed its work budget (`chainify_sched::WORK_BUDGET`), if any.
+    pub serial_from: Option<usize>,
 }
 
 enum Failure {
@@ -739,8 +742,13 @@ impl<B: Backend> Store<B> {
                 marker: ddl::insert_markers(self.backend.dialect(), 1),
                 idle: Mutex::new(Vec::new()),
             };
+            let mut serial_from = None;
             match mode {
-                ExecMode::Parallel(k) => run.run_lanes(&block.graph(), k).await?,
+                ExecMode::Parallel(k) => {
+                    let graph = block.graph();
+                    serial_from = graph.serial_from();
+                    run.run_lanes(&graph, k).await?
+                }
                 // The reference: block order, a database commit per transaction.
                 ExecMode::Serial => run_serial(block.txs.len(), &run).await?,
             }
@@ -777,6 +785,7 @@ impl<B: Backend> Store<B> {
                 commits,
                 execute_time,
                 digest_time: started.elapsed(),
+                serial_from,
             })
         })
         .await
@@ -889,6 +898,7 @@ impl<B: Backend> Store<B> {
                 commits: 1,
                 execute_time,
                 digest_time: digest_started.elapsed(),
+                serial_from: None,
             })
         }
         .await;
@@ -1160,6 +1170,7 @@ impl<B: Backend> Store<B> {
             commits: 0,
             execute_time: Duration::ZERO,
             digest_time: Duration::ZERO,
+            serial_from: None,
         }))
     }
 

@@ -51,6 +51,7 @@ macro_rules! storage_conformance_tests {
             registration_refuses_what_engines_treat_differently,
             digest_of_awkward_values,
             parallel_execution_matches_serial,
+            a_block_past_the_graph_budget_runs_in_block_order,
             aborts_roll_back_the_whole_transaction,
             an_abort_inside_a_chain_undoes_only_itself,
             an_abort_that_changed_nothing_keeps_its_lane,
@@ -713,6 +714,55 @@ pub async fn parallel_execution_matches_serial<F: Fixture>(f: &F) {
             "block {number}: tables differ"
         );
     }
+}
+
+/// Case: a block whose transactions carry a thousand ranges each passes the dependency graph's
+/// work budget; from there its transactions run in block order (`serial_from`, on engines that
+/// build the graph), and the outcome is serial execution's.
+pub async fn a_block_past_the_graph_budget_runs_in_block_order<F: Fixture>(f: &F) {
+    let parallel = setup(f, "budget_parallel", StoreOptions::default()).await;
+    let serial = setup(f, "budget_serial", StoreOptions::default()).await;
+    // 32 ranges a statement, 32 statements a transaction: 1 024 ranges of kv each.
+    let ranges = |t: i64, s: i64| -> Vec<String> {
+        (0..32)
+            .map(|r| {
+                let lo = 1_000_000 + (t * 32 + s) * 100 + r * 3;
+                format!("k BETWEEN {lo} AND {}", lo + 1)
+            })
+            .collect()
+    };
+    let txs = |store| {
+        let txs = (0..8)
+            .map(|t| {
+                tx((0..32)
+                    .map(|s| {
+                        st(
+                            &format!(
+                                "UPDATE kv SET v = v + 1 WHERE {}",
+                                ranges(t, s).join(" OR ")
+                            ),
+                            vec![],
+                        )
+                    })
+                    .collect())
+            })
+            // And one that touches a row every range transaction's neighbour could.
+            .chain([tx(vec![st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![])])])
+            .collect();
+        block(store, 0, txs)
+    };
+    let (bp, bs) = (txs(&parallel), txs(&serial));
+    let p = run(&parallel, &bp, ExecMode::Parallel(8)).await;
+    let s = run(&serial, &bs, ExecMode::Serial).await;
+    if parallel.backend().concurrent_writers() {
+        let from = p.serial_from.expect("past the budget");
+        assert!((2..8).contains(&from), "serial from {from}");
+    } else {
+        assert_eq!(p.serial_from, None, "SQLite builds no graph");
+    }
+    assert_eq!(p.success, s.success);
+    assert_eq!(p.digest, s.digest);
+    assert_eq!(dump_all(&parallel).await, dump_all(&serial).await);
 }
 
 /// Case: a failing statement or guard rolls back the whole transaction (earlier statements
