@@ -116,7 +116,9 @@ impl MySql {
             .connect_with(connect)
             .await
             .map_err(|e| connect_err(e.to_string()))?;
+        // Not prepared: it would take a place in the connection's statement cache.
         let packet: i64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)")
+            .persistent(false)
             .fetch_one(&pool)
             .await
             .map_err(|e| connect_err(format!("reading max_allowed_packet: {e}")))?;
