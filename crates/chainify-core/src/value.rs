@@ -23,6 +23,16 @@ pub enum Value {
 }
 
 impl Value {
+    /// The bytes a text or byte string carries; 16 for any other value. What limits on values
+    /// count (a statement's parameters, what constant folding builds, a batch of rows).
+    pub fn payload_bytes(&self) -> usize {
+        match self {
+            Value::Text(t) => t.len(),
+            Value::Bytes(b) => b.len(),
+            _ => 16,
+        }
+    }
+
     /// A short name of the value's type, for error messages.
     pub fn type_name(&self) -> &'static str {
         match self {

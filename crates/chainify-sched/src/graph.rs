@@ -471,12 +471,17 @@ mod budget {
 
     use super::*;
 
+    /// Table `t` with a key of `arity` columns.
+    fn table(arity: usize) -> Resource {
+        Resource {
+            name: "t".into(),
+            arity,
+        }
+    }
+
     /// One transaction writing `n` disjoint ranges of `t`, from `from` on.
     fn ranges(from: i64, n: i64) -> ReadWriteSet {
-        let t = Resource {
-            name: "t".into(),
-            arity: 1,
-        };
+        let t = table(1);
         let keys = KeySet::Ranges(
             (0..n)
                 .map(|i| KeyRange {
@@ -533,10 +538,7 @@ mod budget {
     /// them in place, so each later range write walks them all again: the walks count too.
     #[test]
     fn readers_walked_by_range_writes_count_against_the_budget() {
-        let t = Resource {
-            name: "t".into(),
-            arity: 1,
-        };
+        let t = table(1);
         let mut sets = Vec::new();
         let (readers, writers) = (256, 128);
         for _ in 0..readers {
@@ -578,10 +580,7 @@ mod budget {
     /// over every key sharing it without covering one: those keys count as looked at.
     #[test]
     fn keys_a_range_passes_over_count_against_the_budget() {
-        let t = Resource {
-            name: "t".into(),
-            arity: 2,
-        };
+        let t = table(2);
         let mut sets = Vec::new();
         for i in 0..32 {
             let mut s = ReadWriteSet::default();

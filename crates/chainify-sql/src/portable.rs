@@ -71,12 +71,7 @@ impl Folding<'_> {
 
     /// Takes a produced value's bytes off what is left.
     fn charge(&self, v: &Value) -> Result<(), Rejection> {
-        let size = match v {
-            Value::Text(t) => t.len(),
-            Value::Bytes(b) => b.len(),
-            _ => 16,
-        };
-        match self.left.get().checked_sub(size) {
+        match self.left.get().checked_sub(v.payload_bytes()) {
             Some(left) => {
                 self.left.set(left);
                 Ok(())
@@ -498,11 +493,7 @@ impl Portable {
 /// packet limit, which aborted it there alone. The MySQL rendering is the count for every engine:
 /// it names each place at least once, and the refusal must not depend on the engine.
 fn check_bound_bytes(typed: &Typed, params: &[Value]) -> Result<(), Rejection> {
-    let size = |v: &Value| match v {
-        Value::Text(t) => t.len(),
-        Value::Bytes(b) => b.len(),
-        _ => 16,
-    };
+    let size = Value::payload_bytes;
     let places = &typed.rendered(Dialect::MySql).bind_order;
     let total = places
         .iter()

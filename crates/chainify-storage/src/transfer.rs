@@ -32,15 +32,7 @@ const BATCH_BYTES: usize = 4 << 20;
 /// `rows` in consecutive batches of at most `per` rows and, past the first row of a batch, at
 /// most [`BATCH_BYTES`] of values.
 fn row_batches(rows: &[Vec<Value>], per: usize) -> impl Iterator<Item = &[Vec<Value>]> {
-    let size = |row: &Vec<Value>| -> usize {
-        row.iter()
-            .map(|v| match v {
-                Value::Text(t) => t.len(),
-                Value::Bytes(b) => b.len(),
-                _ => 16,
-            })
-            .sum()
-    };
+    let size = |row: &Vec<Value>| -> usize { row.iter().map(Value::payload_bytes).sum() };
     let mut rest = rows;
     std::iter::from_fn(move || {
         if rest.is_empty() {
