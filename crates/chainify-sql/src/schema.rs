@@ -3,7 +3,7 @@
 //! for `chainify analyze` and tests) or programmatically from a database catalog (the storage
 //! crate). Identifiers are case-folded to lower case.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use sqlparser::ast::{
@@ -110,13 +110,94 @@ pub enum RefAction {
     Modify,
 }
 
+impl From<Declared> for RefAction {
+    fn from(a: Declared) -> Self {
+        match a {
+            Declared::NoAction | Declared::Restrict => RefAction::Restrict,
+            Declared::Cascade | Declared::SetNull | Declared::SetDefault => RefAction::Modify,
+        }
+    }
+}
+
 impl From<Option<&ReferentialAction>> for RefAction {
     fn from(a: Option<&ReferentialAction>) -> Self {
+        Declared::from(a).into()
+    }
+}
+
+/// A foreign key's action as declared. [`RefAction`] is what conflict analysis needs; the
+/// registration rules also need when each is checked or applied.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Declared {
+    /// NO ACTION (or nothing): checked at the end of the statement on every engine that allows
+    /// the schema.
+    #[default]
+    NoAction,
+    /// RESTRICT: SQLite checks it as each parent row changes.
+    Restrict,
+    /// CASCADE: the child rows are deleted, or their key columns updated, with the parent's.
+    Cascade,
+    /// SET NULL: the child rows' columns are updated to NULL.
+    SetNull,
+    /// SET DEFAULT: the child rows' columns are updated to their defaults.
+    SetDefault,
+}
+
+impl From<Option<&ReferentialAction>> for Declared {
+    fn from(a: Option<&ReferentialAction>) -> Self {
         match a {
-            None | Some(ReferentialAction::Restrict | ReferentialAction::NoAction) => {
-                RefAction::Restrict
-            }
-            Some(_) => RefAction::Modify,
+            None | Some(ReferentialAction::NoAction) => Declared::NoAction,
+            Some(ReferentialAction::Restrict) => Declared::Restrict,
+            Some(ReferentialAction::Cascade) => Declared::Cascade,
+            Some(ReferentialAction::SetNull) => Declared::SetNull,
+            Some(ReferentialAction::SetDefault) => Declared::SetDefault,
+        }
+    }
+}
+
+impl Declared {
+    /// The action as SQL spells it.
+    pub fn sql(self) -> &'static str {
+        match self {
+            Declared::NoAction => "NO ACTION",
+            Declared::Restrict => "RESTRICT",
+            Declared::Cascade => "CASCADE",
+            Declared::SetNull => "SET NULL",
+            Declared::SetDefault => "SET DEFAULT",
+        }
+    }
+
+    /// What the action does to a child row when its parent row goes through `parent`: nothing
+    /// (a check), or the change it makes.
+    fn applied(self, parent: Change) -> Option<Change> {
+        match self {
+            Declared::NoAction | Declared::Restrict => None,
+            Declared::Cascade => Some(parent),
+            Declared::SetNull | Declared::SetDefault => Some(Change::Update),
+        }
+    }
+}
+
+/// How one statement changes a table's rows.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Change {
+    Delete,
+    Update,
+}
+
+impl Change {
+    /// Which of a foreign key's two actions the change of its parent fires.
+    fn index(self) -> usize {
+        match self {
+            Change::Delete => 0,
+            Change::Update => 1,
+        }
+    }
+
+    fn sql(self) -> &'static str {
+        match self {
+            Change::Delete => "DELETE",
+            Change::Update => "UPDATE",
         }
     }
 }
@@ -253,15 +334,9 @@ pub struct ForeignKey {
     pub on_delete: RefAction,
     /// Effect of changing a parent's referenced key.
     pub on_update: RefAction,
-    /// Whether the check on delete, and on update, is declared RESTRICT rather than NO ACTION:
-    /// SQLite checks RESTRICT as each row changes, NO ACTION (as PostgreSQL both) at the end of
-    /// the statement.
-    pub restrict: [bool; 2],
-}
-
-/// Whether a declared action is RESTRICT.
-pub fn is_restrict(a: Option<&ReferentialAction>) -> bool {
-    matches!(a, Some(ReferentialAction::Restrict))
+    /// The actions as declared, on delete and on update: which are checked at once, at the end
+    /// of the statement, or change rows, and how.
+    pub declared: [Declared; 2],
 }
 
 /// A table.
@@ -325,6 +400,16 @@ pub enum SchemaError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Schema {
     tables: BTreeMap<String, Table>,
+}
+
+/// What one statement changes through cascading actions (see [`Schema::cascades_from`]).
+#[derive(Default)]
+struct Cascades<'s> {
+    /// How each table's rows change, the statement's own table included.
+    changes: BTreeMap<&'s str, BTreeSet<Change>>,
+    /// For each table changed through its foreign keys: which keys (by index), each with the
+    /// change of the parent that fires it.
+    edges: BTreeMap<&'s str, BTreeSet<(usize, Change)>>,
 }
 
 impl Schema {
@@ -437,37 +522,71 @@ impl Schema {
         self.check_cascade_diamonds()
     }
 
-    /// Refuses a foreign key declared RESTRICT on a parent whose rows one statement can remove
-    /// or re-key through cascading actions while it also changes the referencing rows: SQLite
-    /// checks RESTRICT as each cascaded row goes, in an order set by how the tables were
-    /// created, PostgreSQL after all of them, so deleting the common ancestor committed on
-    /// PostgreSQL and failed on SQLite. (NO ACTION is checked at the end of the statement on
-    /// both.)
+    /// Refuses the schemas where what one DELETE or UPDATE does through its cascading actions
+    /// depends on the order the engine applies them in (PostgreSQL by constraint name at the
+    /// end of the statement, SQLite as each row goes, in the order the tables were created):
+    ///
+    /// - a foreign key declared RESTRICT on a parent the statement changes, in a table whose
+    ///   rows it also changes: SQLite checks it as each cascaded row goes, PostgreSQL after all
+    ///   of them, so deleting the common ancestor committed on PostgreSQL and failed on SQLite
+    ///   (NO ACTION is checked at the end of the statement on both);
+    /// - a table whose rows two foreign keys change, one of them by updating them (SET NULL,
+    ///   SET DEFAULT, or a CASCADE of an update): the update can fail (a NOT NULL, UNIQUE or
+    ///   CHECK constraint) or reach further tables before the row is deleted or updated through
+    ///   the other key, or find it gone after, so the statement's outcome would depend on the
+    ///   order. Two keys that only delete the same rows agree in any order.
     fn check_cascade_diamonds(&self) -> Result<(), SchemaError> {
-        for (event, action) in [
-            (
-                "DELETE",
-                (|fk: &ForeignKey| fk.on_delete) as fn(&ForeignKey) -> RefAction,
-            ),
-            ("UPDATE", |fk: &ForeignKey| fk.on_update),
-        ] {
-            for from in self.tables.keys() {
-                let reached = self.cascades_from(from, action);
-                for t in reached.iter().filter_map(|n| self.tables.get(*n)) {
+        for from in self.tables.keys() {
+            for event in [Change::Delete, Change::Update] {
+                let reach = self.cascades_from(from, event);
+                for (table, edges) in &reach.edges {
+                    let Some(t) = self.tables.get(*table) else {
+                        continue;
+                    };
                     for fk in &t.foreign_keys {
-                        let checked_parent_changes =
-                            fk.parent == *from || reached.contains(fk.parent.as_str());
-                        // A cascaded row may be deleted or updated: either check applies.
-                        let restrict = fk.restrict.iter().any(|r| *r);
-                        if restrict && checked_parent_changes {
+                        let parent_changes = reach.changes.get(fk.parent.as_str());
+                        if let Some(change) = parent_changes
+                            .into_iter()
+                            .flatten()
+                            .find(|c| fk.declared[c.index()] == Declared::Restrict)
+                        {
                             return Err(SchemaError::Table {
                                 table: t.name.clone(),
                                 problem: format!(
-                                    "foreign key to {} is declared RESTRICT while an ON {event} CASCADE, SET NULL or SET DEFAULT from {from} can change both its rows and {}'s in one statement: SQLite checks RESTRICT as each row goes, in the order the tables were created, PostgreSQL after all of them, so the statement would commit on one and fail on the other; change the actions so that one statement cannot reach both",
-                                    fk.parent, fk.parent
+                                    "foreign key to {} is declared ON {} RESTRICT while {} {event_sql} of {from} can change both its rows and {}'s through CASCADE, SET NULL or SET DEFAULT: SQLite checks RESTRICT as each row goes, in the order the tables were created, PostgreSQL after all of them, so the statement would commit on one and fail on the other; declare it NO ACTION, or change the actions so that one statement cannot reach both",
+                                    fk.parent,
+                                    change.sql(),
+                                    if event == Change::Update { "an" } else { "a" },
+                                    fk.parent,
+                                    event_sql = event.sql(),
                                 ),
                             });
                         }
+                    }
+                    let updates = |(i, c): &(usize, Change)| {
+                        t.foreign_keys[*i].declared[c.index()].applied(*c) == Some(Change::Update)
+                    };
+                    if edges.len() > 1 && edges.iter().any(updates) {
+                        let describe = |(i, c): &(usize, Change)| {
+                            let fk = &t.foreign_keys[*i];
+                            format!(
+                                "to {} (ON {} {})",
+                                fk.parent,
+                                c.sql(),
+                                fk.declared[c.index()].sql()
+                            )
+                        };
+                        // Sorted: catalogs list a table's keys in different orders.
+                        let mut keys: Vec<String> = edges.iter().map(describe).collect();
+                        keys.sort();
+                        return Err(SchemaError::Table {
+                            table: t.name.clone(),
+                            problem: format!(
+                                "its foreign keys {} can all change the same rows in one {} of {from}, at least one by updating them: the engines apply the actions in different orders, so an update that fails (NOT NULL, UNIQUE, CHECK), or reaches further tables, before or after the row is changed through the other key would commit on one engine and fail on another; change the actions so that one statement reaches the table through one key, or only deletes through each",
+                                keys.join(" and "),
+                                event.sql()
+                            ),
+                        });
                     }
                 }
             }
@@ -475,36 +594,43 @@ impl Schema {
         Ok(())
     }
 
-    /// The tables whose rows a statement changing `from` changes through the action `action`
-    /// picks (CASCADE, SET NULL, SET DEFAULT), and below them through either action (a cascaded
-    /// row is deleted or updated), transitively.
-    fn cascades_from<'s>(
-        &'s self,
-        from: &str,
-        action: fn(&ForeignKey) -> RefAction,
-    ) -> std::collections::BTreeSet<&'s str> {
-        let mut reached = std::collections::BTreeSet::new();
-        let mut pending = vec![(from.to_owned(), true)];
-        while let Some((parent, first)) = pending.pop() {
+    /// What one `event` on `from` changes through the foreign keys' actions, transitively,
+    /// taking every update of a parent to change its referenced columns.
+    fn cascades_from<'s>(&'s self, from: &'s str, event: Change) -> Cascades<'s> {
+        let mut reach = Cascades::default();
+        reach.changes.entry(from).or_default().insert(event);
+        let mut pending = vec![(from, event)];
+        while let Some((parent, change)) = pending.pop() {
             for t in self.tables.values() {
-                let changed = t.foreign_keys.iter().any(|fk| {
-                    fk.parent == parent
-                        && (action(fk) == RefAction::Modify
-                            || (!first
-                                && (fk.on_delete == RefAction::Modify
-                                    || fk.on_update == RefAction::Modify)))
-                });
-                if changed && reached.insert(t.name.as_str()) {
-                    pending.push((t.name.clone(), false));
+                for (i, fk) in t.foreign_keys.iter().enumerate() {
+                    if fk.parent != parent {
+                        continue;
+                    }
+                    let Some(applied) = fk.declared[change.index()].applied(change) else {
+                        continue;
+                    };
+                    reach
+                        .edges
+                        .entry(t.name.as_str())
+                        .or_default()
+                        .insert((i, change));
+                    if reach
+                        .changes
+                        .entry(t.name.as_str())
+                        .or_default()
+                        .insert(applied)
+                    {
+                        pending.push((t.name.as_str(), applied));
+                    }
                 }
             }
         }
-        reached
+        reach
     }
 
     /// Whether `to` is `from` or one of its parents, grandparents, … by foreign keys.
     fn reaches(&self, from: &str, to: &str) -> bool {
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         let mut pending = vec![from];
         while let Some(name) = pending.pop() {
             if name == to {
@@ -673,10 +799,7 @@ fn table_from_create(ct: &CreateTable) -> Result<Table, SchemaError> {
             parent_columns,
             on_delete: fk.on_delete.as_ref().into(),
             on_update: fk.on_update.as_ref().into(),
-            restrict: [
-                is_restrict(fk.on_delete.as_ref()),
-                is_restrict(fk.on_update.as_ref()),
-            ],
+            declared: [fk.on_delete.as_ref().into(), fk.on_update.as_ref().into()],
         });
     }
     // Every engine keeps key columns non-NULL (registration refuses a nullable one on SQLite).
@@ -864,19 +987,18 @@ mod tests {
             // c2 cascades from p through c1 and checks p itself.
             format!(
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON UPDATE RESTRICT)"
+                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON DELETE RESTRICT)"
             ),
-            // Nulling c1's column reaches c2 through ON UPDATE below the first level.
+            // Nulling c1's column is an update of c1, which c2 checks at once.
             format!(
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1p INT REFERENCES c1(p) ON UPDATE CASCADE, x INT REFERENCES c1(id) ON DELETE RESTRICT)"
+                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1p INT REFERENCES c1(p) ON UPDATE RESTRICT)"
             ),
         ] {
             let problem = e(&sql).unwrap_or_default();
             assert!(
                 problem.starts_with("table c2: foreign key to ")
-                    && problem.contains("is declared RESTRICT while an ON DELETE CASCADE")
-                    && problem.contains("from p"),
+                    && problem.contains(" RESTRICT while a DELETE of p can change both its rows"),
                 "{sql}: {problem}"
             );
         }
@@ -894,6 +1016,86 @@ mod tests {
             format!(
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE RESTRICT); \
                  CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
+            ),
+            // A RESTRICT on p's updates, when the statement deletes p: the delete is checked by
+            // the key's ON DELETE NO ACTION, at the end of the statement.
+            format!(
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON UPDATE RESTRICT)"
+            ),
+        ] {
+            assert_eq!(e(&sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn a_table_two_keys_change_in_one_statement_by_an_update_is_refused() {
+        let e = |sql: &str| Schema::from_sql(sql).err().map(|e| e.to_string());
+        let p = "CREATE TABLE p (id INT PRIMARY KEY); ";
+        for (sql, keys, event) in [
+            // The note's race: c is deleted through one key and its column nulled through the
+            // other (a NOT NULL one fails only if the SET NULL runs first).
+            (
+                format!(
+                    "{p}CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON DELETE CASCADE, b INT NOT NULL REFERENCES p(id) ON DELETE SET NULL)"
+                ),
+                "to p (ON DELETE CASCADE) and to p (ON DELETE SET NULL)",
+                "DELETE",
+            ),
+            // Through two tables that both cascade from p.
+            (
+                format!(
+                    "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                     CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                     CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES c1(id) ON DELETE SET DEFAULT, b INT REFERENCES c2(id) ON DELETE CASCADE)"
+                ),
+                "to c1 (ON DELETE SET DEFAULT) and to c2 (ON DELETE CASCADE)",
+                "DELETE",
+            ),
+            // Two updates through a key change of p.
+            (
+                format!(
+                    "{p}CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON UPDATE CASCADE, b INT REFERENCES p(id) ON UPDATE SET NULL)"
+                ),
+                "to p (ON UPDATE CASCADE) and to p (ON UPDATE SET NULL)",
+                "UPDATE",
+            ),
+            // Nulling c1's unique column updates c through ON UPDATE one level below, while
+            // the delete of p deletes c through its other key.
+            (
+                format!(
+                    "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL); \
+                     CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES c1(p) ON UPDATE CASCADE, b INT REFERENCES p(id) ON DELETE CASCADE)"
+                ),
+                "to c1 (ON UPDATE CASCADE) and to p (ON DELETE CASCADE)",
+                "DELETE",
+            ),
+        ] {
+            let problem = e(&sql).unwrap_or_default();
+            assert!(
+                problem.starts_with(&format!("table c: its foreign keys {keys} can all change the same rows in one {event} of p"))
+                    && problem.contains("the engines apply the actions in different orders"),
+                "{sql}: {problem}"
+            );
+        }
+        // Keys that only delete the same rows, and one key that updates, stay allowed, and so
+        // does a table two keys reach through different statements.
+        for sql in [
+            format!(
+                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                 CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES c1(id) ON DELETE CASCADE, b INT REFERENCES c2(id) ON DELETE CASCADE)"
+            ),
+            format!(
+                "{p}CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON DELETE SET NULL ON UPDATE CASCADE)"
+            ),
+            format!(
+                "{p}CREATE TABLE q (id INT PRIMARY KEY); \
+                 CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON DELETE SET NULL, b INT REFERENCES q(id) ON DELETE SET NULL)"
+            ),
+            // The second key only checks.
+            format!(
+                "{p}CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON DELETE SET NULL, b INT REFERENCES p(id))"
             ),
         ] {
             assert_eq!(e(&sql), None, "{sql}");

@@ -4,7 +4,7 @@
 
 use chainify_core::{Decimal, Hasher, Value};
 use chainify_sql::ColumnType;
-use chainify_sql::schema::{Column, ForeignKey, Limit, RefAction, Table};
+use chainify_sql::schema::{Column, Declared, ForeignKey, Limit, Table};
 
 use crate::error::RegistrationError;
 
@@ -205,6 +205,15 @@ impl CatalogTable {
             .foreign_keys
             .iter()
             .map(|f| {
+                let action = |spelled: &str, event: &str| {
+                    declared(spelled).ok_or_else(|| {
+                        def(format!(
+                            "foreign key to {}: ON {event} action `{spelled}` is not one chainify knows (NO ACTION, RESTRICT, CASCADE, SET NULL, SET DEFAULT)",
+                            f.parent
+                        ))
+                    })
+                };
+                let declared = [action(&f.on_delete, "DELETE")?, action(&f.on_update, "UPDATE")?];
                 Ok(ForeignKey {
                     columns: f
                         .columns
@@ -213,9 +222,9 @@ impl CatalogTable {
                         .collect::<Result<_, _>>()?,
                     parent: f.parent.clone(),
                     parent_columns: f.parent_columns.clone(),
-                    on_delete: ref_action(&f.on_delete),
-                    on_update: ref_action(&f.on_update),
-                    restrict: [is_restrict(&f.on_delete), is_restrict(&f.on_update)],
+                    on_delete: declared[0].into(),
+                    on_update: declared[1].into(),
+                    declared,
                 })
             })
             .collect::<Result<Vec<_>, RegistrationError>>()?;
@@ -406,21 +415,20 @@ fn parse_literal(text: &str) -> Option<(Literal, Vec<String>)> {
     Some((literal, casts))
 }
 
-/// RESTRICT and NO ACTION read the children; everything else (CASCADE, SET NULL, SET DEFAULT)
-/// writes them. Unknown spellings count as writes, the safe side for conflict analysis.
-fn ref_action(action: &str) -> RefAction {
+/// An action as the catalogs spell it: the SQL words (MySQL, SQLite; MariaDB reports a key
+/// declared without one as RESTRICT, which it checks row by row as it does NO ACTION) or
+/// PostgreSQL's `confdeltype` letters. `None` for a spelling chainify does not know, which
+/// registration refuses rather than guess whether it writes the children.
+fn declared(action: &str) -> Option<Declared> {
     let a = action.trim().to_ascii_uppercase().replace('_', " ");
-    if a.is_empty() || a == "RESTRICT" || a == "NO ACTION" || a == "A" || a == "R" {
-        RefAction::Restrict
-    } else {
-        RefAction::Modify
-    }
-}
-
-/// RESTRICT as the catalogs spell it (PostgreSQL's `r`), not NO ACTION (`a`, or nothing).
-fn is_restrict(action: &str) -> bool {
-    let a = action.trim().to_ascii_uppercase();
-    a == "RESTRICT" || a == "R"
+    Some(match a.as_str() {
+        "" | "NO ACTION" | "A" => Declared::NoAction,
+        "RESTRICT" | "R" => Declared::Restrict,
+        "CASCADE" | "C" => Declared::Cascade,
+        "SET NULL" | "N" => Declared::SetNull,
+        "SET DEFAULT" | "D" => Declared::SetDefault,
+        _ => return None,
+    })
 }
 
 /// `[a-z_][a-z0-9_]*`: needs no quoting on any engine and means the same everywhere.
@@ -474,6 +482,7 @@ pub fn classify_declared_type(declared: &str) -> (ColumnType, Option<u32>) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use chainify_sql::schema::RefAction;
 
     /// A NOT NULL column of the declared type (also used by the `ddl` tests).
     pub(crate) fn col(name: &str, native: &str) -> CatalogColumn {
@@ -608,6 +617,36 @@ pub(crate) mod tests {
         assert_eq!(t.columns[1].ty, ColumnType::Decimal { scale: Some(2) });
         assert_eq!(t.foreign_keys[0].on_delete, RefAction::Modify);
         assert_eq!(t.foreign_keys[0].on_update, RefAction::Restrict);
+        assert_eq!(
+            t.foreign_keys[0].declared,
+            [Declared::Cascade, Declared::NoAction]
+        );
+    }
+
+    #[test]
+    fn every_catalog_spelling_of_an_action_is_read_and_others_are_refused() {
+        // PostgreSQL's letters, and the words MySQL and SQLite use.
+        for (spellings, action) in [
+            (["a", "NO ACTION", ""], Declared::NoAction),
+            (["r", "RESTRICT", "restrict"], Declared::Restrict),
+            (["c", "CASCADE", "cascade"], Declared::Cascade),
+            (["n", "SET NULL", "SET_NULL"], Declared::SetNull),
+            (["d", "SET DEFAULT", "set default"], Declared::SetDefault),
+        ] {
+            for spelled in spellings {
+                let mut t = table();
+                t.foreign_keys[0].on_update = spelled.into();
+                let fk = &t.to_shared().unwrap().foreign_keys[0];
+                assert_eq!(fk.declared[1], action, "{spelled:?}");
+                assert_eq!(fk.on_update, RefAction::from(action), "{spelled:?}");
+            }
+        }
+        let mut t = table();
+        t.foreign_keys[0].on_delete = "SET SOMETHING".into();
+        assert_eq!(
+            t.to_shared().unwrap_err().to_string(),
+            "table checking: foreign key to accounts: ON DELETE action `SET SOMETHING` is not one chainify knows (NO ACTION, RESTRICT, CASCADE, SET NULL, SET DEFAULT)"
+        );
     }
 
     #[test]

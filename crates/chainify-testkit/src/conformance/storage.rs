@@ -13,6 +13,7 @@ use chainify_core::tx::{Statement, Transaction};
 use chainify_core::{BlockNumber, Decimal, Digest, TxId, Value};
 use chainify_sql::Analyzer;
 use chainify_sql::render::Dialect;
+use chainify_sql::schema::Declared;
 use chainify_workload::Rng;
 
 use chainify_storage::{
@@ -2643,6 +2644,63 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
     )
     .await;
     cases.push(("tree", "foreign key (up) references the table itself"));
+    // RESTRICT and NO ACTION as each catalog reports them (MariaDB reports a key declared
+    // without an action as RESTRICT, which it checks as it does NO ACTION).
+    outside(
+        backend,
+        "CREATE TABLE rp (k BIGINT NOT NULL PRIMARY KEY);\n\
+         CREATE TABLE rr (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES rp (k) ON DELETE RESTRICT);\n\
+         CREATE TABLE rn (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES rp (k) ON DELETE NO ACTION ON UPDATE RESTRICT)",
+    )
+    .await;
+    store
+        .register(&["rp", "rr", "rn"])
+        .await
+        .expect("keys that only check");
+    let schema = store.schema().expect("the registered schema");
+    let declared = |t: &str| schema.table(t).expect("registered").foreign_keys[0].declared;
+    let undeclared = if backend.dialect() == Dialect::MySql {
+        Declared::Restrict
+    } else {
+        Declared::NoAction
+    };
+    assert_eq!(declared("rr"), [Declared::Restrict, undeclared]);
+    assert_eq!(declared("rn"), [Declared::NoAction, Declared::Restrict]);
+    // Actions one statement would apply in an engine's own order (MariaDB refuses the actions
+    // themselves): a delete of dmp deletes dmc's row through one key and nulls it through the
+    // other, which PostgreSQL and SQLite do in opposite orders; a RESTRICT that SQLite checks
+    // as each cascaded row goes and PostgreSQL after all of them; the same with NO ACTION is
+    // checked at the end everywhere and is shared.
+    outside(
+        backend,
+        "CREATE TABLE dmp (k BIGINT NOT NULL PRIMARY KEY);\n\
+         CREATE TABLE dmc (k BIGINT NOT NULL PRIMARY KEY, a BIGINT, b BIGINT, FOREIGN KEY (a) REFERENCES dmp (k) ON DELETE CASCADE, FOREIGN KEY (b) REFERENCES dmp (k) ON DELETE SET NULL);\n\
+         CREATE TABLE rdp (k BIGINT NOT NULL PRIMARY KEY);\n\
+         CREATE TABLE rdc1 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES rdp (k) ON DELETE CASCADE);\n\
+         CREATE TABLE rdc2 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, c1 BIGINT, FOREIGN KEY (p) REFERENCES rdp (k) ON DELETE CASCADE, FOREIGN KEY (c1) REFERENCES rdc1 (k) ON DELETE RESTRICT);\n\
+         CREATE TABLE ndp (k BIGINT NOT NULL PRIMARY KEY);\n\
+         CREATE TABLE ndc1 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES ndp (k) ON DELETE CASCADE);\n\
+         CREATE TABLE ndc2 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, c1 BIGINT, FOREIGN KEY (p) REFERENCES ndp (k) ON DELETE CASCADE, FOREIGN KEY (c1) REFERENCES ndc1 (k) ON DELETE NO ACTION)",
+    )
+    .await;
+    if backend.dialect() == Dialect::MySql {
+        cases.push(("dmc", "ON DELETE CASCADE"));
+    } else {
+        cases.extend([
+            (
+                "dmc",
+                "its foreign keys to dmp (ON DELETE CASCADE) and to dmp (ON DELETE SET NULL) can all change the same rows in one DELETE of dmp",
+            ),
+            (
+                "rdc2",
+                "foreign key to rdc1 is declared ON DELETE RESTRICT while a DELETE of rdp can change both its rows and rdc1's",
+            ),
+        ]);
+        store
+            .register(&["ndp", "ndc1", "ndc2"])
+            .await
+            .expect("NO ACTION is checked at the end of the statement everywhere");
+    }
     match backend.dialect() {
         Dialect::Postgres => {
             outside(
@@ -2778,6 +2836,10 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
     for (table, cause) in cases {
         let names: Vec<&str> = if table == "chi" || table == "chn" {
             vec!["par", table]
+        } else if table == "dmc" {
+            vec!["dmp", table]
+        } else if table == "rdc2" {
+            vec!["rdp", "rdc1", table]
         } else if table == "dfk" {
             vec!["dpar", table]
         } else {
