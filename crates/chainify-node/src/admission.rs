@@ -54,7 +54,7 @@ pub enum Refusal {
     },
     /// The SQL breaks the portable subset or a determinism rule.
     #[error(transparent)]
-    Invalid(#[from] AnalysisError),
+    Invalid(AnalysisError),
     /// The client lacks a grant a statement needs.
     #[error(transparent)]
     PermissionDenied(#[from] MissingGrant),
@@ -84,6 +84,18 @@ pub enum Refusal {
         /// Why it failed.
         problem: String,
     },
+}
+
+/// An analysis that could not run here ([`RejectKind::Unavailable`]) is no verdict on the
+/// transaction: this organization is unavailable, and the client (or the block) tries again.
+impl From<AnalysisError> for Refusal {
+    fn from(e: AnalysisError) -> Self {
+        if e.kind == RejectKind::Unavailable {
+            Refusal::unavailable("analysing the transaction", e)
+        } else {
+            Refusal::Invalid(e)
+        }
+    }
 }
 
 impl Refusal {
@@ -1678,5 +1690,27 @@ mod tests {
         let under = sized(7, 60 * 1024);
         assert!(under.body.encode_canonical().len() <= MAX_TRANSACTION_BYTES);
         check(&under).expect("a transaction under the limit is admitted");
+    }
+
+    /// An analysis that could not run here answers the client as unavailable (try again), and
+    /// only that kind: every verdict on the SQL stays a refusal of the transaction.
+    #[test]
+    fn an_analysis_that_cannot_run_here_is_unavailable_not_invalid() {
+        for kind in RejectKind::ALL {
+            let refusal = Refusal::from(AnalysisError {
+                statement: 1,
+                kind,
+                reason: "why".into(),
+            });
+            if kind == RejectKind::Unavailable {
+                assert_eq!(
+                    refusal.to_string(),
+                    "analysing the transaction: statement 1: why"
+                );
+                assert!(matches!(refusal, Refusal::Unavailable { .. }));
+            } else {
+                assert!(matches!(refusal, Refusal::Invalid(_)), "{kind:?}");
+            }
+        }
     }
 }

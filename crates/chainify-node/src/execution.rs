@@ -21,6 +21,15 @@ pub enum ExecutionError {
     /// The execution process failed or could not be reached (the block can be run again).
     #[error("execution component: {0}")]
     Remote(String),
+    /// Something the block's validation needs could not be had at this organization now (a
+    /// thread to analyse a transaction on): no verdict on the block, which is run again.
+    #[error("block {block}: {problem}")]
+    Unavailable {
+        /// The block.
+        block: chainify_core::BlockNumber,
+        /// What could not be had, for which transaction.
+        problem: String,
+    },
     /// The block is not for this network.
     #[error("block {block} is for network {network}, not this one")]
     WrongNetwork {
@@ -285,6 +294,14 @@ impl<B: Backend> ExecutionServer<B> {
                     transaction: chained.proposal.body.transaction.clone(),
                     analysis,
                 })),
+                // Another organization may well analyse it: marking it invalid here alone
+                // would set this organization's vote apart.
+                Err(refusal @ Refusal::Unavailable { .. }) => {
+                    return Err(ExecutionError::Unavailable {
+                        block: block.number,
+                        problem: format!("transaction {index}: {refusal}"),
+                    });
+                }
                 Err(refusal) => {
                     invalid.push((index, refusal.to_string()));
                     txs.push(None);
@@ -433,5 +450,87 @@ mod tests {
         foreign.network = NetworkId::new("other").expect("network");
         ahead.prepare(&foreign);
         assert!(ahead.take(BlockNumber(8)).is_empty());
+    }
+
+    /// An analysis that cannot run here (no thread for it) is no verdict: the block fails at
+    /// this organization and applies nothing, instead of being voted with the transaction
+    /// marked invalid here alone; run again when the analysis can run, it commits.
+    #[tokio::test]
+    async fn an_analysis_that_cannot_run_here_fails_the_block_instead_of_the_transaction() {
+        use chainify_core::OrgId;
+        use chainify_core::tx::{EarlyAbortResponse, Verdict};
+        use chainify_storage::{AnyBackend, StoreOptions};
+
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}/unavailable.db", dir.path().display());
+        let options = StoreOptions::default();
+        let backend = AnyBackend::connect(&url, &options)
+            .await
+            .expect("SQLite opens");
+        chainify_testkit::conformance::storage::outside(
+            &backend,
+            "CREATE TABLE kv (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL);\n\
+             INSERT INTO kv VALUES (1, 10)",
+        )
+        .await;
+        let store = Arc::new(
+            Store::open(backend, options)
+                .await
+                .expect("the store opens"),
+        );
+        store.register(&["kv"]).await.expect("kv registers");
+        let ahead = look_ahead();
+        let mut server = ExecutionServer::new(
+            store.clone(),
+            ahead.network.clone(),
+            ExecMode::Serial,
+            ahead.verifier.clone(),
+        )
+        .expect("an execution server");
+        let mut block = block(1, "UPDATE kv SET v = v + 1 WHERE k = 1");
+        let id = block.transactions[0].proposal.tx_id();
+        block.transactions[0].responses = vec![EarlyAbortResponse::new_signed(
+            id,
+            OrgId(1),
+            Verdict::Accept,
+            &SigningKey::from_seed(&[1; 32]),
+        )];
+        let working = server.ahead.analyzer.clone();
+        server.ahead.analyzer =
+            Arc::new(Analyzer::new(store.schema().expect("schema")).with_analysis_stack(1 << 60));
+        let failed = server.execute(&block, Digest::ZERO).await.map(|e| e.ledger);
+        let Err(ExecutionError::Unavailable {
+            block: number,
+            problem,
+        }) = failed
+        else {
+            panic!("the block was not failed: {failed:?}");
+        };
+        assert_eq!(number, BlockNumber(1));
+        assert!(
+            problem.starts_with("transaction 0: analysing the transaction:")
+                && problem.contains("no thread for the analysis at this organization"),
+            "{problem}"
+        );
+        assert!(
+            store
+                .known_transactions(BlockNumber(2), &[id])
+                .await
+                .expect("the applied blocks")
+                .is_empty(),
+            "nothing of the block was applied"
+        );
+        server.ahead.analyzer = working;
+        let executed = server
+            .execute(&block, Digest::ZERO)
+            .await
+            .expect("the block runs once the analysis can");
+        assert_eq!(executed.ledger.valid, vec![true]);
+        assert_eq!(
+            executed.ledger.success,
+            vec![true],
+            "{:?}",
+            executed.invalid
+        );
     }
 }

@@ -213,6 +213,8 @@ pub struct Analyzer {
     cache_bytes: usize,
     /// The most whole-table scans a transaction's statement may nest.
     max_degree: u32,
+    /// Stack bytes of the thread each new text is analysed on.
+    analysis_stack: usize,
 }
 
 impl Analyzer {
@@ -223,7 +225,15 @@ impl Analyzer {
             cache: RwLock::new(PlanCache::default()),
             cache_bytes: PLAN_CACHE_BYTES,
             max_degree: portable::MAX_DEGREE,
+            analysis_stack: ANALYSIS_STACK,
         }
+    }
+
+    /// Analyses each new text on a thread of `bytes` of stack instead of the default
+    /// 64 MiB; never less, which the nesting bounds are measured against.
+    pub fn with_analysis_stack(mut self, bytes: usize) -> Self {
+        self.analysis_stack = bytes.max(ANALYSIS_STACK);
+        self
     }
 
     /// Lets a transaction's statement nest up to `degree` whole-table scans instead of
@@ -278,7 +288,8 @@ impl Analyzer {
         // An analysis that could not run (no thread under memory pressure, a panic) is not
         // kept: the next transaction with the text tries again instead of being refused here
         // alone for as long as the cache holds it.
-        if matches!(&result, Err(r) if r.kind() == RejectKind::Internal) {
+        if matches!(&result, Err(r) if matches!(r.kind(), RejectKind::Internal | RejectKind::Unavailable))
+        {
             return Ok(result);
         }
         let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
@@ -347,9 +358,13 @@ impl Analyzer {
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("chainify-analyse".into())
-                .stack_size(ANALYSIS_STACK)
+                .stack_size(self.analysis_stack)
                 .spawn_scoped(scope, || self.plan_on_this_stack(sql))
-                .map_err(|e| Rejection::internal(format!("cannot start the analysis: {e}")))?
+                .map_err(|e| {
+                    Rejection::unavailable(format!(
+                        "no thread for the analysis at this organization ({e}); not a verdict on the statement, try again"
+                    ))
+                })?
                 .join()
                 .unwrap_or_else(|_| Err(Rejection::internal("the analysis failed unexpectedly")))
         })

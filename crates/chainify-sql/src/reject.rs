@@ -40,11 +40,15 @@ pub enum RejectKind {
     Statement,
     /// `SQL009`: the analysis itself failed (not the statement's fault).
     Internal,
+    /// `SQL010`: the analysis could not run at this organization now (no thread could be
+    /// started for it): not a verdict on the statement, which every other organization may
+    /// accept. A block holding it is run again rather than the transaction marked invalid.
+    Unavailable,
 }
 
 impl RejectKind {
     /// Every kind, in code order.
-    pub const ALL: [RejectKind; 9] = [
+    pub const ALL: [RejectKind; 10] = [
         RejectKind::Syntax,
         RejectKind::Unsupported,
         RejectKind::UnknownName,
@@ -54,6 +58,7 @@ impl RejectKind {
         RejectKind::Limit,
         RejectKind::Statement,
         RejectKind::Internal,
+        RejectKind::Unavailable,
     ];
 
     /// The stable code (`SQL001`…); see the type's contract.
@@ -68,6 +73,7 @@ impl RejectKind {
             RejectKind::Limit => "SQL007",
             RejectKind::Statement => "SQL008",
             RejectKind::Internal => "SQL009",
+            RejectKind::Unavailable => "SQL010",
         }
     }
 }
@@ -139,6 +145,11 @@ impl Rejection {
     /// [`RejectKind::Internal`].
     pub(crate) fn internal(reason: impl Into<String>) -> Self {
         Self::new(RejectKind::Internal, reason)
+    }
+
+    /// [`RejectKind::Unavailable`].
+    pub(crate) fn unavailable(reason: impl Into<String>) -> Self {
+        Self::new(RejectKind::Unavailable, reason)
     }
 
     /// The kind.

@@ -25,7 +25,7 @@ fn rejected(a: &Analyzer, sql: &str, params: Vec<Value>) -> AnalysisError {
 }
 
 /// The codes, as documented; changing one is a breaking change of the contract.
-const TABLE: [(RejectKind, &str); 9] = [
+const TABLE: [(RejectKind, &str); 10] = [
     (RejectKind::Syntax, "SQL001"),
     (RejectKind::Unsupported, "SQL002"),
     (RejectKind::UnknownName, "SQL003"),
@@ -35,6 +35,7 @@ const TABLE: [(RejectKind, &str); 9] = [
     (RejectKind::Limit, "SQL007"),
     (RejectKind::Statement, "SQL008"),
     (RejectKind::Internal, "SQL009"),
+    (RejectKind::Unavailable, "SQL010"),
 ];
 
 #[test]
@@ -205,8 +206,25 @@ fn every_kind_has_a_representative_rejection() {
         .unwrap_err();
     assert_eq!(e.kind, RejectKind::Statement, "{e}");
 
-    // Every kind but Internal (the analysis thread failing to start or panicking, which no
-    // statement can provoke) has a representative above.
+    // An analysis thread that cannot start: its stack cannot be mapped.
+    let e = Analyzer::new(a.schema().clone())
+        .with_analysis_stack(1 << 60)
+        .analyze(&Transaction {
+            statements: vec![Statement::new(
+                "UPDATE checking SET bal = 1 WHERE custid = 1",
+                vec![],
+            )],
+        })
+        .unwrap_err();
+    assert_eq!(
+        (e.kind, e.code()),
+        (RejectKind::Unavailable, "SQL010"),
+        "{e}"
+    );
+    seen.push(e.kind);
+
+    // Every kind but Internal (the analysis panicking, which no statement should provoke)
+    // has a representative above.
     for kind in RejectKind::ALL {
         assert!(
             seen.contains(&kind) || kind == RejectKind::Internal,
