@@ -17,7 +17,7 @@
 //! integer arithmetic on SQLite). Everything else is refused with the reason. The table of
 //! semantics is `docs/design/portable-sql.md`.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
@@ -52,9 +52,9 @@ pub const MAX_TERMS: usize = 4_096;
 /// uses them (under MariaDB's default packet of 16 MiB with room for the text).
 pub const MAX_BOUND_BYTES: usize = 4 << 20;
 
-/// Most bytes of values constant folding may produce for one transaction (or query): it
-/// evaluates every operator with everything under it, so a value under nested operators is
-/// copied (or rebuilt, by REPLACE or `||`) once for each of them, in every statement.
+/// Most bytes of values constant folding may produce for one transaction (or query): each
+/// operator's value counts once, so a long value rebuilt (by REPLACE or `||`) under nested
+/// operators counts once for each of them, in every statement.
 pub const MAX_FOLDED_BYTES: usize = 16 << 20;
 
 /// Parameters as constant folding reads them, and what it may still produce.
@@ -62,6 +62,21 @@ struct Folding<'a> {
     params: &'a [Value],
     /// Bytes of values folding may still produce; it stops with a refusal past them.
     left: Cell<usize>,
+    /// The value of each node already folded, by its address in the statement being checked:
+    /// the check visits every operator and each folds everything under it, which without this
+    /// folded a node once for every operator above it.
+    folded: RefCell<rustc_hash::FxHashMap<usize, Option<Value>>>,
+}
+
+impl<'a> Folding<'a> {
+    /// Folding for one statement, with `left` bytes it may still produce.
+    fn new(params: &'a [Value], left: usize) -> Self {
+        Folding {
+            params,
+            left: Cell::new(left),
+            folded: RefCell::default(),
+        }
+    }
 }
 
 impl Folding<'_> {
@@ -77,7 +92,7 @@ impl Folding<'_> {
                 Ok(())
             }
             None => Err(Rejection::limit(format!(
-                "folding its constants produces more than the {MAX_FOLDED_BYTES} bytes of values a transaction may (long values under nested operators are copied or rebuilt for each of them)"
+                "folding its constants produces more than the {MAX_FOLDED_BYTES} bytes of values a transaction may (a long value rebuilt under nested operators counts once for each)"
             ))),
         }
     }
@@ -414,10 +429,7 @@ impl Portable {
         check_bound_bytes(typed, params)?;
         check_parameters(typed, params)?;
         if self.has_constants {
-            let folding = Folding {
-                params,
-                left: Cell::new(*budget),
-            };
+            let folding = Folding::new(params, *budget);
             let checked = self.check_constants(&folding);
             *budget = folding.left.get();
             checked?;
@@ -4215,10 +4227,16 @@ fn bool_fold(and: bool, x: Option<Option<bool>>, y: Option<Option<bool>>) -> Opt
 /// Evaluates a constant expression as PostgreSQL folds it when it plans; `Ok(None)` when it is
 /// not one this evaluator knows. Folding more than PostgreSQL only refuses more.
 fn eval(e: &E, params: &Folding<'_>) -> Result<Option<Value>, Rejection> {
+    // Each node is folded, and charged, once.
+    let node = std::ptr::from_ref(e) as usize;
+    if let Some(v) = params.folded.borrow().get(&node) {
+        return Ok(v.clone());
+    }
     let v = eval_node(e, params)?;
     if let Some(v) = &v {
         params.charge(v)?;
     }
+    params.folded.borrow_mut().insert(node, v.clone());
     Ok(v)
 }
 
@@ -4711,10 +4729,7 @@ mod tests {
     use super::*;
 
     fn folding(params: &[Value]) -> Folding<'_> {
-        Folding {
-            params,
-            left: Cell::new(usize::MAX),
-        }
+        Folding::new(params, usize::MAX)
     }
 
     /// The plain recursive definition of LIKE, the oracle for the linear matcher.
