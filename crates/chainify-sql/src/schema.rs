@@ -523,13 +523,16 @@ impl Schema {
     }
 
     /// Refuses the schemas where what one DELETE or UPDATE does through its cascading actions
-    /// depends on the order the engine applies them in (PostgreSQL by constraint name at the
-    /// end of the statement, SQLite as each row goes, in the order the tables were created):
+    /// depends on the order the engine applies them in (PostgreSQL level by level as the actions
+    /// cascade, each level in the order the constraints were created; SQLite as each row goes,
+    /// in the order the tables were created):
     ///
-    /// - a foreign key declared RESTRICT on a parent the statement changes, in a table whose
-    ///   rows it also changes: SQLite checks it as each cascaded row goes, PostgreSQL after all
-    ///   of them, so deleting the common ancestor committed on PostgreSQL and failed on SQLite
-    ///   (NO ACTION is checked at the end of the statement on both);
+    /// - a foreign key that only checks (NO ACTION or RESTRICT) a parent the statement changes,
+    ///   in a table whose rows it also changes: PostgreSQL checks it once the level of the
+    ///   parent's change is done, before deeper cascades have removed the referencing rows,
+    ///   SQLite checks RESTRICT as each row goes and NO ACTION at the end of the statement, so
+    ///   deleting a common ancestor committed on one and failed on the other (p ← c1 CASCADE,
+    ///   c1 ← c2 CASCADE, c2 → p NO ACTION: PostgreSQL 15 fails, SQLite 3.40 commits);
     /// - a table whose rows two foreign keys change, one of them by updating them (SET NULL,
     ///   SET DEFAULT, or a CASCADE of an update): the update can fail (a NOT NULL, UNIQUE or
     ///   CHECK constraint) or reach further tables before the row is deleted or updated through
@@ -548,16 +551,18 @@ impl Schema {
                         if let Some(change) = parent_changes
                             .into_iter()
                             .flatten()
-                            .find(|c| fk.declared[c.index()] == Declared::Restrict)
+                            .find(|c| fk.declared[c.index()].applied(**c).is_none())
                         {
                             return Err(SchemaError::Table {
                                 table: t.name.clone(),
                                 problem: format!(
-                                    "foreign key to {} is declared ON {} RESTRICT while {} {event_sql} of {from} can change both its rows and {}'s through CASCADE, SET NULL or SET DEFAULT: SQLite checks RESTRICT as each row goes, in the order the tables were created, PostgreSQL after all of them, so the statement would commit on one and fail on the other; declare it NO ACTION, or change the actions so that one statement cannot reach both",
+                                    "foreign key to {} only checks ON {} ({}) while {} {event_sql} of {from} can change both its rows and {}'s through CASCADE, SET NULL or SET DEFAULT: PostgreSQL checks it level by level as the actions cascade, SQLite as each row goes (RESTRICT) or at the end of the statement (NO ACTION), so the statement would commit on one and fail on the other; give it ON {} CASCADE as well, or change the actions so that one statement cannot reach both",
                                     fk.parent,
                                     change.sql(),
+                                    fk.declared[change.index()].sql(),
                                     if event == Change::Update { "an" } else { "a" },
                                     fk.parent,
+                                    change.sql(),
                                     event_sql = event.sql(),
                                 ),
                             });
@@ -975,40 +980,62 @@ mod tests {
     }
 
     #[test]
-    fn a_restrict_on_rows_one_cascade_also_removes_is_refused() {
+    fn a_check_on_rows_the_same_cascade_changes_is_refused() {
         let e = |sql: &str| Schema::from_sql(sql).err().map(|e| e.to_string());
         let p = "CREATE TABLE p (id INT PRIMARY KEY); ";
-        for sql in [
+        for (sql, check) in [
             // Both children cascade from p; c2 checks c1 at once.
-            format!(
-                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
+            (
+                format!(
+                    "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                     CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
+                ),
+                "to c1 only checks ON DELETE (RESTRICT)",
             ),
-            // c2 cascades from p through c1 and checks p itself.
-            format!(
-                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON DELETE RESTRICT)"
+            // The review's case: c2 cascades from p one level below c1 and checks p, which
+            // PostgreSQL does before that level (it fails, SQLite commits).
+            (
+                format!(
+                    "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                     CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE CASCADE, p INT REFERENCES p(id))"
+                ),
+                "to p only checks ON DELETE (NO ACTION)",
             ),
-            // Nulling c1's column is an update of c1, which c2 checks at once.
-            format!(
-                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1p INT REFERENCES c1(p) ON UPDATE RESTRICT)"
+            // The same with a RESTRICT on p's updates: the delete is still checked.
+            (
+                format!(
+                    "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
+                     CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON UPDATE RESTRICT)"
+                ),
+                "to p only checks ON DELETE (NO ACTION)",
+            ),
+            // Nulling c1's column is an update of c1, which c2 checks.
+            (
+                format!(
+                    "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL); \
+                     CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1p INT REFERENCES c1(p) ON UPDATE RESTRICT)"
+                ),
+                "to c1 only checks ON UPDATE (RESTRICT)",
+            ),
+            // Users, posts and comments that cascade from users, comments checking posts.
+            (
+                "CREATE TABLE users (id INT PRIMARY KEY); \
+                 CREATE TABLE posts (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE); \
+                 CREATE TABLE c2 (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE, post INT REFERENCES posts(id))".to_owned(),
+                "to posts only checks ON DELETE (NO ACTION)",
             ),
         ] {
             let problem = e(&sql).unwrap_or_default();
             assert!(
-                problem.starts_with("table c2: foreign key to ")
-                    && problem.contains(" RESTRICT while a DELETE of p can change both its rows"),
+                problem.starts_with(&format!("table c2: foreign key {check} while a DELETE of "))
+                    && problem.contains("can change both its rows and")
+                    && problem.contains("PostgreSQL checks it level by level"),
                 "{sql}: {problem}"
             );
         }
-        // NO ACTION is checked at the end of the statement everywhere (users, posts and
-        // comments that cascade from users, comments referencing posts), and a RESTRICT on rows
-        // no cascade of the same statement changes stays allowed.
+        // A check on rows no cascade of the same statement changes stays allowed, and so do
+        // keys that all cascade.
         for sql in [
-            "CREATE TABLE users (id INT PRIMARY KEY); \
-             CREATE TABLE posts (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE); \
-             CREATE TABLE comments (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE, post INT REFERENCES posts(id))".to_owned(),
             format!(
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
                  CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
@@ -1017,12 +1044,9 @@ mod tests {
                 "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE RESTRICT); \
                  CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
             ),
-            // A RESTRICT on p's updates, when the statement deletes p: the delete is checked by
-            // the key's ON DELETE NO ACTION, at the end of the statement.
-            format!(
-                "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
-                 CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON UPDATE RESTRICT)"
-            ),
+            "CREATE TABLE users (id INT PRIMARY KEY); \
+             CREATE TABLE posts (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE); \
+             CREATE TABLE comments (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE, post INT REFERENCES posts(id) ON DELETE CASCADE)".to_owned(),
         ] {
             assert_eq!(e(&sql), None, "{sql}");
         }
@@ -1092,10 +1116,6 @@ mod tests {
             format!(
                 "{p}CREATE TABLE q (id INT PRIMARY KEY); \
                  CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON DELETE SET NULL, b INT REFERENCES q(id) ON DELETE SET NULL)"
-            ),
-            // The second key only checks.
-            format!(
-                "{p}CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON DELETE SET NULL, b INT REFERENCES p(id))"
             ),
         ] {
             assert_eq!(e(&sql), None, "{sql}");

@@ -2668,9 +2668,10 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
     assert_eq!(declared("rn"), [Declared::NoAction, Declared::Restrict]);
     // Actions one statement would apply in an engine's own order (MariaDB refuses the actions
     // themselves): a delete of dmp deletes dmc's row through one key and nulls it through the
-    // other, which PostgreSQL and SQLite do in opposite orders; a RESTRICT that SQLite checks
-    // as each cascaded row goes and PostgreSQL after all of them; the same with NO ACTION is
-    // checked at the end everywhere and is shared.
+    // other, which PostgreSQL and SQLite do in opposite orders; a RESTRICT, or a NO ACTION, on
+    // rows the same cascade removes, which SQLite checks as each row goes (RESTRICT) or at the
+    // end of the statement (NO ACTION), PostgreSQL level by level as the actions cascade. Keys
+    // that all cascade are shared.
     outside(
         backend,
         "CREATE TABLE dmp (k BIGINT NOT NULL PRIMARY KEY);\n\
@@ -2680,7 +2681,10 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
          CREATE TABLE rdc2 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, c1 BIGINT, FOREIGN KEY (p) REFERENCES rdp (k) ON DELETE CASCADE, FOREIGN KEY (c1) REFERENCES rdc1 (k) ON DELETE RESTRICT);\n\
          CREATE TABLE ndp (k BIGINT NOT NULL PRIMARY KEY);\n\
          CREATE TABLE ndc1 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES ndp (k) ON DELETE CASCADE);\n\
-         CREATE TABLE ndc2 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, c1 BIGINT, FOREIGN KEY (p) REFERENCES ndp (k) ON DELETE CASCADE, FOREIGN KEY (c1) REFERENCES ndc1 (k) ON DELETE NO ACTION)",
+         CREATE TABLE ndc2 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, c1 BIGINT, FOREIGN KEY (p) REFERENCES ndp (k) ON DELETE CASCADE, FOREIGN KEY (c1) REFERENCES ndc1 (k) ON DELETE NO ACTION);\n\
+         CREATE TABLE cdp (k BIGINT NOT NULL PRIMARY KEY);\n\
+         CREATE TABLE cdc1 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES cdp (k) ON DELETE CASCADE);\n\
+         CREATE TABLE cdc2 (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, c1 BIGINT, FOREIGN KEY (p) REFERENCES cdp (k) ON DELETE CASCADE, FOREIGN KEY (c1) REFERENCES cdc1 (k) ON DELETE CASCADE)",
     )
     .await;
     if backend.dialect() == Dialect::MySql {
@@ -2693,13 +2697,17 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             ),
             (
                 "rdc2",
-                "foreign key to rdc1 is declared ON DELETE RESTRICT while a DELETE of rdp can change both its rows and rdc1's",
+                "foreign key to rdc1 only checks ON DELETE (RESTRICT) while a DELETE of rdp can change both its rows and rdc1's",
+            ),
+            (
+                "ndc2",
+                "foreign key to ndc1 only checks ON DELETE (NO ACTION) while a DELETE of ndp can change both its rows and ndc1's",
             ),
         ]);
         store
-            .register(&["ndp", "ndc1", "ndc2"])
+            .register(&["cdp", "cdc1", "cdc2"])
             .await
-            .expect("NO ACTION is checked at the end of the statement everywhere");
+            .expect("keys that only delete the same rows agree in any order");
     }
     match backend.dialect() {
         Dialect::Postgres => {
@@ -2840,6 +2848,8 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             vec!["dmp", table]
         } else if table == "rdc2" {
             vec!["rdp", "rdc1", table]
+        } else if table == "ndc2" {
+            vec!["ndp", "ndc1", table]
         } else if table == "dfk" {
             vec!["dpar", table]
         } else {
