@@ -1017,14 +1017,16 @@ impl<B: Backend + 'static, O: Orderer + 'static> EndorsementService for Chainify
                     .zip(&ids)
                     .map(|(p, id)| (p, *id, known.contains(id)))
                     .collect();
-                admission
-                    .verdicts(&asked, from)
-                    .iter()
-                    .map(pb::EarlyAbortResponse::from)
-                    .collect::<Vec<_>>()
+                admission.verdicts(&asked, from).map(|responses| {
+                    responses
+                        .iter()
+                        .map(pb::EarlyAbortResponse::from)
+                        .collect::<Vec<_>>()
+                })
             })
             .await
-            .map_err(|e| status::offloaded(format_args!("checking proposals of {from}"), e))?;
+            .map_err(|e| status::offloaded(format_args!("checking proposals of {from}"), e))?
+            .map_err(status::refused)?;
         Ok(Response::new(pb::EarlyAbortBatchResponse { responses }))
     }
 }

@@ -182,7 +182,7 @@ impl<B: Backend + 'static> QueryServer<B> {
                 .await
                 .map_err(|e| status::offloaded("analysing the query", e))?
         }
-        .map_err(status::invalid)?;
+        .map_err(status::analysis)?;
         plan.check_grants(client)
             .map_err(status::permission_denied)?;
         // A slot first, in the caller's own time: a flood of slow queries waits here, holding

@@ -58,6 +58,16 @@ pub(crate) fn invalid(problem: impl Display) -> Status {
     Status::invalid_argument(problem.to_string())
 }
 
+/// A query's analysis: a refusal of its SQL, or (`SQL010`) an analysis that could not run here
+/// now, which is worth trying again.
+pub(crate) fn analysis(e: chainify_sql::AnalysisError) -> Status {
+    if e.kind == chainify_sql::RejectKind::Unavailable {
+        Status::unavailable(e.to_string())
+    } else {
+        invalid(e)
+    }
+}
+
 /// A sender that is not who it claims, or not signed.
 pub(crate) fn unauthenticated(problem: impl Display) -> Status {
     Status::unauthenticated(problem.to_string())
@@ -163,6 +173,26 @@ mod tests {
             (storage.code(), storage.message()),
             (Code::Unavailable, "checkpoint: gone")
         );
+    }
+
+    #[test]
+    fn an_analysis_that_could_not_run_is_worth_retrying_and_every_other_refusal_is_not() {
+        for kind in chainify_sql::RejectKind::ALL {
+            let status = analysis(chainify_sql::AnalysisError {
+                statement: 1,
+                kind,
+                reason: "why".into(),
+            });
+            let code = if kind == chainify_sql::RejectKind::Unavailable {
+                Code::Unavailable
+            } else {
+                Code::InvalidArgument
+            };
+            assert_eq!(
+                (status.code(), status.message()),
+                (code, "statement 1: why")
+            );
+        }
     }
 
     #[test]

@@ -767,15 +767,17 @@ impl Admission {
 
     /// This organization's signed early-abort verdict on `proposal`, asked for by `origin`:
     /// the checks of [`check_proposal`], not in the ledger (`in_ledger`), and a nonce claim.
+    /// No verdict when this organization could not judge it now ([`Refusal::Unavailable`]):
+    /// a signed rejection would tell the client that trying again cannot help.
     pub fn verdict(
         &self,
         proposal: &Proposal,
         id: TxId,
         origin: OrgId,
         in_ledger: bool,
-    ) -> EarlyAbortResponse {
-        let verdict = self.judge(proposal, id, origin, in_ledger);
-        self.signer.sign_alone(id, verdict)
+    ) -> Result<EarlyAbortResponse, Refusal> {
+        let verdict = self.judge(proposal, id, origin, in_ledger)?;
+        Ok(self.signer.sign_alone(id, verdict))
     }
 
     /// [`Admission::verdict`], signed with the other responses this organization signs at the
@@ -786,33 +788,45 @@ impl Admission {
         id: TxId,
         origin: OrgId,
         in_ledger: bool,
-    ) -> EarlyAbortResponse {
+    ) -> Result<EarlyAbortResponse, Refusal> {
         // The encoding is made again by the checks (shared with `verdict`); in process only.
         let _ = self.warm_client_signature(proposal).await;
-        let verdict = self.judge(proposal, id, origin, in_ledger);
-        self.signer.sign(id, verdict).await
+        let verdict = self.judge(proposal, id, origin, in_ledger)?;
+        Ok(self.signer.sign(id, verdict).await)
     }
 
-    fn judge(&self, proposal: &Proposal, id: TxId, origin: OrgId, in_ledger: bool) -> Verdict {
+    /// The verdict to sign, or why there is none now.
+    fn judge(
+        &self,
+        proposal: &Proposal,
+        id: TxId,
+        origin: OrgId,
+        in_ledger: bool,
+    ) -> Result<Verdict, Refusal> {
         match self.rejection(proposal, id, origin, in_ledger) {
-            None => Verdict::Accept,
-            Some(refusal) => Verdict::Reject(refusal.to_string()),
+            None => Ok(Verdict::Accept),
+            Some(unavailable @ Refusal::Unavailable { .. }) => Err(unavailable),
+            Some(refusal) => Ok(Verdict::Reject(refusal.to_string())),
         }
     }
 
     /// [`Admission::verdict`] on each of a batch of proposals asked for by `origin`, signed
     /// together ([`EarlyAbortResponse::sign_batch`]: one signature for the batch, which every
-    /// organization then checks once). `proposals` are `(proposal, id, in_ledger)`.
+    /// organization then checks once). `proposals` are `(proposal, id, in_ledger)`. None when
+    /// one of them could not be judged now: the whole batch is asked again (rare: an analysis
+    /// that could not start).
     pub fn verdicts(
         &self,
         proposals: &[(&Proposal, TxId, bool)],
         origin: OrgId,
-    ) -> Vec<EarlyAbortResponse> {
+    ) -> Result<Vec<EarlyAbortResponse>, Refusal> {
         let answers = proposals
             .iter()
-            .map(|(proposal, id, in_ledger)| (*id, self.judge(proposal, *id, origin, *in_ledger)))
-            .collect();
-        self.signer.sign_batch(answers)
+            .map(|(proposal, id, in_ledger)| {
+                Ok((*id, self.judge(proposal, *id, origin, *in_ledger)?))
+            })
+            .collect::<Result<_, Refusal>>()?;
+        Ok(self.signer.sign_batch(answers))
     }
 
     fn rejection(
@@ -1048,9 +1062,10 @@ impl<L: LocalEndorsing> Endorser for LocalEndorser<L> {
                 .admission(org)
                 .ok_or_else(|| format!("{org} is not in this process"))?;
             let in_ledger = self.orgs.in_ledger(org, id).await?;
-            Ok(admission
+            admission
                 .verdict_grouped(proposal, id, self.origin, in_ledger)
-                .await)
+                .await
+                .map_err(|refusal| format!("{org}: Unavailable: {refusal}"))
         })
     }
 }
@@ -1105,13 +1120,22 @@ mod tests {
     }
 
     fn admission(org: u32, network: &Arc<NetworkConfig>) -> Arc<Admission> {
+        admission_with(org, network, |a| a)
+    }
+
+    /// An organization's admission whose analyser `tune` sets up.
+    fn admission_with(
+        org: u32,
+        network: &Arc<NetworkConfig>,
+        tune: impl FnOnce(Analyzer) -> Analyzer,
+    ) -> Arc<Admission> {
         let schema =
             Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
         Arc::new(Admission::new(
             OrgId(org),
             org_key(org),
             network.clone(),
-            Analyzer::new(schema),
+            tune(Analyzer::new(schema)),
             AdmissionSettings {
                 nonce_window: 100,
                 endorse_timeout: Duration::from_millis(200),
@@ -1178,7 +1202,9 @@ mod tests {
             Box::pin(async move {
                 let (admission, answer) = self.orgs.get(&org).ok_or("unknown")?;
                 match answer {
-                    Answer::Honest => Ok(admission.verdict(proposal, id, self.origin, false)),
+                    Answer::Honest => admission
+                        .verdict(proposal, id, self.origin, false)
+                        .map_err(|r| r.to_string()),
                     Answer::Silent => std::future::pending().await,
                     Answer::Down => Err(format!("{org}: Unavailable: connection refused")),
                     Answer::Forged => Ok(EarlyAbortResponse::new_signed(
@@ -1221,6 +1247,46 @@ mod tests {
             r.verify(&net.orgs[&r.org].public_key)
                 .expect("signed by its org");
         }
+    }
+
+    /// An endorser whose analysis cannot run now (no thread for it) signs no verdict: the
+    /// client hears that the policy cannot be met now, not that it was rejected, and the same
+    /// proposal is admitted once the endorser can analyse it.
+    #[tokio::test]
+    async fn an_endorser_that_cannot_analyse_now_signs_no_rejection() {
+        let net = network("all");
+        let origin = admission(1, &net);
+        let starved = admission_with(2, &net, |a| a.with_analysis_stack(1 << 60));
+        let p = proposal(1, UPDATE);
+        let refusal = starved
+            .verdict(&p, p.tx_id(), OrgId(1), false)
+            .expect_err("no verdict");
+        assert!(
+            matches!(refusal, Refusal::Unavailable { .. }),
+            "{refusal:?}"
+        );
+        let asked = [(&p, p.tx_id(), false)];
+        assert!(matches!(
+            starved.verdicts(&asked, OrgId(1)),
+            Err(Refusal::Unavailable { .. })
+        ));
+        let mut endorsers = Scripted::new(&net, &[(2, Answer::Honest), (3, Answer::Honest)]);
+        endorsers.orgs.insert(OrgId(2), (starved, Answer::Honest));
+        let refusal = admit(&origin, &endorsers, &p).await.unwrap_err();
+        let Refusal::NotEndorsed(failures) = &refusal else {
+            panic!("{refusal:?}");
+        };
+        assert!(failures.iter().all(|f| !f.rejected), "{refusal}");
+        assert!(
+            refusal
+                .to_string()
+                .contains("no thread for the analysis at this organization"),
+            "{refusal}"
+        );
+        let able = Scripted::new(&net, &[(2, Answer::Honest), (3, Answer::Honest)]);
+        admit(&origin, &able, &p)
+            .await
+            .expect("admitted once org 2 can analyse");
     }
 
     #[tokio::test]
@@ -1380,7 +1446,9 @@ mod tests {
             "each client signature once"
         );
         for p in &clean {
-            let response = endorser.verdict(p, p.tx_id(), OrgId(1), false);
+            let response = endorser
+                .verdict(p, p.tx_id(), OrgId(1), false)
+                .expect("a verdict");
             assert_eq!(response.verdict, Verdict::Accept);
         }
 
@@ -1399,7 +1467,9 @@ mod tests {
             "a batch with a forged signature remembers nothing"
         );
         for (i, p) in proposals.iter().enumerate() {
-            let response = endorser.verdict(p, p.tx_id(), OrgId(1), false);
+            let response = endorser
+                .verdict(p, p.tx_id(), OrgId(1), false)
+                .expect("a verdict");
             match (i, &response.verdict) {
                 (5, Verdict::Reject(why)) => assert!(why.contains("does not verify"), "{why}"),
                 (8, Verdict::Reject(why)) => assert!(why.contains("unknown client"), "{why}"),
@@ -1540,11 +1610,17 @@ mod tests {
         let proofs = |responses: Vec<EarlyAbortResponse>| -> Vec<bool> {
             responses.iter().map(|r| r.batch.is_some()).collect()
         };
-        assert_eq!(proofs(endorser.verdicts(&asked, OrgId(1))), [false, false]);
+        assert_eq!(
+            proofs(endorser.verdicts(&asked, OrgId(1)).expect("verdicts")),
+            [false, false]
+        );
         endorser.set_height(4);
-        assert_eq!(proofs(endorser.verdicts(&asked, OrgId(1))), [false, false]);
+        assert_eq!(
+            proofs(endorser.verdicts(&asked, OrgId(1)).expect("verdicts")),
+            [false, false]
+        );
         endorser.set_height(5);
-        let batch = endorser.verdicts(&asked, OrgId(1));
+        let batch = endorser.verdicts(&asked, OrgId(1)).expect("verdicts");
         assert_eq!(proofs(batch.clone()), [true, true]);
         assert_eq!(batch[0].signature, batch[1].signature);
         assert!(batch.iter().all(|r| r.verdict == Verdict::Accept));

@@ -1353,7 +1353,7 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// Runs a port call during a recovery, retrying while the execution process cannot be reached
-/// (it may be restarting), for at most `budget`.
+/// (it may be restarting) or could not analyse a block's transactions, for at most `budget`.
 async fn patiently<'a, T>(
     budget: Duration,
     mut call: impl FnMut() -> crate::port::PortFuture<'a, T>,
@@ -1363,8 +1363,10 @@ async fn patiently<'a, T>(
     loop {
         match call().await {
             Ok(v) => return Ok(v),
-            Err(ExecutionError::Remote(e)) if Instant::now() + delay < deadline => {
-                warn!(error = %e, "the execution component is unreachable during a recovery; retrying");
+            Err(e @ (ExecutionError::Remote(_) | ExecutionError::Unavailable { .. }))
+                if Instant::now() + delay < deadline =>
+            {
+                warn!(error = %e, "the execution component is unreachable or short of resources during a recovery; retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(1));
             }

@@ -1,7 +1,7 @@
 //! `chainify analyze --schema SCHEMA.sql BLOCK.json`: a contract other tools rely on.
 //!
 //! Output: one JSON object `{"transactions": [{"reads": …, "writes": …, "error": null | "…",
-//! "code": null | "SQL00n"}, …], "conflicts": [[i, j], …]}` where `conflicts` lists every pair
+//! "code": null | "SQLnnn"}, …], "conflicts": [[i, j], …]}` where `conflicts` lists every pair
 //! i < j of transactions whose sets conflict (not transitively reduced); a rejected transaction
 //! has `error` set (the text, for people), `code` set (the rejection's stable code, for tools:
 //! `chainify_sql::RejectKind`, table in docs/design/portable-sql.md), empty sets, and takes part
