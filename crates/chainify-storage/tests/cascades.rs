@@ -6,7 +6,7 @@
 //! changes, its cascades included, must lie inside the analysed write set. Schemas registration
 //! refuses are counted, not run: refusing is the safe side.
 //!
-//! `CHAINIFY_CASCADE_CASES` sets the number of schemas (default 300), `CHAINIFY_CASCADE_SEED`
+//! `CHAINIFY_CASCADE_CASES` sets the number of schemas (default 500: with the default seed it finds the split each refusal rule prevents, when that rule is disabled), `CHAINIFY_CASCADE_SEED`
 //! the seed.
 
 use std::collections::BTreeMap;
@@ -277,7 +277,7 @@ fn setting(name: &str, default: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_foreign_key_actions_agree_on_postgres_and_sqlite_within_the_write_set() {
-    let cases = setting("CHAINIFY_CASCADE_CASES", 300);
+    let cases = setting("CHAINIFY_CASCADE_CASES", 500);
     let seed = setting("CHAINIFY_CASCADE_SEED", 2211291);
     let mut rng = Rng::new(seed);
     let mut pg = Engine::open(&PgFixture).await;
