@@ -813,8 +813,8 @@ impl Admission {
     /// [`Admission::verdict`] on each of a batch of proposals asked for by `origin`, signed
     /// together ([`EarlyAbortResponse::sign_batch`]: one signature for the batch, which every
     /// organization then checks once). `proposals` are `(proposal, id, in_ledger)`. None when
-    /// one of them could not be judged now: the whole batch is asked again (rare: an analysis
-    /// that could not start).
+    /// one of them could not be judged now (rare: an analysis that could not start): the origin
+    /// counts that as no answer for each proposal of the batch, whose clients may submit again.
     pub fn verdicts(
         &self,
         proposals: &[(&Proposal, TxId, bool)],

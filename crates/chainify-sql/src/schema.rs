@@ -402,6 +402,15 @@ pub struct Schema {
     tables: BTreeMap<String, Table>,
 }
 
+/// A foreign key's columns by name, for messages.
+fn columns_of(t: &Table, fk: &ForeignKey) -> String {
+    fk.columns
+        .iter()
+        .map(|c| t.columns.get(*c).map_or("?", |c| c.name.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What one statement changes through cascading actions (see [`Schema::cascades_from`]).
 #[derive(Default)]
 struct Cascades<'s> {
@@ -496,11 +505,7 @@ impl Schema {
                 if fk.parent == t.name {
                     return Err(err(format!(
                         "foreign key ({}) references the table itself: the engines check such a key at different moments within a statement (MariaDB row by row, PostgreSQL at the end), so deleting a row that references itself, or a parent and its child in one statement, succeeds on some and fails on others; keep the reference in a column without a foreign key, or in another table",
-                        fk.columns
-                            .iter()
-                            .map(|c| t.columns.get(*c).map_or("?", |c| c.name.as_str()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        columns_of(t, fk)
                     )));
                 }
                 // A key change or delete whose action comes back through a cycle of tables to
@@ -546,27 +551,38 @@ impl Schema {
                     let Some(t) = self.tables.get(*table) else {
                         continue;
                     };
-                    for fk in &t.foreign_keys {
-                        let parent_changes = reach.changes.get(fk.parent.as_str());
-                        if let Some(change) = parent_changes
-                            .into_iter()
-                            .flatten()
-                            .find(|c| fk.declared[c.index()].applied(**c).is_none())
-                        {
-                            return Err(SchemaError::Table {
-                                table: t.name.clone(),
-                                problem: format!(
-                                    "foreign key to {} only checks ON {} ({}) while {} {event_sql} of {from} can change both its rows and {}'s through CASCADE, SET NULL or SET DEFAULT: PostgreSQL checks it level by level as the actions cascade, SQLite as each row goes (RESTRICT) or at the end of the statement (NO ACTION), so the statement would commit on one and fail on the other; give it ON {} CASCADE as well, or change the actions so that one statement cannot reach both",
-                                    fk.parent,
-                                    change.sql(),
-                                    fk.declared[change.index()].sql(),
-                                    if event == Change::Update { "an" } else { "a" },
-                                    fk.parent,
-                                    change.sql(),
-                                    event_sql = event.sql(),
-                                ),
-                            });
-                        }
+                    // The first by columns: catalogs list a table's keys in different orders.
+                    let check = t
+                        .foreign_keys
+                        .iter()
+                        .filter_map(|fk| {
+                            let change = reach
+                                .changes
+                                .get(fk.parent.as_str())
+                                .into_iter()
+                                .flatten()
+                                .find(|c| fk.declared[c.index()].applied(**c).is_none())?;
+                            Some((columns_of(t, fk), fk, *change))
+                        })
+                        .min_by(|a, b| a.0.cmp(&b.0));
+                    if let Some((columns, fk, change)) = check {
+                        let advice = if change == Change::Delete {
+                            "declare it ON DELETE CASCADE too if every key that reaches the table only deletes its rows, or change the actions so that one statement cannot reach both"
+                        } else {
+                            "change the actions so that one statement cannot reach both"
+                        };
+                        return Err(SchemaError::Table {
+                            table: t.name.clone(),
+                            problem: format!(
+                                "foreign key ({columns}) to {} only checks ON {} ({}) while {} {event_sql} of {from} can change both its rows and {}'s through CASCADE, SET NULL or SET DEFAULT: PostgreSQL checks it level by level as the actions cascade, SQLite as each row goes (RESTRICT) or at the end of the statement (NO ACTION), so the statement would commit on one and fail on the other; {advice}",
+                                fk.parent,
+                                change.sql(),
+                                fk.declared[change.index()].sql(),
+                                if event == Change::Update { "an" } else { "a" },
+                                fk.parent,
+                                event_sql = event.sql(),
+                            ),
+                        });
                     }
                     let updates = |(i, c): &(usize, Change)| {
                         t.foreign_keys[*i].declared[c.index()].applied(*c) == Some(Change::Update)
@@ -575,7 +591,8 @@ impl Schema {
                         let describe = |(i, c): &(usize, Change)| {
                             let fk = &t.foreign_keys[*i];
                             format!(
-                                "to {} (ON {} {})",
+                                "({}) to {} (ON {} {})",
+                                columns_of(t, fk),
                                 fk.parent,
                                 c.sql(),
                                 fk.declared[c.index()].sql()
@@ -990,7 +1007,7 @@ mod tests {
                     "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
                      CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1 INT REFERENCES c1(id) ON DELETE RESTRICT)"
                 ),
-                "to c1 only checks ON DELETE (RESTRICT)",
+                "(c1) to c1 only checks ON DELETE (RESTRICT)",
             ),
             // The review's case: c2 cascades from p one level below c1 and checks p, which
             // PostgreSQL does before that level (it fails, SQLite commits).
@@ -999,7 +1016,7 @@ mod tests {
                     "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
                      CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE CASCADE, p INT REFERENCES p(id))"
                 ),
-                "to p only checks ON DELETE (NO ACTION)",
+                "(p) to p only checks ON DELETE (NO ACTION)",
             ),
             // The same with a RESTRICT on p's updates: the delete is still checked.
             (
@@ -1007,7 +1024,7 @@ mod tests {
                     "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
                      CREATE TABLE c2 (id INT PRIMARY KEY, c1 INT REFERENCES c1(id) ON DELETE SET NULL, p INT REFERENCES p(id) ON UPDATE RESTRICT)"
                 ),
-                "to p only checks ON DELETE (NO ACTION)",
+                "(p) to p only checks ON DELETE (NO ACTION)",
             ),
             // Nulling c1's column is an update of c1, which c2 checks.
             (
@@ -1015,14 +1032,14 @@ mod tests {
                     "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL); \
                      CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE, c1p INT REFERENCES c1(p) ON UPDATE RESTRICT)"
                 ),
-                "to c1 only checks ON UPDATE (RESTRICT)",
+                "(c1p) to c1 only checks ON UPDATE (RESTRICT)",
             ),
             // Users, posts and comments that cascade from users, comments checking posts.
             (
                 "CREATE TABLE users (id INT PRIMARY KEY); \
                  CREATE TABLE posts (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE); \
                  CREATE TABLE c2 (id INT PRIMARY KEY, u INT REFERENCES users(id) ON DELETE CASCADE, post INT REFERENCES posts(id))".to_owned(),
-                "to posts only checks ON DELETE (NO ACTION)",
+                "(post) to posts only checks ON DELETE (NO ACTION)",
             ),
         ] {
             let problem = e(&sql).unwrap_or_default();
@@ -1063,7 +1080,7 @@ mod tests {
                 format!(
                     "{p}CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON DELETE CASCADE, b INT NOT NULL REFERENCES p(id) ON DELETE SET NULL)"
                 ),
-                "to p (ON DELETE CASCADE) and to p (ON DELETE SET NULL)",
+                "(a) to p (ON DELETE CASCADE) and (b) to p (ON DELETE SET NULL)",
                 "DELETE",
             ),
             // Through two tables that both cascade from p.
@@ -1073,7 +1090,7 @@ mod tests {
                      CREATE TABLE c2 (id INT PRIMARY KEY, p INT REFERENCES p(id) ON DELETE CASCADE); \
                      CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES c1(id) ON DELETE SET DEFAULT, b INT REFERENCES c2(id) ON DELETE CASCADE)"
                 ),
-                "to c1 (ON DELETE SET DEFAULT) and to c2 (ON DELETE CASCADE)",
+                "(a) to c1 (ON DELETE SET DEFAULT) and (b) to c2 (ON DELETE CASCADE)",
                 "DELETE",
             ),
             // Two updates through a key change of p.
@@ -1081,7 +1098,7 @@ mod tests {
                 format!(
                     "{p}CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES p(id) ON UPDATE CASCADE, b INT REFERENCES p(id) ON UPDATE SET NULL)"
                 ),
-                "to p (ON UPDATE CASCADE) and to p (ON UPDATE SET NULL)",
+                "(a) to p (ON UPDATE CASCADE) and (b) to p (ON UPDATE SET NULL)",
                 "UPDATE",
             ),
             // Nulling c1's unique column updates c through ON UPDATE one level below, while
@@ -1091,7 +1108,7 @@ mod tests {
                     "{p}CREATE TABLE c1 (id INT PRIMARY KEY, p INT UNIQUE REFERENCES p(id) ON DELETE SET NULL); \
                      CREATE TABLE c (id INT PRIMARY KEY, a INT REFERENCES c1(p) ON UPDATE CASCADE, b INT REFERENCES p(id) ON DELETE CASCADE)"
                 ),
-                "to c1 (ON UPDATE CASCADE) and to p (ON DELETE CASCADE)",
+                "(a) to c1 (ON UPDATE CASCADE) and (b) to p (ON DELETE CASCADE)",
                 "DELETE",
             ),
         ] {

@@ -2693,15 +2693,15 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
         cases.extend([
             (
                 "dmc",
-                "its foreign keys to dmp (ON DELETE CASCADE) and to dmp (ON DELETE SET NULL) can all change the same rows in one DELETE of dmp",
+                "its foreign keys (a) to dmp (ON DELETE CASCADE) and (b) to dmp (ON DELETE SET NULL) can all change the same rows in one DELETE of dmp",
             ),
             (
                 "rdc2",
-                "foreign key to rdc1 only checks ON DELETE (RESTRICT) while a DELETE of rdp can change both its rows and rdc1's",
+                "foreign key (c1) to rdc1 only checks ON DELETE (RESTRICT) while a DELETE of rdp can change both its rows and rdc1's",
             ),
             (
                 "ndc2",
-                "foreign key to ndc1 only checks ON DELETE (NO ACTION) while a DELETE of ndp can change both its rows and ndc1's",
+                "foreign key (c1) to ndc1 only checks ON DELETE (NO ACTION) while a DELETE of ndp can change both its rows and ndc1's",
             ),
         ]);
         store
