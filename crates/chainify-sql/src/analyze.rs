@@ -784,13 +784,13 @@ impl<'s> Analysis<'s> {
                     assign: key_assign,
                 },
             );
-            self.parent_change(t, &t.primary_key.clone(), KeyPlan::All, |fk| fk.on_update)?;
+            self.parent_change(t, &t.primary_key.clone(), KeyPlan::All, |fk| fk.on_update())?;
         }
         for i in 0..t.uniques.len() {
             if changes(&t.uniques[i]) {
                 // The old value is freed and is not known statically.
                 self.access(unique_resource(t, i), true, KeyPlan::All);
-                self.parent_change(t, &t.uniques[i].clone(), KeyPlan::All, |fk| fk.on_update)?;
+                self.parent_change(t, &t.uniques[i].clone(), KeyPlan::All, |fk| fk.on_update())?;
             }
         }
         for fk in &t.foreign_keys {
@@ -856,7 +856,7 @@ impl<'s> Analysis<'s> {
         action: fn(&crate::schema::ForeignKey) -> RefAction,
     ) -> Result<(), Rejection> {
         fn either(fk: &crate::schema::ForeignKey) -> RefAction {
-            if fk.on_delete == RefAction::Modify || fk.on_update == RefAction::Modify {
+            if fk.on_delete() == RefAction::Modify || fk.on_update() == RefAction::Modify {
                 RefAction::Modify
             } else {
                 RefAction::Restrict
@@ -939,7 +939,7 @@ impl<'s> Analysis<'s> {
             self.access(unique_resource(t, i), true, KeyPlan::All);
         }
         let all_cols: Vec<usize> = (0..t.columns.len()).collect();
-        self.parent_change(t, &all_cols, KeyPlan::Dnf(keys), |fk| fk.on_delete)?;
+        self.parent_change(t, &all_cols, KeyPlan::Dnf(keys), |fk| fk.on_delete())?;
         let context = Outer {
             tables: scope.tables,
             levels: scope.levels,

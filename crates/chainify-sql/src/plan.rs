@@ -120,10 +120,8 @@ fn coerce(v: &Value, ty: &ColumnType) -> Result<Option<KeyValue>, ()> {
     // parameter beside `b IN (1, …, 1024)` cost half a gigabyte at every organization. Treated
     // as undecidable, the access covers the keys around it instead (a wider set, never a
     // narrower one).
-    match v {
-        Value::Text(s) if s.len() > MAX_KEY_VALUE_BYTES => return Ok(None),
-        Value::Bytes(b) if b.len() > MAX_KEY_VALUE_BYTES => return Ok(None),
-        _ => {}
+    if v.payload_bytes() > MAX_KEY_VALUE_BYTES {
+        return Ok(None);
     }
     Ok(match (v, ty) {
         (Value::Null, _) => return Err(()),

@@ -119,18 +119,12 @@ impl From<Declared> for RefAction {
     }
 }
 
-impl From<Option<&ReferentialAction>> for RefAction {
-    fn from(a: Option<&ReferentialAction>) -> Self {
-        Declared::from(a).into()
-    }
-}
-
 /// A foreign key's action as declared. [`RefAction`] is what conflict analysis needs; the
 /// registration rules also need when each is checked or applied.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum Declared {
-    /// NO ACTION (or nothing): checked at the end of the statement on every engine that allows
-    /// the schema.
+    /// NO ACTION (or nothing): checked once the statement's row changes are done (SQLite) or
+    /// level by level as its actions cascade (PostgreSQL).
     #[default]
     NoAction,
     /// RESTRICT: SQLite checks it as each parent row changes.
@@ -330,13 +324,21 @@ pub struct ForeignKey {
     pub parent: String,
     /// Referenced columns by name (the parent's primary key or one of its UNIQUE constraints).
     pub parent_columns: Vec<String>,
-    /// Effect of deleting a parent row.
-    pub on_delete: RefAction,
-    /// Effect of changing a parent's referenced key.
-    pub on_update: RefAction,
-    /// The actions as declared, on delete and on update: which are checked at once, at the end
-    /// of the statement, or change rows, and how.
+    /// The actions as declared, on delete and on update: which only check and which change
+    /// rows, and how.
     pub declared: [Declared; 2],
+}
+
+impl ForeignKey {
+    /// Effect of deleting a parent row.
+    pub fn on_delete(&self) -> RefAction {
+        self.declared[0].into()
+    }
+
+    /// Effect of changing a parent's referenced key.
+    pub fn on_update(&self) -> RefAction {
+        self.declared[1].into()
+    }
 }
 
 /// A table.
@@ -514,7 +516,7 @@ impl Schema {
                 // MariaDB refuses them at run time, so the engines would record, digest or even
                 // commit it differently.
                 let cyclic = self.reaches(&fk.parent, &t.name);
-                for (event, action) in [("UPDATE", fk.on_update), ("DELETE", fk.on_delete)] {
+                for (event, action) in [("UPDATE", fk.on_update()), ("DELETE", fk.on_delete())] {
                     if action == RefAction::Modify && cyclic {
                         return Err(err(format!(
                             "foreign key to {} changes rows ON {event} (CASCADE, SET NULL or SET DEFAULT) within a cycle of foreign keys, where the action can come back to the table the statement changes and the engines apply it at different moments; declare it ON {event} RESTRICT or NO ACTION",
@@ -819,8 +821,6 @@ fn table_from_create(ct: &CreateTable) -> Result<Table, SchemaError> {
             columns,
             parent,
             parent_columns,
-            on_delete: fk.on_delete.as_ref().into(),
-            on_update: fk.on_update.as_ref().into(),
             declared: [fk.on_delete.as_ref().into(), fk.on_update.as_ref().into()],
         });
     }
@@ -879,9 +879,9 @@ mod tests {
         assert_eq!(acc.uniques, vec![vec![1]]);
         assert_eq!(acc.unique_space_name(0), "accounts#unique(name)");
         let chk = s.table("checking").unwrap();
-        assert_eq!(chk.foreign_keys[0].on_delete, RefAction::Modify);
+        assert_eq!(chk.foreign_keys[0].on_delete(), RefAction::Modify);
         assert_eq!(
-            s.table("savings").unwrap().foreign_keys[0].on_delete,
+            s.table("savings").unwrap().foreign_keys[0].on_delete(),
             RefAction::Restrict
         );
         assert_eq!(s.children_of("accounts").count(), 2);

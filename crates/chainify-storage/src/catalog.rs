@@ -222,8 +222,6 @@ impl CatalogTable {
                         .collect::<Result<_, _>>()?,
                     parent: f.parent.clone(),
                     parent_columns: f.parent_columns.clone(),
-                    on_delete: declared[0].into(),
-                    on_update: declared[1].into(),
                     declared,
                 })
             })
@@ -615,8 +613,8 @@ pub(crate) mod tests {
         assert_eq!(t.primary_key, vec![0]);
         assert!(t.uniques.is_empty(), "a UNIQUE equal to the key is dropped");
         assert_eq!(t.columns[1].ty, ColumnType::Decimal { scale: Some(2) });
-        assert_eq!(t.foreign_keys[0].on_delete, RefAction::Modify);
-        assert_eq!(t.foreign_keys[0].on_update, RefAction::Restrict);
+        assert_eq!(t.foreign_keys[0].on_delete(), RefAction::Modify);
+        assert_eq!(t.foreign_keys[0].on_update(), RefAction::Restrict);
         assert_eq!(
             t.foreign_keys[0].declared,
             [Declared::Cascade, Declared::NoAction]
@@ -638,7 +636,7 @@ pub(crate) mod tests {
                 t.foreign_keys[0].on_update = spelled.into();
                 let fk = &t.to_shared().unwrap().foreign_keys[0];
                 assert_eq!(fk.declared[1], action, "{spelled:?}");
-                assert_eq!(fk.on_update, RefAction::from(action), "{spelled:?}");
+                assert_eq!(fk.on_update(), RefAction::from(action), "{spelled:?}");
             }
         }
         let mut t = table();
