@@ -139,6 +139,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// A lazily connecting channel to `endpoint` (`host:port`), over TLS trusting `ca` (PEM) when
 /// given. Calls fail, and the channel reconnects, while the server is down.
 pub fn channel(endpoint: &str, ca: Option<&[u8]>) -> Result<Channel, ClientError> {
+    Ok(endpoint_of(endpoint, ca)?.connect_lazy())
+}
+
+fn endpoint_of(endpoint: &str, ca: Option<&[u8]>) -> Result<Endpoint, ClientError> {
     let scheme = if ca.is_some() { "https" } else { "http" };
     let bad = |e: &dyn std::fmt::Display| ClientError::Setup(format!("endpoint {endpoint:?}: {e}"));
     let mut ep = Endpoint::from_shared(format!("{scheme}://{endpoint}"))
@@ -157,7 +161,7 @@ pub fn channel(endpoint: &str, ca: Option<&[u8]>) -> Result<Channel, ClientError
             .domain_name(host);
         ep = ep.tls_config(config).map_err(|e| bad(&e))?;
     }
-    Ok(ep.connect_lazy())
+    Ok(ep)
 }
 
 /// A transaction being built: statements in order, each with typed parameters for `$1..$n`
@@ -271,9 +275,17 @@ pub struct Connect {
     network: String,
     identity: Identity,
     ca: Option<Vec<u8>>,
+    local: Option<std::net::IpAddr>,
 }
 
 impl Connect {
+    /// Connect from this local address (a host with several; the organization counts some
+    /// limits per client address).
+    pub fn local_address(mut self, ip: std::net::IpAddr) -> Connect {
+        self.local = Some(ip);
+        self
+    }
+
     /// Use TLS, trusting the network's CA certificate in this PEM file.
     pub fn tls_ca(mut self, path: impl AsRef<Path>) -> Result<Connect, ClientError> {
         let path = path.as_ref();
@@ -294,7 +306,9 @@ impl Connect {
         let network = NetworkId::new(&self.network).map_err(|e| {
             ClientError::Setup(format!("network id {:?}: {}", self.network, e.problem))
         })?;
-        let channel = channel(&self.endpoint, self.ca.as_deref())?;
+        let channel = endpoint_of(&self.endpoint, self.ca.as_deref())?
+            .local_address(self.local)
+            .connect_lazy();
         Ok(Client {
             rpc: ChainifyServiceClient::new(channel).max_decoding_message_size(256 * 1024 * 1024),
             network,
@@ -337,6 +351,7 @@ impl Client {
             network: network.to_owned(),
             identity,
             ca: None,
+            local: None,
         }
     }
 

@@ -44,10 +44,17 @@ use tonic::{Request, Response, Status};
 use tracing::{Instrument, debug, warn};
 
 use crate::NetError;
-use crate::conns::{AddressLimiter, ConnectionLimits};
+use crate::conns::{AddressLimiter, ConnectionLimits, counted_as};
+use crate::fair::{Crowded, FairLimits, FairPlace, FairShare};
 use crate::query::{Queries, QueryAccess};
 use crate::status;
 use crate::tls::{Tls, channel};
+
+/// Lookups for one address waiting for a place at once; more are refused at once.
+pub const LOOKUPS_WAITING_PER_ADDRESS: usize = 256;
+
+/// Lookups waiting for a place at once, all addresses together; more are refused at once.
+pub const LOOKUPS_WAITING: usize = 4096;
 
 /// Sizes and time limits of a ChainifyServer.
 #[derive(Clone, Debug)]
@@ -55,6 +62,9 @@ pub struct ChainifySettings {
     /// Submissions being checked, endorsed or broadcast at once; more are refused with
     /// RESOURCE_EXHAUSTED.
     pub max_in_flight: usize,
+    /// Of those, from one IP address (an IPv6 /64 counts as one), so that one client's flood
+    /// leaves room for everyone else's submissions.
+    pub max_in_flight_per_address: usize,
     /// Proposals queued for one peer's EndorsementService; more wait.
     pub endorse_queue: usize,
     /// Most proposals in one EarlyAbort call.
@@ -74,6 +84,10 @@ pub struct ChainifySettings {
     /// SubmitAndWait's polls; not the peers' endorsement batches). Each holds a database connection,
     /// which blocks need too; more wait up to `query_wait`, then are refused.
     pub max_lookups: usize,
+    /// Of those, for one IP address (an IPv6 /64 counts as one); a freed place goes to the
+    /// waiting addresses in turn, so that one client's flood of TxStatus calls waits behind
+    /// everyone else's.
+    pub max_lookups_per_address: usize,
     /// Commit events buffered per CommitStream subscriber.
     pub commit_stream_buffer: usize,
     /// CommitStreams open at once; more are refused. Each holds a task and its buffer until
@@ -94,12 +108,16 @@ pub struct ChainifySettings {
     /// many more), so queries never take the connections blocks run on. More wait up to
     /// `query_wait`, then are refused.
     pub max_queries: usize,
+    /// Of those, one client's (by its signed identity); a freed slot goes to the waiting
+    /// clients in turn, so that one client's slow queries cannot keep everyone else's out.
+    pub max_queries_per_client: usize,
 }
 
 impl Default for ChainifySettings {
     fn default() -> Self {
         ChainifySettings {
             max_in_flight: 8192,
+            max_in_flight_per_address: 1024,
             endorse_queue: 8192,
             max_endorse_batch: 1024,
             endorse_calls_per_peer: 4,
@@ -108,6 +126,7 @@ impl Default for ChainifySettings {
             nonce_window: chainify_node::admission::NONCE_WINDOW,
             recent_outcomes: 100_000,
             max_lookups: 2,
+            max_lookups_per_address: 1,
             commit_stream_buffer: 256,
             max_commit_streams: 1024,
             max_commit_streams_per_address: 64,
@@ -115,6 +134,7 @@ impl Default for ChainifySettings {
             query_wait: Duration::from_secs(10),
             query_timeout: Duration::from_secs(10),
             max_queries: 2,
+            max_queries_per_client: 1,
         }
     }
 }
@@ -216,12 +236,13 @@ pub(crate) struct Gateway<B: Backend, O> {
     /// The origin's ledger lookups, batched.
     lookup: TxLookup,
     orderer: Arc<O>,
-    in_flight: Arc<Semaphore>,
+    /// A place per submission under way, by address.
+    in_flight: AddressLimiter,
     /// Where each peer's endorsement batches are checked: a queue a peer, so that a Byzantine
     /// organization's flood is refused without holding back the others'.
     endorsing: BTreeMap<OrgId, Offload>,
-    /// One permit per lookup under way.
-    lookups: Semaphore,
+    /// A place per lookup under way, shared fairly among addresses.
+    lookups: FairShare<IpAddr>,
     /// A place per open CommitStream.
     streams: AddressLimiter,
     outcomes: Arc<Outcomes>,
@@ -249,7 +270,7 @@ impl<B: Backend, O> Clone for ChainifyServer<B, O> {
 impl<B: Backend, O> ChainifyServer<B, O> {
     /// Submissions under way (at most `max_in_flight`).
     pub fn in_flight(&self) -> usize {
-        self.gateway.settings.max_in_flight.max(1) - self.gateway.in_flight.available_permits()
+        self.gateway.in_flight.open()
     }
 }
 
@@ -310,9 +331,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             parts.queries,
             parts.network.clone(),
             parts.store.clone(),
-            settings.query_wait,
-            settings.query_timeout,
-            settings.max_queries,
+            &settings,
         )?;
         let mut peers = BTreeMap::new();
         for org in parts.network.orgs.values().filter(|o| o.id != parts.me) {
@@ -357,13 +376,22 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
                 lookup: TxLookup::spawn(parts.store.clone()),
                 store: parts.store,
                 orderer: parts.orderer,
-                in_flight: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
+                in_flight: AddressLimiter::new(ConnectionLimits {
+                    total: settings.max_in_flight.max(1),
+                    per_address: settings.max_in_flight_per_address.max(1),
+                    ..ConnectionLimits::default()
+                }),
                 streams: AddressLimiter::new(ConnectionLimits {
                     total: settings.max_commit_streams,
                     per_address: settings.max_commit_streams_per_address,
                     ..ConnectionLimits::default()
                 }),
-                lookups: Semaphore::new(settings.max_lookups.max(1)),
+                lookups: FairShare::new(FairLimits {
+                    places: settings.max_lookups,
+                    per_key: settings.max_lookups_per_address,
+                    waiting_per_key: LOOKUPS_WAITING_PER_ADDRESS,
+                    waiting: LOOKUPS_WAITING,
+                }),
                 endorsing: parts
                     .network
                     .orgs
@@ -654,16 +682,34 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
             .map_err(|e| status::refused(Refusal::unavailable("looking up transaction ids", e)))
     }
 
-    /// One of `max_lookups` places to read the database for a client: a flood of status
-    /// requests waits here rather than in the connection pool, ahead of blocks (and of the
-    /// peers' endorsement batches, which take none).
-    async fn lookup_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
-        match tokio::time::timeout(self.settings.query_wait, self.lookups.acquire()).await {
+    /// One of `max_lookups` places to read the database for a client at `from`: a flood of
+    /// status requests waits here rather than in the connection pool, ahead of blocks (and of
+    /// the peers' endorsement batches, which take none), and one address's flood waits behind
+    /// every other address's next request.
+    async fn lookup_slot(&self, from: IpAddr) -> Result<FairPlace<IpAddr>, Status> {
+        let settings = &self.settings;
+        match tokio::time::timeout(settings.query_wait, self.lookups.acquire(counted_as(from)))
+            .await
+        {
             Ok(Ok(slot)) => Ok(slot),
-            _ => Err(status::busy(format!(
-                "{} lookups of transactions are under way at organization {} (max_lookups) \
-                 and none finished within {:?}; try again",
-                self.settings.max_lookups, self.me, self.settings.query_wait
+            Ok(Err(Crowded::Key)) => Err(status::busy(format!(
+                "{LOOKUPS_WAITING_PER_ADDRESS} lookups of transactions from {from} are waiting \
+                 at organization {} (max_lookups_per_address {} running at once); wait for them",
+                self.me, settings.max_lookups_per_address
+            ))),
+            Ok(Err(Crowded::All)) => Err(status::busy(format!(
+                "{LOOKUPS_WAITING} lookups of transactions are waiting at organization {} \
+                 (max_lookups {}); try again",
+                self.me, settings.max_lookups
+            ))),
+            Err(_) => Err(status::busy(format!(
+                "{} lookups of transactions are under way at organization {} (max_lookups, \
+                 {} an address: max_lookups_per_address) and none was free for this one \
+                 within {:?}; try again",
+                settings.max_lookups,
+                self.me,
+                settings.max_lookups_per_address,
+                settings.query_wait
             ))),
         }
     }
@@ -674,12 +720,25 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         &self,
         wire: pb::Proposal,
         wait: bool,
+        from: IpAddr,
     ) -> Result<(TxId, Option<oneshot::Receiver<TxOutcome>>), Refusal> {
-        let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Err(Refusal::Overloaded {
-                org: self.me,
-                in_flight: self.settings.max_in_flight,
-            });
+        let Some(_place) = self.in_flight.admit(from) else {
+            let settings = &self.settings;
+            // The caller's own share first: that is what it can act on.
+            return Err(
+                if self.in_flight.open_from(from) >= settings.max_in_flight_per_address.max(1) {
+                    Refusal::OverloadedFrom {
+                        org: self.me,
+                        address: counted_as(from),
+                        in_flight: settings.max_in_flight_per_address,
+                    }
+                } else {
+                    Refusal::Overloaded {
+                        org: self.me,
+                        in_flight: settings.max_in_flight,
+                    }
+                },
+            );
         };
         let proposal = Proposal::try_from(wire)
             .map_err(|e| Refusal::Malformed(e.within("proposal").to_string()))?;
@@ -752,12 +811,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         BlockNumber(self.status.borrow().next_block.0.saturating_sub(1))
     }
 
-    /// The outcome of an agreed transaction, waiting for a lookup place.
-    async fn lookup(&self, id: TxId) -> Result<Option<TxOutcome>, Status> {
+    /// The outcome of an agreed transaction, waiting for a lookup place of `from`.
+    async fn lookup(&self, id: TxId, from: IpAddr) -> Result<Option<TxOutcome>, Status> {
         if let Some(o) = self.outcomes.recent(&id) {
             return Ok(Some(o));
         }
-        let slot = self.lookup_slot().await?;
+        let slot = self.lookup_slot(from).await?;
         self.lookup_in_ledger(id, slot).await
     }
 
@@ -765,7 +824,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
     async fn lookup_in_ledger(
         &self,
         id: TxId,
-        _slot: tokio::sync::SemaphorePermit<'_>,
+        _slot: FairPlace<IpAddr>,
     ) -> Result<Option<TxOutcome>, Status> {
         let agreed = self.agreed();
         let Some(block) = self
@@ -789,10 +848,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
             .find(|o| o.tx_id == id))
     }
 
+    /// The outcome of `id`, submitted from `from`, once its block is agreed.
     async fn wait(
         &self,
         id: TxId,
         mut waiter: oneshot::Receiver<TxOutcome>,
+        from: IpAddr,
     ) -> Result<TxOutcome, Status> {
         let deadline = tokio::time::Instant::now() + self.settings.wait_limit;
         let mut poll = tokio::time::interval(Duration::from_secs(1));
@@ -810,7 +871,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
                     if let Some(o) = self.outcomes.recent(&id) {
                         return Ok(o);
                     }
-                    if let Ok(slot) = self.lookups.try_acquire()
+                    if let Some(slot) = self.lookups.try_acquire(counted_as(from))
                         && let Ok(Some(o)) = self.lookup_in_ledger(id, slot).await
                     {
                         return Ok(o);
@@ -834,6 +895,14 @@ fn tx_id_of(bytes: &[u8]) -> Result<TxId, Status> {
         .map_err(|_| status::wrong_length("tx_id", 32, bytes.len()))
 }
 
+/// The address a client's call came from (`0.0.0.0` when the transport does not say, as for
+/// calls within the process).
+fn caller<T>(request: &Request<T>) -> IpAddr {
+    request
+        .remote_addr()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip())
+}
+
 type Events = Pin<Box<dyn Stream<Item = Result<pb::CommitEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -842,13 +911,14 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let from = caller(&request);
         let wire = request
             .into_inner()
             .proposal
             .ok_or_else(|| status::missing("proposal"))?;
         let (id, _) = self
             .gateway
-            .submit(wire, false)
+            .submit(wire, false, from)
             .await
             .map_err(status::refused)?;
         Ok(Response::new(pb::SubmitResponse {
@@ -860,17 +930,18 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::TxOutcome>, Status> {
+        let from = caller(&request);
         let wire = request
             .into_inner()
             .proposal
             .ok_or_else(|| status::missing("proposal"))?;
         let (id, waiter) = self
             .gateway
-            .submit(wire, true)
+            .submit(wire, true, from)
             .await
             .map_err(status::refused)?;
         let waiter = waiter.unwrap_or_else(|| oneshot::channel().1);
-        let outcome = self.gateway.wait(id, waiter).await?;
+        let outcome = self.gateway.wait(id, waiter, from).await?;
         Ok(Response::new(to_wire(&outcome)))
     }
 
@@ -878,15 +949,16 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         &self,
         request: Request<pb::TxStatusRequest>,
     ) -> Result<Response<pb::TxStatusResponse>, Status> {
+        let from = caller(&request);
         let id = tx_id_of(&request.into_inner().tx_id)?;
         use pb::tx_status_response::State;
-        let response = match self.gateway.lookup(id).await? {
+        let response = match self.gateway.lookup(id, from).await? {
             Some(o) => pb::TxStatusResponse {
                 state: State::Committed as i32,
                 outcome: Some(to_wire(&o)),
             },
             None => {
-                let slot = self.gateway.lookup_slot().await?;
+                let slot = self.gateway.lookup_slot(from).await?;
                 let in_index = !self.gateway.known(&[id]).await?.is_empty();
                 drop(slot);
                 let executed_or_pending = in_index
@@ -916,9 +988,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
         &self,
         request: Request<pb::CommitStreamRequest>,
     ) -> Result<Response<Events>, Status> {
-        let address = request
-            .remote_addr()
-            .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+        let address = caller(&request);
         let from = request.into_inner().from_block;
         let gateway = self.gateway.clone();
         let Some(permit) = gateway.streams.admit(address) else {

@@ -111,7 +111,7 @@ fn plain(ip: IpAddr) -> IpAddr {
 }
 
 /// The address a client's `ip` counts as: for IPv6 its /64 (a host gets a whole prefix).
-fn counted_as(ip: IpAddr) -> IpAddr {
+pub(crate) fn counted_as(ip: IpAddr) -> IpAddr {
     match plain(ip) {
         IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
             u128::from(v6) & !((1u128 << 64) - 1),
@@ -141,6 +141,25 @@ impl AddressLimiter {
     /// A place for one more from `ip`, given back when dropped; `None` over a limit.
     pub(crate) fn admit(&self, ip: IpAddr) -> Option<Slot> {
         self.counts.admit(ip)
+    }
+
+    /// Places held now by a client at `ip` (counted as [`counted_as`]).
+    pub(crate) fn open_from(&self, ip: IpAddr) -> usize {
+        let open = self
+            .counts
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        open.0.get(&counted_as(ip)).copied().unwrap_or(0)
+    }
+
+    /// Places held now, the peers' aside.
+    pub(crate) fn open(&self) -> usize {
+        self.counts
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
     }
 }
 

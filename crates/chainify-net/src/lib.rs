@@ -21,6 +21,7 @@ mod admin;
 mod chainify;
 mod conns;
 mod exec;
+mod fair;
 mod follow;
 mod metrics;
 mod org;
@@ -32,7 +33,9 @@ mod status;
 pub mod tls;
 
 pub use admin::{AdminServer, recovery_state};
-pub use chainify::{ChainifyParts, ChainifyServer, ChainifySettings};
+pub use chainify::{
+    ChainifyParts, ChainifyServer, ChainifySettings, LOOKUPS_WAITING, LOOKUPS_WAITING_PER_ADDRESS,
+};
 pub use conns::{CONNECTION_IDLE, Conn, ConnectionLimits, Incoming, incoming, incoming_within};
 pub use exec::{EXECUTE_TIMEOUT, ExecutionGrpc, RemoteExecution};
 pub use follow::{FOLLOW_INTERVAL, follow_ledger};
@@ -44,7 +47,7 @@ pub use org::{
 pub use peer::{
     CommitServer, GrpcTransport, MAX_LEDGER_STREAM, MAX_VOTE_BATCH, PEER_CALL_TIMEOUT, PEER_QUEUE,
 };
-pub use query::{QueryAccess, QueryServer};
+pub use query::{QUERIES_WAITING, QUERIES_WAITING_PER_CLIENT, QueryAccess, QueryServer};
 pub use solo::{BROADCAST_QUEUE, MAX_BROADCAST_BATCH, RemoteOrderer, SoloServer};
 pub use state::{GrpcStatePeers, STATE_CALL_TIMEOUT};
 pub use tls::Tls;

@@ -727,9 +727,7 @@ impl Org {
             self.network.clone(),
             self.store.clone(),
             node.gate.clone(),
-            runtime.chainify.query_wait,
-            runtime.chainify.query_timeout,
-            runtime.chainify.max_queries,
+            &runtime.chainify,
         )?;
         let admin = serve(
             self.me,

@@ -14,11 +14,17 @@ use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
 use chainify_sql::{Analyzer, QueryPlan};
 use chainify_storage::{Backend, Store};
-use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::{NetError, status};
+use crate::fair::{Crowded, FairLimits, FairShare};
+use crate::{ChainifySettings, NetError, status};
+
+/// Queries of one client waiting for a slot at once; more are refused at once.
+pub const QUERIES_WAITING_PER_CLIENT: usize = 64;
+
+/// Queries waiting for a slot at once, all clients together; more are refused at once.
+pub const QUERIES_WAITING: usize = 4096;
 
 /// How a ChainifyServer answers queries.
 #[derive(Debug, Clone)]
@@ -39,19 +45,12 @@ impl<B: Backend + 'static> Queries<B> {
         access: QueryAccess,
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
-        wait: Duration,
-        limit: Duration,
-        max_queries: usize,
+        settings: &ChainifySettings,
     ) -> Result<Queries<B>, NetError> {
         Ok(match access {
-            QueryAccess::Gate(gate) => Queries::Local(QueryServer::new(
-                network,
-                store,
-                gate,
-                wait,
-                limit,
-                max_queries,
-            )?),
+            QueryAccess::Gate(gate) => {
+                Queries::Local(QueryServer::new(network, store, gate, settings)?)
+            }
             QueryAccess::Forward(channel) => Queries::Remote(QueryServiceClient::new(channel)),
         })
     }
@@ -94,24 +93,23 @@ struct Inner<B: Backend> {
     wait: Duration,
     /// How long a query may run.
     limit: Duration,
-    /// Queries running at once (each holds a connection).
-    slots: Arc<Semaphore>,
+    /// Queries running at once (each holds a connection), shared fairly among clients.
+    slots: FairShare<ClientId>,
     max_queries: usize,
+    max_queries_per_client: usize,
     /// Where new statement shapes are analysed.
     offload: Offload,
 }
 
 impl<B: Backend + 'static> QueryServer<B> {
     /// A server over `store` (shared tables registered) behind `gate`: a query waits up to
-    /// `wait` for an agreed state and for one of `max_queries` slots, and runs for at most
-    /// `limit`.
+    /// `query_wait` for an agreed state and for one of `max_queries` slots (at most
+    /// `max_queries_per_client` of them a client's), and runs for at most `query_timeout`.
     pub fn new(
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         gate: ReadGate,
-        wait: Duration,
-        limit: Duration,
-        max_queries: usize,
+        settings: &ChainifySettings,
     ) -> Result<QueryServer<B>, NetError> {
         let analyzer = Analyzer::new(store.schema().map_err(NetError::Storage)?);
         Ok(QueryServer {
@@ -120,10 +118,16 @@ impl<B: Backend + 'static> QueryServer<B> {
                 analyzer,
                 store,
                 gate,
-                wait,
-                limit,
-                slots: Arc::new(Semaphore::new(max_queries)),
-                max_queries,
+                wait: settings.query_wait,
+                limit: settings.query_timeout,
+                slots: FairShare::new(FairLimits {
+                    places: settings.max_queries,
+                    per_key: settings.max_queries_per_client,
+                    waiting_per_key: QUERIES_WAITING_PER_CLIENT,
+                    waiting: QUERIES_WAITING,
+                }),
+                max_queries: settings.max_queries,
+                max_queries_per_client: settings.max_queries_per_client,
                 offload: Offload::per_core(),
             }),
         })
@@ -186,13 +190,33 @@ impl<B: Backend + 'static> QueryServer<B> {
         plan.check_grants(client)
             .map_err(status::permission_denied)?;
         // A slot first, in the caller's own time: a flood of slow queries waits here, holding
-        // no connection and no task (a caller that gives up while waiting leaves nothing).
-        let slot = match tokio::time::timeout(this.wait, this.slots.clone().acquire_owned()).await {
+        // no connection and no task (a caller that gives up while waiting leaves nothing), and
+        // behind every other client's next query.
+        let who = body.client;
+        let slot = match tokio::time::timeout(this.wait, this.slots.acquire(who.clone())).await {
             Ok(Ok(slot)) => slot,
-            _ => {
-                return Err(Status::resource_exhausted(format!(
-                    "{} queries are running (max_queries); try again",
+            Ok(Err(Crowded::Key)) => {
+                return Err(status::busy(format!(
+                    "client {:?} already has {QUERIES_WAITING_PER_CLIENT} queries waiting for \
+                     a slot (it runs at most {} at once: max_queries_per_client); wait for \
+                     them",
+                    who.as_str(),
+                    this.max_queries_per_client
+                )));
+            }
+            Ok(Err(Crowded::All)) => {
+                return Err(status::busy(format!(
+                    "{QUERIES_WAITING} queries are waiting for one of {} slots (max_queries); \
+                     try again",
                     this.max_queries
+                )));
+            }
+            Err(_) => {
+                return Err(status::busy(format!(
+                    "{} queries are running (max_queries, at most {} a client: \
+                     max_queries_per_client) and none was free for this one within {:?}; \
+                     try again",
+                    this.max_queries, this.max_queries_per_client, this.wait
                 )));
             }
         };

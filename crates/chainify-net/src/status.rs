@@ -31,7 +31,9 @@ pub(crate) fn refused(refusal: Refusal) -> Status {
         Refusal::Unauthenticated(_) => Status::unauthenticated(message),
         Refusal::PermissionDenied(_) => Status::permission_denied(message),
         Refusal::Replay(_) => Status::already_exists(message),
-        Refusal::Overloaded { .. } => Status::resource_exhausted(message),
+        Refusal::Overloaded { .. } | Refusal::OverloadedFrom { .. } => {
+            Status::resource_exhausted(message)
+        }
         Refusal::RejectedBy(_) => Status::failed_precondition(message),
         Refusal::NotEndorsed(_) | Refusal::Unavailable { .. } => Status::unavailable(message),
     }
@@ -250,6 +252,14 @@ mod tests {
             (
                 Refusal::Overloaded {
                     org: OrgId(1),
+                    in_flight: 3,
+                },
+                Code::ResourceExhausted,
+            ),
+            (
+                Refusal::OverloadedFrom {
+                    org: OrgId(1),
+                    address: std::net::IpAddr::from([10, 0, 0, 1]),
                     in_flight: 3,
                 },
                 Code::ResourceExhausted,

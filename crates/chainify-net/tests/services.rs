@@ -187,6 +187,17 @@ impl Net {
             .unwrap()
     }
 
+    /// Client `id` of organization `org`, connecting from the local address `from`.
+    async fn client_from(&self, org: u32, id: &str, key: SigningKey, from: [u8; 4]) -> Client {
+        let endpoint = &self.network.orgs[&chainify_core::OrgId(org)].chainify_endpoint;
+        Client::connect(endpoint, "svc", Identity::new(id, key).unwrap())
+            .tls_ca_pem(self.ca.clone())
+            .local_address(std::net::IpAddr::from(from))
+            .connect()
+            .await
+            .unwrap()
+    }
+
     async fn client1(&self, org: u32) -> Client {
         let key = SigningKey::from_pkcs8(&self.client_key, "client1").unwrap();
         self.client(org, "client1", key).await
@@ -937,6 +948,147 @@ async fn a_slow_query_is_stopped_and_holds_no_block_back() {
         }
     };
     assert!(rows.height >= o.block.0, "{} < {}", rows.height, o.block);
+    for n in 1..=3 {
+        net.stop_org(n).await;
+    }
+}
+
+/// One client cannot take every place from the others (THREATS: a client "must not be able to
+/// stall or exhaust a process"). Its slow queries hold at most `max_queries_per_client` of the
+/// slots, so another client's query runs at once; its submissions fill at most
+/// `max_in_flight_per_address`, so another address's are all taken; its flood of status lookups
+/// waits behind another address's. Before, the first two made every other client wait out its
+/// deadline and be refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_client_cannot_take_every_place_from_the_others() {
+    let settings = ChainifySettings {
+        max_queries: 2,
+        max_queries_per_client: 1,
+        query_timeout: Duration::from_secs(3),
+        query_wait: Duration::from_secs(1),
+        max_in_flight: 8,
+        max_in_flight_per_address: 4,
+        max_lookups: 1,
+        max_lookups_per_address: 1,
+        ..ChainifySettings::default()
+    };
+    let mut net = start(28500, settings).await;
+    wait_ready(&mut net).await;
+    let flood = net.client1(1).await;
+    let reader_key = SigningKey::from_pkcs8(
+        &std::fs::read(net.dir.join("reader.pk8")).unwrap(),
+        "reader",
+    )
+    .unwrap();
+    let other = net
+        .client_from(1, "reader", reader_key, [127, 0, 0, 2])
+        .await;
+    let client1_key = SigningKey::from_pkcs8(&net.client_key, "client1").unwrap();
+    let elsewhere = net
+        .client_from(1, "client1", client1_key, [127, 0, 0, 2])
+        .await;
+
+    // Queries: the flooding client's first query runs until `query_timeout`; its others wait
+    // for its own slot and are refused after `query_wait`, naming the share.
+    let slow = "SELECT COUNT(*) FROM accounts a, savings b, checking c, accounts d \
+                WHERE a.name || d.name || a.name || d.name <> '' AND b.custid <> c.custid";
+    let slow_queries: Vec<_> = (0..4)
+        .map(|_| {
+            let flood = flood.clone();
+            tokio::spawn(async move { flood.query(slow, []).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rows = other
+        .query("SELECT bal FROM checking WHERE custid = 1", [])
+        .await
+        .expect("another client's query runs beside the flood");
+    assert_eq!(rows.rows.len(), 1);
+    let mut timed_out = 0;
+    let mut refused = 0;
+    for q in slow_queries {
+        let e = q.await.unwrap().expect_err("the slow query cannot finish");
+        assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+        if e.to_string().contains("query_timeout") {
+            timed_out += 1;
+        } else {
+            assert!(e.to_string().contains("max_queries_per_client"), "{e}");
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        (timed_out, refused),
+        (1, 3),
+        "one slot for the flooding client"
+    );
+
+    // Submissions: 40 at once from one address, 4 from another. The second address's are all
+    // taken; the first's beyond its share are refused by name.
+    let flooding: Vec<_> = (0..40i64)
+        .map(|i| {
+            let flood = flood.clone();
+            tokio::spawn(async move { flood.submit(deposit(i % 10 + 1, 1)).await })
+        })
+        .collect();
+    let others: Vec<_> = (0..4i64)
+        .map(|i| {
+            let elsewhere = elsewhere.clone();
+            tokio::spawn(async move { elsewhere.submit(deposit(i + 20, 1)).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in flooding {
+        answers.push(t.await.unwrap());
+    }
+    let (accepted, exhausted) = exhausted_apart(answers, "max_in_flight_per_address");
+    assert!(exhausted > 0, "40 submissions at once with a share of 4");
+    assert!(!accepted.is_empty());
+    for t in others {
+        let id = t
+            .await
+            .unwrap()
+            .expect("another address's submission is taken");
+        assert!(
+            elsewhere
+                .wait(&id, Duration::from_millis(50))
+                .await
+                .unwrap()
+                .agreed
+        );
+    }
+
+    // Status lookups: one place, a flood of 1 000 from one address; another address's
+    // lookups during it are all answered.
+    let lookups: Vec<_> = (0..1000u32)
+        .map(|i| {
+            let flood = flood.clone();
+            tokio::spawn(async move {
+                flood
+                    .status(&chainify_client::TxId(chainify_core::Digest::of(
+                        &i.to_le_bytes(),
+                    )))
+                    .await
+            })
+        })
+        .collect();
+    for i in 0..20u32 {
+        let state = other
+            .status(&chainify_client::TxId(chainify_core::Digest::of(
+                &(1_000_000 + i).to_le_bytes(),
+            )))
+            .await
+            .expect("another address's lookup is answered during the flood");
+        assert!(matches!(state, TxState::Unknown), "{state:?}");
+    }
+    let mut answers = Vec::new();
+    for t in lookups {
+        answers.push(t.await.unwrap());
+    }
+    let (_, busy) = exhausted_apart(answers, "max_lookups");
+    assert!(
+        busy > 0,
+        "1 000 lookups at once from one address, none refused"
+    );
     for n in 1..=3 {
         net.stop_org(n).await;
     }

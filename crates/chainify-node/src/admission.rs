@@ -62,11 +62,26 @@ pub enum Refusal {
     #[error(transparent)]
     Replay(#[from] Replay),
     /// The origin has too many submissions under way.
-    #[error("overloaded: {in_flight} submissions are in flight at {org}; retry later")]
+    #[error(
+        "overloaded: {in_flight} submissions are in flight at {org} (max_in_flight); retry later"
+    )]
     Overloaded {
         /// The organization.
         org: OrgId,
         /// Its limit of submissions under way.
+        in_flight: usize,
+    },
+    /// The origin has too many submissions under way from the caller's address.
+    #[error(
+        "overloaded: {in_flight} submissions from {address} are in flight at {org} \
+         (max_in_flight_per_address); retry later"
+    )]
+    OverloadedFrom {
+        /// The organization.
+        org: OrgId,
+        /// The caller's address, as counted (an IPv6 /64 counts as one).
+        address: std::net::IpAddr,
+        /// Its limit of submissions under way from one address.
         in_flight: usize,
     },
     /// Organizations the endorsement policy needs rejected the proposal: trying again will
