@@ -14,7 +14,9 @@ use chainify_bench::{
 use chainify_core::batch::{Roots, sign_leaves};
 use chainify_core::crypto::{Signatures, SigningKey};
 use chainify_core::policy::{AgreementPolicy, PolicySpec};
-use chainify_core::rwset::ReadWriteSet;
+use std::ops::Bound::Included;
+
+use chainify_core::rwset::{KeyRange, KeySet, KeyValue, ReadWriteSet, Resource};
 use chainify_core::tx::{Proposal, ProposalBody};
 use chainify_core::verify::verify_many;
 use chainify_core::{ClientId, Digest, NetworkId, OrgId};
@@ -99,6 +101,33 @@ fn dag(c: &mut Criterion) {
             },
         );
     }
+    // A Smallbank block with 32 transactions of a thousand disjoint ranges each mixed in (what
+    // one client can send): the ranges must not cost every other range a comparison.
+    let mut sets = rwsets(&smallbank_block_uniform(2));
+    let table = Resource {
+        name: "checking".into(),
+        arity: 1,
+    };
+    for t in 0..32i64 {
+        let keys = KeySet::Ranges(
+            (0..1000)
+                .map(|i| KeyRange {
+                    prefix: vec![],
+                    next: Some((
+                        Included(KeyValue::Int(1_000_000 + t * 10_000 + 4 * i)),
+                        Included(KeyValue::Int(1_000_000 + t * 10_000 + 4 * i + 1)),
+                    )),
+                })
+                .collect(),
+        );
+        let mut set = ReadWriteSet::default();
+        set.read(&table, &keys);
+        sets.insert(t as usize * 128, set);
+    }
+    let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Some).collect();
+    g.bench_function("build_smallbank_4096_with_32_range_heavy", |b| {
+        b.iter(|| black_box(DependencyGraph::build(&refs)))
+    });
     g.finish();
 }
 

@@ -717,18 +717,20 @@ pub async fn parallel_execution_matches_serial<F: Fixture>(f: &F) {
     }
 }
 
-/// Case: a block whose transactions carry a thousand ranges each passes the dependency graph's
-/// work budget; from there its transactions run in block order (`serial_from`, on engines that
-/// build the graph), and the outcome is serial execution's.
+/// Case: a block whose transactions carry a thousand ranges each, every one meeting every range
+/// of the others, passes the dependency graph's work budget; from there its transactions run in
+/// block order (`serial_from`, on engines that build the graph), and the outcome is serial
+/// execution's.
 pub async fn a_block_past_the_graph_budget_runs_in_block_order<F: Fixture>(f: &F) {
     let parallel = setup(f, "budget_parallel", StoreOptions::default()).await;
     let serial = setup(f, "budget_serial", StoreOptions::default()).await;
-    // 32 ranges a statement, 32 statements a transaction: 1 024 ranges of kv each.
-    let ranges = |t: i64, s: i64| -> Vec<String> {
+    // 32 ranges a statement, 32 statements a transaction: 1 024 ranges of kv each, nested
+    // around the same keys in every transaction (disjoint ranges cost the graph little).
+    let ranges = |_t: i64, s: i64| -> Vec<String> {
         (0..32)
             .map(|r| {
-                let lo = 1_000_000 + (t * 32 + s) * 100 + r * 3;
-                format!("k BETWEEN {lo} AND {}", lo + 1)
+                let i = s * 32 + r;
+                format!("k BETWEEN {} AND {}", -i, 10_000 + i)
             })
             .collect()
     };
@@ -757,7 +759,7 @@ pub async fn a_block_past_the_graph_budget_runs_in_block_order<F: Fixture>(f: &F
     let s = run(&serial, &bs, ExecMode::Serial).await;
     if parallel.backend().concurrent_writers() {
         let from = p.serial_from.expect("past the budget");
-        assert!((2..8).contains(&from), "serial from {from}");
+        assert!((1..8).contains(&from), "serial from {from}");
     } else {
         assert_eq!(p.serial_from, None, "SQLite builds no graph");
     }
