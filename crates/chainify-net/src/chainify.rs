@@ -45,10 +45,10 @@ use tracing::{Instrument, debug, warn};
 
 use crate::NetError;
 use crate::conns::{AddressLimiter, ConnectionLimits, counted_as};
-use crate::fair::{Crowded, FairLimits, FairPlace, FairShare};
 use crate::query::{Queries, QueryAccess};
 use crate::status;
 use crate::tls::{Tls, channel};
+use chainify_node::fair::{Crowded, FairLimits, FairPlace, FairShare};
 
 /// Lookups for one address waiting for a place at once; more are refused at once.
 pub const LOOKUPS_WAITING_PER_ADDRESS: usize = 256;
@@ -65,6 +65,8 @@ pub struct ChainifySettings {
     /// Of those, from one IP address (an IPv6 /64 counts as one), so that one client's flood
     /// leaves room for everyone else's submissions.
     pub max_in_flight_per_address: usize,
+    /// Of those, of one client (counted once its signature verified, from any address).
+    pub max_in_flight_per_client: usize,
     /// Proposals queued for one peer's EndorsementService; more wait.
     pub endorse_queue: usize,
     /// Most proposals in one EarlyAbort call.
@@ -118,6 +120,7 @@ impl Default for ChainifySettings {
         ChainifySettings {
             max_in_flight: 8192,
             max_in_flight_per_address: 1024,
+            max_in_flight_per_client: 1024,
             endorse_queue: 8192,
             max_endorse_batch: 1024,
             endorse_calls_per_peer: 4,
@@ -324,6 +327,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
             AdmissionSettings {
                 nonce_window: settings.nonce_window,
                 endorse_timeout: settings.endorse_timeout,
+                max_in_flight_per_client: settings.max_in_flight_per_client,
             },
             parts.verifier.clone(),
         ));
@@ -688,28 +692,32 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
     /// every other address's next request.
     async fn lookup_slot(&self, from: IpAddr) -> Result<FairPlace<IpAddr>, Status> {
         let settings = &self.settings;
-        match tokio::time::timeout(settings.query_wait, self.lookups.acquire(counted_as(from)))
-            .await
-        {
+        let from = counted_as(from);
+        match tokio::time::timeout(settings.query_wait, self.lookups.acquire(from)).await {
             Ok(Ok(slot)) => Ok(slot),
             Ok(Err(Crowded::Key)) => Err(status::busy(format!(
-                "{LOOKUPS_WAITING_PER_ADDRESS} lookups of transactions from {from} are waiting \
-                 at organization {} (max_lookups_per_address {} running at once); wait for them",
+                "{LOOKUPS_WAITING_PER_ADDRESS} lookups of transactions from {from} (an IPv6 /64 \
+                 counts as one address) are waiting at organization {}, which runs {} an \
+                 address at once (max_lookups_per_address); wait for them",
                 self.me, settings.max_lookups_per_address
             ))),
             Ok(Err(Crowded::All)) => Err(status::busy(format!(
                 "{LOOKUPS_WAITING} lookups of transactions are waiting at organization {} \
-                 (max_lookups {}); try again",
+                 (max_lookups {}), none from another address in a longer queue than {from}'s; \
+                 try again",
                 self.me, settings.max_lookups
             ))),
+            Err(_) if self.lookups.held_by(&from) >= settings.max_lookups_per_address => {
+                Err(status::busy(format!(
+                    "{from} already runs {} lookups of transactions at organization {} \
+                     (max_lookups_per_address) and none finished within {:?}; try again",
+                    settings.max_lookups_per_address, self.me, settings.query_wait
+                )))
+            }
             Err(_) => Err(status::busy(format!(
-                "{} lookups of transactions are under way at organization {} (max_lookups, \
-                 {} an address: max_lookups_per_address) and none was free for this one \
-                 within {:?}; try again",
-                settings.max_lookups,
-                self.me,
-                settings.max_lookups_per_address,
-                settings.query_wait
+                "{} lookups of transactions are under way at organization {} (max_lookups) and \
+                 none was free for this one within {:?}; try again",
+                settings.max_lookups, self.me, settings.query_wait
             ))),
         }
     }
@@ -730,7 +738,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
                     Refusal::OverloadedFrom {
                         org: self.me,
                         address: counted_as(from),
-                        in_flight: settings.max_in_flight_per_address,
+                        in_flight: settings.max_in_flight_per_address.max(1),
                     }
                 } else {
                     Refusal::Overloaded {

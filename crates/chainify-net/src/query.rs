@@ -17,14 +17,19 @@ use chainify_storage::{Backend, Store};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::fair::{Crowded, FairLimits, FairShare};
 use crate::{ChainifySettings, NetError, status};
+use chainify_node::fair::{Crowded, FairLimits, FairShare};
 
 /// Queries of one client waiting for a slot at once; more are refused at once.
 pub const QUERIES_WAITING_PER_CLIENT: usize = 64;
 
-/// Queries waiting for a slot at once, all clients together; more are refused at once.
+/// Queries waiting for a slot at once, all clients together (and as many waiting for analysis);
+/// more are refused at once, or push out a caller of a client that waits longer.
 pub const QUERIES_WAITING: usize = 4096;
+
+/// Queries of one client with a new statement text waiting for analysis at once; more are
+/// refused at once.
+pub const ANALYSES_WAITING_PER_CLIENT: usize = 16;
 
 /// How a ChainifyServer answers queries.
 #[derive(Debug, Clone)]
@@ -99,6 +104,8 @@ struct Inner<B: Backend> {
     max_queries_per_client: usize,
     /// Where new statement shapes are analysed.
     offload: Offload,
+    /// Turns at the analysis, shared fairly among clients (one running a client).
+    analysing: FairShare<ClientId>,
 }
 
 impl<B: Backend + 'static> QueryServer<B> {
@@ -129,6 +136,12 @@ impl<B: Backend + 'static> QueryServer<B> {
                 max_queries: settings.max_queries,
                 max_queries_per_client: settings.max_queries_per_client,
                 offload: Offload::per_core(),
+                analysing: FairShare::new(FairLimits {
+                    places: std::thread::available_parallelism().map_or(2, usize::from),
+                    per_key: 1,
+                    waiting_per_key: ANALYSES_WAITING_PER_CLIENT,
+                    waiting: QUERIES_WAITING,
+                }),
             }),
         })
     }
@@ -172,10 +185,27 @@ impl<B: Backend + 'static> QueryServer<B> {
                     this.network.network_id
                 ))
             })?;
-        // A new statement shape takes milliseconds to analyse: off the async workers.
+        // A new statement shape takes milliseconds to analyse: off the async workers, one at a
+        // time a client, so that one client's stream of new texts waits behind every other
+        // client's next one instead of filling the analysis queue.
         let plan = if let Some(checked) = this.analyzer.query_cached(&body.sql, &body.params) {
             checked
         } else {
+            let _turn =
+                match tokio::time::timeout(this.wait, this.analysing.acquire(body.client.clone()))
+                    .await
+                {
+                    Ok(Ok(turn)) => turn,
+                    Ok(Err(_)) | Err(_) => {
+                        return Err(status::busy(format!(
+                            "client {:?} has {ANALYSES_WAITING_PER_CLIENT} new queries waiting for \
+                         analysis, or the analysis of others' did not leave room for this one \
+                         within {:?}; try again",
+                            body.client.as_str(),
+                            this.wait
+                        )));
+                    }
+                };
             let (sql, params) = (body.sql, &body.params);
             this.offload
                 .run_made(|| {
@@ -206,17 +236,26 @@ impl<B: Backend + 'static> QueryServer<B> {
             }
             Ok(Err(Crowded::All)) => {
                 return Err(status::busy(format!(
-                    "{QUERIES_WAITING} queries are waiting for one of {} slots (max_queries); \
-                     try again",
-                    this.max_queries
+                    "{QUERIES_WAITING} queries are waiting for one of {} slots (max_queries), \
+                     none of another client in a longer queue than client {:?}'s; try again",
+                    this.max_queries,
+                    who.as_str()
+                )));
+            }
+            Err(_) if this.slots.held_by(&who) >= this.max_queries_per_client => {
+                return Err(status::busy(format!(
+                    "client {:?} already runs {} queries (max_queries_per_client) and none \
+                     finished within {:?}; try again",
+                    who.as_str(),
+                    this.max_queries_per_client,
+                    this.wait
                 )));
             }
             Err(_) => {
                 return Err(status::busy(format!(
-                    "{} queries are running (max_queries, at most {} a client: \
-                     max_queries_per_client) and none was free for this one within {:?}; \
-                     try again",
-                    this.max_queries, this.max_queries_per_client, this.wait
+                    "{} queries are running (max_queries) and none was free for this one \
+                     within {:?}; try again",
+                    this.max_queries, this.wait
                 )));
             }
         };

@@ -31,9 +31,10 @@ pub(crate) fn refused(refusal: Refusal) -> Status {
         Refusal::Unauthenticated(_) => Status::unauthenticated(message),
         Refusal::PermissionDenied(_) => Status::permission_denied(message),
         Refusal::Replay(_) => Status::already_exists(message),
-        Refusal::Overloaded { .. } | Refusal::OverloadedFrom { .. } => {
-            Status::resource_exhausted(message)
-        }
+        Refusal::Overloaded { .. }
+        | Refusal::OverloadedFrom { .. }
+        | Refusal::OverloadedClient { .. }
+        | Refusal::Busy(_) => Status::resource_exhausted(message),
         Refusal::RejectedBy(_) => Status::failed_precondition(message),
         Refusal::NotEndorsed(_) | Refusal::Unavailable { .. } => Status::unavailable(message),
     }
@@ -264,6 +265,15 @@ mod tests {
                 },
                 Code::ResourceExhausted,
             ),
+            (
+                Refusal::OverloadedClient {
+                    org: OrgId(1),
+                    client: "client1".into(),
+                    in_flight: 3,
+                },
+                Code::ResourceExhausted,
+            ),
+            (Refusal::Busy("a queue".into()), Code::ResourceExhausted),
             (
                 Refusal::RejectedBy(vec![failure(true)]),
                 Code::FailedPrecondition,

@@ -1022,6 +1022,37 @@ async fn one_client_cannot_take_every_place_from_the_others() {
         "one slot for the flooding client"
     );
 
+    // New query texts: analysed one at a time a client, 16 of a client waiting; the flood's
+    // others are refused at once by name, and another client's new text is analysed and run.
+    let texts: Vec<_> = (0..200i64)
+        .map(|i| {
+            let flood = flood.clone();
+            let list: Vec<String> = (0..400).map(|k| (k * 1000 + i).to_string()).collect();
+            let sql = format!(
+                "SELECT bal FROM checking WHERE custid IN ({})",
+                list.join(", ")
+            );
+            tokio::spawn(async move { flood.query(&sql, []).await })
+        })
+        .collect();
+    let rows = other
+        .query("SELECT bal FROM checking WHERE custid = 2", [])
+        .await
+        .expect("another client's new query is analysed beside the flood");
+    assert_eq!(rows.rows.len(), 1);
+    let mut busy = 0;
+    for t in texts {
+        // Those analysed then wait for the client's one query slot, and may be refused there.
+        if let Err(e) = t.await.unwrap() {
+            assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+            busy += usize::from(e.to_string().contains("waiting for analysis"));
+        }
+    }
+    assert!(
+        busy > 0,
+        "200 new texts at once from one client, none refused"
+    );
+
     // Submissions: 40 at once from one address, 4 from another. The second address's are all
     // taken; the first's beyond its share are refused by name.
     let flooding: Vec<_> = (0..40i64)
@@ -1057,29 +1088,47 @@ async fn one_client_cannot_take_every_place_from_the_others() {
         );
     }
 
-    // Status lookups: one place, a flood of 1 000 from one address; another address's
-    // lookups during it are all answered.
+    // Status lookups: one place, a flood of 1 000 from one address, then 20 at once from
+    // another: those are served in turn with the flood (one of each address), not behind it.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let lookups: Vec<_> = (0..1000u32)
         .map(|i| {
-            let flood = flood.clone();
+            let (flood, answered) = (flood.clone(), answered.clone());
             tokio::spawn(async move {
-                flood
+                let state = flood
                     .status(&chainify_client::TxId(chainify_core::Digest::of(
                         &i.to_le_bytes(),
                     )))
-                    .await
+                    .await;
+                if state.is_ok() {
+                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                state
             })
         })
         .collect();
-    for i in 0..20u32 {
-        let state = other
-            .status(&chainify_client::TxId(chainify_core::Digest::of(
-                &(1_000_000 + i).to_le_bytes(),
-            )))
-            .await
-            .expect("another address's lookup is answered during the flood");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = answered.load(std::sync::atomic::Ordering::SeqCst);
+    let theirs = futures_util::future::join_all((0..20u32).map(|i| {
+        let other = other.clone();
+        async move {
+            other
+                .status(&chainify_client::TxId(chainify_core::Digest::of(
+                    &(1_000_000 + i).to_le_bytes(),
+                )))
+                .await
+        }
+    }))
+    .await;
+    let during = answered.load(std::sync::atomic::Ordering::SeqCst) - before;
+    for state in theirs {
+        let state = state.expect("another address's lookup is answered during the flood");
         assert!(matches!(state, TxState::Unknown), "{state:?}");
     }
+    assert!(
+        during < 128,
+        "{during} of the flood's lookups were answered while another address's 20 waited"
+    );
     let mut answers = Vec::new();
     for t in lookups {
         answers.push(t.await.unwrap());

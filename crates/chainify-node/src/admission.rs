@@ -31,6 +31,7 @@ use chainify_sql::{AnalysisError, Analyzer, MissingGrant, RejectKind, TxAnalysis
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
+use crate::fair::{FairLimits, FairShare};
 use crate::group::{GroupChecker, GroupSigner};
 use crate::offload::Offload;
 
@@ -71,6 +72,22 @@ pub enum Refusal {
         /// Its limit of submissions under way.
         in_flight: usize,
     },
+    /// The origin has too many submissions of this client under way.
+    #[error(
+        "overloaded: {in_flight} submissions of client {client:?} are being endorsed at {org} \
+         (max_in_flight_per_client); retry later"
+    )]
+    OverloadedClient {
+        /// The organization.
+        org: OrgId,
+        /// The client.
+        client: String,
+        /// Its limit of submissions under way from one client.
+        in_flight: usize,
+    },
+    /// A queue this submission needs is full; naming which.
+    #[error("busy: {0}")]
+    Busy(String),
     /// The origin has too many submissions under way from the caller's address.
     #[error(
         "overloaded: {in_flight} submissions from {address} are in flight at {org} \
@@ -334,6 +351,32 @@ fn analyze_granted_cached(
     }))
 }
 
+/// Proposals of one client with new statement texts waiting for analysis at once; more are
+/// refused at once.
+pub const ANALYSES_WAITING_PER_CLIENT: usize = 16;
+
+/// Proposals waiting for analysis at once, all clients together; more are refused, or push out
+/// one of a client that waits longer.
+pub const ANALYSES_WAITING: usize = 4096;
+
+/// One submission of a client being endorsed ([`Admission::share_of`]).
+struct ClientShare<'a> {
+    counts: &'a Mutex<HashMap<ClientId, usize>>,
+    client: ClientId,
+}
+
+impl Drop for ClientShare<'_> {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = counts.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.client);
+            }
+        }
+    }
+}
+
 /// Flights a proposal follows before it analyses alone ([`Admission::check_submitted`]).
 const MAX_FOLLOWED_FLIGHTS: usize = 3;
 
@@ -537,6 +580,9 @@ pub struct AdmissionSettings {
     pub nonce_window: usize,
     /// How long the endorsement of one proposal may wait for one organization.
     pub endorse_timeout: Duration,
+    /// Submissions of one client (by its verified signature) being endorsed at once; more are
+    /// refused, so that one client cannot take every place from many addresses.
+    pub max_in_flight_per_client: usize,
 }
 
 impl Default for AdmissionSettings {
@@ -544,6 +590,7 @@ impl Default for AdmissionSettings {
         AdmissionSettings {
             nonce_window: NONCE_WINDOW,
             endorse_timeout: Duration::from_secs(5),
+            max_in_flight_per_client: 1024,
         }
     }
 }
@@ -560,6 +607,11 @@ pub struct Admission {
     signer: Arc<GroupSigner>,
     checker: Arc<GroupChecker>,
     analysing: Flights,
+    /// Turns at the analysis of new statement texts, one running a client: one client's stream
+    /// of new texts waits behind every other client's next one.
+    turns: FairShare<ClientId>,
+    /// Submissions being endorsed, by client.
+    in_flight: Mutex<HashMap<ClientId, usize>>,
 }
 
 impl fmt::Debug for Admission {
@@ -601,7 +653,39 @@ impl Admission {
             signer,
             checker,
             analysing: Flights::default(),
+            turns: FairShare::new(FairLimits {
+                places: std::thread::available_parallelism().map_or(2, usize::from),
+                per_key: 1,
+                waiting_per_key: ANALYSES_WAITING_PER_CLIENT,
+                waiting: ANALYSES_WAITING,
+            }),
+            in_flight: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A place among the submissions `client` has being endorsed, given back when dropped.
+    fn share_of(&self, client: &ClientId) -> Result<ClientShare<'_>, Refusal> {
+        let mut counts = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(client.clone()).or_default();
+        let limit = self.settings.max_in_flight_per_client.max(1);
+        if *count >= limit {
+            if *count == 0 {
+                counts.remove(client);
+            }
+            return Err(Refusal::OverloadedClient {
+                org: self.me,
+                client: client.as_str().to_owned(),
+                in_flight: limit,
+            });
+        }
+        *count += 1;
+        Ok(ClientShare {
+            counts: &self.in_flight,
+            client: client.clone(),
+        })
     }
 
     /// Tells admission the next block this organization's ledger expects: responses are
@@ -699,6 +783,14 @@ impl Admission {
                 }
             }
         };
+        let _turn = self.turns.acquire(proposal.body.client.clone()).await.map_err(|_| {
+            Refusal::Busy(format!(
+                "client {:?} has {ANALYSES_WAITING_PER_CLIENT} proposals with new statement texts \
+                 waiting for analysis at {}, or others' left no room for this one; wait for them",
+                proposal.body.client.as_str(),
+                self.me
+            ))
+        })?;
         let checked = self
             .offload
             .run_made(|| {
@@ -876,6 +968,8 @@ impl Admission {
         L: Future<Output = Result<bool, Refusal>>,
     {
         self.check_submitted(proposal).await?;
+        // Counted once the signature verified: a client's share cannot be taken in its name.
+        let _share = self.share_of(&proposal.body.client)?;
         let id = proposal.tx_id();
         // At the origin a nonce serves once; endorsers accept the same proposal again.
         let claimed = match self.claim_nonce(proposal, id, self.me) {
@@ -1154,9 +1248,52 @@ mod tests {
             AdmissionSettings {
                 nonce_window: 100,
                 endorse_timeout: Duration::from_millis(200),
+                ..AdmissionSettings::default()
             },
             Arc::new(Verifier::new(network.signatures)),
         ))
+    }
+
+    /// A client's submissions being endorsed are counted by the verified client: past its share
+    /// the next is refused by name, another client is not, and a finished one frees its place.
+    #[test]
+    fn a_client_s_submissions_in_flight_are_bounded_by_its_share() {
+        let network = network("any-2");
+        let schema =
+            Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
+        let origin = Admission::new(
+            OrgId(1),
+            org_key(1),
+            network.clone(),
+            Analyzer::new(schema),
+            AdmissionSettings {
+                max_in_flight_per_client: 2,
+                ..AdmissionSettings::default()
+            },
+            Arc::new(Verifier::new(network.signatures)),
+        );
+        let alice = ClientId::new("alice").expect("client");
+        let bob = ClientId::new("bob").expect("client");
+        let one = origin.share_of(&alice).expect("first");
+        let _two = origin.share_of(&alice).expect("second");
+        let Err(refusal) = origin.share_of(&alice) else {
+            panic!("a third submission of alice was let through with a share of 2");
+        };
+        assert!(
+            matches!(&refusal, Refusal::OverloadedClient { client, in_flight: 2, .. } if client == "alice"),
+            "{refusal}"
+        );
+        assert!(
+            refusal.to_string().contains("max_in_flight_per_client"),
+            "{refusal}"
+        );
+        let _other = origin
+            .share_of(&bob)
+            .expect("another client has its own share");
+        drop(one);
+        let _again = origin
+            .share_of(&alice)
+            .expect("a finished submission frees its place");
     }
 
     fn proposal(nonce: u64, sql: &str) -> Proposal {
@@ -1239,6 +1376,60 @@ mod tests {
         p: &Proposal,
     ) -> Result<Vec<EarlyAbortResponse>, Refusal> {
         origin.admit(p, async { Ok(false) }, endorser).await
+    }
+
+    /// Submissions being endorsed count against their client's share once the signature
+    /// verified: a third of alice's, while two wait for silent peers, is refused by name.
+    #[tokio::test]
+    async fn a_client_past_its_share_of_submissions_under_way_is_refused() {
+        let net = network("any-2");
+        let schema =
+            Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
+        let origin = Arc::new(Admission::new(
+            OrgId(1),
+            org_key(1),
+            net.clone(),
+            Analyzer::new(schema),
+            AdmissionSettings {
+                max_in_flight_per_client: 2,
+                ..AdmissionSettings::default()
+            },
+            Arc::new(Verifier::new(net.signatures)),
+        ));
+        let silent = Arc::new(Scripted::new(
+            &net,
+            &[(2, Answer::Silent), (3, Answer::Silent)],
+        ));
+        let alice = ClientId::new("alice").expect("client");
+        let hanging: Vec<_> = (0..2)
+            .map(|n| {
+                let (origin, silent) = (origin.clone(), silent.clone());
+                tokio::spawn(async move {
+                    let p = proposal(n, "UPDATE kv SET v = 1 WHERE k = 1");
+                    origin.admit(&p, async { Ok(false) }, &*silent).await
+                })
+            })
+            .collect();
+        for _ in 0..500 {
+            if origin.in_flight.lock().expect("counts").get(&alice) == Some(&2) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let third = proposal(9, "UPDATE kv SET v = 1 WHERE k = 1");
+        let refusal = origin
+            .admit(&third, async { Ok(false) }, &*silent)
+            .await
+            .expect_err("past alice's share");
+        assert!(
+            matches!(&refusal, Refusal::OverloadedClient { client, .. } if client == "alice"),
+            "{refusal}"
+        );
+        for h in hanging {
+            h.abort();
+            let _ = h.await;
+        }
+        assert!(origin.in_flight.lock().expect("counts").is_empty());
     }
 
     #[tokio::test]
@@ -1739,6 +1930,50 @@ mod tests {
         );
         refused.truncate(3);
         (refused, spoiled)
+    }
+
+    /// One client's proposals with new statement texts are analysed one at a time, at most
+    /// `ANALYSES_WAITING_PER_CLIENT` of them waiting: the rest are refused at once by name
+    /// instead of filling the analysis queue that every client's new texts need.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_client_s_new_texts_wait_their_turn_and_do_not_fill_the_analysis_queue() {
+        let net = network("any-2");
+        let origin = admission(1, &net);
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        // Every analysis permit busy until the whole burst has arrived.
+        let (release, blockers): (Vec<_>, Vec<_>) = (0..cores)
+            .map(|_| {
+                let (release, wait) = std::sync::mpsc::channel::<()>();
+                let origin = origin.clone();
+                let blocker = tokio::spawn(async move {
+                    origin.offload.run(move || wait.recv().unwrap_or(())).await
+                });
+                (release, blocker)
+            })
+            .unzip();
+        let burst = 60u64;
+        let checks: Vec<_> = (0..burst)
+            .map(|n| {
+                let origin = origin.clone();
+                let p = proposal(n, &format!("{UPDATE} AND v = {n}"));
+                tokio::spawn(async move { origin.check_submitted(&p).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(release);
+        for blocker in blockers {
+            blocker.await.expect("blocker").expect("blocker ran");
+        }
+        let mut refused = 0;
+        for check in checks {
+            if let Err(e) = check.await.expect("check") {
+                assert!(matches!(e, Refusal::Busy(_)), "{e}");
+                assert!(e.to_string().contains("client \"alice\""), "{e}");
+                refused += 1;
+            }
+        }
+        // One analysing, sixteen waiting their turn.
+        assert_eq!(refused, burst as usize - 1 - ANALYSES_WAITING_PER_CLIENT);
     }
 
     /// A transaction whose encoding passes `MAX_TRANSACTION_BYTES` is refused by name and size,

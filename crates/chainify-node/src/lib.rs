@@ -25,6 +25,7 @@
 
 pub mod admission;
 mod execution;
+pub mod fair;
 mod fault;
 pub mod feed;
 mod gate;

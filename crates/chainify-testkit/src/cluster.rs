@@ -420,7 +420,11 @@ impl<F: OrdererFactory> Cluster<F> {
                     org.key.clone(),
                     spec.network.clone(),
                     chainify_sql::Analyzer::new(schema),
-                    AdmissionSettings::default(),
+                    // Every closed-loop client of a benchmark signs as the cluster's one client.
+                    AdmissionSettings {
+                        max_in_flight_per_client: usize::MAX,
+                        ..AdmissionSettings::default()
+                    },
                     Arc::new(Verifier::new(spec.network.signatures)),
                 )),
             );

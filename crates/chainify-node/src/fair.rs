@@ -6,7 +6,10 @@
 //! one key at most [`FairLimits::per_key`] places at once, queues at most
 //! [`FairLimits::waiting_per_key`] of its callers, and hands a freed place to the waiting keys
 //! in turn (round robin by key, oldest caller first within a key): a key flooding the share
-//! waits behind every other key's next caller, not in front of them.
+//! waits behind every other key's next caller, not in front of them. When every waiting place of
+//! all keys together ([`FairLimits::waiting`]) is taken, a newcomer pushes out the newest caller
+//! of the key with the longest queue, if that queue is longer than its own would be: many keys
+//! flooding together cannot fill the queue against a key that waits little.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -16,29 +19,30 @@ use tokio::sync::oneshot;
 
 /// The sizes of a [`FairShare`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FairLimits {
+pub struct FairLimits {
     /// Places in all.
-    pub(crate) places: usize,
+    pub places: usize,
     /// Places one key holds at once.
-    pub(crate) per_key: usize,
+    pub per_key: usize,
     /// Callers of one key waiting at once; more are refused at once.
-    pub(crate) waiting_per_key: usize,
+    pub waiting_per_key: usize,
     /// Callers waiting at once, all keys together; more are refused at once.
-    pub(crate) waiting: usize,
+    pub waiting: usize,
 }
 
 /// Why a caller was not queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Crowded {
+pub enum Crowded {
     /// Its key already has [`FairLimits::waiting_per_key`] callers waiting.
     Key,
-    /// [`FairLimits::waiting`] callers are waiting.
+    /// [`FairLimits::waiting`] callers are waiting, none in a queue longer than its key's; or
+    /// it waited, and a key that waited less pushed it out.
     All,
 }
 
 /// Places shared fairly among keys (see the module docs). Cloning shares them.
 #[derive(Debug)]
-pub(crate) struct FairShare<K> {
+pub struct FairShare<K> {
     state: Arc<Mutex<State<K>>>,
 }
 
@@ -69,13 +73,14 @@ struct State<K> {
 #[derive(Debug)]
 struct Waiter {
     id: u64,
-    /// Told when it was given a place (already counted as held).
-    given: oneshot::Sender<()>,
+    /// Told `true` when it was given a place (already counted as held), `false` when it was
+    /// pushed out of the queue.
+    given: oneshot::Sender<bool>,
 }
 
 /// A place of a [`FairShare`], given back when dropped.
 #[derive(Debug)]
-pub(crate) struct FairPlace<K: Hash + Eq + Clone> {
+pub struct FairPlace<K: Hash + Eq + Clone> {
     state: Arc<Mutex<State<K>>>,
     key: K,
 }
@@ -92,15 +97,18 @@ struct Waiting<K: Hash + Eq + Clone> {
     state: Arc<Mutex<State<K>>>,
     key: K,
     id: u64,
-    placed: bool,
+    told: oneshot::Receiver<bool>,
+    /// Its answer was taken: nothing left to undo.
+    settled: bool,
 }
 
 impl<K: Hash + Eq + Clone> Drop for Waiting<K> {
     fn drop(&mut self) {
-        if !self.placed {
+        if !self.settled {
             let mut state = lock(&self.state);
-            if !state.leave(&self.key, self.id) {
-                // Handed a place after it stopped listening.
+            // Out of the queue already: it was told (under this lock), and a place it was
+            // handed after it stopped listening goes back.
+            if !state.leave(&self.key, self.id) && self.told.try_recv() == Ok(true) {
                 state.give_back(&self.key);
             }
         }
@@ -113,7 +121,7 @@ fn lock<K>(state: &Mutex<State<K>>) -> std::sync::MutexGuard<'_, State<K>> {
 
 impl<K: Hash + Eq + Clone> FairShare<K> {
     /// `limits.places` free places (at least one; at least one a key).
-    pub(crate) fn new(limits: FairLimits) -> FairShare<K> {
+    pub fn new(limits: FairLimits) -> FairShare<K> {
         let limits = FairLimits {
             places: limits.places.max(1),
             per_key: limits.per_key.max(1),
@@ -135,8 +143,8 @@ impl<K: Hash + Eq + Clone> FairShare<K> {
     /// A place for `key`: at once if one is free and the key holds fewer than `per_key`,
     /// otherwise after waiting its turn (the future may be dropped to give up), or refused at
     /// once when the key's queue or the whole queue is full.
-    pub(crate) async fn acquire(&self, key: K) -> Result<FairPlace<K>, Crowded> {
-        let (id, given) = {
+    pub async fn acquire(&self, key: K) -> Result<FairPlace<K>, Crowded> {
+        let (id, told) = {
             let mut state = lock(&self.state);
             if state.free > 0 && state.held_by(&key) < state.limits.per_key {
                 state.free -= 1;
@@ -150,18 +158,22 @@ impl<K: Hash + Eq + Clone> FairShare<K> {
             state: self.state.clone(),
             key,
             id,
-            placed: false,
+            told,
+            settled: false,
         };
-        // The sender lives in the queue until it is used: the only way it goes away unused is
-        // this caller leaving, and then nobody reads this.
-        let _ = given.await;
-        waiting.placed = true;
-        Ok(self.place(waiting.key.clone()))
+        let given = (&mut waiting.told).await;
+        waiting.settled = true;
+        // The sender lives in the queue until it is used, so a dropped one was never used:
+        // no place to count.
+        match given {
+            Ok(true) => Ok(self.place(waiting.key.clone())),
+            Ok(false) | Err(_) => Err(Crowded::All),
+        }
     }
 
     /// A place for `key` only if one is free now and the key holds fewer than `per_key`; never
     /// queues.
-    pub(crate) fn try_acquire(&self, key: K) -> Option<FairPlace<K>> {
+    pub fn try_acquire(&self, key: K) -> Option<FairPlace<K>> {
         let mut state = lock(&self.state);
         if state.free == 0 || state.held_by(&key) >= state.limits.per_key {
             return None;
@@ -181,14 +193,13 @@ impl<K: Hash + Eq + Clone> FairShare<K> {
     }
 
     /// Places held by `key` now.
-    #[cfg(test)]
-    pub(crate) fn held_by(&self, key: &K) -> usize {
+    pub fn held_by(&self, key: &K) -> usize {
         lock(&self.state).held_by(key)
     }
 
     /// Callers waiting now.
     #[cfg(test)]
-    pub(crate) fn waiting(&self) -> usize {
+    pub fn waiting(&self) -> usize {
         lock(&self.state).waiting
     }
 }
@@ -217,13 +228,13 @@ impl<K: Hash + Eq + Clone> State<K> {
         self.held.get(key).copied().unwrap_or(0)
     }
 
-    fn enqueue(&mut self, key: &K) -> Result<(u64, oneshot::Receiver<()>), Crowded> {
+    fn enqueue(&mut self, key: &K) -> Result<(u64, oneshot::Receiver<bool>), Crowded> {
         let queued = self.queues.get(key).map_or(0, VecDeque::len);
         if queued >= self.limits.waiting_per_key {
             return Err(Crowded::Key);
         }
         if self.waiting >= self.limits.waiting {
-            return Err(Crowded::All);
+            self.push_out(queued)?;
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -238,7 +249,29 @@ impl<K: Hash + Eq + Clone> State<K> {
         Ok((id, receiver))
     }
 
-    /// Removes waiter `id` of `key`; false when it is no longer queued (it was given a place).
+    /// Makes room for a caller whose key has `queued` waiting: the newest caller of the longest
+    /// queue goes, if that queue is longer than the caller's would be.
+    fn push_out(&mut self, queued: usize) -> Result<(), Crowded> {
+        let Some((longest, len)) = self
+            .queues
+            .iter()
+            .map(|(k, q)| (k, q.len()))
+            .max_by_key(|(_, len)| *len)
+        else {
+            return Err(Crowded::All);
+        };
+        if len <= queued + 1 {
+            return Err(Crowded::All);
+        }
+        let longest = longest.clone();
+        let queue = self.queues.get_mut(&longest).expect("just found");
+        let newest = queue.pop_back().expect("a longest queue is not empty");
+        self.waiting -= 1;
+        let _ = newest.given.send(false);
+        Ok(())
+    }
+
+    /// Removes waiter `id` of `key`; false when it is no longer queued (it was told).
     fn leave(&mut self, key: &K, id: u64) -> bool {
         let Some(queue) = self.queues.get_mut(key) else {
             return false;
@@ -286,7 +319,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             self.waiting -= 1;
             *self.held.entry(next).or_default() += 1;
             // The waiter still listens: it leaves the queue (under this lock) before it stops.
-            let _ = waiter.given.send(());
+            let _ = waiter.given.send(true);
             debug_assert!(self.consistent());
             return;
         }
@@ -369,22 +402,74 @@ mod tests {
         let s = FairShare::new(FairLimits {
             places: 1,
             per_key: 1,
-            waiting_per_key: 2,
-            waiting: 3,
+            waiting_per_key: 3,
+            waiting: 4,
         });
         let _held = s.acquire("a").await.unwrap();
         let mut waiters = Vec::new();
-        for key in ["a", "a", "b"] {
+        for key in ["a", "a", "a", "b"] {
             let s = s.clone();
             waiters.push(tokio::spawn(
                 async move { s.acquire(key).await.map(|_| ()) },
             ));
             settle().await;
         }
+        // Its own queue is full.
         assert_eq!(s.acquire("a").await.unwrap_err(), Crowded::Key);
-        assert_eq!(s.acquire("c").await.unwrap_err(), Crowded::All);
-        for w in waiters {
+        // The whole queue is full: a key that waits less pushes out the newest caller of the
+        // longest queue ("a"), which is told so.
+        let s2 = s.clone();
+        let c = tokio::spawn(async move { s2.acquire("c").await.map(|_| ()) });
+        settle().await;
+        assert_eq!(waiters.remove(2).await.unwrap(), Err(Crowded::All));
+        assert!(!c.is_finished());
+        assert_eq!(s.waiting(), 4);
+        // "b" then waits as long as the longest queue would after it: refused.
+        let s3 = s.clone();
+        let d = tokio::spawn(async move { s3.acquire("d").await.map(|_| ()) });
+        settle().await;
+        assert_eq!(waiters.remove(1).await.unwrap(), Err(Crowded::All));
+        // Queues of 1, 1, 1, 1: nobody waits longer than a newcomer would, so it is refused.
+        assert_eq!(s.acquire("e").await.unwrap_err(), Crowded::All);
+        for w in waiters.into_iter().chain([c, d]) {
             w.abort();
+        }
+    }
+
+    /// Many keys flooding together cannot fill the queue against a key that waits little.
+    #[tokio::test]
+    async fn a_crowd_of_keys_cannot_shut_out_a_newcomer() {
+        let s = FairShare::new(FairLimits {
+            places: 1,
+            per_key: 1,
+            waiting_per_key: 8,
+            waiting: 32,
+        });
+        let held = s.acquire(0u32).await.unwrap();
+        let mut flood = Vec::new();
+        for i in 0..64u32 {
+            let s = s.clone();
+            flood.push(tokio::spawn(async move {
+                s.acquire(1 + i % 4).await.map(|_| ())
+            }));
+        }
+        settle().await;
+        assert_eq!(s.waiting(), 32, "four keys of eight fill the queue");
+        let s2 = s.clone();
+        let newcomer = tokio::spawn(async move { s2.acquire(99).await.map(|_| ()) });
+        settle().await;
+        assert_eq!(s.waiting(), 32);
+        drop(held);
+        // Served within one round of the four flooding keys.
+        let mut served = 0;
+        while !newcomer.is_finished() {
+            settle().await;
+            served += 1;
+            assert!(served < 100, "the newcomer was not served");
+        }
+        newcomer.await.unwrap().unwrap();
+        for f in flood {
+            f.abort();
         }
     }
 
