@@ -30,6 +30,11 @@ pub struct DependencyGraph {
 /// edge each. Ordinary blocks, and disjoint ranges however many, stay far below it.
 pub const WORK_BUDGET: u64 = 1 << 24;
 
+/// Most range and whole-table accesses of one block that are indexed (about 110 bytes each, and
+/// a sort): a block of transactions with a thousand ranges on each of many tables runs in block
+/// order from the transaction that passes it, as past [`WORK_BUDGET`].
+pub const MAX_INDEXED_SPANS: usize = 1 << 18;
+
 impl DependencyGraph {
     /// Builds the graph of a block from each transaction's read/write set, in block order.
     ///
@@ -55,7 +60,9 @@ impl DependencyGraph {
             if serial_from.is_some() {
                 // In block order: after the transaction before it, which is after all others.
                 builder.edges.extend(last.map(|l| (l, tx32)));
-            } else if !builder.add(tx32, set) {
+            } else if builder.indexed_until.is_some_and(|until| tx >= until)
+                || !builder.add(tx32, set)
+            {
                 // Over budget: after every executed transaction before it.
                 serial_from = Some(tx);
                 builder.edges.truncate(builder.edges_before);
@@ -82,7 +89,7 @@ impl DependencyGraph {
     }
 
     /// The first transaction ordered in block order because the block's graph went past
-    /// [`WORK_BUDGET`] (`None`: every edge is a conflict).
+    /// [`WORK_BUDGET`] or [`MAX_INDEXED_SPANS`] (`None`: every edge is a conflict).
     pub fn serial_from(&self) -> Option<usize> {
         self.serial_from
     }
@@ -210,6 +217,8 @@ struct Builder<'a> {
     covered: Vec<u32>,
     /// Work so far (range index nodes visited, keys a span looks at, readers it waits for).
     work: u64,
+    /// The first transaction whose spans were not indexed ([`MAX_INDEXED_SPANS`]).
+    indexed_until: Option<usize>,
     /// `edges.len()` before the current transaction's edges.
     edges_before: usize,
 }
@@ -278,8 +287,26 @@ impl<'a> Builder<'a> {
     /// indexed: in the order [`Builder::add`] will reach them.
     fn index_spans(&mut self, sets: &[Option<&'a ReadWriteSet>]) {
         let mut accesses: Vec<[Vec<SpanAccess<'a>>; 2]> = Vec::new();
+        let mut indexed = 0usize;
         for (tx, set) in sets.iter().enumerate() {
             let Some(set) = set else { continue };
+            let spans: usize = [&set.reads, &set.writes]
+                .into_iter()
+                .flatten()
+                .map(|(resource, keys)| match keys {
+                    KeySet::All => 1,
+                    KeySet::Ranges(ranges) => ranges
+                        .iter()
+                        .filter(|range| !range.is_point(resource.arity))
+                        .count(),
+                })
+                .sum();
+            indexed += spans;
+            if indexed > MAX_INDEXED_SPANS {
+                // The rest of the block runs in block order; its spans are never looked up.
+                self.indexed_until = Some(tx);
+                break;
+            }
             for (write, map) in [(false, &set.reads), (true, &set.writes)] {
                 for (resource, keys) in map {
                     let r = match self.resources.get(resource) {
@@ -577,6 +604,27 @@ mod budget {
         let graph = DependencyGraph::build(&refs);
         assert_eq!(graph.serial_from(), None);
         assert_eq!(graph.edge_count(), 0, "disjoint ranges do not conflict");
+    }
+
+    /// A block's ranges are indexed up to `MAX_INDEXED_SPANS`: the transaction that passes it,
+    /// and every one after it, runs in block order.
+    #[test]
+    fn a_block_past_the_indexed_spans_runs_in_block_order_from_there() {
+        let n = 300usize;
+        let sets: Vec<Option<ReadWriteSet>> = (0..n)
+            .map(|i| Some(ranges(i as i64 * 10_000, 1024)))
+            .collect();
+        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
+        let graph = DependencyGraph::build(&refs);
+        let first = MAX_INDEXED_SPANS / 1024;
+        assert_eq!(graph.serial_from(), Some(first));
+        assert_eq!(graph.predecessors(first).count(), first);
+        assert_eq!(graph.predecessors(first + 1).collect::<Vec<_>>(), [first]);
+        assert_eq!(
+            graph.predecessors(first - 1).count(),
+            0,
+            "disjoint before it"
+        );
     }
 
     /// Transactions that write the same thousand ranges each conflict with every earlier one on

@@ -65,7 +65,7 @@ mod pairs;
 mod scheduler;
 
 pub use driver::{TxExecutor, run_block, run_serial};
-pub use graph::{DependencyGraph, WORK_BUDGET};
+pub use graph::{DependencyGraph, MAX_INDEXED_SPANS, WORK_BUDGET};
 pub use lanes::{LanePlan, Step};
 pub use pairs::{conflict_pairs, conflict_pairs_reference};
 pub use scheduler::{ScheduleError, Scheduler};
