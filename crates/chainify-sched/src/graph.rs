@@ -57,6 +57,9 @@ impl DependencyGraph {
         for (tx, set) in sets.iter().enumerate() {
             let Some(set) = set else { continue };
             let tx32 = tx as u32;
+            // This transaction's edges start here: what it added is dropped when it goes over
+            // budget, never an earlier one's.
+            builder.edges_before = builder.edges.len();
             if serial_from.is_some() {
                 // In block order: after the transaction before it, which is after all others.
                 builder.edges.extend(last.map(|l| (l, tx32)));
@@ -215,6 +218,8 @@ struct Builder<'a> {
     pending: Vec<(u32, u32, bool)>,
     /// Scratch: slots covered by a span.
     covered: Vec<u32>,
+    /// Scratch: the range index's walk.
+    stack: Vec<(usize, usize, usize)>,
     /// Work so far (range index nodes visited, keys a span looks at, readers it waits for).
     work: u64,
     /// The first transaction whose spans were not indexed ([`MAX_INDEXED_SPANS`]).
@@ -372,7 +377,7 @@ impl<'a> Builder<'a> {
         let mut visited = 0;
         // Reads conflict only with writes.
         for tree in &state.spans[usize::from(!write)..] {
-            visited += tree.overlapping(cuts, |s| {
+            visited += tree.overlapping(cuts, &mut self.stack, |s| {
                 if overlaps(&s.span) {
                     preds.push(s.tx);
                 }
@@ -625,6 +630,44 @@ mod budget {
             0,
             "disjoint before it"
         );
+    }
+
+    /// The transaction just before the one that passes `MAX_INDEXED_SPANS` keeps its edges:
+    /// two writers of one key stay ordered (found by review: the cut-off dropped them).
+    #[test]
+    fn the_transaction_before_the_indexed_spans_cut_off_keeps_its_edges() {
+        let u = Resource {
+            name: "u".into(),
+            arity: 1,
+        };
+        let one = KeySet::Ranges(vec![KeyRange::point(vec![KeyValue::Int(1)])]);
+        let mut first = ReadWriteSet::default();
+        first.write(&u, &one);
+        // Writes the same key, and reads exactly as many ranges as are indexed.
+        let mut second = ReadWriteSet::default();
+        second.write(&u, &one);
+        second.read_owned(
+            &table(1),
+            KeySet::Ranges(
+                (0..MAX_INDEXED_SPANS as i64)
+                    .map(|i| KeyRange {
+                        prefix: vec![],
+                        next: Some((
+                            Included(KeyValue::Int(4 * i)),
+                            Included(KeyValue::Int(4 * i + 1)),
+                        )),
+                    })
+                    .collect(),
+            ),
+        );
+        let mut third = ReadWriteSet::default();
+        third.read(&table(1), &KeySet::All);
+        let sets = [Some(first), Some(second), Some(third)];
+        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
+        let graph = DependencyGraph::build(&refs);
+        assert_eq!(graph.serial_from(), Some(2));
+        assert!(graph.has_path(0, 1), "two writers of u:1 unordered");
+        assert!(graph.has_path(1, 2));
     }
 
     /// Transactions that write the same thousand ranges each conflict with every earlier one on

@@ -373,9 +373,11 @@ impl<'a> SpanTree<'a> {
     /// Calls `f` with every active access whose cut interval meets `[start, end]` (a superset of
     /// those that overlap the query; none that overlaps is left out). Returns how many nodes it
     /// visited.
+    /// `stack` is scratch space, reused so that a lookup allocates nothing.
     pub(crate) fn overlapping(
         &self,
         (start, end): (Cut<'_>, Cut<'_>),
+        stack: &mut Vec<(usize, usize, usize)>,
         mut f: impl FnMut(&SpanAccess<'a>),
     ) -> usize {
         if self.entries.is_empty() {
@@ -384,7 +386,8 @@ impl<'a> SpanTree<'a> {
         // Entries from `before` on start past the query's end.
         let before = self.entries.partition_point(|e| e.0.cmp(&end).is_le());
         let mut visited = 0;
-        let mut stack = vec![(1usize, 0usize, self.leaves)];
+        stack.clear();
+        stack.push((1usize, 0usize, self.leaves));
         while let Some((node, from, to)) = stack.pop() {
             visited += 1;
             let best = self.greatest[node];
@@ -475,7 +478,7 @@ mod tests {
             for q in &queries {
                 let span = q.as_ref().map_or(Span::All, Span::Range);
                 let mut found = Vec::new();
-                tree.overlapping(SpanTree::cuts_of(&span), |s| found.push(s.tx));
+                tree.overlapping(SpanTree::cuts_of(&span), &mut Vec::new(), |s| found.push(s.tx));
                 found.sort_unstable();
                 for &tx in &found {
                     prop_assert!(spans[tx as usize].2, "inactive span {} found", tx);
@@ -491,7 +494,7 @@ mod tests {
                 // Points are looked up through their own cuts.
                 if let Some(r) = q {
                     let mut found = Vec::new();
-                    tree.overlapping(point_cuts(r), |s| found.push(s.tx));
+                    tree.overlapping(point_cuts(r), &mut Vec::new(), |s| found.push(s.tx));
                     found.sort_unstable();
                     for (i, a) in accesses.iter().enumerate() {
                         if spans[i].2 && a.span.covers(r) {
@@ -534,7 +537,7 @@ mod tests {
             next: Some((Included(KeyValue::Int(401)), Included(KeyValue::Int(402)))),
         };
         let mut found = Vec::new();
-        let visited = tree.overlapping(point_cuts(&query), |s| found.push(s.tx));
+        let visited = tree.overlapping(point_cuts(&query), &mut Vec::new(), |s| found.push(s.tx));
         assert_eq!(found, [100]);
         assert!(visited <= 2 * 11 + 2, "visited {visited} nodes");
     }
