@@ -1254,14 +1254,11 @@ mod tests {
         ))
     }
 
-    /// A client's submissions being endorsed are counted by the verified client: past its share
-    /// the next is refused by name, another client is not, and a finished one frees its place.
-    #[test]
-    fn a_client_s_submissions_in_flight_are_bounded_by_its_share() {
-        let network = network("any-2");
+    /// Organization 1's admission with a share of two submissions under way a client.
+    fn sharing_two(network: &Arc<NetworkConfig>) -> Arc<Admission> {
         let schema =
             Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
-        let origin = Admission::new(
+        Arc::new(Admission::new(
             OrgId(1),
             org_key(1),
             network.clone(),
@@ -1271,7 +1268,14 @@ mod tests {
                 ..AdmissionSettings::default()
             },
             Arc::new(Verifier::new(network.signatures)),
-        );
+        ))
+    }
+
+    /// A client's submissions being endorsed are counted by the verified client: past its share
+    /// the next is refused by name, another client is not, and a finished one frees its place.
+    #[test]
+    fn a_client_s_submissions_in_flight_are_bounded_by_its_share() {
+        let origin = sharing_two(&network("any-2"));
         let alice = ClientId::new("alice").expect("client");
         let bob = ClientId::new("bob").expect("client");
         let one = origin.share_of(&alice).expect("first");
@@ -1383,19 +1387,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_past_its_share_of_submissions_under_way_is_refused() {
         let net = network("any-2");
-        let schema =
-            Schema::from_sql("CREATE TABLE kv (k INT PRIMARY KEY, v INT)").expect("schema");
-        let origin = Arc::new(Admission::new(
-            OrgId(1),
-            org_key(1),
-            net.clone(),
-            Analyzer::new(schema),
-            AdmissionSettings {
-                max_in_flight_per_client: 2,
-                ..AdmissionSettings::default()
-            },
-            Arc::new(Verifier::new(net.signatures)),
-        ));
+        let origin = sharing_two(&net);
         let silent = Arc::new(Scripted::new(
             &net,
             &[(2, Answer::Silent), (3, Answer::Silent)],
@@ -1854,6 +1846,36 @@ mod tests {
         assert!(spoiler.to_string().contains("parameter"), "{spoiler}");
     }
 
+    /// Every analysis permit of an admission, held until released.
+    struct AnalysisHeld {
+        release: Vec<std::sync::mpsc::Sender<()>>,
+        blockers: Vec<tokio::task::JoinHandle<Result<(), crate::offload::OffloadError>>>,
+    }
+
+    impl AnalysisHeld {
+        fn all_of(origin: &Arc<Admission>) -> AnalysisHeld {
+            let cores = std::thread::available_parallelism().map_or(2, usize::from);
+            let (release, blockers) = (0..cores)
+                .map(|_| {
+                    let (release, wait) = std::sync::mpsc::channel::<()>();
+                    let origin = origin.clone();
+                    let blocker = tokio::spawn(async move {
+                        origin.offload.run(move || wait.recv().unwrap_or(())).await
+                    });
+                    (release, blocker)
+                })
+                .unzip();
+            AnalysisHeld { release, blockers }
+        }
+
+        async fn release(self) {
+            drop(self.release);
+            for blocker in self.blockers {
+                blocker.await.expect("blocker").expect("blocker ran");
+            }
+        }
+    }
+
     /// Submits more proposals with one new statement text than the analysis queue takes, while
     /// every analysis permit is busy, first `spoiler` (the same text with a parameter too many)
     /// when asked; returns the burst's refusals and the spoiler's outcome.
@@ -1865,16 +1887,7 @@ mod tests {
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
         let burst = cores * crate::offload::WAITING_PER_PERMIT + 200;
         // Every analysis permit busy until the whole burst has arrived.
-        let (release, blockers): (Vec<_>, Vec<_>) = (0..cores)
-            .map(|_| {
-                let (release, wait) = std::sync::mpsc::channel::<()>();
-                let origin = origin.clone();
-                let blocker = tokio::spawn(async move {
-                    origin.offload.run(move || wait.recv().unwrap_or(())).await
-                });
-                (release, blocker)
-            })
-            .unzip();
+        let held = AnalysisHeld::all_of(&origin);
         // Two statements, the second slow to analyse; the spoiler's first has a parameter too
         // many, so its analysis fails before the second is parsed (nothing is cached).
         let shaped = |nonce: u64, spoiled: bool| {
@@ -1910,10 +1923,7 @@ mod tests {
             })
             .collect();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        drop(release);
-        for blocker in blockers {
-            blocker.await.expect("blocker").expect("blocker ran");
-        }
+        held.release().await;
         let mut refused = Vec::new();
         for check in checks {
             if let Err(e) = check.await.expect("check") {
@@ -1939,18 +1949,8 @@ mod tests {
     async fn one_client_s_new_texts_wait_their_turn_and_do_not_fill_the_analysis_queue() {
         let net = network("any-2");
         let origin = admission(1, &net);
-        let cores = std::thread::available_parallelism().map_or(2, usize::from);
         // Every analysis permit busy until the whole burst has arrived.
-        let (release, blockers): (Vec<_>, Vec<_>) = (0..cores)
-            .map(|_| {
-                let (release, wait) = std::sync::mpsc::channel::<()>();
-                let origin = origin.clone();
-                let blocker = tokio::spawn(async move {
-                    origin.offload.run(move || wait.recv().unwrap_or(())).await
-                });
-                (release, blocker)
-            })
-            .unzip();
+        let held = AnalysisHeld::all_of(&origin);
         let burst = 60u64;
         let checks: Vec<_> = (0..burst)
             .map(|n| {
@@ -1960,10 +1960,7 @@ mod tests {
             })
             .collect();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        drop(release);
-        for blocker in blockers {
-            blocker.await.expect("blocker").expect("blocker ran");
-        }
+        held.release().await;
         let mut refused = 0;
         for check in checks {
             if let Err(e) = check.await.expect("check") {
