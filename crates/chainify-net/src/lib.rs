@@ -46,10 +46,7 @@ pub use org::{
 pub use peer::{
     CommitServer, GrpcTransport, MAX_LEDGER_STREAM, MAX_VOTE_BATCH, PEER_CALL_TIMEOUT, PEER_QUEUE,
 };
-pub use query::{
-    ANALYSES_WAITING_PER_CLIENT, QUERIES_WAITING, QUERIES_WAITING_PER_CLIENT, QueryAccess,
-    QueryServer,
-};
+pub use query::{QUERIES_WAITING, QUERIES_WAITING_PER_CLIENT, QueryAccess, QueryServer};
 pub use solo::{BROADCAST_QUEUE, MAX_BROADCAST_BATCH, RemoteOrderer, SoloServer};
 pub use state::{GrpcStatePeers, STATE_CALL_TIMEOUT};
 pub use tls::Tls;

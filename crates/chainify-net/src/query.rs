@@ -18,18 +18,15 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::{ChainifySettings, NetError, status};
+use chainify_node::admission::{ANALYSES_WAITING_PER_CLIENT, analysis_turns};
 use chainify_node::fair::{Crowded, FairLimits, FairShare};
 
 /// Queries of one client waiting for a slot at once; more are refused at once.
 pub const QUERIES_WAITING_PER_CLIENT: usize = 64;
 
-/// Queries waiting for a slot at once, all clients together (and as many waiting for analysis);
-/// more are refused at once, or push out a caller of a client that waits longer.
+/// Queries waiting for a slot at once, all clients together; more are refused at once, or push
+/// out a caller of a client that waits longer.
 pub const QUERIES_WAITING: usize = 4096;
-
-/// Queries of one client with a new statement text waiting for analysis at once; more are
-/// refused at once.
-pub const ANALYSES_WAITING_PER_CLIENT: usize = 16;
 
 /// How a ChainifyServer answers queries.
 #[derive(Debug, Clone)]
@@ -136,12 +133,7 @@ impl<B: Backend + 'static> QueryServer<B> {
                 max_queries: settings.max_queries,
                 max_queries_per_client: settings.max_queries_per_client,
                 offload: Offload::per_core(),
-                analysing: FairShare::new(FairLimits {
-                    places: std::thread::available_parallelism().map_or(2, usize::from),
-                    per_key: 1,
-                    waiting_per_key: ANALYSES_WAITING_PER_CLIENT,
-                    waiting: QUERIES_WAITING,
-                }),
+                analysing: analysis_turns(),
             }),
         })
     }

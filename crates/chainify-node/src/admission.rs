@@ -359,6 +359,19 @@ pub const ANALYSES_WAITING_PER_CLIENT: usize = 16;
 /// one of a client that waits longer.
 pub const ANALYSES_WAITING: usize = 4096;
 
+/// Turns at the analysis of new statement texts, in front of an [`Offload::per_core`]: as many
+/// as it has permits, one running a client, [`ANALYSES_WAITING_PER_CLIENT`] of a client waiting.
+/// One client's stream of new texts then waits behind every other client's next one instead of
+/// filling the offload's queue. Queries use it as proposals do.
+pub fn analysis_turns() -> FairShare<ClientId> {
+    FairShare::new(FairLimits {
+        places: crate::offload::cores(),
+        per_key: 1,
+        waiting_per_key: ANALYSES_WAITING_PER_CLIENT,
+        waiting: ANALYSES_WAITING,
+    })
+}
+
 /// One submission of a client being endorsed ([`Admission::share_of`]).
 struct ClientShare<'a> {
     counts: &'a Mutex<HashMap<ClientId, usize>>,
@@ -653,12 +666,7 @@ impl Admission {
             signer,
             checker,
             analysing: Flights::default(),
-            turns: FairShare::new(FairLimits {
-                places: std::thread::available_parallelism().map_or(2, usize::from),
-                per_key: 1,
-                waiting_per_key: ANALYSES_WAITING_PER_CLIENT,
-                waiting: ANALYSES_WAITING,
-            }),
+            turns: analysis_turns(),
             in_flight: Mutex::new(HashMap::new()),
         }
     }

@@ -51,7 +51,7 @@ impl Offload {
     /// As many jobs at a time as the machine has cores: the workers still get their share of
     /// each core from the operating system.
     pub fn per_core() -> Offload {
-        Offload::new(std::thread::available_parallelism().map_or(2, usize::from))
+        Offload::new(cores())
     }
 
     /// Runs `work` on the blocking pool once a permit is free, or refuses it at once
@@ -116,6 +116,11 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// The machine's cores: the jobs a [`Offload::per_core`] runs at once.
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
 }
 
 #[cfg(test)]
