@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chainify_core::OrgId;
-use chainify_node::{NodeSettings, RecoveryReport};
+use chainify_node::{NodeSettings, NodeStatus, RecoveryReport};
 use chainify_orderer::{Cut, LocalOrderer};
-use chainify_testkit::cluster::{Cluster, ClusterSpec, SharedOrderer};
+use chainify_testkit::cluster::{Cluster, ClusterSpec, OrdererFactory, SharedOrderer};
 use chainify_workload::{KeyDistribution, YcsbRecord};
 use serde::Serialize;
 
@@ -276,15 +276,9 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         }
     }
     let orgs = cluster.orgs();
-    let target = cluster.statuses()[&OBSERVER].next_block;
-    cluster
-        .wait_until("every organization at the same height", SETTLE, |s| {
-            s.values().all(|s| s.next_block >= target)
-        })
-        .await?;
+    let statuses = settled(&cluster).await?;
     screen.finish();
 
-    let statuses = cluster.statuses();
     let agreement = cluster.check_consistent(&orgs).await;
     let mut per_org = Vec::new();
     for org in &orgs {
@@ -339,6 +333,30 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
         all_agree: agreement.is_ok(),
         disagreement: agreement.err().map(|e| e.to_string()),
     })
+}
+
+/// Every organization's status once all stand at one height, at least the highest any stood at
+/// when asked: an organization one block behind the others is still appending, not behind.
+async fn settled<F: OrdererFactory>(
+    cluster: &Cluster<F>,
+) -> anyhow::Result<BTreeMap<OrgId, NodeStatus>> {
+    let deadline = Instant::now() + SETTLE;
+    let highest = |s: &BTreeMap<OrgId, NodeStatus>| s.values().map(|s| s.next_block).max();
+    let target = highest(&cluster.statuses());
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        cluster
+            .wait_until("every organization at the same height", left, |s| {
+                let low = s.values().map(|s| s.next_block).min();
+                low == highest(s) && low >= target
+            })
+            .await?;
+        // A block may land between the wait and this look: look again until one view agrees.
+        let statuses = cluster.statuses();
+        if statuses.values().map(|s| s.next_block).min() == highest(&statuses) {
+            return Ok(statuses);
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
