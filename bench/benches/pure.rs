@@ -128,6 +128,34 @@ fn dag(c: &mut Criterion) {
     g.bench_function("build_smallbank_4096_with_32_range_heavy", |b| {
         b.iter(|| black_box(DependencyGraph::build(&refs)))
     });
+    // The same block with 32 transactions that each write the same thousand ranges of another
+    // table (every range meets every earlier one): those past their share of the work become
+    // barriers, and the Smallbank transactions between them stay parallel.
+    let mut sets = rwsets(&smallbank_block_uniform(2));
+    let audit = Resource {
+        name: "audit".into(),
+        arity: 1,
+    };
+    let keys = KeySet::Ranges(
+        (0..1000)
+            .map(|i| KeyRange {
+                prefix: vec![],
+                next: Some((
+                    Included(KeyValue::Int(4 * i)),
+                    Included(KeyValue::Int(4 * i + 1)),
+                )),
+            })
+            .collect(),
+    );
+    for t in 0..32 {
+        let mut set = ReadWriteSet::default();
+        set.write(&audit, &keys);
+        sets.insert(t * 128, set);
+    }
+    let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Some).collect();
+    g.bench_function("build_smallbank_4096_with_32_meeting_ranges", |b| {
+        b.iter(|| black_box(DependencyGraph::build(&refs)))
+    });
     g.finish();
 }
 

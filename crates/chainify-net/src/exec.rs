@@ -177,7 +177,7 @@ fn decode(response: pb::ExecuteResponse) -> Result<PortExecuted, ExecutionError>
         commits: 0,
         execute_time: Duration::ZERO,
         digest_time: Duration::ZERO,
-        serial_from: None,
+        barriers: Vec::new(),
     };
     Ok(PortExecuted {
         executed: Executed {

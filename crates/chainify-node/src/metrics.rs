@@ -159,8 +159,9 @@ pub struct Metrics {
     pub prepared_ahead: AtomicU64,
     /// Transactions whose analysis an execution found made ahead.
     pub analysed_ahead: AtomicU64,
-    /// Blocks whose dependency graph passed its work budget (the rest ran in block order).
-    pub graph_budget_blocks: AtomicU64,
+    /// Transactions that ran as barriers because their accesses cost the dependency graph more
+    /// than their share of its work budget.
+    pub graph_barriers: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -176,7 +177,7 @@ impl Default for Metrics {
             state_mismatches: AtomicU64::new(0),
             prepared_ahead: AtomicU64::new(0),
             analysed_ahead: AtomicU64::new(0),
-            graph_budget_blocks: AtomicU64::new(0),
+            graph_barriers: AtomicU64::new(0),
         }
     }
 }
@@ -228,9 +229,9 @@ impl Metrics {
                 &self.trigger_repairs,
             ),
             (
-                "chainify_graph_budget_blocks_total",
-                "Blocks whose dependency graph passed its work budget: their later transactions ran in block order.",
-                &self.graph_budget_blocks,
+                "chainify_graph_barriers_total",
+                "Transactions that ran as barriers (after every earlier one of their block, before every later one) because their accesses cost the dependency graph more than their share of its work budget.",
+                &self.graph_barriers,
             ),
             (
                 "chainify_state_checks_total",

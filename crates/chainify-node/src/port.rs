@@ -410,9 +410,10 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
                 m.observe(Phase::Execute, outcome.execute_time);
                 m.observe(Phase::Digest, outcome.digest_time);
             }
-            if let Some(from) = outcome.serial_from {
-                m.graph_budget_blocks.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(block = %block.number, from, "the block's dependency graph passed its work budget: its transactions from this one on ran in block order");
+            if let Some(first) = outcome.barriers.first() {
+                m.graph_barriers
+                    .fetch_add(outcome.barriers.len() as u64, Ordering::Relaxed);
+                tracing::warn!(block = %block.number, first, count = outcome.barriers.len(), "transactions whose accesses cost the dependency graph more than their share ran as barriers: after every transaction before them, before every one after");
             }
             let checkpoint = if checkpoint {
                 let taking = Instant::now();

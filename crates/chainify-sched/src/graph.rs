@@ -12,28 +12,72 @@ use crate::index::{NONE, PointIndex, Span, SpanAccess, SpanTree, point_cuts};
 ///
 /// Built by [`DependencyGraph::build`]; edges implied by others are mostly left out (see the crate
 /// docs), but for every conflicting pair `(i, j)` of [`conflict_pairs`](crate::conflict_pairs)
-/// there is a path `i → … → j`, and every edge joins a conflicting pair, up to the work budget:
-/// past [`WORK_BUDGET`] comparisons the rest of the block is ordered in block order
-/// ([`DependencyGraph::serial_from`]).
+/// there is a path `i → … → j`, and every edge joins a conflicting pair or a barrier
+/// ([`DependencyGraph::barriers`]): a transaction whose accesses would cost more than its share
+/// of the block's work is ordered after every transaction before it and before every one after
+/// it, instead of being compared with them.
 #[derive(Clone, Debug, Default)]
 pub struct DependencyGraph {
     /// Node `i` is transaction `i`; edges point from the earlier to the later transaction.
     graph: DiGraph<(), ()>,
-    serial_from: Option<usize>,
+    barriers: Vec<usize>,
+    work: u64,
 }
 
 /// Most work one block's graph may cost: nodes of the range index visited (about `log n` for
-/// each earlier range an access meets), keys a range looks at, readers a range write waits for.
+/// each earlier range an access meets), keys a range looks at, readers a write waits for, and
+/// [`SPAN_COST`] for each range. A unit is about 50 ns here (2-core VM), so the budget is about
+/// 0.1 s, at every organization for every block and every replay of it.
 /// Ranges that meet many earlier ones (a thousand transactions writing the same thousand
-/// ranges) would otherwise cost billions, at every organization on every replay; past the
-/// budget the remaining transactions run in block order, which orders every pair and costs one
-/// edge each. Ordinary blocks, and disjoint ranges however many, stay far below it.
-pub const WORK_BUDGET: u64 = 1 << 24;
+/// ranges) would otherwise cost billions, at every organization on every replay. Each
+/// transaction may spend [`SHARES`] times its even share of what is left (at least
+/// [`MIN_SHARE`]); one that needs more becomes a barrier, which costs an edge per transaction
+/// and leaves the transactions on either side of it as parallel as they were. The whole block
+/// costs at most the budget and `MIN_SHARE` per transaction. Ordinary blocks, and disjoint
+/// ranges however many, stay far below it.
+pub const WORK_BUDGET: u64 = 1 << 21;
+
+/// The work a range or whole-table access costs beyond what it meets: indexing it, activating
+/// it, looking its keys up (about a microsecond here).
+pub const SPAN_COST: usize = 16;
+
+/// A transaction may spend this many times its even share of the work the block has left: room
+/// for a legitimate heavy one (a thousand ranges, or a whole-table read of a table the block
+/// touched at ten thousand keys, in a block of 4 096), while transactions that take it in turn
+/// only shrink what is left geometrically.
+pub const SHARES: u64 = 64;
+
+/// Least work a transaction may spend on its edges, however much the block spent before it: a
+/// few ranges.
+pub const MIN_SHARE: u64 = 128;
 
 /// Most range and whole-table accesses of one block that are indexed (about 110 bytes each, and
-/// a sort): a block of transactions with a thousand ranges on each of many tables runs in block
-/// order from the transaction that passes it, as past [`WORK_BUDGET`].
-pub const MAX_INDEXED_SPANS: usize = 1 << 18;
+/// a sort): a transaction whose accesses do not fit any more becomes a barrier
+/// ([`DependencyGraph::barriers`]), so that a few transactions with a thousand ranges on each
+/// of many tables cost the index no more than this.
+pub const MAX_INDEXED_SPANS: usize = 1 << 16;
+
+/// What one block's graph may cost ([`DependencyGraph::build_within`]); the default is the
+/// constants above, smaller limits are for tests that reach them with small blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphLimits {
+    /// [`WORK_BUDGET`].
+    pub work: u64,
+    /// [`MIN_SHARE`].
+    pub min_share: u64,
+    /// [`MAX_INDEXED_SPANS`].
+    pub indexed_spans: usize,
+}
+
+impl Default for GraphLimits {
+    fn default() -> Self {
+        GraphLimits {
+            work: WORK_BUDGET,
+            min_share: MIN_SHARE,
+            indexed_spans: MAX_INDEXED_SPANS,
+        }
+    }
+}
 
 impl DependencyGraph {
     /// Builds the graph of a block from each transaction's read/write set, in block order.
@@ -45,37 +89,52 @@ impl DependencyGraph {
     ///
     /// If the block has `u32::MAX` transactions or more (node indices are `u32`).
     pub fn build(sets: &[Option<&ReadWriteSet>]) -> DependencyGraph {
+        Self::build_within(sets, GraphLimits::default())
+    }
+
+    /// [`DependencyGraph::build`] within other limits.
+    ///
+    /// # Panics
+    ///
+    /// If the block has `u32::MAX` transactions or more (node indices are `u32`).
+    pub fn build_within(sets: &[Option<&ReadWriteSet>], limits: GraphLimits) -> DependencyGraph {
         let mut builder = Builder {
             block_len: sets.len(),
+            limits,
             edges: Vec::with_capacity(sets.len()),
             readers: Vec::with_capacity(sets.len()),
+            unindexed: vec![false; sets.len()],
+            followed: vec![false; sets.len()],
+            preds: Preds {
+                list: Vec::new(),
+                mark: vec![NONE; sets.len()],
+                of: NONE,
+            },
+            barrier: NONE,
             ..Builder::default()
         };
         builder.index_spans(sets);
-        let mut serial_from = None;
-        let mut last = None;
+        let mut barriers = Vec::new();
+        let mut left = sets.iter().flatten().count() as u64;
         for (tx, set) in sets.iter().enumerate() {
             let Some(set) = set else { continue };
             let tx32 = tx as u32;
-            // This transaction's edges start here: what it added is dropped when it goes over
-            // budget, never an earlier one's.
+            // Its shares of what the block has left: a transaction that spends little leaves
+            // more to the ones after it, and none can spend what the others need.
+            let left_work = limits.work.saturating_sub(builder.work);
+            builder.allowance = (left_work / left)
+                .saturating_mul(SHARES)
+                .min(left_work)
+                .max(limits.min_share);
+            left -= 1;
+            // This transaction's edges start here: what it added is dropped when it becomes a
+            // barrier, never an earlier one's.
             builder.edges_before = builder.edges.len();
-            if serial_from.is_some() {
-                // In block order: after the transaction before it, which is after all others.
-                builder.edges.extend(last.map(|l| (l, tx32)));
-            } else if builder.indexed_until.is_some_and(|until| tx >= until)
-                || !builder.add(tx32, set)
-            {
-                // Over budget: after every executed transaction before it.
-                serial_from = Some(tx);
+            if builder.unindexed[tx] || !builder.add(tx32, set) {
                 builder.edges.truncate(builder.edges_before);
-                builder.edges.extend(
-                    (0..tx32)
-                        .filter(|t| sets[*t as usize].is_some())
-                        .map(|t| (t, tx32)),
-                );
+                builder.barrier(tx32, sets);
+                barriers.push(tx);
             }
-            last = Some(tx32);
         }
         let mut graph = DiGraph::with_capacity(sets.len(), builder.edges.len());
         for _ in 0..sets.len() {
@@ -88,13 +147,24 @@ impl DependencyGraph {
                 (),
             );
         }
-        DependencyGraph { graph, serial_from }
+        DependencyGraph {
+            graph,
+            barriers,
+            work: builder.work,
+        }
     }
 
-    /// The first transaction ordered in block order because the block's graph went past
-    /// [`WORK_BUDGET`] or [`MAX_INDEXED_SPANS`] (`None`: every edge is a conflict).
-    pub fn serial_from(&self) -> Option<usize> {
-        self.serial_from
+    /// The barriers, ascending: transactions whose accesses would have cost more than their share
+    /// of [`WORK_BUDGET`], or did not fit in [`MAX_INDEXED_SPANS`]. Each is ordered after every
+    /// transaction before it and before every one after it; the edges that do so need not join
+    /// conflicting pairs. Empty: every edge joins a conflicting pair.
+    pub fn barriers(&self) -> &[usize] {
+        &self.barriers
+    }
+
+    /// What building the graph cost, in the units of [`WORK_BUDGET`].
+    pub fn work(&self) -> u64 {
+        self.work
     }
 
     /// Number of transactions (nodes), including rejected ones.
@@ -175,6 +245,31 @@ impl DependencyGraph {
     }
 }
 
+/// The predecessors of one transaction, each once: a transaction meeting the same earlier one
+/// on a thousand ranges adds it once, not a thousand times to sort.
+#[derive(Debug, Default)]
+struct Preds {
+    list: Vec<u32>,
+    /// Per transaction: the transaction whose predecessor it was last made.
+    mark: Vec<u32>,
+    /// The transaction whose predecessors these are.
+    of: u32,
+}
+
+impl Preds {
+    fn start(&mut self, tx: u32) {
+        self.list.clear();
+        self.of = tx;
+    }
+
+    fn add(&mut self, p: u32) {
+        if self.mark[p as usize] != self.of {
+            self.mark[p as usize] = self.of;
+            self.list.push(p);
+        }
+    }
+}
+
 /// Per full key: who wrote it last and who read it since.
 #[derive(Clone, Copy, Debug)]
 struct KeyState {
@@ -193,9 +288,10 @@ struct ResourceState<'a> {
     /// The block's range and whole-table accesses of the resource, reads and writes apart; those
     /// of transactions the scan has reached are active.
     spans: [SpanTree<'a>; 2],
-    /// For reads and writes: each span access's place in its tree, in scan order, and how many
-    /// the scan has reached.
-    places: [(Vec<u32>, usize); 2],
+    /// For reads and writes: each span access's transaction and place in its tree, in scan
+    /// order, and how many the scan has reached (or passed: a barrier leaves the rest of its
+    /// accesses unreached).
+    places: [(Vec<(u32, u32)>, usize); 2],
 }
 
 /// Scans the block once, keeping per full key the last writer and the readers since (the classic
@@ -204,6 +300,7 @@ struct ResourceState<'a> {
 struct Builder<'a> {
     /// Number of transactions in the block (for capacity guesses).
     block_len: usize,
+    limits: GraphLimits,
     resources: FxHashMap<&'a Resource, u32>,
     states: Vec<ResourceState<'a>>,
     /// Reader lists of all keys: `(tx, next)` nodes; a write drops a key's list by resetting its
@@ -212,41 +309,55 @@ struct Builder<'a> {
     /// `(from, to)`, grouped by `to` ascending, each group sorted and without duplicates.
     edges: Vec<(u32, u32)>,
     /// Scratch: predecessors of the current transaction.
-    preds: Vec<u32>,
+    preds: Preds,
     /// Scratch: `(resource, slot, write)` point accesses of the current transaction, applied to
     /// the key states after all its predecessors are known (a transaction acts atomically).
     pending: Vec<(u32, u32, bool)>,
+    /// Scratch: `(resource, kind, place)` span accesses of the current transaction, activated
+    /// after all its lookups: its own spans are never met (a transaction with a thousand nested
+    /// ranges would otherwise meet itself a million times).
+    pending_spans: Vec<(u32, usize, u32)>,
     /// Scratch: slots covered by a span.
     covered: Vec<u32>,
     /// Scratch: the range index's walk.
     stack: Vec<(usize, usize, usize)>,
     /// Work so far (range index nodes visited, keys a span looks at, readers it waits for).
     work: u64,
-    /// The first transaction whose spans were not indexed ([`MAX_INDEXED_SPANS`]).
-    indexed_until: Option<usize>,
+    /// What the current transaction may still spend.
+    allowance: u64,
+    /// Per transaction: its spans did not fit in the index ([`MAX_INDEXED_SPANS`]), so it is a
+    /// barrier.
+    unindexed: Vec<bool>,
+    /// Per transaction: a later one waits for it, so a barrier need not.
+    followed: Vec<bool>,
+    /// The last barrier, or `NONE`: everything before it is ordered before it, so key states
+    /// and spans older than it are passed over.
+    barrier: u32,
+    /// `(resource, kind)` of the span trees with active accesses, cleared at a barrier.
+    active_trees: Vec<(u32, usize)>,
     /// `edges.len()` before the current transaction's edges.
     edges_before: usize,
 }
 
 impl<'a> Builder<'a> {
-    /// Orders transaction `tx` after everything it conflicts with so far, then records its
-    /// accesses. Reads are visited before writes, so that the pending updates apply a
-    /// transaction's reads first. Returns false, having recorded nothing, when the block's
-    /// graph went past [`WORK_BUDGET`].
+    /// Orders transaction `tx` after everything it conflicts with since the last barrier (and
+    /// after that barrier), then records its accesses. Reads are visited before writes, so that
+    /// the pending updates apply a transaction's reads first. Returns false, having recorded no
+    /// key state, when it would cost more than its allowance: it becomes a barrier.
     fn add(&mut self, tx: u32, set: &'a ReadWriteSet) -> bool {
-        self.preds.clear();
+        self.preds.start(tx);
         self.pending.clear();
-        self.edges_before = self.edges.len();
+        self.pending_spans.clear();
         for (write, map) in [(false, &set.reads), (true, &set.writes)] {
             for (resource, keys) in map {
                 let r = self.resource(resource);
                 let within = match keys {
-                    KeySet::All => self.span(r, write, Span::All),
+                    KeySet::All => self.span(tx, r, write, Span::All),
                     KeySet::Ranges(ranges) => ranges.iter().all(|range| {
                         if range.is_point(resource.arity) {
                             self.point(r, write, range)
                         } else {
-                            self.span(r, write, Span::Range(range))
+                            self.span(tx, r, write, Span::Range(range))
                         }
                     }),
                 };
@@ -256,14 +367,24 @@ impl<'a> Builder<'a> {
             }
         }
 
-        self.preds.sort_unstable();
-        self.preds.dedup();
-        // Only this transaction's own earlier spans can name it.
-        if self.preds.last() == Some(&tx) {
-            self.preds.pop();
+        let preds = &mut self.preds.list;
+        preds.sort_unstable();
+        // Everything since the last barrier is found above; the barrier itself orders the rest.
+        if preds.is_empty() && self.barrier != NONE {
+            preds.push(self.barrier);
         }
-        self.edges.extend(self.preds.iter().map(|&p| (p, tx)));
+        for &p in preds.iter() {
+            self.followed[p as usize] = true;
+        }
+        self.edges.extend(preds.iter().map(|&p| (p, tx)));
 
+        for &(r, kind, place) in &self.pending_spans {
+            let tree = &mut self.states[r as usize].spans[kind];
+            if tree.is_idle() {
+                self.active_trees.push((r, kind));
+            }
+            tree.activate(place);
+        }
         for &(r, slot, write) in &self.pending {
             let key = &mut self.states[r as usize].keys[slot as usize];
             if write {
@@ -277,10 +398,55 @@ impl<'a> Builder<'a> {
         true
     }
 
-    /// Counts `n` comparisons; false past the budget.
+    /// Counts `n` comparisons; false past the transaction's allowance.
     fn spend(&mut self, n: usize) -> bool {
         self.work = self.work.saturating_add(n as u64);
-        self.work <= WORK_BUDGET
+        match self.allowance.checked_sub(n as u64) {
+            Some(left) => {
+                self.allowance = left;
+                true
+            }
+            None => {
+                self.allowance = 0;
+                false
+            }
+        }
+    }
+
+    /// What the current transaction may still spend, as a lookup's limit.
+    fn left(&self) -> usize {
+        usize::try_from(self.allowance).unwrap_or(usize::MAX)
+    }
+
+    /// The first transaction whose key states and spans are not ordered by a barrier.
+    fn since(&self) -> u32 {
+        if self.barrier == NONE {
+            0
+        } else {
+            self.barrier + 1
+        }
+    }
+
+    /// Makes `tx` a barrier: after every transaction since the last barrier that nothing waits
+    /// for yet (every other one reaches one of those), and before every later one (each waits
+    /// for it or for a transaction that does). Its accesses are not recorded: nothing after it
+    /// needs them.
+    fn barrier(&mut self, tx: u32, sets: &[Option<&ReadWriteSet>]) {
+        let from = if self.barrier == NONE {
+            0
+        } else {
+            self.barrier
+        };
+        for t in from..tx {
+            if sets[t as usize].is_some() && !self.followed[t as usize] {
+                self.followed[t as usize] = true;
+                self.edges.push((t, tx));
+            }
+        }
+        self.barrier = tx;
+        for (r, kind) in self.active_trees.drain(..) {
+            self.states[r as usize].spans[kind].deactivate_all();
+        }
     }
 
     /// The index of `resource` in `states` (all are created by [`Builder::index_spans`]).
@@ -306,12 +472,12 @@ impl<'a> Builder<'a> {
                         .count(),
                 })
                 .sum();
-            indexed += spans;
-            if indexed > MAX_INDEXED_SPANS {
-                // The rest of the block runs in block order; its spans are never looked up.
-                self.indexed_until = Some(tx);
-                break;
+            if indexed + spans > self.limits.indexed_spans {
+                // A barrier; its spans are never looked up.
+                self.unindexed[tx] = true;
+                continue;
             }
+            indexed += spans;
             for (write, map) in [(false, &set.reads), (true, &set.writes)] {
                 for (resource, keys) in map {
                     let r = match self.resources.get(resource) {
@@ -355,16 +521,17 @@ impl<'a> Builder<'a> {
         }
         for (state, kinds) in self.states.iter_mut().zip(accesses) {
             for (kind, spans) in kinds.into_iter().enumerate() {
+                let txs: Vec<u32> = spans.iter().map(|s| s.tx).collect();
                 let (tree, places) = SpanTree::new(spans);
                 state.spans[kind] = tree;
-                state.places[kind] = (places, 0);
+                state.places[kind] = (txs.into_iter().zip(places).collect(), 0);
             }
         }
     }
 
     /// Earlier span accesses of resource `r` that a `write` (or read) of the cut interval
     /// `cuts` conflicts with, if `overlaps` says they share a key: their transactions go to
-    /// `preds`. Counts the tree nodes visited; false past the budget.
+    /// `preds`. Counts the tree nodes visited; false past the allowance.
     fn after_spans(
         &mut self,
         r: u32,
@@ -372,16 +539,18 @@ impl<'a> Builder<'a> {
         cuts: (crate::index::Cut<'_>, crate::index::Cut<'_>),
         overlaps: impl Fn(&Span<'a>) -> bool,
     ) -> bool {
+        let limit = self.left();
         let state = &self.states[r as usize];
         let preds = &mut self.preds;
         let mut visited = 0;
         // Reads conflict only with writes.
         for tree in &state.spans[usize::from(!write)..] {
-            visited += tree.overlapping(cuts, &mut self.stack, |s| {
-                if overlaps(&s.span) {
-                    preds.push(s.tx);
-                }
-            });
+            visited +=
+                tree.overlapping(cuts, limit.saturating_sub(visited), &mut self.stack, |s| {
+                    if overlaps(&s.span) {
+                        preds.add(s.tx);
+                    }
+                });
         }
         self.spend(visited)
     }
@@ -401,52 +570,76 @@ impl<'a> Builder<'a> {
             });
         }
         let key = state.keys[slot as usize];
-        Self::after_key(&mut self.preds, &self.readers, key, write);
+        // Not counted: a point write drops the readers it walks, so each read is walked once.
+        let bounds = (write, self.since(), usize::MAX);
+        Self::after_key(&mut self.preds, &self.readers, key, bounds);
         self.pending.push((r, slot, write));
         true
     }
 
     /// A range or whole-table access: after every earlier overlapping span it conflicts with, and
     /// after the last writer (and, for a write, the readers since) of every full key it covers.
-    fn span(&mut self, r: u32, write: bool, span: Span<'a>) -> bool {
+    fn span(&mut self, tx: u32, r: u32, write: bool, span: Span<'a>) -> bool {
         if !self.after_spans(r, write, SpanTree::cuts_of(&span), |s| s.overlaps(&span)) {
             return false;
         }
+        let (since, limit) = (self.since(), self.left());
         let state = &mut self.states[r as usize];
-        let preds_before = self.preds.len();
         self.covered.clear();
         let covered = &mut self.covered;
-        let looked = state.index.covered(span, |slot| covered.push(slot));
+        // Each key looked at (covered or passed over), and for a write each covered key's
+        // readers since its last writer.
+        let mut walked = state.index.covered(span, limit, |slot| covered.push(slot));
         for &slot in &self.covered {
-            Self::after_key(
+            if walked > limit {
+                break;
+            }
+            walked += Self::after_key(
                 &mut self.preds,
                 &self.readers,
                 state.keys[slot as usize],
-                write,
+                (write, since, limit - walked),
             );
         }
-        // Active from now on: the transaction's own later accesses see it (and drop it).
-        let (places, reached) = &mut state.places[usize::from(write)];
-        state.spans[usize::from(write)].activate(places[*reached]);
+        walked += SPAN_COST;
+        // Active once the transaction's lookups are done. The accesses of barriers before it
+        // were never reached.
+        let kind = usize::from(write);
+        let (places, reached) = &mut state.places[kind];
+        while places[*reached].0 < tx {
+            *reached += 1;
+        }
+        self.pending_spans.push((r, kind, places[*reached].1));
         *reached += 1;
-        // Each key looked at (covered or passed over), and for a write each covered key's
-        // readers since its last writer.
-        let walked = looked + (self.preds.len() - preds_before);
         self.spend(walked)
     }
 
-    fn after_key(preds: &mut Vec<u32>, readers: &[(u32, u32)], key: KeyState, write: bool) {
-        if key.last_writer != NONE {
-            preds.push(key.last_writer);
+    /// Orders after the key's last writer and, for a write, the readers since, as far as they
+    /// come after the last barrier (`since`). Returns the readers walked, stopping past `limit`.
+    fn after_key(
+        preds: &mut Preds,
+        readers: &[(u32, u32)],
+        key: KeyState,
+        (write, since, limit): (bool, u32, usize),
+    ) -> usize {
+        if key.last_writer != NONE && key.last_writer >= since {
+            preds.add(key.last_writer);
         }
+        let mut walked = 0;
         if write {
+            // Newest first: the first reader before `since` ends the walk.
             let mut at = key.readers;
-            while at != NONE {
+            while at != NONE && walked <= limit {
                 let (reader, next) = readers[at as usize];
-                preds.push(reader);
+                if reader < since {
+                    break;
+                }
+                preds.add(reader);
+                walked += 1;
                 at = next;
             }
         }
+        walked
     }
 }
 
@@ -579,7 +772,6 @@ mod budget {
 
     /// One transaction writing `n` disjoint ranges of `t`, from `from` on.
     fn ranges(from: i64, n: i64) -> ReadWriteSet {
-        let t = table(1);
         let keys = KeySet::Ranges(
             (0..n)
                 .map(|i| KeyRange {
@@ -592,8 +784,71 @@ mod budget {
                 .collect(),
         );
         let mut s = ReadWriteSet::default();
-        s.write(&t, &keys);
+        s.write(&table(1), &keys);
         s
+    }
+
+    fn write_point(k: i64) -> ReadWriteSet {
+        let mut s = ReadWriteSet::default();
+        s.write(
+            &table(1),
+            &KeySet::Ranges(vec![KeyRange::point(vec![KeyValue::Int(k)])]),
+        );
+        s
+    }
+
+    /// What the graph promises, whatever its barriers: every conflicting pair (`pairs`, sorted;
+    /// `None`: [`crate::conflict_pairs`], quadratic in the ranges) is ordered, every edge joins
+    /// a conflicting pair or a barrier, a barrier is after every executed transaction before it
+    /// and before every one after it, and the work stays within the budget.
+    fn check(
+        sets: &[Option<ReadWriteSet>],
+        limits: GraphLimits,
+        pairs: Option<Vec<(usize, usize)>>,
+    ) -> DependencyGraph {
+        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
+        let graph = DependencyGraph::build_within(&refs, limits);
+        let pairs = pairs.unwrap_or_else(|| crate::conflict_pairs(&refs));
+        // Per transaction, every one it waits for, transitively: one pass in block order.
+        let mut ancestors = vec![vec![false; sets.len()]; sets.len()];
+        for j in 0..sets.len() {
+            for p in graph.predecessors(j).collect::<Vec<_>>() {
+                ancestors[j][p] = true;
+                let (before, rest) = ancestors.split_at_mut(j);
+                for (a, &b) in rest[0].iter_mut().zip(&before[p]) {
+                    *a |= b;
+                }
+            }
+        }
+        let reaches = |i: usize, j: usize| ancestors[j][i];
+        for &(i, j) in &pairs {
+            assert!(reaches(i, j), "conflict ({i}, {j}) is not ordered");
+        }
+        let barriers = graph.barriers();
+        for (i, j) in graph.edges() {
+            assert!(
+                pairs.binary_search(&(i, j)).is_ok()
+                    || barriers.contains(&i)
+                    || barriers.contains(&j),
+                "edge ({i}, {j}) joins no conflict and no barrier"
+            );
+        }
+        let executed: Vec<usize> = (0..sets.len()).filter(|t| sets[*t].is_some()).collect();
+        for &b in barriers {
+            for &t in &executed {
+                assert!(
+                    (t < b && reaches(t, b)) || (t > b && reaches(b, t)) || t == b,
+                    "barrier {b} does not order {t}"
+                );
+            }
+        }
+        let n = executed.len() as u64;
+        assert!(
+            graph.work() <= limits.work + n * (limits.min_share + SPAN_COST as u64 + 8),
+            "work {} for {n} transactions",
+            graph.work()
+        );
+        graph
     }
 
     /// Transactions with a thousand disjoint ranges each cost about `log n` a range: the index of
@@ -602,40 +857,81 @@ mod budget {
     /// budget with a few dozen such transactions.)
     #[test]
     fn disjoint_ranges_stay_far_within_the_budget() {
-        let n = 256i64;
-        let sets: Vec<Option<ReadWriteSet>> =
-            (0..n).map(|i| Some(ranges(i * 10_000, 1000))).collect();
-        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
-        let graph = DependencyGraph::build(&refs);
-        assert_eq!(graph.serial_from(), None);
+        let sets: Vec<_> = (0..64).map(|i| Some(ranges(i * 10_000, 1000))).collect();
+        let graph = check(&sets, GraphLimits::default(), Some(Vec::new()));
+        assert_eq!(graph.barriers(), [] as [usize; 0]);
         assert_eq!(graph.edge_count(), 0, "disjoint ranges do not conflict");
     }
 
-    /// A block's ranges are indexed up to `MAX_INDEXED_SPANS`: the transaction that passes it,
-    /// and every one after it, runs in block order.
+    /// A transaction never meets its own ranges: a thousand nested ranges, read and written,
+    /// cost it about what they cost to index, not a million meetings.
     #[test]
-    fn a_block_past_the_indexed_spans_runs_in_block_order_from_there() {
-        let n = 300usize;
-        let sets: Vec<Option<ReadWriteSet>> = (0..n)
-            .map(|i| Some(ranges(i as i64 * 10_000, 1024)))
-            .collect();
-        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
-        let graph = DependencyGraph::build(&refs);
-        let first = MAX_INDEXED_SPANS / 1024;
-        assert_eq!(graph.serial_from(), Some(first));
-        assert_eq!(graph.predecessors(first).count(), first);
-        assert_eq!(graph.predecessors(first + 1).collect::<Vec<_>>(), [first]);
-        assert_eq!(
-            graph.predecessors(first - 1).count(),
-            0,
-            "disjoint before it"
+    fn a_transaction_does_not_meet_its_own_ranges() {
+        let nested = KeySet::Ranges(
+            (0..1000)
+                .map(|i| KeyRange {
+                    prefix: vec![],
+                    next: Some((Included(KeyValue::Int(-i)), Included(KeyValue::Int(i)))),
+                })
+                .collect(),
+        );
+        let mut s = ReadWriteSet::default();
+        s.read(&table(1), &nested);
+        s.write(&table(1), &nested);
+        // It costs its indexing and a look at an empty tree or two per range.
+        let graph = check(&[Some(s)], GraphLimits::default(), Some(Vec::new()));
+        assert_eq!(graph.barriers(), [] as [usize; 0]);
+        assert!(
+            graph.work() <= 2000 * (SPAN_COST as u64 + 2),
+            "work {}",
+            graph.work()
         );
     }
 
-    /// The transaction just before the one that passes `MAX_INDEXED_SPANS` keeps its edges:
-    /// two writers of one key stay ordered (found by review: the cut-off dropped them).
+    /// A transaction whose ranges do not fit in the index is a barrier: after the transactions
+    /// before it that nothing waits for, before the ones after it; those after it stay as
+    /// parallel as they were. Later transactions that fit are still indexed.
     #[test]
-    fn the_transaction_before_the_indexed_spans_cut_off_keeps_its_edges() {
+    fn a_transaction_that_does_not_fit_in_the_index_is_a_barrier() {
+        let sets = [
+            Some(write_point(1)),
+            Some(write_point(2)),
+            Some(ranges(0, 200)),
+            Some(write_point(1)),
+            Some(write_point(3)),
+            Some(ranges(10_000, 50)),
+            Some(ranges(20_000, 60)),
+            None,
+            Some(write_point(3)),
+        ];
+        let limits = GraphLimits {
+            indexed_spans: 100,
+            ..GraphLimits::default()
+        };
+        let graph = check(&sets, limits, None);
+        assert_eq!(graph.barriers(), [2, 6]);
+        let mut edges: Vec<_> = graph.edges().collect();
+        edges.sort_unstable();
+        assert_eq!(
+            edges,
+            [
+                (0, 2),
+                (1, 2),
+                (2, 3),
+                (2, 4),
+                (2, 5),
+                (3, 6),
+                (4, 6),
+                (5, 6),
+                (6, 8)
+            ]
+        );
+    }
+
+    /// With the real limit: the transaction just before the one that does not fit keeps its
+    /// edges (found by review of an earlier cut-off, which dropped them).
+    #[test]
+    fn the_transaction_before_one_that_does_not_fit_keeps_its_edges() {
         let u = Resource {
             name: "u".into(),
             arity: 1,
@@ -665,62 +961,48 @@ mod budget {
         let sets = [Some(first), Some(second), Some(third)];
         let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
         let graph = DependencyGraph::build(&refs);
-        assert_eq!(graph.serial_from(), Some(2));
+        assert_eq!(graph.barriers(), [2]);
         assert!(graph.has_path(0, 1), "two writers of u:1 unordered");
         assert!(graph.has_path(1, 2));
     }
 
     /// Transactions that write the same thousand ranges each conflict with every earlier one on
-    /// every range: the work grows with the square of the block. Past the budget the rest runs
-    /// in block order: the first transaction past it after every executed one before it, each
-    /// later one after the one before; rejected transactions still without edges.
+    /// every range: the work grows with the square of the block. A transaction that would pass
+    /// its share becomes a barrier, and the ones after it meet only the ranges since: the block
+    /// stays within the budget with every pair ordered; rejected transactions still without
+    /// edges.
     #[test]
-    fn a_block_past_the_work_budget_is_ordered_in_block_order_from_there() {
+    fn heavy_conflicts_become_barriers_within_the_budget() {
         let n = 400usize;
         let rejected = 40;
         let sets: Vec<Option<ReadWriteSet>> = (0..n)
             .map(|i| (i != rejected).then(|| ranges(0, 1000)))
             .collect();
-        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
-        let graph = DependencyGraph::build(&refs);
-        let first = graph.serial_from().expect("past the budget");
-        // Each transaction finds the same range of every earlier one: at least 1000·t·(t-1)/2
-        // accesses found by the first t.
-        let found = |t: u64| 1000 * t * (t - 1) / 2;
+        let executed = || (0..n).filter(|t| *t != rejected);
+        let every_pair = executed()
+            .flat_map(|i| executed().filter(move |j| i < *j).map(move |j| (i, j)))
+            .collect();
+        let graph = check(&sets, GraphLimits::default(), Some(every_pair));
+        let barriers = graph.barriers();
+        // The first ones fit; once the budget is spent, each has its least share, which a
+        // thousand ranges meeting a thousand more do not fit in.
         assert!(
-            found(first as u64 - 1) <= WORK_BUDGET && first < n,
-            "serial from {first}"
+            barriers.first().is_some_and(|&b| b > 16),
+            "barriers {barriers:?}"
         );
-        let executed = |t: &usize| *t != rejected;
-        let before: Vec<usize> = (0..first).filter(executed).collect();
-        let mut preds: Vec<usize> = graph.predecessors(first).collect();
-        preds.sort_unstable();
-        assert_eq!(
-            preds, before,
-            "the first past the budget waits for every one before"
-        );
-        for j in (first + 1..n).filter(executed) {
-            let last = (0..j).rev().find(executed).expect("an earlier one");
-            assert_eq!(graph.predecessors(j).collect::<Vec<_>>(), [last], "{j}");
-        }
         assert_eq!(graph.predecessors(rejected).count(), 0);
         assert_eq!(graph.successors(rejected).count(), 0);
-        // Within the budget every pair conflicts, and each waits for all earlier ones.
-        for j in (1..first).filter(executed) {
-            assert_eq!(
-                graph.predecessors(j).count(),
-                (0..j).filter(executed).count(),
-                "{j}"
-            );
-        }
-        // An ordinary block stays within it.
+        // An ordinary block has none.
         let small: Vec<_> = (0..64).map(|i| Some(ranges(i * 10_000, 8))).collect();
-        let refs: Vec<_> = small.iter().map(Option::as_ref).collect();
-        assert_eq!(DependencyGraph::build(&refs).serial_from(), None);
+        assert_eq!(
+            check(&small, GraphLimits::default(), None).barriers().len(),
+            0
+        );
     }
 
     /// A range write waits for the readers of every key it covers, and a range write leaves
-    /// them in place, so each later range write walks them all again: the walks count too.
+    /// them in place, so each later range write walks them all again: the walks count too. The
+    /// one that passes its share becomes a barrier; the writes after it walk only readers since.
     #[test]
     fn readers_walked_by_range_writes_count_against_the_budget() {
         let t = table(1);
@@ -747,18 +1029,16 @@ mod budget {
             );
             sets.push(Some(s));
         }
-        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
-        let graph = DependencyGraph::build(&refs);
-        // 256 readers of 1 024 keys each are walked by every range write: the budget trips
-        // after about 64 of them.
-        let first = graph.serial_from().expect("past the budget");
+        let pairs = (0..readers + writers)
+            .flat_map(|i| (readers.max(i + 1)..readers + writers).map(move |j| (i, j)))
+            .collect();
+        let graph = check(&sets, GraphLimits::default(), Some(pairs));
+        // 256 readers of 1 024 keys each are walked by every range write: a few of them fit.
+        let first = *graph.barriers().first().expect("barriers");
         assert!(
-            (readers + 32..readers + writers).contains(&first),
-            "serial from {first}"
+            (readers + 2..readers + 16).contains(&first),
+            "barrier {first}"
         );
-        for j in first..sets.len() {
-            assert!(graph.has_path(j - 1, j), "{} before {j}", j - 1);
-        }
     }
 
     /// A range that starts just past a column value is looked up from that value, so it passes
@@ -788,13 +1068,9 @@ mod budget {
             );
             sets.push(Some(s));
         }
-        let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
-        let graph = DependencyGraph::build(&refs);
-        // Each range passes over the 32 768 keys of a = 5: the budget trips after about 512.
-        let first = graph.serial_from().expect("past the budget");
-        assert!(
-            (32 + 128..32 + 1024).contains(&first),
-            "serial from {first}"
-        );
+        // Each range passes over the 32 768 keys of a = 5: a few dozen fit.
+        let graph = check(&sets, GraphLimits::default(), Some(Vec::new()));
+        let first = *graph.barriers().first().expect("barriers");
+        assert!((32 + 8..32 + 128).contains(&first), "first barrier {first}");
     }
 }

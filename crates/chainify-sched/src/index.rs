@@ -120,10 +120,19 @@ impl<'a> PointIndex<'a> {
     }
 
     /// Calls `f` with every slot whose key lies in `span`, each once, in no particular order.
-    /// Returns how many keys it looked at, covered or not (what the lookup cost).
-    pub(crate) fn covered(&mut self, span: Span<'a>, mut f: impl FnMut(u32)) -> usize {
+    /// Returns how many keys it looked at, covered or not (what the lookup cost). Stops once it
+    /// has looked at more than `limit`: then some slots may be left out, and the count says so.
+    pub(crate) fn covered(
+        &mut self,
+        span: Span<'a>,
+        limit: usize,
+        mut f: impl FnMut(u32),
+    ) -> usize {
         let range = match span {
             Span::All => {
+                if self.reps.len() > limit {
+                    return limit + 1;
+                }
                 (0..self.reps.len() as u32).for_each(f);
                 return self.reps.len();
             }
@@ -167,6 +176,9 @@ impl<'a> PointIndex<'a> {
         for (key, &first) in
             ordered.range::<[KeyValue], _>((Bound::Included(start), Bound::Unbounded))
         {
+            if looked > limit {
+                break;
+            }
             looked += 1;
             if key.len() < prefix.len() || key[..prefix.len()].cmp(prefix).is_ne() {
                 break;
@@ -318,6 +330,8 @@ pub(crate) struct SpanTree<'a> {
     /// entry with the greatest end below each node.
     greatest: Vec<u32>,
     leaves: usize,
+    /// The places active now, to deactivate them all at the cost of their activation.
+    active: Vec<u32>,
 }
 
 impl<'a> SpanTree<'a> {
@@ -342,12 +356,19 @@ impl<'a> SpanTree<'a> {
             entries: entries.into_iter().map(|(s, e, a, _)| (s, e, a)).collect(),
             greatest: vec![NONE; 2 * leaves],
             leaves,
+            active: Vec::new(),
         };
         (tree, places)
     }
 
+    /// Whether no access is active.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.active.is_empty()
+    }
+
     /// The access at `place` takes part in later queries.
     pub(crate) fn activate(&mut self, place: u32) {
+        self.active.push(place);
         let mut node = self.leaves + place as usize;
         self.greatest[node] = place;
         while node > 1 {
@@ -370,13 +391,27 @@ impl<'a> SpanTree<'a> {
         }
     }
 
+    /// No access takes part any more, until activated again. Costs what activating them did:
+    /// a path is cleared up to the first node an earlier path cleared (its ancestors are clear
+    /// too, since every active leaf below them is cleared in turn).
+    pub(crate) fn deactivate_all(&mut self) {
+        for place in std::mem::take(&mut self.active) {
+            let mut node = self.leaves + place as usize;
+            while node >= 1 && self.greatest[node] != NONE {
+                self.greatest[node] = NONE;
+                node /= 2;
+            }
+        }
+    }
+
     /// Calls `f` with every active access whose cut interval meets `[start, end]` (a superset of
     /// those that overlap the query; none that overlaps is left out). Returns how many nodes it
-    /// visited.
+    /// visited; stops once that is more than `limit`, when some accesses may be left out.
     /// `stack` is scratch space, reused so that a lookup allocates nothing.
     pub(crate) fn overlapping(
         &self,
         (start, end): (Cut<'_>, Cut<'_>),
+        limit: usize,
         stack: &mut Vec<(usize, usize, usize)>,
         mut f: impl FnMut(&SpanAccess<'a>),
     ) -> usize {
@@ -389,6 +424,9 @@ impl<'a> SpanTree<'a> {
         stack.clear();
         stack.push((1usize, 0usize, self.leaves));
         while let Some((node, from, to)) = stack.pop() {
+            if visited > limit {
+                break;
+            }
             visited += 1;
             let best = self.greatest[node];
             if from >= before || best == NONE || self.entries[best as usize].1.cmp(&start).is_lt() {
@@ -451,10 +489,11 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
         /// The tree finds every active span that overlaps a query (what the graph's soundness
-        /// rests on), and only active ones.
+        /// rests on), and only active ones: spans activated before a `deactivate_all` (phase 1)
+        /// take no part, those activated after it (phase 2) do.
         #[test]
         fn the_tree_finds_every_active_overlapping_span(
-            spans in proptest::collection::vec((range(), any::<bool>(), any::<bool>()), 0..40),
+            spans in proptest::collection::vec((range(), any::<bool>(), 0..3u8), 0..40),
             queries in proptest::collection::vec(prop_oneof![
                 4 => range().prop_map(Some),
                 1 => Just(None),
@@ -470,15 +509,19 @@ mod tests {
                 })
                 .collect();
             let (mut tree, places) = SpanTree::new(accesses.clone());
-            for (i, (_, _, active)) in spans.iter().enumerate() {
-                if *active {
+            for phase in [1, 2] {
+                for (i, _) in spans.iter().enumerate().filter(|(_, s)| s.2 == phase) {
                     tree.activate(places[i]);
                 }
+                if phase == 1 {
+                    tree.deactivate_all();
+                }
             }
+            let spans: Vec<_> = spans.iter().map(|(r, all, phase)| (r, all, *phase == 2)).collect();
             for q in &queries {
                 let span = q.as_ref().map_or(Span::All, Span::Range);
                 let mut found = Vec::new();
-                tree.overlapping(SpanTree::cuts_of(&span), &mut Vec::new(), |s| found.push(s.tx));
+                tree.overlapping(SpanTree::cuts_of(&span), usize::MAX, &mut Vec::new(), |s| found.push(s.tx));
                 found.sort_unstable();
                 for &tx in &found {
                     prop_assert!(spans[tx as usize].2, "inactive span {} found", tx);
@@ -494,7 +537,7 @@ mod tests {
                 // Points are looked up through their own cuts.
                 if let Some(r) = q {
                     let mut found = Vec::new();
-                    tree.overlapping(point_cuts(r), &mut Vec::new(), |s| found.push(s.tx));
+                    tree.overlapping(point_cuts(r), usize::MAX, &mut Vec::new(), |s| found.push(s.tx));
                     found.sort_unstable();
                     for (i, a) in accesses.iter().enumerate() {
                         if spans[i].2 && a.span.covers(r) {
@@ -537,7 +580,9 @@ mod tests {
             next: Some((Included(KeyValue::Int(401)), Included(KeyValue::Int(402)))),
         };
         let mut found = Vec::new();
-        let visited = tree.overlapping(point_cuts(&query), &mut Vec::new(), |s| found.push(s.tx));
+        let visited = tree.overlapping(point_cuts(&query), usize::MAX, &mut Vec::new(), |s| {
+            found.push(s.tx)
+        });
         assert_eq!(found, [100]);
         assert!(visited <= 2 * 11 + 2, "visited {visited} nodes");
     }

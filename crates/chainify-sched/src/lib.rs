@@ -26,16 +26,17 @@
 //!   waits for every earlier range access that covers it and conflicts. Point accesses keep their
 //!   chains, so a conflict between a point and a later range is reached through the chain.
 //!
-//! Every edge joins a conflicting pair and goes from a lower to a higher index, so the graph is
-//! acyclic by construction. The earlier range accesses an access meets are found through an
+//! Every edge joins a conflicting pair (or a barrier, below) and goes from a lower to a higher
+//! index, so the graph is acyclic by construction. The earlier range accesses an access meets are found through an
 //! index of the block's ranges (sorted by where they start in key order, with the greatest end
 //! below each node of a tree), so ranges that meet nothing cost about `log n` each, and a client
 //! sending transactions with a thousand disjoint ranges costs no other range a comparison. Ranges
 //! that do meet, and the readers a range write waits for, can still make a block quadratic (every
-//! such edge may be needed), so the work is counted: past [`WORK_BUDGET`] the rest of the block
-//! is chained in block order (edges that join pairs which need not conflict, never a missing
-//! order). [`conflict_pairs`] computes the full, unreduced conflict relation with
-//! the same indexes; it is what the graph is checked against.
+//! such edge may be needed), so the work is counted: a transaction that would spend more than its
+//! share of [`WORK_BUDGET`] becomes a barrier, ordered after everything before it and before
+//! everything after it (edges that join pairs which need not conflict, never a missing order),
+//! and the transactions around it stay parallel. [`conflict_pairs`] computes the full, unreduced
+//! conflict relation with the same indexes; it is what the graph is checked against.
 //!
 //! The [`Scheduler`] has no stages and no barriers. Running the DAG level by level would make
 //! every transaction of a level wait for the slowest one of the level before it, although most of
@@ -65,7 +66,9 @@ mod pairs;
 mod scheduler;
 
 pub use driver::{TxExecutor, run_block, run_serial};
-pub use graph::{DependencyGraph, MAX_INDEXED_SPANS, WORK_BUDGET};
+pub use graph::{
+    DependencyGraph, GraphLimits, MAX_INDEXED_SPANS, MIN_SHARE, SHARES, SPAN_COST, WORK_BUDGET,
+};
 pub use lanes::{LanePlan, Step};
 pub use pairs::{conflict_pairs, conflict_pairs_reference};
 pub use scheduler::{ScheduleError, Scheduler};

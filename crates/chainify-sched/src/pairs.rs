@@ -150,7 +150,7 @@ impl ResourceAccesses<'_> {
                     push(s.tx, t.tx);
                 }
             }
-            self.index.covered(s.span, |slot| {
+            self.index.covered(s.span, usize::MAX, |slot| {
                 for &(tx, write) in group(slot) {
                     if tx != s.tx && (s.write || write) {
                         push(s.tx, tx);

@@ -10,7 +10,8 @@
 //!
 //! Also: `conflict_pairs` equals the naive pairwise `conflicts_with` on random sets over two
 //! resources with composite keys, ranges and whole-table accesses, and the reduced graph has a path
-//! for every conflicting pair and an edge only between conflicting transactions.
+//! for every conflicting pair and an edge only between conflicting transactions (or, within small
+//! limits, a barrier and the rest).
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,7 +20,9 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use chainify_core::rwset::{KeyRange, KeySet, KeyValue, ReadWriteSet, Resource};
-use chainify_sched::{DependencyGraph, TxExecutor, conflict_pairs, run_block};
+use chainify_sched::{
+    DependencyGraph, GraphLimits, SPAN_COST, TxExecutor, conflict_pairs, run_block,
+};
 use proptest::prelude::*;
 
 const KEYS: i64 = 8;
@@ -346,6 +349,48 @@ proptest! {
         for &(i, j) in &pairs {
             prop_assert!(graph.has_path(i, j), "conflict {:?} is not ordered", (i, j));
         }
+    }
+
+    /// The same promises within limits small enough that random blocks reach them: every
+    /// conflicting pair is still ordered, every edge joins a conflicting pair or a barrier, and a
+    /// barrier is after every executed transaction before it and before every one after it. A
+    /// barrier's edges come from the transactions nothing waited for yet, and a transaction after
+    /// it waits for it only when for nothing else, so limits add at most two edges a transaction.
+    #[test]
+    fn barriers_keep_every_pair_ordered(
+        sets in proptest::collection::vec(proptest::option::weighted(0.9, any_set()), 0..60),
+        work in 0u64..400,
+        min_share in 0u64..40,
+        indexed_spans in 0usize..24,
+    ) {
+        let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Option::as_ref).collect();
+        let limits = GraphLimits { work, min_share, indexed_spans };
+        let graph = DependencyGraph::build_within(&refs, limits);
+        let pairs: BTreeSet<(usize, usize)> = conflict_pairs(&refs).into_iter().collect();
+        let ancestors = ancestors(&graph);
+        let reaches = |i: usize, j: usize| ancestors[j][i / 64] & (1 << (i % 64)) != 0;
+        for &(i, j) in &pairs {
+            prop_assert!(reaches(i, j), "conflict {:?} is not ordered", (i, j));
+        }
+        let barriers = graph.barriers();
+        for (i, j) in graph.edges() {
+            prop_assert!(
+                pairs.contains(&(i, j)) || barriers.contains(&i) || barriers.contains(&j),
+                "edge {:?} joins no conflict and no barrier", (i, j)
+            );
+        }
+        for &b in barriers {
+            prop_assert!(refs[b].is_some(), "rejected transaction {} is a barrier", b);
+            for t in (0..refs.len()).filter(|t| refs[*t].is_some() && *t != b) {
+                prop_assert!(
+                    if t < b { reaches(t, b) } else { reaches(b, t) },
+                    "barrier {} does not order {}", b, t
+                );
+            }
+        }
+        let unlimited = DependencyGraph::build(&refs);
+        prop_assert!(graph.edge_count() <= unlimited.edge_count() + 2 * sets.len());
+        prop_assert!(graph.work() <= work + sets.len() as u64 * (min_share + SPAN_COST as u64 + 8));
     }
 
     /// Same as above on the transaction shapes of the oracle (one table, high conflict).

@@ -231,9 +231,10 @@ pub struct BlockOutcome {
     pub execute_time: Duration,
     /// Time spent reading back, hashing and consuming the recorded changes.
     pub digest_time: Duration,
-    /// The first transaction the dependency graph ordered in block order because the block
-    /// passed its work budget (`chainify_sched::WORK_BUDGET`), if any.
-    pub serial_from: Option<usize>,
+    /// Transactions the dependency graph ordered after every one before them and before every
+    /// one after them, because their accesses cost more than their share of the graph's work
+    /// budget (`chainify_sched::DependencyGraph::barriers`).
+    pub barriers: Vec<usize>,
 }
 
 enum Failure {
@@ -742,11 +743,11 @@ impl<B: Backend> Store<B> {
                 marker: ddl::insert_markers(self.backend.dialect(), 1),
                 idle: Mutex::new(Vec::new()),
             };
-            let mut serial_from = None;
+            let mut barriers = Vec::new();
             match mode {
                 ExecMode::Parallel(k) => {
                     let graph = block.graph();
-                    serial_from = graph.serial_from();
+                    barriers = graph.barriers().to_vec();
                     run.run_lanes(&graph, k).await?
                 }
                 // The reference: block order, a database commit per transaction.
@@ -785,7 +786,7 @@ impl<B: Backend> Store<B> {
                 commits,
                 execute_time,
                 digest_time: started.elapsed(),
-                serial_from,
+                barriers,
             })
         })
         .await
@@ -898,7 +899,7 @@ impl<B: Backend> Store<B> {
                 commits: 1,
                 execute_time,
                 digest_time: digest_started.elapsed(),
-                serial_from: None,
+                barriers: Vec::new(),
             })
         }
         .await;
@@ -1170,7 +1171,7 @@ impl<B: Backend> Store<B> {
             commits: 0,
             execute_time: Duration::ZERO,
             digest_time: Duration::ZERO,
-            serial_from: None,
+            barriers: Vec::new(),
         }))
     }
 
