@@ -51,11 +51,17 @@ pub const SHARES: u64 = 64;
 /// few ranges.
 pub const MIN_SHARE: u64 = 128;
 
-/// Most range and whole-table accesses of one block that are indexed (about 110 bytes each, and
-/// a sort): a transaction whose accesses do not fit any more becomes a barrier
-/// ([`DependencyGraph::barriers`]), so that a few transactions with a thousand ranges on each
-/// of many tables cost the index no more than this.
+/// Range and whole-table accesses of one block that are indexed (about 110 bytes each, and a
+/// sort), shared out like the work: each transaction may index [`SHARES`] times its even share
+/// of what is left, and at least [`MIN_INDEXED_SHARE`]. A transaction whose accesses do not fit
+/// becomes a barrier ([`DependencyGraph::barriers`]), so that a few transactions with a thousand
+/// ranges on each of many tables cost the index no more than this, and transactions with a few
+/// ranges after them are still indexed.
 pub const MAX_INDEXED_SPANS: usize = 1 << 16;
+
+/// Range and whole-table accesses any transaction may index, however many the block indexed
+/// before it.
+pub const MIN_INDEXED_SHARE: usize = 16;
 
 /// What one block's graph may cost ([`DependencyGraph::build_within`]); the default is the
 /// constants above, smaller limits are for tests that reach them with small blocks.
@@ -67,6 +73,8 @@ pub struct GraphLimits {
     pub min_share: u64,
     /// [`MAX_INDEXED_SPANS`].
     pub indexed_spans: usize,
+    /// [`MIN_INDEXED_SHARE`].
+    pub min_indexed_share: usize,
 }
 
 impl Default for GraphLimits {
@@ -75,6 +83,7 @@ impl Default for GraphLimits {
             work: WORK_BUDGET,
             min_share: MIN_SHARE,
             indexed_spans: MAX_INDEXED_SPANS,
+            min_indexed_share: MIN_INDEXED_SHARE,
         }
     }
 }
@@ -459,8 +468,15 @@ impl<'a> Builder<'a> {
     fn index_spans(&mut self, sets: &[Option<&'a ReadWriteSet>]) {
         let mut accesses: Vec<[Vec<SpanAccess<'a>>; 2]> = Vec::new();
         let mut indexed = 0usize;
+        let mut left = sets.iter().flatten().count();
         for (tx, set) in sets.iter().enumerate() {
             let Some(set) = set else { continue };
+            let room = self.limits.indexed_spans.saturating_sub(indexed);
+            let share = (room / left)
+                .saturating_mul(SHARES as usize)
+                .min(room)
+                .max(self.limits.min_indexed_share);
+            left -= 1;
             let spans: usize = [&set.reads, &set.writes]
                 .into_iter()
                 .flatten()
@@ -472,7 +488,7 @@ impl<'a> Builder<'a> {
                         .count(),
                 })
                 .sum();
-            if indexed + spans > self.limits.indexed_spans {
+            if spans > share {
                 // A barrier; its spans are never looked up.
                 self.unindexed[tx] = true;
                 continue;
@@ -928,6 +944,25 @@ mod budget {
         );
     }
 
+    /// Transactions with many ranges cannot take the whole index: the ones with a few ranges
+    /// after them are still indexed and stay parallel (found by review: 64 transactions of 1 024
+    /// ranges made the next 960 barriers, a chain).
+    #[test]
+    fn many_ranges_first_leave_room_for_a_few_after() {
+        let mut sets: Vec<_> = (0..64).map(|i| Some(ranges(i * 10_000, 1024))).collect();
+        sets.extend((0..256).map(|i| Some(ranges(1_000_000 + i * 10, 1))));
+        let graph = check(&sets, GraphLimits::default(), Some(Vec::new()));
+        assert!(
+            graph.barriers().iter().all(|&b| b < 64),
+            "{:?}",
+            graph.barriers()
+        );
+        // Each of the few waits at most for the last barrier: none for another.
+        for j in 64..sets.len() {
+            assert!(graph.predecessors(j).all(|p| p < 64), "{j}");
+        }
+    }
+
     /// With the real limit: the transaction just before the one that does not fit keeps its
     /// edges (found by review of an earlier cut-off, which dropped them).
     #[test]
@@ -956,8 +991,19 @@ mod budget {
                     .collect(),
             ),
         );
+        // More ranges than any transaction may index once the index is full.
         let mut third = ReadWriteSet::default();
         third.read(&table(1), &KeySet::All);
+        third.read(
+            &Resource {
+                name: "v".into(),
+                arity: 1,
+            },
+            ranges(0, MIN_INDEXED_SHARE as i64 + 1)
+                .writes
+                .get(&table(1))
+                .expect("written"),
+        );
         let sets = [Some(first), Some(second), Some(third)];
         let refs: Vec<_> = sets.iter().map(Option::as_ref).collect();
         let graph = DependencyGraph::build(&refs);

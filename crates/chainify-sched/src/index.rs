@@ -194,7 +194,7 @@ impl<'a> PointIndex<'a> {
                 }
             }
             let mut slot = first;
-            while slot != NONE {
+            while slot != NONE && looked <= limit {
                 looked += 1;
                 if range.overlaps(self.reps[slot as usize]) {
                     f(slot);

@@ -67,7 +67,8 @@ mod scheduler;
 
 pub use driver::{TxExecutor, run_block, run_serial};
 pub use graph::{
-    DependencyGraph, GraphLimits, MAX_INDEXED_SPANS, MIN_SHARE, SHARES, SPAN_COST, WORK_BUDGET,
+    DependencyGraph, GraphLimits, MAX_INDEXED_SPANS, MIN_INDEXED_SHARE, MIN_SHARE, SHARES,
+    SPAN_COST, WORK_BUDGET,
 };
 pub use lanes::{LanePlan, Step};
 pub use pairs::{conflict_pairs, conflict_pairs_reference};

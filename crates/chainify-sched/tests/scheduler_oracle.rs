@@ -362,9 +362,10 @@ proptest! {
         work in 0u64..400,
         min_share in 0u64..40,
         indexed_spans in 0usize..24,
+        min_indexed_share in 0usize..4,
     ) {
         let refs: Vec<Option<&ReadWriteSet>> = sets.iter().map(Option::as_ref).collect();
-        let limits = GraphLimits { work, min_share, indexed_spans };
+        let limits = GraphLimits { work, min_share, indexed_spans, min_indexed_share };
         let graph = DependencyGraph::build_within(&refs, limits);
         let pairs: BTreeSet<(usize, usize)> = conflict_pairs(&refs).into_iter().collect();
         let ancestors = ancestors(&graph);
