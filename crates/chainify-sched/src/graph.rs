@@ -112,6 +112,7 @@ impl DependencyGraph {
             limits,
             edges: Vec::with_capacity(sets.len()),
             readers: Vec::with_capacity(sets.len()),
+            executed: sets.iter().flatten().count() as u64,
             unindexed: vec![false; sets.len()],
             followed: vec![false; sets.len()],
             preds: Preds {
@@ -124,17 +125,15 @@ impl DependencyGraph {
         };
         builder.index_spans(sets);
         let mut barriers = Vec::new();
-        let mut left = sets.iter().flatten().count() as u64;
+        let mut left = builder.executed;
         for (tx, set) in sets.iter().enumerate() {
             let Some(set) = set else { continue };
             let tx32 = tx as u32;
-            // Its shares of what the block has left: a transaction that spends little leaves
-            // more to the ones after it, and none can spend what the others need.
-            let left_work = limits.work.saturating_sub(builder.work);
-            builder.allowance = (left_work / left)
-                .saturating_mul(SHARES)
-                .min(left_work)
-                .max(limits.min_share);
+            builder.allowance = share(
+                limits.work.saturating_sub(builder.work),
+                left,
+                limits.min_share,
+            );
             left -= 1;
             // This transaction's edges start here: what it added is dropped when it becomes a
             // barrier, never an earlier one's.
@@ -279,6 +278,14 @@ impl Preds {
     }
 }
 
+/// A transaction's share of what the block has `left` (work or index room) with `txs`
+/// transactions still to come, itself included: [`SHARES`] times the even share, at most what is
+/// left, at least `least`. One that takes little leaves more to the ones after it, and none can
+/// take what the others need.
+fn share(left: u64, txs: u64, least: u64) -> u64 {
+    (left / txs).saturating_mul(SHARES).min(left).max(least)
+}
+
 /// Per full key: who wrote it last and who read it since.
 #[derive(Clone, Copy, Debug)]
 struct KeyState {
@@ -332,6 +339,8 @@ struct Builder<'a> {
     stack: Vec<(usize, usize, usize)>,
     /// Work so far (range index nodes visited, keys a span looks at, readers it waits for).
     work: u64,
+    /// Transactions of the block that analysis accepted.
+    executed: u64,
     /// What the current transaction may still spend.
     allowance: u64,
     /// Per transaction: its spans did not fit in the index ([`MAX_INDEXED_SPANS`]), so it is a
@@ -468,14 +477,11 @@ impl<'a> Builder<'a> {
     fn index_spans(&mut self, sets: &[Option<&'a ReadWriteSet>]) {
         let mut accesses: Vec<[Vec<SpanAccess<'a>>; 2]> = Vec::new();
         let mut indexed = 0usize;
-        let mut left = sets.iter().flatten().count();
+        let mut left = self.executed;
         for (tx, set) in sets.iter().enumerate() {
             let Some(set) = set else { continue };
-            let room = self.limits.indexed_spans.saturating_sub(indexed);
-            let share = (room / left)
-                .saturating_mul(SHARES as usize)
-                .min(room)
-                .max(self.limits.min_indexed_share);
+            let room = self.limits.indexed_spans.saturating_sub(indexed) as u64;
+            let share = share(room, left, self.limits.min_indexed_share as u64) as usize;
             left -= 1;
             let spans: usize = [&set.reads, &set.writes]
                 .into_iter()

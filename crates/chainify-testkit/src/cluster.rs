@@ -632,18 +632,19 @@ impl<F: OrdererFactory> Cluster<F> {
         Some(self.orgs.get(&org)?.running.as_ref()?.gate.clone())
     }
 
-    /// Waits until `done` holds for the statuses, checking whenever one changes.
+    /// Waits until `done` holds for the statuses, checking whenever one changes; returns the
+    /// statuses it held for.
     pub async fn wait_until(
         &self,
         what: &str,
         timeout: Duration,
         done: impl Fn(&BTreeMap<OrgId, NodeStatus>) -> bool,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<BTreeMap<OrgId, NodeStatus>, ClusterError> {
         let deadline = Instant::now() + timeout;
         loop {
             let statuses = self.statuses();
             if done(&statuses) {
-                return Ok(());
+                return Ok(statuses);
             }
             if Instant::now() >= deadline {
                 return Err(ClusterError::Timeout {

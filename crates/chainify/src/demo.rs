@@ -340,23 +340,15 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<Summary> {
 async fn settled<F: OrdererFactory>(
     cluster: &Cluster<F>,
 ) -> anyhow::Result<BTreeMap<OrgId, NodeStatus>> {
-    let deadline = Instant::now() + SETTLE;
+    let lowest = |s: &BTreeMap<OrgId, NodeStatus>| s.values().map(|s| s.next_block).min();
     let highest = |s: &BTreeMap<OrgId, NodeStatus>| s.values().map(|s| s.next_block).max();
     let target = highest(&cluster.statuses());
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        cluster
-            .wait_until("every organization at the same height", left, |s| {
-                let low = s.values().map(|s| s.next_block).min();
-                low == highest(s) && low >= target
-            })
-            .await?;
-        // A block may land between the wait and this look: look again until one view agrees.
-        let statuses = cluster.statuses();
-        if statuses.values().map(|s| s.next_block).min() == highest(&statuses) {
-            return Ok(statuses);
-        }
-    }
+    // The statuses the wait saw: one view, so a block landing after it cannot split them.
+    Ok(cluster
+        .wait_until("every organization at the same height", SETTLE, |s| {
+            lowest(s) == highest(s) && lowest(s) >= target
+        })
+        .await?)
 }
 
 #[derive(Debug, Serialize)]
