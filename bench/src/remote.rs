@@ -232,21 +232,22 @@ impl RemoteLoad {
     pub async fn start(devnet: &Devnet, generators: Vec<Generator>) -> anyhow::Result<RemoteLoad> {
         let key = devnet.dir.join("clients/client1.pk8");
         let ca = chainify_client::operator::network_ca(&devnet.network)?;
-        let orgs: Vec<&str> = devnet
+        let orgs: Vec<(OrgId, &str)> = devnet
             .network
             .orgs
             .values()
-            .map(|o| o.chainify_endpoint.as_str())
+            .map(|o| (o.id, o.chainify_endpoint.as_str()))
             .collect();
         let counters = Arc::new(Counters::default());
         let refused = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let mut clients = Vec::new();
         for (i, generator) in generators.into_iter().enumerate() {
-            let endpoint = orgs[i % orgs.len()];
+            let (org, endpoint) = orgs[i % orgs.len()];
             let mut connect = Client::connect(
                 endpoint,
                 devnet.network.network_id.as_str(),
+                org,
                 Identity::load("client1", &key)?,
             );
             if let Some(ca) = &ca {

@@ -40,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or_else(|| format!("the network has no organization {org}"))?
         .chainify_endpoint;
     let identity = Identity::load("client1", dir.join("clients/client1.pk8"))?;
-    let mut connect = Client::connect(endpoint, network.network_id.as_str(), identity);
+    let mut connect = Client::connect(endpoint, network.network_id.as_str(), OrgId(org), identity);
     if network.tls_ca.is_some() {
         connect = connect.tls_ca(dir.join("tls/ca.pem"))?;
     }

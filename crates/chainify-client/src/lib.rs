@@ -10,11 +10,11 @@
 //! use it.
 //!
 //! ```no_run
-//! use chainify_client::{Client, Identity, Tx};
+//! use chainify_client::{Client, Identity, OrgId, Tx};
 //!
 //! # async fn run() -> Result<(), chainify_client::ClientError> {
 //! let identity = Identity::load("client1", "net/clients/client1.pk8")?;
-//! let client = Client::connect("127.0.0.1:17100", "chainify-local", identity)
+//! let client = Client::connect("127.0.0.1:17100", "chainify-local", OrgId(1), identity)
 //!     .tls_ca("net/tls/ca.pem")?
 //!     .connect()
 //!     .await?;
@@ -59,7 +59,7 @@ use chainify_proto::pb::chainify_service_client::ChainifyServiceClient;
 use futures_util::{Stream, StreamExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-pub use chainify_core::{BlockNumber, Decimal, TxId, Value};
+pub use chainify_core::{BlockNumber, Decimal, OrgId, TxId, Value};
 pub use tonic::Code;
 
 /// Why a call failed.
@@ -273,6 +273,7 @@ fn outcome(o: pb::TxOutcome) -> Result<TxOutcome, ClientError> {
 pub struct Connect {
     endpoint: String,
     network: String,
+    org: OrgId,
     identity: Identity,
     ca: Option<Vec<u8>>,
     local: Option<std::net::IpAddr>,
@@ -312,6 +313,7 @@ impl Connect {
         Ok(Client {
             rpc: ChainifyServiceClient::new(channel).max_decoding_message_size(256 * 1024 * 1024),
             network,
+            org: self.org,
             identity: self.identity,
         })
     }
@@ -322,6 +324,8 @@ impl Connect {
 pub struct Client {
     rpc: ChainifyServiceClient<Channel>,
     network: NetworkId,
+    /// The organization at the endpoint; queries are signed for it alone.
+    org: OrgId,
     identity: Identity,
 }
 
@@ -344,11 +348,14 @@ fn nonce_lane() -> u64 {
 }
 
 impl Client {
-    /// Settings for a client of the organization at `endpoint` (`host:port`) of `network`.
-    pub fn connect(endpoint: &str, network: &str, identity: Identity) -> Connect {
+    /// Settings for a client of organization `org` of `network`, at `endpoint` (`host:port`).
+    /// Queries are signed for `org`: another organization refuses them, so that the one that
+    /// received a query cannot replay it elsewhere in the client's name.
+    pub fn connect(endpoint: &str, network: &str, org: OrgId, identity: Identity) -> Connect {
         Connect {
             endpoint: endpoint.to_owned(),
             network: network.to_owned(),
+            org,
             identity,
             ca: None,
             local: None,
@@ -488,6 +495,7 @@ impl Client {
         let body = QueryBody {
             client: self.identity.id.clone(),
             network: self.network.clone(),
+            org: self.org,
             sql: sql.to_owned(),
             params,
         };
@@ -533,6 +541,7 @@ mod tests {
             Client::connect(
                 endpoint,
                 "net",
+                OrgId(1),
                 Identity::new("alice", SigningKey::from_seed(&[3; 32])).unwrap(),
             )
             .connect()

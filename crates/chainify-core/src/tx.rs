@@ -160,6 +160,10 @@ pub struct QueryBody {
     pub client: ClientId,
     /// The network queried (the server's own; not sent on the wire, but signed).
     pub network: NetworkId,
+    /// The organization queried (the server's own; not sent on the wire, but signed): a query
+    /// one organization received cannot be replayed at another in the client's name, where it
+    /// would take the client's share of that organization's query slots.
+    pub org: OrgId,
     /// One SELECT.
     pub sql: String,
     /// Values for `$1..$n`.
@@ -167,14 +171,16 @@ pub struct QueryBody {
 }
 
 impl QueryBody {
-    /// Domain tag of the query encoding.
-    pub const TAG: &'static str = "chainify.v1.Query";
+    /// Domain tag of the query encoding (a new tag for the layout that names the
+    /// organization, so that no signature over the old layout reads as one over the new).
+    pub const TAG: &'static str = "chainify.v1.OrgQuery";
 
-    /// Layout: tag, `string client, string network, string sql, list<value> params`.
+    /// Layout: tag, `string client, string network, u32 org, string sql, list<value> params`.
     pub fn encode_canonical(&self) -> Vec<u8> {
         let mut e = Encoder::new(Self::TAG);
         e.str(self.client.as_str())
             .str(self.network.as_str())
+            .u32(self.org.0)
             .str(&self.sql)
             .count(self.params.len());
         for p in &self.params {
@@ -771,11 +777,12 @@ mod tests {
     }
 
     #[test]
-    fn query_signature_binds_network_and_params() {
+    fn query_signature_binds_network_organization_and_params() {
         let (key, _) = SigningKey::generate().unwrap();
         let q = QueryBody {
             client: ClientId::new("alice").unwrap(),
             network: NetworkId::new("net").unwrap(),
+            org: OrgId(1),
             sql: "SELECT bal FROM checking WHERE custid = $1".into(),
             params: vec![Value::Int(1)],
         };
@@ -784,6 +791,9 @@ mod tests {
         let mut other_net = q.clone();
         other_net.network = NetworkId::new("net2").unwrap();
         assert!(other_net.verify(&key.public_key(), &sig).is_err());
+        let mut other_org = q.clone();
+        other_org.org = OrgId(2);
+        assert!(other_org.verify(&key.public_key(), &sig).is_err());
         let mut other_param = q;
         other_param.params[0] = Value::Int(2);
         assert!(other_param.verify(&key.public_key(), &sig).is_err());

@@ -90,6 +90,7 @@ fn vectors() -> Json {
     let query = QueryBody {
         client: ClientId::new("client1").unwrap(),
         network: NetworkId::new("chainify-test").unwrap(),
+        org: OrgId(2),
         sql: "SELECT bal FROM checking WHERE custid = $1".into(),
         params: vec![Value::Int(7)],
     };

@@ -724,6 +724,7 @@ impl Org {
             node.gate.clone(),
         );
         let queries = QueryServer::new(
+            self.me,
             self.network.clone(),
             self.store.clone(),
             node.gate.clone(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::Signature;
 use chainify_core::tx::QueryBody;
-use chainify_core::{ClientId, Value};
+use chainify_core::{ClientId, OrgId, Value};
 use chainify_node::{Offload, ReadGate};
 use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
@@ -45,13 +45,14 @@ pub(crate) enum Queries<B: Backend> {
 impl<B: Backend + 'static> Queries<B> {
     pub(crate) fn new(
         access: QueryAccess,
+        me: OrgId,
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         settings: &ChainifySettings,
     ) -> Result<Queries<B>, NetError> {
         Ok(match access {
             QueryAccess::Gate(gate) => {
-                Queries::Local(QueryServer::new(network, store, gate, settings)?)
+                Queries::Local(QueryServer::new(me, network, store, gate, settings)?)
             }
             QueryAccess::Forward(channel) => Queries::Remote(QueryServiceClient::new(channel)),
         })
@@ -87,6 +88,8 @@ impl<B: Backend> Clone for QueryServer<B> {
 
 #[derive(Debug)]
 struct Inner<B: Backend> {
+    /// The organization answering: queries are signed for it.
+    me: OrgId,
     network: Arc<NetworkConfig>,
     analyzer: Analyzer,
     store: Arc<Store<B>>,
@@ -106,10 +109,12 @@ struct Inner<B: Backend> {
 }
 
 impl<B: Backend + 'static> QueryServer<B> {
-    /// A server over `store` (shared tables registered) behind `gate`: a query waits up to
-    /// `query_wait` for an agreed state and for one of `max_queries` slots (at most
-    /// `max_queries_per_client` of them a client's), and runs for at most `query_timeout`.
+    /// Organization `me`'s server over `store` (shared tables registered) behind `gate`: a
+    /// query waits up to `query_wait` for an agreed state and for one of `max_queries` slots
+    /// (at most `max_queries_per_client` of them a client's), and runs for at most
+    /// `query_timeout`.
     pub fn new(
+        me: OrgId,
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         gate: ReadGate,
@@ -118,6 +123,7 @@ impl<B: Backend + 'static> QueryServer<B> {
         let analyzer = Analyzer::new(store.schema().map_err(NetError::Storage)?);
         Ok(QueryServer {
             inner: Arc::new(Inner {
+                me,
                 network,
                 analyzer,
                 store,
@@ -164,6 +170,7 @@ impl<B: Backend + 'static> QueryServer<B> {
         let body = QueryBody {
             client: id,
             network: this.network.network_id.clone(),
+            org: this.me,
             sql: request.sql,
             params,
         };
@@ -172,9 +179,11 @@ impl<B: Backend + 'static> QueryServer<B> {
             .verify(&body.signed_by(client.public_key, signature))
             .map_err(|_| {
                 status::unauthenticated(format!(
-                    "the signature of the query by client {:?} does not verify for network {}",
+                    "the signature of the query by client {:?} does not verify for network {} \
+                     and organization {} (a query is signed for the organization it is sent to)",
                     body.client.as_str(),
-                    this.network.network_id
+                    this.network.network_id,
+                    this.me.0
                 ))
             })?;
         // A new statement shape takes milliseconds to analyse: off the async workers, one at a

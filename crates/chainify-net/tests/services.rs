@@ -180,22 +180,32 @@ impl Net {
 
     async fn client(&self, org: u32, id: &str, key: SigningKey) -> Client {
         let endpoint = &self.network.orgs[&chainify_core::OrgId(org)].chainify_endpoint;
-        Client::connect(endpoint, "svc", Identity::new(id, key).unwrap())
-            .tls_ca_pem(self.ca.clone())
-            .connect()
-            .await
-            .unwrap()
+        Client::connect(
+            endpoint,
+            "svc",
+            chainify_core::OrgId(org),
+            Identity::new(id, key).unwrap(),
+        )
+        .tls_ca_pem(self.ca.clone())
+        .connect()
+        .await
+        .unwrap()
     }
 
     /// Client `id` of organization `org`, connecting from the local address `from`.
     async fn client_from(&self, org: u32, id: &str, key: SigningKey, from: [u8; 4]) -> Client {
         let endpoint = &self.network.orgs[&chainify_core::OrgId(org)].chainify_endpoint;
-        Client::connect(endpoint, "svc", Identity::new(id, key).unwrap())
-            .tls_ca_pem(self.ca.clone())
-            .local_address(std::net::IpAddr::from(from))
-            .connect()
-            .await
-            .unwrap()
+        Client::connect(
+            endpoint,
+            "svc",
+            chainify_core::OrgId(org),
+            Identity::new(id, key).unwrap(),
+        )
+        .tls_ca_pem(self.ca.clone())
+        .local_address(std::net::IpAddr::from(from))
+        .connect()
+        .await
+        .unwrap()
     }
 
     async fn client1(&self, org: u32) -> Client {
@@ -404,6 +414,7 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     let other_network = Client::connect(
         &net.network.orgs[&chainify_core::OrgId(1)].chainify_endpoint,
         "elsewhere",
+        chainify_core::OrgId(1),
         Identity::new(
             "client1",
             SigningKey::from_pkcs8(&net.client_key, "c").unwrap(),
@@ -530,6 +541,28 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+    // A query signed for organization 1 (as organization 1 could replay one it received) is
+    // refused by organization 2, naming the organization it must be signed for.
+    let replayed = Client::connect(
+        &net.network.orgs[&chainify_core::OrgId(2)].chainify_endpoint,
+        "svc",
+        chainify_core::OrgId(1),
+        Identity::new(
+            "client1",
+            SigningKey::from_pkcs8(&net.client_key, "c").unwrap(),
+        )
+        .unwrap(),
+    )
+    .tls_ca_pem(net.ca.clone())
+    .connect()
+    .await
+    .unwrap();
+    let e = replayed
+        .query("SELECT COUNT(*) FROM accounts", [])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+    assert!(e.to_string().contains("organization 2"), "{e}");
 
     // With two organizations gone, Any-2 endorsement cannot be met: UNAVAILABLE, nothing ordered.
     net.stop_org(2).await;

@@ -33,7 +33,8 @@ pub(crate) struct Target {
     /// The organization whose ChainifyService is used (its id).
     #[arg(long, default_value_t = 1)]
     org: u32,
-    /// Use this endpoint instead of the organization's.
+    /// Use this endpoint instead of the organization's (still organization --org's: queries
+    /// are signed for it).
     #[arg(long)]
     endpoint: Option<String>,
     /// The client id.
@@ -140,7 +141,12 @@ async fn client(t: &Target) -> anyhow::Result<(Client, NetworkConfig)> {
             .join(format!("clients/{}.pk8", t.client))
     });
     let identity = Identity::load(&t.client, &key)?;
-    let mut connect = Client::connect(&endpoint, network.network_id.as_str(), identity);
+    let mut connect = Client::connect(
+        &endpoint,
+        network.network_id.as_str(),
+        OrgId(t.org),
+        identity,
+    );
     if let Some(ca) = network_ca(&network)? {
         connect = connect.tls_ca_pem(ca);
     }

@@ -54,6 +54,7 @@ fn client(dir: &Path, org: u32, id: &str, key: SigningKey) -> Client {
         Client::connect(
             endpoint,
             network.network_id.as_str(),
+            chainify_core::OrgId(org),
             Identity::new(id, key).unwrap(),
         )
         .tls_ca(dir.join("tls/ca.pem"))
