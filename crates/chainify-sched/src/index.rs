@@ -1,6 +1,7 @@
 //! The per-resource index both [`crate::conflict_pairs`] and [`crate::DependencyGraph`] use: full-key
-//! points in a hash map (the common case, O(1) per access), an ordered view of the same keys built
-//! only once a resource sees a range, and the list of non-point accesses ("spans").
+//! points in a hash map (the common case, O(1) per access), views of some of those keys with an
+//! ordered view built only once a resource sees a range, and the tree of non-point accesses
+//! ("spans").
 
 use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
@@ -62,12 +63,6 @@ pub(crate) struct PointIndex<'a> {
     slots: FxHashMap<&'a [KeyValue], u32>,
     /// One range per slot (the first seen), to decide span coverage with [`KeyRange::overlaps`].
     reps: Vec<&'a KeyRange>,
-    /// Ordered view of the keys, built on the first range query (point-only resources never pay
-    /// for it). Maps to the first slot of a chain in `ord_twins`.
-    ordered: Option<BTreeMap<&'a [KeyValue], u32>>,
-    /// Next slot whose key is `Ord`-equal but not `Eq`-equal (a non-normalized decimal), so that
-    /// the ordered view never loses a slot; `NONE` ends a chain.
-    ord_twins: Vec<u32>,
 }
 
 impl<'a> PointIndex<'a> {
@@ -77,8 +72,6 @@ impl<'a> PointIndex<'a> {
             arity,
             slots: FxHashMap::with_capacity_and_hasher(keys, FxBuildHasher),
             reps: Vec::with_capacity(keys),
-            ordered: None,
-            ord_twins: Vec::with_capacity(keys),
         }
     }
 
@@ -95,11 +88,66 @@ impl<'a> PointIndex<'a> {
             Entry::Vacant(new) => new.insert(slot),
         };
         self.reps.push(point);
-        self.ord_twins.push(NONE);
-        if let Some(ordered) = &mut self.ordered {
-            Self::insert_ordered(ordered, &mut self.ord_twins, &point.prefix, slot);
-        }
         (slot, true)
+    }
+}
+
+/// What building a [`KeyView`]'s ordered view costs a key, in the units of
+/// [`crate::WORK_BUDGET`] (a B-tree insert, about 200 ns here).
+pub(crate) const ORDER_COST: usize = 4;
+
+/// Some of a [`PointIndex`]'s slots: those a span lookup may find. The graph keeps the keys
+/// touched since the last barrier (older ones can order nothing), so that a whole-table read
+/// after a barrier does not look at every key the block touched before it. An ordered view of
+/// the members' keys is built on the first range lookup (point-only resources never pay for it)
+/// and kept up to date as slots enter.
+#[derive(Debug, Default)]
+pub(crate) struct KeyView<'a> {
+    /// The members, in order of entry.
+    members: Vec<u32>,
+    /// Per slot: the generation in which it entered (`NONE` never), so that emptying the view
+    /// does not visit its members.
+    entered: Vec<u32>,
+    generation: u32,
+    /// Ordered view of the members' keys, mapping to the first slot of a chain in `twins`.
+    ordered: Option<BTreeMap<&'a [KeyValue], u32>>,
+    /// Per slot: the next member whose key is `Ord`-equal but not `Eq`-equal (a non-normalized
+    /// decimal), so that the ordered view never loses a slot; `NONE` ends a chain.
+    twins: Vec<u32>,
+}
+
+impl<'a> KeyView<'a> {
+    /// Whether the view has no members.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn contains(&self, slot: u32) -> bool {
+        self.entered.get(slot as usize) == Some(&self.generation)
+    }
+
+    /// Makes `slot` of `index` a member (nothing if it is one).
+    pub(crate) fn enter(&mut self, index: &PointIndex<'a>, slot: u32) {
+        let at = slot as usize;
+        if at >= self.entered.len() {
+            self.entered.resize(at + 1, NONE);
+            self.twins.resize(at + 1, NONE);
+        }
+        if self.entered[at] == self.generation {
+            return;
+        }
+        self.entered[at] = self.generation;
+        self.members.push(slot);
+        if let Some(ordered) = &mut self.ordered {
+            Self::insert_ordered(ordered, &mut self.twins, &index.reps[at].prefix, slot);
+        }
+    }
+
+    /// Removes every member, at a cost that does not grow with them.
+    pub(crate) fn clear(&mut self) {
+        self.generation += 1;
+        self.members.clear();
+        self.ordered = None;
     }
 
     fn insert_ordered(
@@ -114,48 +162,61 @@ impl<'a> PointIndex<'a> {
                 twins[first as usize] = slot;
             }
             None => {
+                twins[slot as usize] = NONE;
                 ordered.insert(key, slot);
             }
         }
     }
 
-    /// Calls `f` with every slot whose key lies in `span`, each once, in no particular order.
-    /// Returns how many keys it looked at, covered or not (what the lookup cost). Stops once it
-    /// has looked at more than `limit`: then some slots may be left out, and the count says so.
+    /// Calls `f` with every member whose key lies in `span`, each once, in no particular order.
+    /// Returns how many keys it looked at, covered or not, and [`ORDER_COST`] a member if it
+    /// built the ordered view (what the lookup cost). Stops once that is more than `limit`: then
+    /// some members may be left out, and the count says so.
     pub(crate) fn covered(
         &mut self,
+        index: &PointIndex<'a>,
         span: Span<'a>,
         limit: usize,
         mut f: impl FnMut(u32),
     ) -> usize {
         let range = match span {
             Span::All => {
-                if self.reps.len() > limit {
+                if self.members.len() > limit {
                     return limit + 1;
                 }
-                (0..self.reps.len() as u32).for_each(f);
-                return self.reps.len();
+                self.members.iter().copied().for_each(f);
+                return self.members.len();
             }
             Span::Range(range) => range,
         };
-        if range.prefix.len() >= self.arity {
+        if range.prefix.len() >= index.arity {
             // Only the point equal to the first `arity` columns can overlap (see
             // `KeyRange::overlaps`: a longer prefix or an interval past the last column still
             // contains that key and no other).
-            if let Some(&slot) = self.slots.get(&range.prefix[..self.arity])
-                && range.overlaps(self.reps[slot as usize])
+            if let Some(&slot) = index.slots.get(&range.prefix[..index.arity])
+                && self.contains(slot)
+                && range.overlaps(index.reps[slot as usize])
             {
                 f(slot);
             }
             return 1;
         }
-        let ordered = self.ordered.get_or_insert_with(|| {
-            let mut ordered = BTreeMap::new();
-            for (slot, rep) in self.reps.iter().enumerate() {
-                Self::insert_ordered(&mut ordered, &mut self.ord_twins, &rep.prefix, slot as u32);
+        let mut looked = 0;
+        if self.ordered.is_none() {
+            looked = self.members.len().saturating_mul(ORDER_COST);
+            if looked > limit {
+                return limit + 1;
             }
-            ordered
-        });
+            let mut ordered = BTreeMap::new();
+            for &slot in &self.members {
+                let key = &index.reps[slot as usize].prefix;
+                Self::insert_ordered(&mut ordered, &mut self.twins, key, slot);
+            }
+            self.ordered = Some(ordered);
+        }
+        let Some(ordered) = &self.ordered else {
+            return looked;
+        };
         let prefix = range.prefix.as_slice();
         let (lo, hi) = match &range.next {
             Some((lo, hi)) => (lo, hi),
@@ -172,7 +233,6 @@ impl<'a> PointIndex<'a> {
             }
             Bound::Unbounded => prefix,
         };
-        let mut looked = 0;
         for (key, &first) in
             ordered.range::<[KeyValue], _>((Bound::Included(start), Bound::Unbounded))
         {
@@ -196,10 +256,10 @@ impl<'a> PointIndex<'a> {
             let mut slot = first;
             while slot != NONE && looked <= limit {
                 looked += 1;
-                if range.overlaps(self.reps[slot as usize]) {
+                if range.overlaps(index.reps[slot as usize]) {
                     f(slot);
                 }
-                slot = self.ord_twins[slot as usize];
+                slot = self.twins[slot as usize];
             }
         }
         looked
@@ -547,6 +607,102 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A step of a key view's life: a key enters, or a span is looked up (`None`: the table).
+    #[derive(Clone, Debug)]
+    enum Step {
+        Enter(usize),
+        Look(Option<KeyRange>),
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// A key view finds exactly its members whose keys a span covers (what
+        /// [`KeyRange::overlaps`] says, decimal twins included), through every way its members
+        /// change: entered before and after its ordered view is built, entered twice, cleared.
+        #[test]
+        fn a_view_finds_exactly_its_members_in_a_span(
+            keys in proptest::collection::vec(proptest::collection::vec(value(), 2), 1..40),
+            steps in proptest::collection::vec(prop_oneof![
+                6 => (0..40usize).prop_map(Step::Enter),
+                2 => range().prop_map(|r| Step::Look(Some(r))),
+                1 => Just(Step::Look(None)),
+            ], 1..80),
+            clear_at in proptest::collection::vec(0..80usize, 0..3),
+        ) {
+            let points: Vec<KeyRange> = keys.into_iter().map(KeyRange::point).collect();
+            let mut index = PointIndex::with_capacity(2, 0);
+            let slots: Vec<u32> = points.iter().map(|p| index.slot(p).0).collect();
+            let mut view = KeyView::default();
+            let mut members: Vec<u32> = Vec::new();
+            for (i, step) in steps.iter().enumerate() {
+                if clear_at.contains(&i) {
+                    view.clear();
+                    members.clear();
+                }
+                match step {
+                    Step::Enter(k) => {
+                        let slot = slots[k % slots.len()];
+                        view.enter(&index, slot);
+                        if !members.contains(&slot) {
+                            members.push(slot);
+                        }
+                    }
+                    Step::Look(query) => {
+                        let span = query.as_ref().map_or(Span::All, Span::Range);
+                        let mut found = Vec::new();
+                        view.covered(&index, span, usize::MAX, |slot| found.push(slot));
+                        found.sort_unstable();
+                        let mut expected: Vec<u32> = members
+                            .iter()
+                            .copied()
+                            .filter(|&slot| span.covers(index.reps[slot as usize]))
+                            .collect();
+                        expected.sort_unstable();
+                        prop_assert_eq!(found, expected, "span {:?}", span);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A view's lookup stops at its limit, and building the ordered view counts
+    /// [`ORDER_COST`] a member: one that cannot afford it builds nothing.
+    #[test]
+    fn a_view_lookup_stops_at_its_limit() {
+        let points: Vec<KeyRange> = (0..100)
+            .map(|k| KeyRange::point(vec![KeyValue::Int(k)]))
+            .collect();
+        let mut index = PointIndex::with_capacity(1, 0);
+        let mut view = KeyView::default();
+        for p in &points {
+            let (slot, _) = index.slot(p);
+            view.enter(&index, slot);
+        }
+        let all = KeyRange {
+            prefix: vec![],
+            next: Some((Unbounded, Unbounded)),
+        };
+        let mut found = 0;
+        assert_eq!(view.covered(&index, Span::All, 99, |_| found += 1), 100);
+        assert_eq!(found, 0);
+        assert_eq!(view.covered(&index, Span::All, 100, |_| found += 1), 100);
+        assert_eq!(found, 100);
+        let build = 100 * ORDER_COST;
+        assert_eq!(
+            view.covered(&index, Span::Range(&all), build - 1, |_| found += 1),
+            build
+        );
+        assert_eq!(found, 100, "nothing found without the ordered view");
+        found = 0;
+        let looked = view.covered(&index, Span::Range(&all), usize::MAX, |_| found += 1);
+        assert_eq!((found, looked), (100, build + 200));
+        // Built once: the next lookup pays only for the keys it looks at.
+        found = 0;
+        let looked = view.covered(&index, Span::Range(&all), 50, |_| found += 1);
+        assert!(found < 50 && looked == 51, "{found} found, {looked} looked");
     }
 
     /// Disjoint ranges are found without looking at the others: a query that meets one range of

@@ -3,7 +3,7 @@
 use chainify_core::rwset::{KeySet, ReadWriteSet, Resource};
 use rustc_hash::FxHashMap;
 
-use crate::index::{PointIndex, Span, SpanAccess};
+use crate::index::{KeyView, PointIndex, Span, SpanAccess};
 
 /// The definition [`conflict_pairs`] implements, in O(n²) pairwise checks: every `i < j` whose
 /// sets conflict ([`ReadWriteSet::conflicts_with`]). The oracle of the tests; too slow for blocks.
@@ -51,7 +51,10 @@ pub fn conflict_pairs(sets: &[Option<&ReadWriteSet>]) -> Vec<(usize, usize)> {
                     KeySet::Ranges(ranges) => {
                         for range in ranges {
                             if range.is_point(resource.arity) {
-                                let (slot, _) = res.index.slot(range);
+                                let (slot, new) = res.index.slot(range);
+                                if new {
+                                    res.keys.enter(&res.index, slot);
+                                }
                                 res.points.push(PointAccess { slot, tx, write });
                             } else {
                                 res.spans.push(SpanAccess {
@@ -87,6 +90,8 @@ struct PointAccess {
 #[derive(Debug)]
 struct ResourceAccesses<'a> {
     index: PointIndex<'a>,
+    /// Every key of `index`.
+    keys: KeyView<'a>,
     points: Vec<PointAccess>,
     spans: Vec<SpanAccess<'a>>,
 }
@@ -95,6 +100,7 @@ impl ResourceAccesses<'_> {
     fn new(arity: usize) -> Self {
         ResourceAccesses {
             index: PointIndex::with_capacity(arity, 0),
+            keys: KeyView::default(),
             points: Vec::new(),
             spans: Vec::new(),
         }
@@ -150,7 +156,7 @@ impl ResourceAccesses<'_> {
                     push(s.tx, t.tx);
                 }
             }
-            self.index.covered(s.span, usize::MAX, |slot| {
+            self.keys.covered(&self.index, s.span, usize::MAX, |slot| {
                 for &(tx, write) in group(slot) {
                     if tx != s.tx && (s.write || write) {
                         push(s.tx, tx);
