@@ -92,6 +92,39 @@ impl<'a> PointIndex<'a> {
     }
 }
 
+/// Bytes of text or bytes key columns one unit of work compares: a lookup of a range with longer
+/// keys counts a unit more per this many bytes for each key or node it compares (a comparison
+/// reads at most the shorter of its two keys, so the looked-up range's size bounds it). Ranges
+/// of 1 KB text keys weigh 5, and cost about 2.8 times what short keys do here.
+pub(crate) const UNIT_KEY_BYTES: usize = 512;
+
+fn value_bytes(v: &KeyValue) -> usize {
+    match v {
+        KeyValue::Text(t) => t.len(),
+        KeyValue::Bytes(b) => b.len(),
+        KeyValue::Int(_) | KeyValue::Decimal(_) | KeyValue::Bool(_) => 0,
+    }
+}
+
+fn key_bytes(key: &[KeyValue]) -> usize {
+    key.iter().map(value_bytes).sum()
+}
+
+/// What one comparison with `span`'s keys costs, in units: 1, and 1 more per
+/// [`UNIT_KEY_BYTES`] of its text and bytes columns.
+pub(crate) fn weight(span: &Span<'_>) -> usize {
+    let Span::Range(range) = span else { return 1 };
+    let bounds = range.next.iter().flat_map(|(lo, hi)| [lo, hi]);
+    let bytes = key_bytes(&range.prefix)
+        + bounds
+            .map(|b| match b {
+                Bound::Included(v) | Bound::Excluded(v) => value_bytes(v),
+                Bound::Unbounded => 0,
+            })
+            .sum::<usize>();
+    1 + bytes / UNIT_KEY_BYTES
+}
+
 /// What building a [`KeyView`]'s ordered view costs a key, in the units of
 /// [`crate::WORK_BUDGET`] (a B-tree insert, about 200 ns here).
 pub(crate) const ORDER_COST: usize = 4;
@@ -109,6 +142,8 @@ pub(crate) struct KeyView<'a> {
     /// does not visit its members.
     entered: Vec<u32>,
     generation: u32,
+    /// Bytes of the members' text and bytes key columns (what ordering them compares).
+    bytes: usize,
     /// Ordered view of the members' keys, mapping to the first slot of a chain in `twins`.
     ordered: Option<BTreeMap<&'a [KeyValue], u32>>,
     /// Per slot: the next member whose key is `Ord`-equal but not `Eq`-equal (a non-normalized
@@ -138,6 +173,7 @@ impl<'a> KeyView<'a> {
         }
         self.entered[at] = self.generation;
         self.members.push(slot);
+        self.bytes += key_bytes(&index.reps[at].prefix);
         if let Some(ordered) = &mut self.ordered {
             Self::insert_ordered(ordered, &mut self.twins, &index.reps[at].prefix, slot);
         }
@@ -147,6 +183,7 @@ impl<'a> KeyView<'a> {
     pub(crate) fn clear(&mut self) {
         self.generation += 1;
         self.members.clear();
+        self.bytes = 0;
         self.ordered = None;
     }
 
@@ -169,9 +206,10 @@ impl<'a> KeyView<'a> {
     }
 
     /// Calls `f` with every member whose key lies in `span`, each once, in no particular order.
-    /// Returns how many keys it looked at, covered or not, and [`ORDER_COST`] a member if it
-    /// built the ordered view (what the lookup cost). Stops once that is more than `limit`: then
-    /// some members may be left out, and the count says so.
+    /// Returns what the lookup cost in units: [`weight`] for each key it looked at, covered or
+    /// not, and if it built the ordered view [`ORDER_COST`] a member and a [`UNIT_KEY_BYTES`]
+    /// of their keys. Stops once that is more than `limit`: then some members may be left out,
+    /// and the count says so.
     pub(crate) fn covered(
         &mut self,
         index: &PointIndex<'a>,
@@ -199,11 +237,12 @@ impl<'a> KeyView<'a> {
             {
                 f(slot);
             }
-            return 1;
+            return weight(&span);
         }
+        let w = weight(&span);
         let mut looked = 0;
         if self.ordered.is_none() {
-            looked = self.members.len().saturating_mul(ORDER_COST);
+            looked = (self.members.len() + self.bytes / UNIT_KEY_BYTES).saturating_mul(ORDER_COST);
             if looked > limit {
                 return limit + 1;
             }
@@ -239,7 +278,7 @@ impl<'a> KeyView<'a> {
             if looked > limit {
                 break;
             }
-            looked += 1;
+            looked += w;
             if key.len() < prefix.len() || key[..prefix.len()].cmp(prefix).is_ne() {
                 break;
             }
@@ -255,7 +294,7 @@ impl<'a> KeyView<'a> {
             }
             let mut slot = first;
             while slot != NONE && looked <= limit {
-                looked += 1;
+                looked += w;
                 if range.overlaps(index.reps[slot as usize]) {
                     f(slot);
                 }
@@ -703,6 +742,42 @@ mod tests {
         found = 0;
         let looked = view.covered(&index, Span::Range(&all), 50, |_| found += 1);
         assert!(found < 50 && looked == 51, "{found} found, {looked} looked");
+    }
+
+    /// A comparison with long text or bytes keys weighs a unit more per [`UNIT_KEY_BYTES`], and
+    /// ordering a view's long keys costs as much more.
+    #[test]
+    fn long_keys_weigh_more() {
+        let text = |n: usize| KeyValue::Text("k".repeat(n));
+        let range = |v: KeyValue| KeyRange {
+            prefix: vec![],
+            next: Some((Included(v), Unbounded)),
+        };
+        assert_eq!(weight(&Span::All), 1);
+        assert_eq!(weight(&Span::Range(&range(KeyValue::Int(7)))), 1);
+        assert_eq!(weight(&Span::Range(&range(text(511)))), 1);
+        assert_eq!(weight(&Span::Range(&range(text(2048)))), 5);
+        let all_columns = KeyRange {
+            prefix: vec![KeyValue::Bytes(vec![0; 1024])],
+            next: Some((Included(text(512)), Excluded(text(512)))),
+        };
+        assert_eq!(weight(&Span::Range(&all_columns)), 5);
+
+        let points: Vec<KeyRange> = (0..10)
+            .map(|i| KeyRange::point(vec![KeyValue::Text(format!("{}{i}", "k".repeat(1023)))]))
+            .collect();
+        let mut index = PointIndex::with_capacity(1, 0);
+        let mut view = KeyView::default();
+        for p in &points {
+            let (slot, _) = index.slot(p);
+            view.enter(&index, slot);
+        }
+        let everything = range(text(0));
+        let mut found = 0;
+        let looked = view.covered(&index, Span::Range(&everything), usize::MAX, |_| found += 1);
+        // Ordering 10 keys of 1 024 bytes: (10 + 20) × ORDER_COST; then 10 keys and 10 slots
+        // looked at, a unit each (the range's own key is short).
+        assert_eq!((found, looked), (10, 30 * ORDER_COST + 20));
     }
 
     /// Disjoint ranges are found without looking at the others: a query that meets one range of
