@@ -30,12 +30,12 @@ pub(crate) struct Target {
     /// The network file.
     #[arg(long)]
     network: PathBuf,
-    /// The organization whose ChainifyService is used (its id).
-    #[arg(long, default_value_t = 1)]
-    org: u32,
-    /// Use this endpoint instead of the organization's (still organization --org's: queries
-    /// are signed for it).
+    /// The organization whose ChainifyService is used (its id; default 1).
     #[arg(long)]
+    org: Option<u32>,
+    /// Use this endpoint instead of the organization's; needs --org, the organization at the
+    /// endpoint (queries are signed for it, and another refuses them).
+    #[arg(long, requires = "org")]
     endpoint: Option<String>,
     /// The client id.
     #[arg(long, default_value = "client1")]
@@ -126,13 +126,14 @@ pub(crate) struct VerifyArgs {
 
 async fn client(t: &Target) -> anyhow::Result<(Client, NetworkConfig)> {
     let network = NetworkConfig::load(&t.network)?;
+    let org = OrgId(t.org.unwrap_or(1));
     let endpoint = match &t.endpoint {
         Some(e) => e.clone(),
         None => network
             .orgs
-            .get(&OrgId(t.org))
+            .get(&org)
             .map(|o| o.chainify_endpoint.clone())
-            .with_context(|| format!("--org {}: no such organization in the network", t.org))?,
+            .with_context(|| format!("--org {}: no such organization in the network", org.0))?,
     };
     let key = t.key.clone().unwrap_or_else(|| {
         t.network
@@ -141,12 +142,7 @@ async fn client(t: &Target) -> anyhow::Result<(Client, NetworkConfig)> {
             .join(format!("clients/{}.pk8", t.client))
     });
     let identity = Identity::load(&t.client, &key)?;
-    let mut connect = Client::connect(
-        &endpoint,
-        network.network_id.as_str(),
-        OrgId(t.org),
-        identity,
-    );
+    let mut connect = Client::connect(&endpoint, network.network_id.as_str(), org, identity);
     if let Some(ca) = network_ca(&network)? {
         connect = connect.tls_ca_pem(ca);
     }

@@ -47,6 +47,27 @@ fn init_writes_a_network_that_loads() {
     );
 }
 
+/// A client command given another endpoint must name the organization there: queries are
+/// signed for one organization, and signing them for organization 1 by default would hand the
+/// endpoint's organization a query it could replay at organization 1.
+#[test]
+fn an_endpoint_without_its_organization_is_refused() {
+    for command in ["query", "submit"] {
+        let o = chainify(&[
+            command,
+            "--network",
+            "net/network.toml",
+            "--endpoint",
+            "127.0.0.1:1",
+            "--sql",
+            "SELECT 1",
+        ]);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(err.contains("--org"), "{command}: {err}");
+    }
+}
+
 #[test]
 fn init_rejects_bad_arguments_before_writing() {
     let dir = tempfile::tempdir().unwrap();
