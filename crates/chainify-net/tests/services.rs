@@ -213,6 +213,22 @@ impl Net {
         self.client(org, "client1", key).await
     }
 
+    /// Client 1 at organization `at`'s endpoint, believing it is in `network` and talking to
+    /// organization `signs_for` (what a wrong or a replayed request looks like).
+    async fn client1_misled(&self, at: u32, network: &str, signs_for: u32) -> Client {
+        let key = SigningKey::from_pkcs8(&self.client_key, "client1").unwrap();
+        Client::connect(
+            &self.network.orgs[&chainify_core::OrgId(at)].chainify_endpoint,
+            network,
+            chainify_core::OrgId(signs_for),
+            Identity::new("client1", key).unwrap(),
+        )
+        .tls_ca_pem(self.ca.clone())
+        .connect()
+        .await
+        .unwrap()
+    }
+
     /// `GET path` on organization `org`'s metrics address: the raw HTTP response.
     async fn scrape(&self, org: u32, path: &str) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -411,20 +427,7 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         .unwrap_err();
     assert_eq!(e.code(), Some(Code::PermissionDenied), "{e}");
     assert!(e.to_string().contains("checking"), "{e}");
-    let other_network = Client::connect(
-        &net.network.orgs[&chainify_core::OrgId(1)].chainify_endpoint,
-        "elsewhere",
-        chainify_core::OrgId(1),
-        Identity::new(
-            "client1",
-            SigningKey::from_pkcs8(&net.client_key, "c").unwrap(),
-        )
-        .unwrap(),
-    )
-    .tls_ca_pem(net.ca.clone())
-    .connect()
-    .await
-    .unwrap();
+    let other_network = net.client1_misled(1, "elsewhere", 1).await;
     let e = other_network.submit(deposit(1, 1)).await.unwrap_err();
     assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
     assert!(e.to_string().contains("elsewhere"), "{e}");
@@ -543,20 +546,7 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
     // A query signed for organization 1 (as organization 1 could replay one it received) is
     // refused by organization 2, naming the organization it must be signed for.
-    let replayed = Client::connect(
-        &net.network.orgs[&chainify_core::OrgId(2)].chainify_endpoint,
-        "svc",
-        chainify_core::OrgId(1),
-        Identity::new(
-            "client1",
-            SigningKey::from_pkcs8(&net.client_key, "c").unwrap(),
-        )
-        .unwrap(),
-    )
-    .tls_ca_pem(net.ca.clone())
-    .connect()
-    .await
-    .unwrap();
+    let replayed = net.client1_misled(2, "svc", 1).await;
     let e = replayed
         .query("SELECT COUNT(*) FROM accounts", [])
         .await
