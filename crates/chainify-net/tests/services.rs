@@ -179,33 +179,14 @@ impl Net {
     }
 
     async fn client(&self, org: u32, id: &str, key: SigningKey) -> Client {
-        let endpoint = &self.network.orgs[&chainify_core::OrgId(org)].chainify_endpoint;
-        Client::connect(
-            endpoint,
-            "svc",
-            chainify_core::OrgId(org),
-            Identity::new(id, key).unwrap(),
-        )
-        .tls_ca_pem(self.ca.clone())
-        .connect()
-        .await
-        .unwrap()
+        self.connect(org, ("svc", org), Identity::new(id, key).unwrap(), None)
+            .await
     }
 
     /// Client `id` of organization `org`, connecting from the local address `from`.
     async fn client_from(&self, org: u32, id: &str, key: SigningKey, from: [u8; 4]) -> Client {
-        let endpoint = &self.network.orgs[&chainify_core::OrgId(org)].chainify_endpoint;
-        Client::connect(
-            endpoint,
-            "svc",
-            chainify_core::OrgId(org),
-            Identity::new(id, key).unwrap(),
-        )
-        .tls_ca_pem(self.ca.clone())
-        .local_address(std::net::IpAddr::from(from))
-        .connect()
-        .await
-        .unwrap()
+        let identity = Identity::new(id, key).unwrap();
+        self.connect(org, ("svc", org), identity, Some(from)).await
     }
 
     async fn client1(&self, org: u32) -> Client {
@@ -217,16 +198,25 @@ impl Net {
     /// organization `signs_for` (what a wrong or a replayed request looks like).
     async fn client1_misled(&self, at: u32, network: &str, signs_for: u32) -> Client {
         let key = SigningKey::from_pkcs8(&self.client_key, "client1").unwrap();
-        Client::connect(
-            &self.network.orgs[&chainify_core::OrgId(at)].chainify_endpoint,
-            network,
-            chainify_core::OrgId(signs_for),
-            Identity::new("client1", key).unwrap(),
-        )
-        .tls_ca_pem(self.ca.clone())
-        .connect()
-        .await
-        .unwrap()
+        let identity = Identity::new("client1", key).unwrap();
+        self.connect(at, (network, signs_for), identity, None).await
+    }
+
+    /// `identity` at organization `at`'s endpoint, signing for `(network, org)`.
+    async fn connect(
+        &self,
+        at: u32,
+        (network, org): (&str, u32),
+        identity: Identity,
+        from: Option<[u8; 4]>,
+    ) -> Client {
+        let endpoint = &self.network.orgs[&chainify_core::OrgId(at)].chainify_endpoint;
+        let mut connect = Client::connect(endpoint, network, chainify_core::OrgId(org), identity)
+            .tls_ca_pem(self.ca.clone());
+        if let Some(from) = from {
+            connect = connect.local_address(std::net::IpAddr::from(from));
+        }
+        connect.connect().await.unwrap()
     }
 
     /// `GET path` on organization `org`'s metrics address: the raw HTTP response.
