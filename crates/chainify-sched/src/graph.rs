@@ -1131,7 +1131,7 @@ mod budget {
     fn keys_a_range_passes_over_count_against_the_budget() {
         let t = table(2);
         let mut sets = Vec::new();
-        for i in 0..16 {
+        for i in 0..32 {
             let mut s = ReadWriteSet::default();
             let keys = KeySet::Ranges(
                 (0..1024)
@@ -1153,13 +1153,10 @@ mod budget {
             );
             sets.push(Some(s));
         }
-        // Each range passes over the 16 384 keys of a = 5: about a hundred fit.
+        // Each range passes over the 32 768 keys of a = 5: a few dozen fit.
         let graph = check(&sets, GraphLimits::default(), Some(Vec::new()));
         let first = *graph.barriers().first().expect("barriers");
-        assert!(
-            (16 + 32..16 + 160).contains(&first),
-            "first barrier {first}"
-        );
+        assert!((32 + 8..32 + 128).contains(&first), "first barrier {first}");
     }
 
     /// `n` transactions reading (or writing) 1 024 distinct keys of `t` each, from `from` on.
@@ -1251,10 +1248,6 @@ mod budget {
     /// short keys, 15.4 ms for the long.)
     #[test]
     fn long_keys_count_a_unit_per_unit_key_bytes() {
-        let t = Resource {
-            name: "t".into(),
-            arity: 1,
-        };
         let block = |pad: &str| -> Vec<Option<ReadWriteSet>> {
             let key = |i: i64| KeyValue::Text(format!("{pad}{i:08}"));
             (0..64)
@@ -1266,7 +1259,7 @@ mod budget {
                             next: Some((Included(key(i * 4 + tx % 3)), Included(key(i * 4 + 5)))),
                         })
                         .collect();
-                    s.write(&t, &KeySet::Ranges(ranges));
+                    s.write(&table(1), &KeySet::Ranges(ranges));
                     Some(s)
                 })
                 .collect()
