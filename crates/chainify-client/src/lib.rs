@@ -137,12 +137,16 @@ impl Identity {
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A lazily connecting channel to `endpoint` (`host:port`), over TLS trusting `ca` (PEM) when
-/// given. Calls fail, and the channel reconnects, while the server is down.
-pub fn channel(endpoint: &str, ca: Option<&[u8]>) -> Result<Channel, ClientError> {
-    Ok(endpoint_of(endpoint, ca)?.connect_lazy())
+/// given, to the server whose certificate carries `tls_name` ([`OrgId::tls_name`] or
+/// [`chainify_core::ORDERER_TLS_NAME`]). Calls fail, and the channel reconnects, while the
+/// server is down.
+pub fn channel(endpoint: &str, ca: Option<&[u8]>, tls_name: &str) -> Result<Channel, ClientError> {
+    Ok(endpoint_of(endpoint, ca, tls_name)?.connect_lazy())
 }
 
-fn endpoint_of(endpoint: &str, ca: Option<&[u8]>) -> Result<Endpoint, ClientError> {
+/// The TLS name is checked instead of the endpoint's host: every organization's certificate
+/// may name the same hosts (`localhost`), but only one names the organization.
+fn endpoint_of(endpoint: &str, ca: Option<&[u8]>, tls_name: &str) -> Result<Endpoint, ClientError> {
     let scheme = if ca.is_some() { "https" } else { "http" };
     let bad = |e: &dyn std::fmt::Display| ClientError::Setup(format!("endpoint {endpoint:?}: {e}"));
     let mut ep = Endpoint::from_shared(format!("{scheme}://{endpoint}"))
@@ -152,13 +156,9 @@ fn endpoint_of(endpoint: &str, ca: Option<&[u8]>) -> Result<Endpoint, ClientErro
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_while_idle(true);
     if let Some(ca) = ca {
-        let host = endpoint
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
-            .unwrap_or(endpoint);
         let config = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(ca))
-            .domain_name(host);
+            .domain_name(tls_name);
         ep = ep.tls_config(config).map_err(|e| bad(&e))?;
     }
     Ok(ep)
@@ -287,7 +287,9 @@ impl Connect {
         self
     }
 
-    /// Use TLS, trusting the network's CA certificate in this PEM file.
+    /// Use TLS, trusting the network's CA certificate in this PEM file. The server must
+    /// present a certificate for the organization's own name ([`OrgId::tls_name`]), so that
+    /// another organization of the network cannot answer in its place.
     pub fn tls_ca(mut self, path: impl AsRef<Path>) -> Result<Connect, ClientError> {
         let path = path.as_ref();
         let pem = std::fs::read(path)
@@ -307,7 +309,7 @@ impl Connect {
         let network = NetworkId::new(&self.network).map_err(|e| {
             ClientError::Setup(format!("network id {:?}: {}", self.network, e.problem))
         })?;
-        let channel = endpoint_of(&self.endpoint, self.ca.as_deref())?
+        let channel = endpoint_of(&self.endpoint, self.ca.as_deref(), &self.org.tls_name())?
             .local_address(self.local)
             .connect_lazy();
         Ok(Client {

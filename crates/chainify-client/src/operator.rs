@@ -32,7 +32,11 @@ pub fn network_ca(network: &NetworkConfig) -> Result<Option<Vec<u8>>, ClientErro
 /// use).
 pub fn admin_client(org: &OrgConfig) -> Result<AdminClient, ClientError> {
     let ca = network_ca(&org.network)?;
-    Ok(AdminClient::new(channel(&org.listen.admin, ca.as_deref())?))
+    Ok(AdminClient::new(channel(
+        &org.listen.admin,
+        ca.as_deref(),
+        &org.org_id.tls_name(),
+    )?))
 }
 
 /// The organization's status, within 2 s.
@@ -50,7 +54,11 @@ pub async fn read_ledger(
     let info = network.orgs.get(&org).ok_or_else(|| {
         ClientError::Setup(format!("organization {} is not in the network", org.0))
     })?;
-    let channel = channel(&info.commit_endpoint, network_ca(network)?.as_deref())?;
+    let channel = channel(
+        &info.commit_endpoint,
+        network_ca(network)?.as_deref(),
+        &org.tls_name(),
+    )?;
     let mut commit = pb::commit_service_client::CommitServiceClient::new(channel)
         .max_decoding_message_size(256 * 1024 * 1024);
     let mut stream = commit

@@ -10,6 +10,19 @@ use crate::Digest;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct OrgId(pub u32);
 
+/// The DNS name the network's CA certifies the orderer's endpoint under.
+pub const ORDERER_TLS_NAME: &str = "orderer.chainify.internal";
+
+impl OrgId {
+    /// The DNS name the network's CA certifies this organization's endpoints under, whatever
+    /// host they are reached at. Clients and peers check the server's certificate against this
+    /// name, not the endpoint's host, so one organization's certificate cannot pass for
+    /// another's (every certificate may also name `localhost`).
+    pub fn tls_name(self) -> String {
+        format!("org{}.chainify.internal", self.0)
+    }
+}
+
 impl fmt::Display for OrgId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "org{}", self.0)

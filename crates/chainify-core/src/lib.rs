@@ -40,5 +40,7 @@ pub mod verify;
 pub mod votes;
 
 pub use digest::{Digest, DigestLengthError, Hasher};
-pub use ids::{BlockNumber, ClientId, InvalidName, MAX_NAME_LEN, NetworkId, OrgId, TxId};
+pub use ids::{
+    BlockNumber, ClientId, InvalidName, MAX_NAME_LEN, NetworkId, ORDERER_TLS_NAME, OrgId, TxId,
+};
 pub use value::{Decimal, DecimalError, MAX_DECIMAL_DIGITS, Value};

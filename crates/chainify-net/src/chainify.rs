@@ -340,8 +340,12 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
         )?;
         let mut peers = BTreeMap::new();
         for org in parts.network.orgs.values().filter(|o| o.id != parts.me) {
-            let client = EndorsementServiceClient::new(channel(&org.chainify_endpoint, tls)?)
-                .max_decoding_message_size(crate::org::MAX_MESSAGE);
+            let client = EndorsementServiceClient::new(channel(
+                &org.chainify_endpoint,
+                tls,
+                &org.id.tls_name(),
+            )?)
+            .max_decoding_message_size(crate::org::MAX_MESSAGE);
             let (tx, rx) = mpsc::channel(settings.endorse_queue.max(1));
             tokio::spawn(endorse_loop(
                 BatchSigner {

@@ -593,7 +593,7 @@ impl Org {
             settings,
         };
         let mut node = if self.component == Component::Commit {
-            let channel = channel(&execution_addr(config)?, tls)?;
+            let channel = channel(&execution_addr(config)?, tls, &config.org_id.tls_name())?;
             let remote = Arc::new(RemoteExecution::new(channel, self.network.max_block_txs));
             Node::start_with(parts, remote, Arc::new(Metrics::default())).await
         } else {
@@ -629,7 +629,7 @@ impl Org {
                 QueryAccess::Gate(n.gate.clone()),
             ),
             None => {
-                let admin = channel(&config.listen.admin, tls)?;
+                let admin = channel(&config.listen.admin, tls, &config.org_id.tls_name())?;
                 let (status, commits, _follower) = follow_ledger(
                     self.store.clone(),
                     self.me,

@@ -65,7 +65,8 @@ impl GrpcTransport {
         let inbox = Arc::new(OnceLock::new());
         let mut queues = BTreeMap::new();
         for org in network.orgs.values().filter(|o| o.id != me) {
-            let client = CommitServiceClient::new(channel(&org.commit_endpoint, tls)?);
+            let client =
+                CommitServiceClient::new(channel(&org.commit_endpoint, tls, &org.id.tls_name())?);
             let (tx, rx) = mpsc::channel(PEER_QUEUE);
             tokio::spawn(send_loop(org.id, client, rx, inbox.clone()));
             queues.insert(org.id, tx);

@@ -118,8 +118,9 @@ impl RemoteOrderer {
     /// A client of the solo orderer at `endpoint` (connects lazily). Must be called inside a
     /// tokio runtime: it starts the batching task, which ends with the last clone.
     pub fn new(endpoint: &str, tls: Option<&Tls>) -> Result<RemoteOrderer, NetError> {
-        let client = OrdererServiceClient::new(channel(endpoint, tls)?)
-            .max_decoding_message_size(256 * 1024 * 1024);
+        let client =
+            OrdererServiceClient::new(channel(endpoint, tls, chainify_core::ORDERER_TLS_NAME)?)
+                .max_decoding_message_size(256 * 1024 * 1024);
         let (queue, rx) = mpsc::channel(BROADCAST_QUEUE);
         tokio::spawn(broadcast_loop(client.clone(), rx));
         Ok(RemoteOrderer { client, queue })

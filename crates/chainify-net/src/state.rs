@@ -419,8 +419,9 @@ impl GrpcStatePeers {
     ) -> Result<GrpcStatePeers, NetError> {
         let mut peers: Vec<Arc<dyn StatePeer>> = Vec::new();
         for org in network.orgs.values().filter(|o| o.id != me) {
-            let client = CommitServiceClient::new(channel(&org.commit_endpoint, tls)?)
-                .max_decoding_message_size(64 << 20);
+            let client =
+                CommitServiceClient::new(channel(&org.commit_endpoint, tls, &org.id.tls_name())?)
+                    .max_decoding_message_size(64 << 20);
             peers.push(Arc::new(GrpcStatePeer {
                 org: org.id,
                 me,

@@ -4,7 +4,9 @@
 //! certificate for its hosts (names and IP addresses) and writes the CA certificate beside the
 //! network file. Servers present their certificate; clients and peers trust only the CA. The
 //! protocol's own signatures (votes, early-abort responses, proposals) authenticate messages;
-//! TLS keeps them private and binds endpoints to organizations.
+//! TLS keeps them private and binds endpoints to organizations: a certificate names its
+//! organization (`org3.chainify.internal`) and every connection checks that name, not the
+//! endpoint's host, which several organizations' certificates may share.
 
 use std::path::Path;
 
@@ -64,12 +66,16 @@ impl Tls {
     }
 }
 
-/// A lazily connecting channel to `endpoint` (`host:port`), over TLS when `tls` is given.
-/// Calls fail (and the channel reconnects) while the peer is down.
-pub fn channel(endpoint: &str, tls: Option<&Tls>) -> Result<Channel, NetError> {
-    chainify_client::channel(endpoint, tls.map(Tls::ca_pem)).map_err(|e| NetError::Endpoint {
-        endpoint: endpoint.to_owned(),
-        problem: e.to_string(),
+/// A lazily connecting channel to `endpoint` (`host:port`), over TLS when `tls` is given, to
+/// the server certified as `tls_name` ([`chainify_core::OrgId::tls_name`] or
+/// [`chainify_core::ORDERER_TLS_NAME`]). Calls fail (and the channel reconnects) while the
+/// peer is down.
+pub fn channel(endpoint: &str, tls: Option<&Tls>, tls_name: &str) -> Result<Channel, NetError> {
+    chainify_client::channel(endpoint, tls.map(Tls::ca_pem), tls_name).map_err(|e| {
+        NetError::Endpoint {
+            endpoint: endpoint.to_owned(),
+            problem: e.to_string(),
+        }
     })
 }
 
@@ -82,18 +88,27 @@ pub struct Issued {
     pub key_pem: String,
 }
 
-/// A network's CA and one server certificate per organization.
+/// A network's CA, one server certificate per organization and one for the solo orderer.
 #[derive(Clone, Debug)]
 pub struct NetworkCerts {
     /// The CA (self-signed).
     pub ca: Issued,
-    /// One per organization, in the order of the hosts given.
+    /// Organization `i + 1`'s, in the order of the hosts given.
     pub orgs: Vec<Issued>,
+    /// The solo orderer's.
+    pub orderer: Issued,
 }
 
-/// Issues a CA named after `network` and, for each entry of `hosts`, a server certificate
-/// valid for those names and addresses (plus `localhost` and 127.0.0.1).
-pub fn issue_network_certs(network: &str, hosts: &[Vec<String>]) -> Result<NetworkCerts, NetError> {
+/// Issues a CA named after `network`; for each entry of `hosts` a certificate for
+/// organization `i + 1`, valid for its own name ([`chainify_core::OrgId::tls_name`]) and for
+/// those hosts (plus `localhost` and 127.0.0.1, for other tools); and one for the orderer
+/// ([`chainify_core::ORDERER_TLS_NAME`]) on `orderer_hosts`. No certificate names another
+/// organization, which is what binds an endpoint to its organization.
+pub fn issue_network_certs(
+    network: &str,
+    hosts: &[Vec<String>],
+    orderer_hosts: &[String],
+) -> Result<NetworkCerts, NetError> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
@@ -112,9 +127,8 @@ pub fn issue_network_certs(network: &str, hosts: &[Vec<String>]) -> Result<Netwo
         key_pem: ca_key.serialize_pem(),
     };
     let issuer = Issuer::new(ca_params, ca_key);
-    let mut orgs = Vec::new();
-    for (i, names) in hosts.iter().enumerate() {
-        let mut sans: Vec<String> = vec!["localhost".into(), "127.0.0.1".into()];
+    let issue = |name: String, what: String, names: &[String]| -> Result<Issued, NetError> {
+        let mut sans: Vec<String> = vec![name, "localhost".into(), "127.0.0.1".into()];
         for n in names {
             if !sans.contains(n) {
                 sans.push(n.clone());
@@ -122,19 +136,28 @@ pub fn issue_network_certs(network: &str, hosts: &[Vec<String>]) -> Result<Netwo
         }
         let key = KeyPair::generate().map_err(err)?;
         let mut params = CertificateParams::new(sans).map_err(err)?;
-        params.distinguished_name.push(
-            DnType::CommonName,
-            format!("chainify {network} org{}", i + 1),
-        );
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("chainify {network} {what}"));
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
         let cert = params.signed_by(&key, &issuer).map_err(err)?;
-        orgs.push(Issued {
+        Ok(Issued {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
-        });
+        })
+    };
+    let mut orgs = Vec::new();
+    for (i, names) in (1u32..).zip(hosts) {
+        let org = chainify_core::OrgId(i);
+        orgs.push(issue(org.tls_name(), org.to_string(), names)?);
     }
-    Ok(NetworkCerts { ca, orgs })
+    let orderer = issue(
+        chainify_core::ORDERER_TLS_NAME.into(),
+        "orderer".into(),
+        orderer_hosts,
+    )?;
+    Ok(NetworkCerts { ca, orgs, orderer })
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chainify_client::{Client, Code, Identity, Tx, TxState, Value};
+use chainify_core::OrgId;
 use chainify_core::config::{
     GrantEntry, NetworkBuilder, NetworkConfig, OrdererFile, OrdererKind, OrgConfig, PortPlan,
     StatementKind, all_grants,
@@ -51,7 +52,7 @@ async fn start(base: u16, chainify: ChainifySettings) -> Net {
 async fn start_on(base: u16, chainify: ChainifySettings, org1_url: Option<String>) -> Net {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
-    let certs = issue_network_certs("svc", &[vec![], vec![], vec![], vec![]]).unwrap();
+    let certs = issue_network_certs("svc", &[vec![], vec![], vec![]], &[]).unwrap();
     write(&dir.join("ca.pem"), &certs.ca.cert_pem);
     let mut builder = NetworkBuilder::new("svc", "any-2", PortPlan { base })
         .tables(&["accounts".into(), "savings".into(), "checking".into()])
@@ -97,7 +98,7 @@ async fn start_on(base: u16, chainify: ChainifySettings, org1_url: Option<String
     // The solo orderer.
     let tls = Tls::from_pem(
         &certs.ca.cert_pem,
-        Some((&certs.orgs[3].cert_pem, &certs.orgs[3].key_pem)),
+        Some((&certs.orderer.cert_pem, &certs.orderer.key_pem)),
     );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", base + 99))
         .await
@@ -244,8 +245,12 @@ impl Net {
     /// The status, or why the organization does not answer.
     async fn try_admin(&self, org: u32) -> Result<pb::StatusResponse, tonic::Status> {
         let cfg = OrgConfig::load(&self.dir.join(format!("org{org}/org.toml"))).unwrap();
-        let channel =
-            chainify_client::channel(&cfg.listen.admin, Some(self.ca.as_bytes())).unwrap();
+        let channel = chainify_client::channel(
+            &cfg.listen.admin,
+            Some(self.ca.as_bytes()),
+            &OrgId(org).tls_name(),
+        )
+        .unwrap();
         pb::admin_service_client::AdminServiceClient::new(channel)
             .status(pb::StatusRequest {})
             .await
@@ -323,7 +328,12 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     // The height a chainify component in its own process follows: the current one at once,
     // then each new one, never ahead of the ledger.
     let cfg = OrgConfig::load(&net.dir.join("org3/org.toml")).unwrap();
-    let admin = chainify_client::channel(&cfg.listen.admin, Some(net.ca.as_bytes())).unwrap();
+    let admin = chainify_client::channel(
+        &cfg.listen.admin,
+        Some(net.ca.as_bytes()),
+        &cfg.org_id.tls_name(),
+    )
+    .unwrap();
     let mut heights = pb::admin_service_client::AdminServiceClient::new(admin)
         .watch_ledger(pb::WatchLedgerRequest {})
         .await
@@ -534,15 +544,46 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
-    // A query signed for organization 1 (as organization 1 could replay one it received) is
-    // refused by organization 2, naming the organization it must be signed for.
-    let replayed = net.client1_misled(2, "svc", 1).await;
-    let e = replayed
+    // A client told that organization 2's endpoint is organization 1's does not reach it: the
+    // certificate there names organization 2 (every certificate names localhost too).
+    let misled = net.client1_misled(2, "svc", 1).await;
+    let e = misled
         .query("SELECT COUNT(*) FROM accounts", [])
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
-    assert!(e.to_string().contains("organization 2"), "{e}");
+    assert_eq!(e.code(), Some(Code::Unavailable), "{e}");
+    assert!(
+        e.to_string()
+            .contains("not valid for name \"org1.chainify.internal\"")
+            && e.to_string().contains("org2.chainify.internal"),
+        "{e}"
+    );
+    // A query signed for organization 1, relayed by organization 1 to organization 2 (it may
+    // present its own certificate), is refused there, naming the organization it must be
+    // signed for.
+    let body = chainify_core::tx::QueryBody {
+        client: chainify_core::ClientId::new("client1").unwrap(),
+        network: net.network.network_id.clone(),
+        org: OrgId(1),
+        sql: "SELECT COUNT(*) FROM accounts".into(),
+        params: vec![],
+    };
+    let key = SigningKey::from_pkcs8(&net.client_key, "client1").unwrap();
+    let signature = key.sign(&body.encode_canonical());
+    let endpoint = &net.network.orgs[&OrgId(2)].chainify_endpoint;
+    let channel =
+        chainify_client::channel(endpoint, Some(net.ca.as_bytes()), &OrgId(2).tls_name()).unwrap();
+    let e = pb::chainify_service_client::ChainifyServiceClient::new(channel)
+        .query(pb::QueryRequest {
+            sql: body.sql.clone(),
+            params: vec![],
+            client_id: "client1".into(),
+            signature: signature.0.to_vec(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("organization 2"), "{e}");
 
     // With two organizations gone, Any-2 endorsement cannot be met: UNAVAILABLE, nothing ordered.
     net.stop_org(2).await;
@@ -577,8 +618,9 @@ async fn a_byzantine_peer_cannot_speak_for_another_organization() {
         .unwrap()
         .tx_id();
     let org3 = SigningKey::load(&net.dir.join("org3/key.pk8")).unwrap();
-    let endpoint = &net.network.orgs[&chainify_core::OrgId(2)].chainify_endpoint;
-    let channel = chainify_client::channel(endpoint, Some(net.ca.as_bytes())).unwrap();
+    let endpoint = &net.network.orgs[&OrgId(2)].chainify_endpoint;
+    let channel =
+        chainify_client::channel(endpoint, Some(net.ca.as_bytes()), &OrgId(2).tls_name()).unwrap();
     let mut peer = pb::endorsement_service_client::EndorsementServiceClient::new(channel);
     let network = net.network.network_id.clone();
     let signed = |from: u32, key: &SigningKey| pb::EarlyAbortBatch {
@@ -843,8 +885,9 @@ async fn a_wiped_organization_fast_joins_from_a_peer_under_load() {
 
     // The state RPCs answer organizations only: unsigned, and signed by a key outside the
     // network, both refused.
-    let commit = &net.network.orgs[&chainify_core::OrgId(1)].commit_endpoint;
-    let channel = chainify_client::channel(commit, Some(net.ca.as_bytes())).unwrap();
+    let commit = &net.network.orgs[&OrgId(1)].commit_endpoint;
+    let channel =
+        chainify_client::channel(commit, Some(net.ca.as_bytes()), &OrgId(1).tls_name()).unwrap();
     let mut peer = pb::commit_service_client::CommitServiceClient::new(channel);
     let e = peer
         .state_offer(pb::StateOfferRequest { auth: None })
@@ -1168,8 +1211,9 @@ async fn a_flood_of_forged_and_replayed_votes_does_not_stall_agreement() {
     c2.submit_and_wait(deposit(1, 1)).await.unwrap();
     let agreed = net.admin(1).await.agreed_height;
     // A real vote to replay: the newest certificate's, as any client can fetch it.
-    let commit1 = &net.network.orgs[&chainify_core::OrgId(1)].commit_endpoint;
-    let channel = chainify_client::channel(commit1, Some(net.ca.as_bytes())).unwrap();
+    let commit1 = &net.network.orgs[&OrgId(1)].commit_endpoint;
+    let channel =
+        chainify_client::channel(commit1, Some(net.ca.as_bytes()), &OrgId(1).tls_name()).unwrap();
     let mut probe = pb::commit_service_client::CommitServiceClient::new(channel.clone());
     let certificate = probe
         .get_certificate(pb::GetCertificateRequest {

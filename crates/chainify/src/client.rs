@@ -95,9 +95,26 @@ pub(crate) struct StatusArgs {
     /// Organization configuration files whose AdminService to ask (repeat).
     #[arg(long = "config")]
     configs: Vec<PathBuf>,
-    /// AdminService endpoints to ask (repeat), with --network for TLS.
-    #[arg(long = "admin")]
-    admins: Vec<String>,
+    /// AdminService endpoints to ask, as `ORG=host:port` (repeat), with --network for TLS:
+    /// the organization's certificate must name it.
+    #[arg(long = "admin", value_parser = parse_admin)]
+    admins: Vec<(u32, String)>,
+}
+
+/// `ORG=host:port`: which organization's certificate the endpoint must present.
+fn parse_admin(text: &str) -> Result<(u32, String), String> {
+    let named = |(org, endpoint): (&str, &str)| {
+        org.parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(|n| (n, endpoint.to_owned()))
+    };
+    text.split_once('=').and_then(named).ok_or_else(|| {
+        format!(
+            "{text:?} does not name its organization: write ORG=host:port (for example \
+             1=127.0.0.1:7023), since TLS checks the organization's own certificate"
+        )
+    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -238,25 +255,29 @@ pub(crate) fn tx_status(args: &TxStatusArgs) -> anyhow::Result<()> {
 }
 
 pub(crate) fn status(args: &StatusArgs) -> anyhow::Result<()> {
-    let mut targets: Vec<(String, Option<Vec<u8>>)> = Vec::new();
+    let mut targets: Vec<(String, OrgId, Option<Vec<u8>>)> = Vec::new();
     for path in &args.configs {
         let cfg = chainify_core::config::OrgConfig::load(path)?;
-        targets.push((cfg.listen.admin.clone(), network_ca(&cfg.network)?));
+        targets.push((
+            cfg.listen.admin.clone(),
+            cfg.org_id,
+            network_ca(&cfg.network)?,
+        ));
     }
     let ca = match &args.network {
         Some(n) => network_ca(&NetworkConfig::load(n)?)?,
         None => None,
     };
-    for a in &args.admins {
-        targets.push((a.clone(), ca.clone()));
+    for (org, endpoint) in &args.admins {
+        targets.push((endpoint.clone(), OrgId(*org), ca.clone()));
     }
     if targets.is_empty() {
-        bail!("name the organizations to ask: --config org.toml or --admin host:port (repeat)");
+        bail!("name the organizations to ask: --config org.toml or --admin ORG=host:port (repeat)");
     }
     runtime()?.block_on(async {
         let mut reports = Vec::new();
-        for (endpoint, ca) in &targets {
-            let channel = chainify_client::channel(endpoint, ca.as_deref())?;
+        for (endpoint, org, ca) in &targets {
+            let channel = chainify_client::channel(endpoint, ca.as_deref(), &org.tls_name())?;
             let mut admin = pb::admin_service_client::AdminServiceClient::new(channel);
             let mut request = tonic::Request::new(pb::StatusRequest {});
             request.set_timeout(Duration::from_secs(5));

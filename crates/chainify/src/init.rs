@@ -297,14 +297,18 @@ fn write_network(
             .with_context(|| format!("cannot create {}", out.join("tls").display()))?;
         // One certificate per organization, and one for the solo orderer.
         let mut hosts: Vec<Vec<String>> = args.hosts.iter().map(|h| vec![h.clone()]).collect();
-        hosts.resize(args.orgs as usize + 1, Vec::new());
-        let certs = chainify_net::tls::issue_network_certs(&args.network_id, &hosts)?;
+        hosts.resize(args.orgs as usize, Vec::new());
+        let certs = chainify_net::tls::issue_network_certs(&args.network_id, &hosts, &[])?;
         write_new(&out.join("tls/ca.pem"), certs.ca.cert_pem.as_bytes())?;
         write_new(&out.join("tls/ca.key"), certs.ca.key_pem.as_bytes())?;
-        if let Some(orderer) = certs.orgs.last() {
-            write_new(&out.join("tls/orderer.pem"), orderer.cert_pem.as_bytes())?;
-            write_new(&out.join("tls/orderer.key"), orderer.key_pem.as_bytes())?;
-        }
+        write_new(
+            &out.join("tls/orderer.pem"),
+            certs.orderer.cert_pem.as_bytes(),
+        )?;
+        write_new(
+            &out.join("tls/orderer.key"),
+            certs.orderer.key_pem.as_bytes(),
+        )?;
         Some(certs)
     };
     for i in 1..=args.orgs {

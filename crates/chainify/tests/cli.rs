@@ -69,6 +69,19 @@ fn an_endpoint_without_its_organization_is_refused() {
 }
 
 #[test]
+fn an_admin_endpoint_without_its_organization_is_refused() {
+    for admin in ["127.0.0.1:1", "0=127.0.0.1:1", "x=127.0.0.1:1"] {
+        let o = chainify(&["status", "--admin", admin]);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("{admin:?} does not name its organization")),
+            "{admin}: {err}"
+        );
+    }
+}
+
+#[test]
 fn init_rejects_bad_arguments_before_writing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("net");

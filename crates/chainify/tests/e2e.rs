@@ -74,7 +74,8 @@ async fn heights(dir: &Path) -> Vec<u64> {
     for org in 1..=3 {
         let cfg = OrgConfig::load(&dir.join(format!("org{org}/org.toml"))).unwrap();
         let ca = std::fs::read(dir.join("tls/ca.pem")).unwrap();
-        let channel = chainify_client::channel(&cfg.listen.admin, Some(&ca)).unwrap();
+        let channel =
+            chainify_client::channel(&cfg.listen.admin, Some(&ca), &cfg.org_id.tls_name()).unwrap();
         let mut admin = pb::admin_service_client::AdminServiceClient::new(channel);
         out.push(match admin.status(pb::StatusRequest {}).await {
             Ok(s) => s.into_inner().agreed_height,
@@ -265,7 +266,7 @@ async fn three_processes_on_postgres_mariadb_postgres_with_kafka() {
             vec!["chainify.v1.ExecutionService"],
         ),
     ] {
-        let services = reflection_services(addr, &ca).await;
+        let services = reflection_services(addr, &ca, &cfg.org_id.tls_name()).await;
         for s in expected.iter().chain(["grpc.health.v1.Health"].iter()) {
             assert!(services.contains(*s), "{addr} lists {services:?}, not {s}");
         }
@@ -539,12 +540,12 @@ async fn scrape(addr: &str) -> String {
     response
 }
 
-async fn reflection_services(addr: &str, ca: &[u8]) -> BTreeSet<String> {
+async fn reflection_services(addr: &str, ca: &[u8], tls_name: &str) -> BTreeSet<String> {
     use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    let channel = chainify_client::channel(addr, Some(ca)).unwrap();
+    let channel = chainify_client::channel(addr, Some(ca), tls_name).unwrap();
     let mut client = ServerReflectionClient::new(channel);
     let request = ServerReflectionRequest {
         host: String::new(),
