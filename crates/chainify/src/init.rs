@@ -384,3 +384,54 @@ fn write_network(
     }
     Ok(())
 }
+
+#[derive(Clone, Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("for").required(true).args(["org", "orderer"])))]
+pub(crate) struct IssueCertArgs {
+    /// The network's CA certificate (`tls/ca.pem`).
+    #[arg(long)]
+    ca: PathBuf,
+    /// The CA's private key (`tls/ca.key`).
+    #[arg(long)]
+    ca_key: PathBuf,
+    /// For this organization: the certificate names `orgN.chainify.internal` ...
+    #[arg(long)]
+    org: Option<u32>,
+    /// ... or for the solo orderer (`orderer.chainify.internal`).
+    #[arg(long)]
+    orderer: bool,
+    /// Host names or addresses it is also reached at (repeat).
+    #[arg(long = "host")]
+    hosts: Vec<String>,
+    /// Where to write the certificate (PEM; never overwritten).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Where to write its private key (PEM; never overwritten).
+    #[arg(long)]
+    key: PathBuf,
+}
+
+/// `chainify issue-cert`: one certificate from the network's CA, for a network whose
+/// certificates predate organization names, a new host or a renewal.
+pub(crate) fn issue_cert(args: &IssueCertArgs) -> anyhow::Result<()> {
+    let name = match args.org {
+        Some(0) => bail!("--org 0: organizations are numbered from 1"),
+        Some(n) => chainify_core::OrgId(n).tls_name(),
+        None => chainify_core::ORDERER_TLS_NAME.to_owned(),
+    };
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    let issued =
+        chainify_net::tls::issue_cert(&read(&args.ca)?, &read(&args.ca_key)?, &name, &args.hosts)?;
+    for path in [&args.cert, &args.key] {
+        if path.exists() {
+            bail!("{} exists (never overwritten)", path.display());
+        }
+    }
+    write_new(&args.cert, issued.cert_pem.as_bytes())?;
+    write_new(&args.key, issued.key_pem.as_bytes())?;
+    use std::io::Write;
+    writeln!(std::io::stdout().lock(), "{}: {name}", args.cert.display())?;
+    Ok(())
+}

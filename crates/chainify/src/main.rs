@@ -42,6 +42,9 @@ enum Command {
     Bench(chainify_bench::run::BenchArgs),
     /// Write keys and configuration files for a local network of N organizations.
     Init(init::InitArgs),
+    /// Issue one TLS certificate from the network's CA, for an organization or the solo
+    /// orderer: a network whose certificates predate organization names, a new host, a renewal.
+    IssueCert(init::IssueCertArgs),
     /// Run one organization's components (ChainifyServer, ExecutionServer, CommitServer) with
     /// its gRPC services, until SIGINT or SIGTERM.
     Node(serve::NodeArgs),
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Init(args) => init::run(&args),
+        Command::IssueCert(args) => init::issue_cert(&args),
         Command::Node(args) => serve::node(&args),
         Command::Orderer(args) => serve::orderer(&args),
         Command::Devnet { command } => devnet::run(&command),

@@ -47,6 +47,60 @@ fn init_writes_a_network_that_loads() {
     );
 }
 
+/// `issue-cert` writes a certificate for one organization from the network's CA, never over an
+/// existing file, and refuses what names no organization.
+#[test]
+fn issue_cert_writes_an_organization_s_certificate_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("net");
+    let o = chainify(&["init", "--orgs", "1", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (ca, ca_key) = (out.join("tls/ca.pem"), out.join("tls/ca.key"));
+    let (cert, key) = (dir.path().join("org2.pem"), dir.path().join("org2.key"));
+    let issue = |extra: &[&str]| {
+        let mut args = vec![
+            "issue-cert",
+            "--ca",
+            ca.to_str().unwrap(),
+            "--ca-key",
+            ca_key.to_str().unwrap(),
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        chainify(&args)
+    };
+    let o = issue(&["--org", "2", "--host", "org2.example.net"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("org2.chainify.internal"));
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    assert!(
+        std::fs::read_to_string(&key)
+            .unwrap()
+            .contains("PRIVATE KEY")
+    );
+    let again = issue(&["--org", "2"]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("never overwritten"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(std::fs::read_to_string(&cert).unwrap(), pem);
+    let zero = issue(&["--org", "0"]);
+    assert!(
+        stderr(&zero).contains("numbered from 1"),
+        "{}",
+        stderr(&zero)
+    );
+    let neither = issue(&[]);
+    assert!(!neither.status.success());
+    assert!(stderr(&neither).contains("--org"), "{}", stderr(&neither));
+}
+
 /// A client command given another endpoint must name the organization there: queries are
 /// signed for one organization, and signing them for organization 1 by default would hand the
 /// endpoint's organization a query it could replay at organization 1.
