@@ -2582,6 +2582,14 @@ impl Writer<'_> {
                 }
                 span
             }
+            // NULLIF(a, b) is `a` or NULL: b is only compared.
+            E::Func(Func::Nullif, args) => match args.first() {
+                Some(a) => {
+                    let (x, n) = self.dec_span(a, precision, scale)?;
+                    (x, n + 1)
+                }
+                None => int(self, e),
+            },
             E::Case {
                 whens, otherwise, ..
             } => {
@@ -2602,7 +2610,28 @@ impl Writer<'_> {
                 }
                 _ => int(self, e),
             },
-            _ => int(self, e),
+            // The integer bound counts a decimal literal as 0 and a decimal parameter as any
+            // small number, whatever its places: a decimal value under anything not matched
+            // above would pass unchecked.
+            _ => {
+                let mut hidden = None;
+                let _ = walk_own(e, &mut |x| {
+                    match x {
+                        E::Lit(Value::Decimal(d)) => hidden = Some(format!("the literal {d}")),
+                        E::Param(i) if self.sig.get(*i) == Some(&Ty::Dec) => {
+                            hidden = Some(format!("the decimal parameter ${}", i + 1));
+                        }
+                        _ => {}
+                    }
+                    Ok(hidden.is_none())
+                });
+                if let Some(what) = hidden {
+                    return Err(Rejection::nondeterministic(format!(
+                        "{what} is inside an expression whose DECIMAL result is not bounded for SQLite's floating point (stored into a column of scale {scale}); use it directly, in CASE, COALESCE, NULLIF, ABS or + - * /"
+                    )));
+                }
+                int(self, e)
+            }
         })
     }
 
@@ -4727,6 +4756,41 @@ fn describe(e: &E) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No statement reaches `dec_span`'s fallback with a decimal inside today (every form that
+    /// could is matched or refused earlier); the fallback must still not count one as 0.
+    #[test]
+    fn a_decimal_the_bound_does_not_follow_is_refused() {
+        let sig = [Ty::Dec];
+        let mut w = Writer {
+            dialect: Dialect::Sqlite,
+            sig: &sig,
+            sql: String::new(),
+            bind_order: Vec::new(),
+            numbers: Vec::new(),
+            checks: Vec::new(),
+            level: 0,
+            aggregates: false,
+            row_cap: None,
+            filter: false,
+            widen_outputs: false,
+            like_budget: MAX_LIKE_WORK,
+        };
+        let lit = || E::Lit(Value::Decimal("2.675".parse().unwrap()));
+        let e = w
+            .dec_span(&E::Agg(Agg::Max, Some(Box::new(lit()))), 10, 2)
+            .unwrap_err();
+        assert!(e.to_string().contains("the literal 2.675"), "{e}");
+        let e = w
+            .dec_span(&E::Func(Func::Length, vec![E::Param(0)]), 10, 2)
+            .unwrap_err();
+        assert!(e.to_string().contains("the decimal parameter $1"), "{e}");
+        // An integer under it is bounded as before.
+        let (largest, _) = w
+            .dec_span(&E::Func(Func::Length, vec![E::Lit(Value::Int(3))]), 10, 2)
+            .unwrap();
+        assert!(largest >= 1.0, "{largest}");
+    }
 
     fn folding(params: &[Value]) -> Folding<'_> {
         Folding::new(params, usize::MAX)

@@ -456,6 +456,39 @@ fn what_the_review_broke_is_refused() {
         e.contains("parameter $1 must be a decimal that fits"),
         "{e}"
     );
+    // NULLIF's first argument is its value: bounded like COALESCE's (a hunt stored 2.67 on
+    // SQLite and 2.68 elsewhere when NULLIF hid the literal from the check).
+    let places = |sql: &str, params: Vec<Value>| {
+        small
+            .analyze(&tx(sql, params))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    for sql in [
+        "UPDATE s SET m = NULLIF(2.675, 0) + 1000 - 1000 WHERE k = 1",
+        "UPDATE s SET m = NULLIF(2.675, 0) + i - i WHERE k = 1",
+        "INSERT INTO s (k, m) VALUES (30, NULLIF(0.005, 0) + 99999999 - 99999999)",
+    ] {
+        let e = places(sql, vec![]).unwrap_err();
+        assert!(
+            e.contains("3 decimal places, more than the 2"),
+            "{sql}: {e}"
+        );
+    }
+    let e = places(
+        "UPDATE s SET m = NULLIF($1, 0) + 1000 - 1000 WHERE k = 1",
+        vec![Value::Decimal("2.675".parse().unwrap())],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("parameter $1 must be a decimal that fits"),
+        "{e}"
+    );
+    places(
+        "UPDATE s SET m = NULLIF(2.67, 0) + 1000 - 1000 WHERE k = 1",
+        vec![],
+    )
+    .unwrap();
     // A constant REPLACE is evaluated (and bounded) once its parameters are known.
     refused(
         "SELECT k FROM t WHERE x = replace(replace(replace($1, 'a', $1), 'a', $1), 'a', $1)",
