@@ -3375,7 +3375,18 @@ impl Writer<'_> {
             } => {
                 self.push("(");
                 let folded = self.null_const(pattern);
+                // MariaDB answers LIKE on an indexed column from an index range that ends at
+                // U+FFFF: a key with a supplementary character (an emoji) right after the
+                // pattern's prefix is missed (a hunt found 3 rows deleted where the others
+                // deleted 4). An expression is never looked up in an index.
+                let mysql = self.dialect == Dialect::MySql;
+                if mysql {
+                    self.push("CONCAT(");
+                }
                 let t = self.lazily_if(folded, |w| w.expr(e, Use::Other))?;
+                if mysql {
+                    self.push(", '')");
+                }
                 self.push(if *negated { " NOT LIKE " } else { " LIKE " });
                 // An engine may compare every byte of the text with every byte of the pattern,
                 // and SQLite refuses patterns over 50 000 bytes that the others take.

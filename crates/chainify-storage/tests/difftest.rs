@@ -56,6 +56,7 @@ INSERT INTO g (k) VALUES (99.999);
 INSERT INTO g (k, s, p, z, n, r, u) VALUES (-0.001, -1, -0.001, -1, -1, -0.000001, 'A');
 INSERT INTO g (k, s, p, z, n, r, u) VALUES (3.000, 3, 3.000, 1000, 10, 12345.5, 'a');
 INSERT INTO g (k, s, p, z, n, r, u) VALUES (4.000, 4, 4.000, 4, 4, 1.0004, 'b');
+INSERT INTO g (k, s, u) VALUES (5.000, 5, 'a😀b');
 INSERT INTO h (k, s, v, x) VALUES ('a', 1, 10, 'a');
 INSERT INTO h (k, s, v, x) VALUES ('a ', 2, NULL, 'a ');
 INSERT INTO h (k, s, v, x) VALUES ('A', 32767, 9223372036854775807, 'A');
@@ -1560,6 +1561,37 @@ fn given_statements() -> Option<Vec<(String, Vec<Value>, Kind)>> {
     )
 }
 
+/// Statements that once differed between the engines (found by hunts the generator does not
+/// reach), run on every test run before the generated ones.
+const FOUND: &[&str] = &[
+    // MariaDB built the index range of LIKE on a key or UNIQUE VARCHAR only up to U+FFFF, so
+    // keys with a supplementary character right after the pattern's prefix were missed.
+    "SELECT COUNT(*) FROM h WHERE k LIKE 'é東%'",
+    "SELECT COUNT(*) FROM h WHERE k LIKE 'é東_x'",
+    "SELECT COUNT(*) FROM h WHERE k NOT LIKE 'é東%'",
+    "UPDATE h SET s = 99 WHERE k LIKE 'é東%'",
+    "DELETE FROM h WHERE k LIKE 'é東_x'",
+    "SELECT COUNT(*) FROM g WHERE u LIKE 'a%'",
+    "SELECT COUNT(*) FROM g WHERE u LIKE 'a_b'",
+    "UPDATE g SET s = 9 WHERE u LIKE 'a%'",
+    "DELETE FROM g WHERE u LIKE 'a%b'",
+];
+
+/// [`FOUND`] as cases.
+fn found_statements() -> Vec<(String, Vec<Value>, Kind)> {
+    FOUND
+        .iter()
+        .map(|sql| {
+            let kind = if sql.starts_with("SELECT") {
+                Kind::Keys
+            } else {
+                Kind::Change
+            };
+            ((*sql).to_owned(), Vec::new(), kind)
+        })
+        .collect()
+}
+
 async fn run_seed(
     seed: u64,
     cases: u64,
@@ -1568,6 +1600,7 @@ async fn run_seed(
         Store<chainify_storage::MySql>,
         Store<chainify_storage::Sqlite>,
     ),
+    given: Option<Vec<(String, Vec<Value>, Kind)>>,
 ) -> Totals {
     // Joins of whole tables are allowed: the tables are small, and what is compared is how the
     // engines compute them.
@@ -1588,7 +1621,6 @@ async fn run_seed(
     };
     // DIFFTEST_REFUSED=1 shows what the analysis refused, and why.
     let show_refused = std::env::var_os("DIFFTEST_REFUSED").is_some();
-    let given = given_statements();
     let cases = given.as_ref().map_or(cases, |s| s.len() as u64);
     for n in 0..cases {
         let (sql, params, kind) = match &given {
@@ -1689,8 +1721,19 @@ async fn portable_statements_agree_on_three_engines() {
     };
     let started = std::time::Instant::now();
     let mut all = Vec::new();
+    let found = run_seed(0, 0, &stores, Some(found_statements())).await;
+    assert_eq!(
+        found.refused, 0,
+        "a found case is refused now: keep it reaching the engines"
+    );
+    all.extend(
+        found
+            .differences
+            .into_iter()
+            .map(|d| format!("found case: {d}")),
+    );
     for seed in seeds {
-        let t = run_seed(seed, per_seed, &stores).await;
+        let t = run_seed(seed, per_seed, &stores, given_statements()).await;
         eprintln!(
             "difftest seed {seed}: {} cases, {} refused by analysis, {} failed alike, {} differences",
             t.cases,
