@@ -112,6 +112,20 @@ impl Access {
 /// Longest text or byte string bound as a key value.
 pub const MAX_KEY_VALUE_BYTES: usize = 1024;
 
+/// [`coerce`] for a value stored into the key column (an INSERT's row, an UPDATE's new key, a
+/// child's foreign key looked up as stored): a decimal with more places than the column's scale
+/// is stored rounded (5.0004 in DECIMAL(5,3) is the key 5.000), and a key set of the unrounded
+/// value would miss the row written. Such a value constrains nothing.
+fn coerce_stored(v: &Value, ty: &ColumnType) -> Result<Option<KeyValue>, ()> {
+    let key = coerce(v, ty)?;
+    if let (Some(KeyValue::Decimal(d)), ColumnType::Decimal { scale: Some(scale) }) = (&key, ty)
+        && d.scale() > *scale
+    {
+        return Ok(None);
+    }
+    Ok(key)
+}
+
 /// Coerces a bound value to a key column's type, by SQL comparison semantics. `Err(())` means the
 /// value compares equal to nothing (NULL); `Ok(None)` means we cannot say which keys it equals.
 fn coerce(v: &Value, ty: &ColumnType) -> Result<Option<KeyValue>, ()> {
@@ -340,7 +354,7 @@ fn bind_dnf(dnf: &[Conj], types: &[ColumnType], params: &[Value]) -> KeySet {
 fn bind_row(row: &[Term], types: &[ColumnType], params: &[Value]) -> Option<Option<Vec<KeyValue>>> {
     let mut key = Vec::with_capacity(row.len());
     for (t, ty) in row.iter().zip(types) {
-        match coerce(t.bind(params)?.as_ref(), ty) {
+        match coerce_stored(t.bind(params)?.as_ref(), ty) {
             Ok(Some(k)) => key.push(k),
             Ok(None) => return None,
             Err(()) => return Some(None), // a NULL component: no key (and no FK check)
@@ -375,7 +389,7 @@ fn bind_keys(plan: &KeyPlan, types: &[ColumnType], params: &[Value]) -> KeySet {
                 }
                 let mut key = r.prefix;
                 for (pos, t) in assign {
-                    match t.bind(params).map(|v| coerce(&v, &types[*pos])) {
+                    match t.bind(params).map(|v| coerce_stored(&v, &types[*pos])) {
                         Some(Ok(Some(k))) => key[*pos] = k,
                         Some(Err(())) => return KeySet::empty(), // NULL key: the UPDATE fails
                         _ => return KeySet::All,

@@ -498,6 +498,24 @@ impl Schema {
                         fk.parent_columns.join(", ")
                     )));
                 }
+                // A child's key is stored at the child column's type and looked up in the
+                // parent's: a coarser child (DECIMAL(5,1) under DECIMAL(5,3), INTEGER under
+                // DECIMAL) stores 5.04 as 5.0 and looks up a parent the analysis did not name.
+                // MariaDB refuses such keys too.
+                for (c, pc) in fk.columns.iter().zip(&fk.parent_columns) {
+                    let child = &t.columns[*c];
+                    let parent_ty = parent.column(pc).map(|i| &parent.columns[i].ty);
+                    if parent_ty != Some(&child.ty) {
+                        return Err(err(format!(
+                            "foreign key column {} is {} but references {}.{}, which is {}: a key is stored at the child's type and looked up at the parent's, so they must be the same type",
+                            child.name,
+                            child.ty,
+                            parent.name,
+                            pc,
+                            parent_ty.map_or_else(|| "missing".to_owned(), ToString::to_string)
+                        )));
+                    }
+                }
                 // One statement changes rows of one table. A table referencing itself has that
                 // statement change parents and children at once, and the engines check them at
                 // different moments: MariaDB row by row, PostgreSQL at the end of the statement,

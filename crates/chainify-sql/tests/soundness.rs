@@ -325,3 +325,67 @@ fn a_delete_that_nulls_a_child_writes_the_grandchild_that_cascades_on_update() {
         analysis.rwset
     );
 }
+
+/// A decimal key is stored rounded to its column's scale: `INSERT … (5.0004)` into
+/// DECIMAL(5,3) writes the key 5.000 on every engine, so it conflicts with a transaction that
+/// writes 5.000 (which of the two fails on the duplicate must not depend on timing). A hunt found
+/// the write set named 5.0004 alone.
+#[test]
+fn a_decimal_key_stored_rounded_conflicts_with_the_key_it_rounds_to() {
+    let analyzer = Analyzer::new(
+        Schema::from_sql(
+            "CREATE TABLE g (k DECIMAL(5,3) PRIMARY KEY, s INT);
+             CREATE TABLE c (id INT PRIMARY KEY, gk DECIMAL(5,3) REFERENCES g(k));",
+        )
+        .unwrap(),
+    );
+    let analyze = |sql: &str, params: Vec<Value>| {
+        analyzer
+            .analyze(&Transaction {
+                statements: vec![Statement::new(sql, params)],
+            })
+            .unwrap()
+            .rwset
+    };
+    let d = |s: &str| Value::Decimal(s.parse().unwrap());
+    let exact = analyze("INSERT INTO g (k, s) VALUES ($1, 1)", vec![d("5.000")]);
+    for (sql, params) in [
+        ("INSERT INTO g (k, s) VALUES (5.0004, 1)", vec![]),
+        ("INSERT INTO g (k, s) VALUES ($1, 1)", vec![d("5.0004")]),
+        ("INSERT INTO g (k, s) VALUES ($1, 1)", vec![d("4.9996")]),
+        ("UPDATE g SET k = $1 WHERE k = 4.000", vec![d("5.0004")]),
+    ] {
+        let rounded = analyze(sql, params);
+        assert!(rounded.conflicts_with(&exact), "{sql}: {rounded:?}");
+    }
+    // A child's foreign key is looked up as stored: 5.0004 finds the parent 5.000.
+    let child = analyze("INSERT INTO c (id, gk) VALUES (1, $1)", vec![d("5.0004")]);
+    let parent_gone = analyze("DELETE FROM g WHERE k = 5", vec![]);
+    assert!(child.conflicts_with(&parent_gone), "{child:?}");
+    // A value at the column's scale keeps its point key.
+    assert_eq!(
+        written(&exact, "g").unwrap(),
+        written(&analyze("INSERT INTO g (k, s) VALUES (5, 1)", vec![]), "g").unwrap()
+    );
+}
+
+/// A foreign key whose columns store values differently from the parent's (a coarser decimal,
+/// an integer under a decimal) is refused by name.
+#[test]
+fn a_foreign_key_of_another_type_than_its_parent_is_refused() {
+    for (child, parent) in [("DECIMAL(5,1)", "DECIMAL(5,3)"), ("INT", "DECIMAL(5,2)")] {
+        let e = Schema::from_sql(&format!(
+            "CREATE TABLE p (k {parent} PRIMARY KEY); CREATE TABLE c (id INT PRIMARY KEY, pk {child} REFERENCES p(k));"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("foreign key column pk is") && e.contains("p.k"),
+            "{e}"
+        );
+    }
+    Schema::from_sql(
+        "CREATE TABLE p (k BIGINT PRIMARY KEY); CREATE TABLE c (id INT PRIMARY KEY, pk SMALLINT REFERENCES p(k));",
+    )
+    .unwrap();
+}
