@@ -390,22 +390,36 @@ impl Client {
 
     /// Signs `tx` as a proposal with a fresh nonce.
     pub fn propose(&self, tx: impl Into<Transaction>) -> pb::Proposal {
+        self.propose_with_id(tx).0
+    }
+
+    /// The proposal and its transaction id, which every answer about it must name.
+    fn propose_with_id(&self, tx: impl Into<Transaction>) -> (pb::Proposal, TxId) {
         let body = ProposalBody {
             client: self.identity.id.clone(),
             nonce: self.next_nonce(),
             network: self.network.clone(),
             transaction: tx.into(),
         };
-        pb::Proposal::from(&body.sign(&self.identity.key))
+        let id = body.tx_id();
+        (pb::Proposal::from(&body.sign(&self.identity.key)), id)
     }
 
     /// Submits a transaction; returns its id once it is ordered.
     pub async fn submit(&self, tx: impl Into<Transaction>) -> Result<TxId, ClientError> {
-        self.submit_proposal(self.propose(tx)).await
+        let (proposal, id) = self.propose_with_id(tx);
+        self.send(proposal, id).await
     }
 
     /// Submits an already signed proposal (for instance to retry it).
     pub async fn submit_proposal(&self, proposal: pb::Proposal) -> Result<TxId, ClientError> {
+        let id = chainify_core::tx::Proposal::try_from(proposal.clone())
+            .map_err(|e| ClientError::Setup(format!("the proposal to submit: {e}")))?
+            .tx_id();
+        self.send(proposal, id).await
+    }
+
+    async fn send(&self, proposal: pb::Proposal, id: TxId) -> Result<TxId, ClientError> {
         let r = self
             .rpc
             .clone()
@@ -413,7 +427,20 @@ impl Client {
                 proposal: Some(proposal),
             })
             .await?;
-        tx_id(&r.into_inner().tx_id)
+        self.named(id, tx_id(&r.into_inner().tx_id)?)
+    }
+
+    /// An organization's answers are not signed: one naming another transaction than the one
+    /// asked about (another's success, say) is a protocol error, never an outcome.
+    fn named(&self, asked: TxId, answered: TxId) -> Result<TxId, ClientError> {
+        if answered == asked {
+            Ok(answered)
+        } else {
+            Err(ClientError::Protocol(format!(
+                "organization {} answered about transaction {answered}, not {asked}",
+                self.org.0
+            )))
+        }
     }
 
     /// Submits a transaction and waits until its block is agreed.
@@ -421,14 +448,17 @@ impl Client {
         &self,
         tx: impl Into<Transaction>,
     ) -> Result<TxOutcome, ClientError> {
+        let (proposal, id) = self.propose_with_id(tx);
         let r = self
             .rpc
             .clone()
             .submit_and_wait(pb::SubmitRequest {
-                proposal: Some(self.propose(tx)),
+                proposal: Some(proposal),
             })
             .await?;
-        outcome(r.into_inner())
+        let o = outcome(r.into_inner())?;
+        self.named(id, o.tx_id)?;
+        Ok(o)
     }
 
     /// What the organization knows of transaction `id`.
@@ -443,7 +473,11 @@ impl Client {
             .await?
             .into_inner();
         match (State::try_from(r.state), r.outcome) {
-            (Ok(State::Committed), Some(o)) => Ok(TxState::Committed(outcome(o)?)),
+            (Ok(State::Committed), Some(o)) => {
+                let o = outcome(o)?;
+                self.named(*id, o.tx_id)?;
+                Ok(TxState::Committed(o))
+            }
             (Ok(State::Pending), _) => Ok(TxState::Pending),
             (Ok(State::Unknown), _) => Ok(TxState::Unknown),
             (state, _) => Err(ClientError::Protocol(format!(
@@ -534,6 +568,111 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use pb::chainify_service_server::{ChainifyService, ChainifyServiceServer};
+    use tonic::{Request, Response, Status};
+
+    /// An organization that answers every question about another transaction, as if it had
+    /// succeeded (its answers are not signed).
+    struct Lying;
+
+    fn other_outcome() -> pb::TxOutcome {
+        pb::TxOutcome {
+            tx_id: chainify_core::Digest::of(b"another").as_bytes().to_vec(),
+            block_number: 1,
+            index: 0,
+            success: true,
+            agreed: true,
+            reason: String::new(),
+        }
+    }
+
+    #[tonic::async_trait]
+    impl ChainifyService for Lying {
+        type CommitStreamStream =
+            Pin<Box<dyn Stream<Item = Result<pb::CommitEvent, Status>> + Send>>;
+
+        async fn submit(
+            &self,
+            _: Request<pb::SubmitRequest>,
+        ) -> Result<Response<pb::SubmitResponse>, Status> {
+            Ok(Response::new(pb::SubmitResponse {
+                tx_id: other_outcome().tx_id,
+            }))
+        }
+        async fn submit_and_wait(
+            &self,
+            _: Request<pb::SubmitRequest>,
+        ) -> Result<Response<pb::TxOutcome>, Status> {
+            Ok(Response::new(other_outcome()))
+        }
+        async fn tx_status(
+            &self,
+            _: Request<pb::TxStatusRequest>,
+        ) -> Result<Response<pb::TxStatusResponse>, Status> {
+            Ok(Response::new(pb::TxStatusResponse {
+                state: pb::tx_status_response::State::Committed.into(),
+                outcome: Some(other_outcome()),
+            }))
+        }
+        async fn commit_stream(
+            &self,
+            _: Request<pb::CommitStreamRequest>,
+        ) -> Result<Response<Self::CommitStreamStream>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        async fn query(
+            &self,
+            _: Request<pb::QueryRequest>,
+        ) -> Result<Response<pb::QueryResponse>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+    }
+
+    /// An answer about another transaction than the one submitted or asked about is refused,
+    /// over a real socket.
+    #[tokio::test]
+    async fn an_answer_about_another_transaction_is_refused() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ChainifyServiceServer::new(Lying))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let client = Client::connect(
+            &addr,
+            "net",
+            OrgId(2),
+            Identity::new("alice", SigningKey::from_seed(&[3; 32])).unwrap(),
+        )
+        .connect()
+        .await
+        .unwrap();
+        let tx = || Tx::new().statement("UPDATE t SET v = 1 WHERE k = 1", []);
+        let named = |e: ClientError| {
+            let e = e.to_string();
+            assert!(
+                e.contains("organization 2 answered about transaction"),
+                "{e}"
+            );
+        };
+        named(client.submit(tx()).await.unwrap_err());
+        named(
+            client
+                .submit_proposal(client.propose(tx()))
+                .await
+                .unwrap_err(),
+        );
+        named(client.submit_and_wait(tx()).await.unwrap_err());
+        let mine = TxId(chainify_core::Digest::of(b"mine"));
+        named(client.status(&mine).await.unwrap_err());
+        // A proposal that does not decode is refused before it is sent.
+        let e = client
+            .submit_proposal(pb::Proposal::default())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("the proposal to submit"), "{e}");
+    }
 
     /// Two clients of one identity (say, through two organizations) never share a nonce, and
     /// each one's nonces increase.
