@@ -10,7 +10,11 @@ use crate::Digest;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct OrgId(pub u32);
 
-/// The DNS name the network's CA certifies the orderer's endpoint under.
+/// The domain of the names the network's CA certifies participants under: no certificate may
+/// name anything else in it.
+pub const TLS_DOMAIN: &str = "chainify.internal";
+
+/// The DNS name the network's CA certifies the orderer's endpoint under (in [`TLS_DOMAIN`]).
 pub const ORDERER_TLS_NAME: &str = "orderer.chainify.internal";
 
 impl OrgId {
@@ -19,7 +23,7 @@ impl OrgId {
     /// name, not the endpoint's host, so one organization's certificate cannot pass for
     /// another's (every certificate may also name `localhost`).
     pub fn tls_name(self) -> String {
-        format!("org{}.chainify.internal", self.0)
+        format!("org{}.{TLS_DOMAIN}", self.0)
     }
 }
 

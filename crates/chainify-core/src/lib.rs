@@ -41,6 +41,7 @@ pub mod votes;
 
 pub use digest::{Digest, DigestLengthError, Hasher};
 pub use ids::{
-    BlockNumber, ClientId, InvalidName, MAX_NAME_LEN, NetworkId, ORDERER_TLS_NAME, OrgId, TxId,
+    BlockNumber, ClientId, InvalidName, MAX_NAME_LEN, NetworkId, ORDERER_TLS_NAME, OrgId,
+    TLS_DOMAIN, TxId,
 };
 pub use value::{Decimal, DecimalError, MAX_DECIMAL_DIGITS, Value};

@@ -12,6 +12,8 @@ use std::path::Path;
 
 use tonic::transport::{Channel, Identity, ServerTlsConfig};
 
+use chainify_core::TLS_DOMAIN;
+
 use crate::NetError;
 
 /// The TLS material of a participant: the CA it trusts and, for servers, its identity.
@@ -184,6 +186,14 @@ fn leaf(
     use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
     let mut sans: Vec<String> = vec![tls_name.into(), "localhost".into(), "127.0.0.1".into()];
     for n in hosts {
+        // A wildcard or another participant's name would let this certificate pass for it.
+        let lower = n.to_ascii_lowercase();
+        if lower.contains('*') || lower == TLS_DOMAIN || lower.ends_with(&format!(".{TLS_DOMAIN}"))
+        {
+            return Err(NetError::Tls(format!(
+                "host {n:?}: a certificate may not name a wildcard or a name under {TLS_DOMAIN}, which names the network's participants"
+            )));
+        }
         if !sans.contains(n) {
             sans.push(n.clone());
         }
@@ -300,5 +310,26 @@ mod tests {
             e.to_string().contains("not the key of the CA certificate"),
             "{e}"
         );
+        // A host that would make the certificate pass for another participant.
+        for host in [
+            "*.chainify.internal",
+            "ORG2.chainify.internal",
+            "orderer.chainify.internal",
+            "chainify.internal",
+            "*.example.net",
+        ] {
+            let e = issue_cert(&certs.ca.cert_pem, &certs.ca.key_pem, &name, &[host.into()])
+                .unwrap_err();
+            assert!(e.to_string().contains(&format!("host {host:?}")), "{e}");
+            let e = issue_network_certs("n", &[vec![host.into()]], &[]).unwrap_err();
+            assert!(e.to_string().contains("a certificate may not name"), "{e}");
+        }
+        issue_cert(
+            &certs.ca.cert_pem,
+            &certs.ca.key_pem,
+            &name,
+            &["org1.example.net".into()],
+        )
+        .unwrap();
     }
 }

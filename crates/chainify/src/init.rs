@@ -89,12 +89,28 @@ pub(crate) struct InitArgs {
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    write_file(path, bytes, 0o644)
+}
+
+/// A private key: readable by its owner alone (0600), from its creation on.
+fn write_secret(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    write_file(path, bytes, 0o600)
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .open(path)
-        .with_context(|| format!("cannot create {} (init never overwrites)", path.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot create {} (an existing file is never overwritten)",
+                path.display()
+            )
+        })?;
     f.write_all(bytes)
         .with_context(|| format!("cannot write {}", path.display()))
 }
@@ -300,12 +316,12 @@ fn write_network(
         hosts.resize(args.orgs as usize, Vec::new());
         let certs = chainify_net::tls::issue_network_certs(&args.network_id, &hosts, &[])?;
         write_new(&out.join("tls/ca.pem"), certs.ca.cert_pem.as_bytes())?;
-        write_new(&out.join("tls/ca.key"), certs.ca.key_pem.as_bytes())?;
+        write_secret(&out.join("tls/ca.key"), certs.ca.key_pem.as_bytes())?;
         write_new(
             &out.join("tls/orderer.pem"),
             certs.orderer.cert_pem.as_bytes(),
         )?;
-        write_new(
+        write_secret(
             &out.join("tls/orderer.key"),
             certs.orderer.key_pem.as_bytes(),
         )?;
@@ -316,7 +332,7 @@ fn write_network(
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let (key, der) = SigningKey::generate()?;
-        write_new(&dir.join("signing.pk8"), &der)?;
+        write_secret(&dir.join("signing.pk8"), &der)?;
         network.org(&key.public_key(), host(i));
         let org = OrgFile {
             org_id: i,
@@ -339,7 +355,7 @@ fn write_network(
                 Some(certs) => {
                     let issued = &certs.orgs[i as usize - 1];
                     write_new(&dir.join("tls.pem"), issued.cert_pem.as_bytes())?;
-                    write_new(&dir.join("tls.key"), issued.key_pem.as_bytes())?;
+                    write_secret(&dir.join("tls.key"), issued.key_pem.as_bytes())?;
                     Some(OrgTlsFile {
                         cert: PathBuf::from("tls.pem"),
                         key: PathBuf::from("tls.key"),
@@ -352,7 +368,7 @@ fn write_network(
     }
     for c in 1..=args.clients {
         let (key, der) = SigningKey::generate()?;
-        write_new(&out.join(format!("clients/client{c}.pk8")), &der)?;
+        write_secret(&out.join(format!("clients/client{c}.pk8")), &der)?;
         network.client(
             &format!("client{c}"),
             &key.public_key(),
@@ -412,7 +428,7 @@ pub(crate) struct IssueCertArgs {
 }
 
 /// `chainify issue-cert`: one certificate from the network's CA, for a network whose
-/// certificates predate organization names, a new host or a renewal.
+/// certificates predate organization names, a new host.
 pub(crate) fn issue_cert(args: &IssueCertArgs) -> anyhow::Result<()> {
     let name = match args.org {
         Some(0) => bail!("--org 0: organizations are numbered from 1"),
@@ -430,7 +446,7 @@ pub(crate) fn issue_cert(args: &IssueCertArgs) -> anyhow::Result<()> {
         }
     }
     write_new(&args.cert, issued.cert_pem.as_bytes())?;
-    write_new(&args.key, issued.key_pem.as_bytes())?;
+    write_secret(&args.key, issued.key_pem.as_bytes())?;
     use std::io::Write;
     writeln!(std::io::stdout().lock(), "{}: {name}", args.cert.display())?;
     Ok(())

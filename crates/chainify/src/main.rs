@@ -43,7 +43,7 @@ enum Command {
     /// Write keys and configuration files for a local network of N organizations.
     Init(init::InitArgs),
     /// Issue one TLS certificate from the network's CA, for an organization or the solo
-    /// orderer: a network whose certificates predate organization names, a new host, a renewal.
+    /// orderer: a network whose certificates predate organization names, a new host.
     IssueCert(init::IssueCertArgs),
     /// Run one organization's components (ChainifyServer, ExecutionServer, CommitServer) with
     /// its gRPC services, until SIGINT or SIGTERM.

@@ -82,6 +82,19 @@ fn issue_cert_writes_an_organization_s_certificate_once() {
             .unwrap()
             .contains("PRIVATE KEY")
     );
+    // Private keys are the owner's alone, from their creation on.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for secret in [
+        key.clone(),
+        ca_key.clone(),
+        out.join("org1/signing.pk8"),
+        out.join("org1/tls.key"),
+        out.join("tls/orderer.key"),
+        out.join("clients/client1.pk8"),
+    ] {
+        assert_eq!(mode(&secret), 0o600, "{}", secret.display());
+    }
     let again = issue(&["--org", "2"]);
     assert!(!again.status.success());
     assert!(
