@@ -16,6 +16,8 @@
 //! let identity = Identity::load("client1", "net/clients/client1.pk8")?;
 //! let client = Client::connect("127.0.0.1:17100", "chainify-local", OrgId(1), identity)
 //!     .tls_ca("net/tls/ca.pem")?
+//!     // and `.org_key(key)`, organization 1's public key from the network file, to refuse
+//!     // query answers it did not sign
 //!     .connect()
 //!     .await?;
 //! let tx = Tx::new()
@@ -52,13 +54,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chainify_core::crypto::SigningKey;
-use chainify_core::tx::{ProposalBody, QueryBody, Statement, Transaction};
+use chainify_core::tx::{ProposalBody, QueryAnswer, QueryBody, Statement, Transaction};
 use chainify_core::{ClientId, NetworkId};
 use chainify_proto::pb;
 use chainify_proto::pb::chainify_service_client::ChainifyServiceClient;
 use futures_util::{Stream, StreamExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
+pub use chainify_core::crypto::{PublicKey, Signature};
 pub use chainify_core::{BlockNumber, Decimal, OrgId, TxId, Value};
 pub use tonic::Code;
 
@@ -249,6 +252,10 @@ pub struct Rows {
     pub rows: Vec<Vec<Value>>,
     /// The database held exactly the blocks up to this one.
     pub height: u64,
+    /// The organization's signature over the answer ([`chainify_core::tx::QueryAnswer`]),
+    /// checked when the client was given the organization's key ([`Connect::org_key`]): proof,
+    /// for anyone, of what the organization answered. `None` on a network without signatures.
+    pub signature: Option<Signature>,
 }
 
 fn tx_id(bytes: &[u8]) -> Result<TxId, ClientError> {
@@ -277,9 +284,18 @@ pub struct Connect {
     identity: Identity,
     ca: Option<Vec<u8>>,
     local: Option<std::net::IpAddr>,
+    org_key: Option<PublicKey>,
 }
 
 impl Connect {
+    /// Check every query answer against the organization's public key (the network file's
+    /// `public_key` of the organization): an answer it did not sign is refused, whoever sent
+    /// it. Without it, answers rest on TLS alone.
+    pub fn org_key(mut self, key: PublicKey) -> Connect {
+        self.org_key = Some(key);
+        self
+    }
+
     /// Connect from this local address (a host with several; the organization counts some
     /// limits per client address).
     pub fn local_address(mut self, ip: std::net::IpAddr) -> Connect {
@@ -317,6 +333,7 @@ impl Connect {
             network,
             org: self.org,
             identity: self.identity,
+            org_key: self.org_key,
         })
     }
 }
@@ -329,6 +346,8 @@ pub struct Client {
     /// The organization at the endpoint; queries are signed for it alone.
     org: OrgId,
     identity: Identity,
+    /// Its key, when answers are checked.
+    org_key: Option<PublicKey>,
 }
 
 /// Low bits of every nonce this process makes: one identity used by several processes at once
@@ -361,6 +380,7 @@ impl Client {
             identity,
             ca: None,
             local: None,
+            org_key: None,
         }
     }
 
@@ -535,7 +555,8 @@ impl Client {
             sql: sql.to_owned(),
             params,
         };
-        let signature = self.identity.key.sign(&body.encode_canonical());
+        let encoded = body.encode_canonical();
+        let signature = self.identity.key.sign(&encoded);
         let r = self
             .rpc
             .clone()
@@ -555,10 +576,39 @@ impl Client {
             }
             rows.push(values);
         }
+        let signature = match r.signature.as_slice() {
+            [] => None,
+            bytes => Some(Signature::try_from(bytes).map_err(|_| {
+                ClientError::Protocol(format!(
+                    "organization {}'s answer carries a signature of {} bytes",
+                    self.org.0,
+                    bytes.len()
+                ))
+            })?),
+        };
+        if let Some(key) = &self.org_key {
+            let answer = QueryAnswer {
+                query: chainify_core::Digest::of(&encoded),
+                height: r.block_height,
+                columns: &r.columns,
+                rows: &rows,
+            };
+            let verified = signature
+                .as_ref()
+                .is_some_and(|s| answer.verify(key, s).is_ok());
+            if !verified {
+                return Err(ClientError::Protocol(format!(
+                    "the answer to the query is not signed by organization {}'s key: refused \
+                     (another party answered, or the answer was changed)",
+                    self.org.0
+                )));
+            }
+        }
         Ok(Rows {
             columns: r.columns,
             rows,
             height: r.block_height,
+            signature,
         })
     }
 }
@@ -572,8 +622,12 @@ mod tests {
     use tonic::{Request, Response, Status};
 
     /// An organization that answers every question about another transaction, as if it had
-    /// succeeded (its answers are not signed).
-    struct Lying;
+    /// succeeded (its answers are not signed), and answers queries with one row signed by
+    /// `key` (none without), changed after signing when `tamper`.
+    struct Lying {
+        key: Option<SigningKey>,
+        tamper: bool,
+    }
 
     fn other_outcome() -> pb::TxOutcome {
         pb::TxOutcome {
@@ -622,32 +676,76 @@ mod tests {
         }
         async fn query(
             &self,
-            _: Request<pb::QueryRequest>,
+            request: Request<pb::QueryRequest>,
         ) -> Result<Response<pb::QueryResponse>, Status> {
-            Err(Status::unimplemented("not here"))
+            let r = request.into_inner();
+            let body = QueryBody {
+                client: ClientId::new(r.client_id).unwrap(),
+                network: NetworkId::new("net").unwrap(),
+                org: OrgId(2),
+                sql: r.sql,
+                params: vec![],
+            };
+            let columns = vec!["bal".to_owned()];
+            let mut rows = vec![vec![Value::Int(100)]];
+            let answer = QueryAnswer {
+                query: chainify_core::Digest::of(&body.encode_canonical()),
+                height: 7,
+                columns: &columns,
+                rows: &rows,
+            };
+            let signature = self
+                .key
+                .as_ref()
+                .map(|k| answer.sign(k).0.to_vec())
+                .unwrap_or_default();
+            if self.tamper {
+                rows[0][0] = Value::Int(1_000_000);
+            }
+            Ok(Response::new(pb::QueryResponse {
+                columns,
+                rows: rows
+                    .iter()
+                    .map(|r| pb::Row {
+                        values: r.iter().map(pb::Value::from).collect(),
+                    })
+                    .collect(),
+                block_height: 7,
+                signature,
+            }))
         }
     }
 
-    /// An answer about another transaction than the one submitted or asked about is refused,
-    /// over a real socket.
-    #[tokio::test]
-    async fn an_answer_about_another_transaction_is_refused() {
+    /// A client of a [`Lying`] organization on a real socket, checking answers against
+    /// `org_key` when given.
+    async fn lied_to(lying: Lying, org_key: Option<PublicKey>) -> Client {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(ChainifyServiceServer::new(Lying))
+                .add_service(ChainifyServiceServer::new(lying))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
-        let client = Client::connect(
+        let mut connect = Client::connect(
             &addr,
             "net",
             OrgId(2),
             Identity::new("alice", SigningKey::from_seed(&[3; 32])).unwrap(),
-        )
-        .connect()
-        .await
-        .unwrap();
+        );
+        if let Some(key) = org_key {
+            connect = connect.org_key(key);
+        }
+        connect.connect().await.unwrap()
+    }
+
+    /// An answer about another transaction than the one submitted or asked about is refused.
+    #[tokio::test]
+    async fn an_answer_about_another_transaction_is_refused() {
+        let lying = Lying {
+            key: None,
+            tamper: false,
+        };
+        let client = lied_to(lying, None).await;
         let tx = || Tx::new().statement("UPDATE t SET v = 1 WHERE k = 1", []);
         let named = |e: ClientError| {
             let e = e.to_string();
@@ -672,6 +770,64 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("the proposal to submit"), "{e}");
+    }
+
+    /// A query answer counts only when the organization's own key signed exactly it: not one
+    /// signed by another key (another organization, or whoever holds the TLS CA's key), not one
+    /// changed after signing, not an unsigned one. Without the key the answer rests on TLS.
+    #[tokio::test]
+    async fn a_query_answer_counts_only_when_the_organization_signed_it() {
+        let org = SigningKey::from_seed(&[2; 32]);
+        let other = SigningKey::from_seed(&[9; 32]);
+        let query = |c: Client| async move { c.query("SELECT bal FROM checking", []).await };
+        let honest = || Lying {
+            key: Some(SigningKey::from_seed(&[2; 32])),
+            tamper: false,
+        };
+        let rows = query(lied_to(honest(), Some(org.public_key())).await)
+            .await
+            .unwrap();
+        assert_eq!(rows.rows, vec![vec![Value::Int(100)]]);
+        assert!(rows.signature.is_some());
+        for (lying, what) in [
+            (
+                Lying {
+                    key: Some(other),
+                    tamper: false,
+                },
+                "another key",
+            ),
+            (
+                Lying {
+                    key: Some(SigningKey::from_seed(&[2; 32])),
+                    tamper: true,
+                },
+                "changed rows",
+            ),
+            (
+                Lying {
+                    key: None,
+                    tamper: false,
+                },
+                "no signature",
+            ),
+        ] {
+            let e = query(lied_to(lying, Some(org.public_key())).await)
+                .await
+                .unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("not signed by organization 2's key: refused"),
+                "{what}: {e}"
+            );
+        }
+        // A client given no key takes what TLS brought (a changed answer included).
+        let unchecked = Lying {
+            key: Some(SigningKey::from_seed(&[2; 32])),
+            tamper: true,
+        };
+        let rows = query(lied_to(unchecked, None).await).await.unwrap();
+        assert_eq!(rows.rows, vec![vec![Value::Int(1_000_000)]]);
     }
 
     /// Two clients of one identity (say, through two organizations) never share a nonce, and

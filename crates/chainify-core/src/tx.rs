@@ -205,6 +205,57 @@ impl QueryBody {
     }
 }
 
+/// An organization's answer to a query, as it signs it with its own key: query answers are
+/// provable, to the client and to anyone it shows them to, and no other party (another
+/// organization, whoever holds the TLS CA's key) can answer in the organization's name.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct QueryAnswer<'a> {
+    /// SHA-256 of the query's canonical encoding ([`QueryBody::encode_canonical`]): it names
+    /// the client, network, organization, SQL and parameters answered.
+    pub query: Digest,
+    /// The agreed block height the rows reflect.
+    pub height: u64,
+    /// Column names.
+    pub columns: &'a [String],
+    /// The rows, in the query's order.
+    pub rows: &'a [Vec<Value>],
+}
+
+impl QueryAnswer<'_> {
+    /// Domain tag of the answer encoding.
+    pub const TAG: &'static str = "chainify.v1.QueryAnswer";
+
+    /// Layout: tag, `digest query, u64 height, list<string> columns, list<list<value>> rows`.
+    pub fn encode_canonical(&self) -> Vec<u8> {
+        let mut e = Encoder::new(Self::TAG);
+        e.digest(&self.query)
+            .u64(self.height)
+            .count(self.columns.len());
+        for c in self.columns {
+            e.str(c);
+        }
+        e.count(self.rows.len());
+        for row in self.rows {
+            e.count(row.len());
+            for v in row {
+                e.value(v);
+            }
+        }
+        e.finish()
+    }
+
+    /// The answering organization's signature.
+    pub fn sign(&self, key: &SigningKey) -> Signature {
+        key.sign(&self.encode_canonical())
+    }
+
+    /// Checks the answering organization's signature by RFC 8032 (what every rule accepts of
+    /// a signature made by [`Self::sign`]).
+    pub fn verify(&self, org_key: &PublicKey, signature: &Signature) -> Result<(), CryptoError> {
+        org_key.verify(&self.encode_canonical(), signature)
+    }
+}
+
 /// An organization's early-abort verdict.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Verdict {

@@ -10,7 +10,8 @@ use chainify_core::canonical::Encoder;
 use chainify_core::crypto::SigningKey;
 use chainify_core::state::{RowHash, StateHash};
 use chainify_core::tx::{
-    EarlyAbortResponse, LedgerBlock, ProposalBody, QueryBody, Statement, Transaction, Verdict, Vote,
+    EarlyAbortResponse, LedgerBlock, ProposalBody, QueryAnswer, QueryBody, Statement, Transaction,
+    Verdict, Vote,
 };
 use chainify_core::{BlockNumber, ClientId, Decimal, Digest, NetworkId, OrgId, Value};
 use serde_json::{Value as Json, json};
@@ -94,6 +95,18 @@ fn vectors() -> Json {
         sql: "SELECT bal FROM checking WHERE custid = $1".into(),
         params: vec![Value::Int(7)],
     };
+    let answer_columns = vec!["custid".to_owned(), "value".to_owned()];
+    let answer_rows: Vec<Vec<Value>> = awkward_values()
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| vec![Value::Int(i as i64), v])
+        .collect();
+    let answer = QueryAnswer {
+        query: Digest::of(&query.encode_canonical()),
+        height: 9,
+        columns: &answer_columns,
+        rows: &answer_rows,
+    };
     let effects = vec![
         chainify_core::effect::RowEffect {
             table: "checking".into(),
@@ -154,6 +167,10 @@ fn vectors() -> Json {
         "query": {
             "bytes": hex::encode(query.encode_canonical()),
             "signature": hex::encode(key.sign(&query.encode_canonical()).0),
+        },
+        "query_answer": {
+            "bytes": hex::encode(answer.encode_canonical()),
+            "signature": hex::encode(answer.sign(&key).0),
         },
         "key": { "seed": RFC8032_SEED, "public_key": key.public_key().to_string() },
         "values": { "bytes": hex::encode(values.finish()) },

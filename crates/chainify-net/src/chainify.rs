@@ -334,6 +334,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyServer<B, O> {
         let queries = Queries::new(
             parts.queries,
             parts.me,
+            parts.key.clone(),
             parts.network.clone(),
             parts.store.clone(),
             &settings,

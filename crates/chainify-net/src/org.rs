@@ -725,6 +725,7 @@ impl Org {
         );
         let queries = QueryServer::new(
             self.me,
+            self.key.clone(),
             self.network.clone(),
             self.store.clone(),
             node.gate.clone(),

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainify_core::config::NetworkConfig;
-use chainify_core::crypto::Signature;
-use chainify_core::tx::QueryBody;
-use chainify_core::{ClientId, OrgId, Value};
+use chainify_core::crypto::{Signature, Signatures, SigningKey};
+use chainify_core::tx::{QueryAnswer, QueryBody};
+use chainify_core::{ClientId, Digest, OrgId, Value};
 use chainify_node::{Offload, ReadGate};
 use chainify_proto::pb;
 use chainify_proto::pb::query_service_client::QueryServiceClient;
@@ -46,13 +46,14 @@ impl<B: Backend + 'static> Queries<B> {
     pub(crate) fn new(
         access: QueryAccess,
         me: OrgId,
+        key: Arc<SigningKey>,
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         settings: &ChainifySettings,
     ) -> Result<Queries<B>, NetError> {
         Ok(match access {
             QueryAccess::Gate(gate) => {
-                Queries::Local(QueryServer::new(me, network, store, gate, settings)?)
+                Queries::Local(QueryServer::new(me, key, network, store, gate, settings)?)
             }
             QueryAccess::Forward(channel) => Queries::Remote(QueryServiceClient::new(channel)),
         })
@@ -90,6 +91,8 @@ impl<B: Backend> Clone for QueryServer<B> {
 struct Inner<B: Backend> {
     /// The organization answering: queries are signed for it.
     me: OrgId,
+    /// Its key, which signs every answer.
+    key: Arc<SigningKey>,
     network: Arc<NetworkConfig>,
     analyzer: Analyzer,
     store: Arc<Store<B>>,
@@ -115,6 +118,7 @@ impl<B: Backend + 'static> QueryServer<B> {
     /// `query_timeout`.
     pub fn new(
         me: OrgId,
+        key: Arc<SigningKey>,
         network: Arc<NetworkConfig>,
         store: Arc<Store<B>>,
         gate: ReadGate,
@@ -124,6 +128,7 @@ impl<B: Backend + 'static> QueryServer<B> {
         Ok(QueryServer {
             inner: Arc::new(Inner {
                 me,
+                key,
                 network,
                 analyzer,
                 store,
@@ -174,18 +179,17 @@ impl<B: Backend + 'static> QueryServer<B> {
             sql: request.sql,
             params,
         };
-        this.network
-            .signatures
-            .verify(&body.signed_by(client.public_key, signature))
-            .map_err(|_| {
-                status::unauthenticated(format!(
-                    "the signature of the query by client {:?} does not verify for network {} \
+        let signed = body.signed_by(client.public_key, signature);
+        let query = Digest::of(&signed.message);
+        this.network.signatures.verify(&signed).map_err(|_| {
+            status::unauthenticated(format!(
+                "the signature of the query by client {:?} does not verify for network {} \
                      and organization {} (a query is signed for the organization it is sent to)",
-                    body.client.as_str(),
-                    this.network.network_id,
-                    this.me.0
-                ))
-            })?;
+                body.client.as_str(),
+                this.network.network_id,
+                this.me.0
+            ))
+        })?;
         // A new statement shape takes milliseconds to analyse: off the async workers, one at a
         // time a client, so that one client's stream of new texts waits behind every other
         // client's next one instead of filling the analysis queue.
@@ -267,7 +271,7 @@ impl<B: Backend + 'static> QueryServer<B> {
         let params = body.params;
         tokio::spawn(async move {
             let _slot = slot;
-            inner.run(&plan, &params).await
+            inner.run(&plan, &params, query).await
         })
         .await
         .map_err(|e| {
@@ -283,7 +287,12 @@ impl<B: Backend + 'static> QueryServer<B> {
 impl<B: Backend + 'static> Inner<B> {
     /// Runs a checked query on its slot: a connection, then the read gate only while the
     /// snapshot is taken, so the node executes blocks while the query runs.
-    async fn run(&self, plan: &QueryPlan, params: &[Value]) -> Result<pb::QueryResponse, Status> {
+    async fn run(
+        &self,
+        plan: &QueryPlan,
+        params: &[Value],
+        query: Digest,
+    ) -> Result<pb::QueryResponse, Status> {
         // The connection before the gate: waiting for the pool never holds a block back.
         let conn = self
             .store
@@ -309,7 +318,19 @@ impl<B: Backend + 'static> Inner<B> {
             .query_rows(plan, params)
             .await
             .map_err(status::query_failed)?;
+        let signature = if self.network.signatures == Signatures::Off {
+            Vec::new()
+        } else {
+            let answer = QueryAnswer {
+                query,
+                height,
+                columns: &result.columns,
+                rows: &result.rows,
+            };
+            answer.sign(&self.key).0.to_vec()
+        };
         Ok(pb::QueryResponse {
+            signature,
             columns: result.columns,
             rows: result
                 .rows

@@ -213,7 +213,8 @@ impl Net {
     ) -> Client {
         let endpoint = &self.network.orgs[&chainify_core::OrgId(at)].chainify_endpoint;
         let mut connect = Client::connect(endpoint, network, chainify_core::OrgId(org), identity)
-            .tls_ca_pem(self.ca.clone());
+            .tls_ca_pem(self.ca.clone())
+            .org_key(self.network.orgs[&OrgId(org)].public_key);
         if let Some(from) = from {
             connect = connect.local_address(std::net::IpAddr::from(from));
         }

@@ -163,6 +163,12 @@ async fn client(t: &Target) -> anyhow::Result<(Client, NetworkConfig)> {
     if let Some(ca) = network_ca(&network)? {
         connect = connect.tls_ca_pem(ca);
     }
+    // Query answers are checked against the organization's own key.
+    if network.signatures != chainify_core::crypto::Signatures::Off
+        && let Some(info) = network.orgs.get(&org)
+    {
+        connect = connect.org_key(info.public_key);
+    }
     Ok((connect.connect().await?, network))
 }
 

@@ -59,6 +59,7 @@ fn client(dir: &Path, org: u32, id: &str, key: SigningKey) -> Client {
         )
         .tls_ca(dir.join("tls/ca.pem"))
         .unwrap()
+        .org_key(network.orgs[&chainify_core::OrgId(org)].public_key)
         .connect()
         .await
         .unwrap()
