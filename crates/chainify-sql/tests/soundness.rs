@@ -388,4 +388,14 @@ fn a_foreign_key_of_another_type_than_its_parent_is_refused() {
         "CREATE TABLE p (k BIGINT PRIMARY KEY); CREATE TABLE c (id INT PRIMARY KEY, pk SMALLINT REFERENCES p(k));",
     )
     .unwrap();
+    // SET DEFAULT moves children to a default key whose parent and collisions the analysis does
+    // not follow (a hunt made the order of a DELETE and an INSERT decide the outcome).
+    for action in ["ON DELETE SET DEFAULT", "ON UPDATE SET DEFAULT"] {
+        let e = Schema::from_sql(&format!(
+            "CREATE TABLE p (k BIGINT PRIMARY KEY); CREATE TABLE c (id INT PRIMARY KEY, pk BIGINT DEFAULT 0 REFERENCES p(k) {action});"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("SET DEFAULT action"), "{action}: {e}");
+    }
 }

@@ -233,10 +233,13 @@ const COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypm
      WHERE n.nspname = current_schema() AND c.relname = $1 AND c.relkind IN ('r', 'p') \
      AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
+/// Unique indexes and their key columns: the first `indnkeyatts` of `indkey`, which lists an
+/// index's INCLUDE columns after them (they carry no uniqueness).
 const INDEXES: &str = "SELECT i.indisprimary, i.indexprs IS NOT NULL, ic.relname::text, \
      (SELECT string_agg(a.attname::text, ',' ORDER BY k.ord) \
         FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord) \
-        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) \
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+       WHERE k.ord <= i.indnkeyatts) \
      FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
      JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
      WHERE n.nspname = current_schema() AND c.relname = $1 AND i.indisunique \
@@ -275,6 +278,19 @@ const EXTRAS: &str = "\
        JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
       WHERE n.nspname = current_schema() AND c.relname = $1 \
         AND COALESCE((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) \
+     UNION ALL \
+     SELECT 'a partial unique index (WHERE …): a change of the predicate''s columns can make rows collide, which conflict analysis does not follow', ic.relname::text \
+       FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND i.indisunique AND i.indpred IS NOT NULL \
+     UNION ALL \
+     SELECT 'a unique index with a collation that is not byte-wise (' || co.collname::text || '), under which keys the analysis tells apart collide', ic.relname::text \
+       FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
+       JOIN unnest(i.indcollation::oid[]) AS k(coll) ON k.coll <> 0 \
+       JOIN pg_collation co ON co.oid = k.coll \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND i.indisunique \
+        AND co.collname NOT IN ('C', 'POSIX', 'ucs_basic', 'default') \
      UNION ALL \
      SELECT 'a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify''s triggers', t.tgname::text \
        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \

@@ -944,31 +944,59 @@ impl Sqlite {
         t.primary_key = pk.into_iter().map(|(_, n)| n).collect();
         let indexes = catalog_rows(
             conn,
-            "SELECT name, origin FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
+            "SELECT name, origin, partial FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name",
             table,
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, bool>(2)?,
+                ))
+            },
         )
         .map_err(err("reading the indexes of a table"))?;
         // A primary key without an index of its own is the rowid (`INTEGER PRIMARY KEY` in a
         // table with a rowid), which SQLite fills in when an INSERT gives it NULL, where the
         // other engines refuse the row. Asked of SQLite, not read from the definition's text.
-        if !t.primary_key.is_empty() && !indexes.iter().any(|(_, origin)| origin == "pk") {
+        if !t.primary_key.is_empty() && !indexes.iter().any(|(_, origin, _)| origin == "pk") {
             t.problems.push(format!(
                 "primary key {} is SQLite's rowid (INTEGER PRIMARY KEY), which SQLite fills in when an INSERT gives it NULL where the other engines refuse the row; declare it BIGINT",
                 t.primary_key.join(", ")
             ));
         }
-        for (name, origin) in indexes {
+        for (name, origin, partial) in indexes {
+            // The index's own collation (`CREATE UNIQUE INDEX … (u COLLATE NOCASE)`) is not in
+            // the table's definition: keys the analysis tells apart would collide.
+            let keys = catalog_rows(
+                conn,
+                "SELECT name, coll FROM pragma_index_xinfo(?1) WHERE key = 1 ORDER BY seqno",
+                &name,
+                |r| {
+                    Ok((
+                        r.get::<_, Option<String>>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                    ))
+                },
+            )
+            .map_err(err("reading an index"))?;
+            if let Some(coll) = keys
+                .iter()
+                .filter_map(|(_, coll)| coll.as_deref())
+                .find(|coll| !coll.eq_ignore_ascii_case("BINARY"))
+            {
+                t.problems.push(format!(
+                    "unique index {name} compares with COLLATE {coll}, under which keys the analysis tells apart collide; use the default (BINARY)"
+                ));
+            }
+            if partial {
+                t.problems.push(format!(
+                    "unique index {name} is partial (WHERE …): a change of the predicate's columns can make rows collide, which conflict analysis does not follow"
+                ));
+            }
             if origin == "pk" {
                 continue;
             }
-            let cols = catalog_rows(
-                conn,
-                "SELECT name FROM pragma_index_info(?1) ORDER BY seqno",
-                &name,
-                |r| r.get::<_, Option<String>>(0),
-            )
-            .map_err(err("reading an index"))?;
+            let cols: Vec<Option<String>> = keys.into_iter().map(|(col, _)| col).collect();
             match cols.into_iter().collect::<Option<Vec<String>>>() {
                 Some(cols) => t.uniques.push(cols),
                 None => t.problems.push(format!(

@@ -2760,6 +2760,41 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                 ("dfk", "DEFERRABLE constraint"),
                 ("duq", "DEFERRABLE constraint"),
             ]);
+            // Found by a hunt: a partial or linguistically collated unique index makes keys the
+            // analysis tells apart collide; SET DEFAULT moves children to a default the
+            // analysis does not follow.
+            outside(
+                backend,
+                "CREATE TABLE pui (k BIGINT NOT NULL PRIMARY KEY, u VARCHAR(8), v BIGINT);\n\
+                 CREATE UNIQUE INDEX pui_u ON pui (u) WHERE v > 0;\n\
+                 CREATE TABLE uic (k BIGINT NOT NULL PRIMARY KEY, u TEXT);\n\
+                 CREATE UNIQUE INDEX uic_u ON uic (u COLLATE \"und-x-icu\");\n\
+                 CREATE TABLE sdp (k BIGINT NOT NULL PRIMARY KEY);\n\
+                 CREATE TABLE sdc (k BIGINT NOT NULL PRIMARY KEY, p BIGINT DEFAULT 0 REFERENCES sdp (k) ON DELETE SET DEFAULT)",
+            )
+            .await;
+            cases.extend([
+                ("pui", "partial unique index"),
+                (
+                    "uic",
+                    "unique index with a collation that is not byte-wise (und-x-icu)",
+                ),
+                ("sdc", "SET DEFAULT"),
+            ]);
+            // An index's INCLUDE columns carry no uniqueness: the keys are the others.
+            outside(
+                backend,
+                "CREATE TABLE inc (k BIGINT NOT NULL, u VARCHAR(8), v BIGINT, PRIMARY KEY (k) INCLUDE (v));\n\
+                 CREATE UNIQUE INDEX inc_u ON inc (u) INCLUDE (v)",
+            )
+            .await;
+            store
+                .register(&["inc"])
+                .await
+                .expect("INCLUDE columns are allowed");
+            let inc = &store.tables()["inc"];
+            assert_eq!(inc.primary_key, vec!["k".to_owned()], "{inc:?}");
+            assert_eq!(inc.uniques, vec![vec!["u".to_owned()]], "{inc:?}");
         }
         Dialect::MySql => {
             outside(
@@ -2836,6 +2871,19 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             )
             .await;
             cases.push(("nc", "COLLATE NOCASE"));
+            outside(
+                backend,
+                "CREATE TABLE pui (k BIGINT NOT NULL PRIMARY KEY, u VARCHAR(8), v BIGINT);\n\
+                 CREATE UNIQUE INDEX pui_u ON pui (u) WHERE v > 0;\n\
+                 CREATE TABLE uic (k BIGINT NOT NULL PRIMARY KEY, u TEXT);\n\
+                 CREATE UNIQUE INDEX uic_u ON uic (u COLLATE NOCASE);\n\
+                 CREATE TABLE sdp (k BIGINT NOT NULL PRIMARY KEY);\n\
+                 CREATE TABLE sdc (k BIGINT NOT NULL PRIMARY KEY, p BIGINT DEFAULT 0 REFERENCES sdp (k) ON DELETE SET DEFAULT)",
+            )
+            .await;
+            cases.push(("pui", "unique index pui_u is partial"));
+            cases.push(("uic", "unique index uic_u compares with COLLATE NOCASE"));
+            cases.push(("sdc", "SET DEFAULT"));
             cases.push(("ocr", "declares ON CONFLICT REPLACE"));
             cases.push(("ocb", "declares ON CONFLICT ROLLBACK"));
             cases.push(("ocu", "declares ON CONFLICT IGNORE"));
@@ -2857,6 +2905,8 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             vec!["ndp", "ndc1", table]
         } else if table == "dfk" {
             vec!["dpar", table]
+        } else if table == "sdc" {
+            vec!["sdp", table]
         } else {
             vec![table]
         };
