@@ -17,9 +17,9 @@ use chainify_core::policy::{AgreementPolicy, PolicySpec};
 use std::ops::Bound::Included;
 
 use chainify_core::rwset::{KeyRange, KeySet, KeyValue, ReadWriteSet, Resource};
-use chainify_core::tx::{Proposal, ProposalBody};
+use chainify_core::tx::{Proposal, ProposalBody, QueryAnswer};
 use chainify_core::verify::verify_many;
-use chainify_core::{ClientId, Digest, NetworkId, OrgId};
+use chainify_core::{ClientId, Digest, NetworkId, OrgId, Value};
 use chainify_sched::{DependencyGraph, LanePlan, Step, TxExecutor, conflict_pairs, run_block};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -248,6 +248,36 @@ fn signatures(c: &mut Criterion) {
                 .all(|ok| ok)
         })
     });
+    // A query answer signed by the organization (what every query costs it since answers are
+    // signed): one Smallbank balance, and 1 000 rows of (key, balance, name).
+    let one = vec![vec![Value::Int(7), Value::Int(10_000)]];
+    let many: Vec<Vec<Value>> = (0..1000)
+        .map(|i| {
+            vec![
+                Value::Int(i),
+                Value::Int(10_000 + i),
+                Value::Text(format!("customer {i}")),
+            ]
+        })
+        .collect();
+    let columns = vec!["custid".to_owned(), "bal".to_owned(), "name".to_owned()];
+    g.throughput(Throughput::Elements(1));
+    for (name, rows) in [
+        ("sign_query_answer_1_row", &one),
+        ("sign_query_answer_1000_rows", &many),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                QueryAnswer {
+                    query: Digest::of(b"query"),
+                    height: 9,
+                    columns: &columns,
+                    rows,
+                }
+                .sign(&key)
+            })
+        });
+    }
     g.finish();
     // A block's endorsements signed as one batch of 1 024: each response's root, alone or with
     // the nodes the batch's proofs share hashed once (what gathering a block does).
