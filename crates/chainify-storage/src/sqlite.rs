@@ -29,7 +29,7 @@ use crate::backend::{Backend, Conn, DeferForeignKeys, PoolUse};
 use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
-use crate::value::{bool_from_i64, decimal_from_f64, decimal_from_i64, parse_decimal};
+use crate::value::{bool_from_i64, decimal_from_f64, decimal_from_i64};
 
 mod wal;
 
@@ -323,13 +323,15 @@ fn decode_value(raw: ValueRef<'_>, ty: ReadType) -> Result<Value, String> {
             // A float where none belongs: keep its digits so the digest shows it.
             _ => Value::Text(x.to_string()),
         },
-        ValueRef::Text(bytes) => {
-            let s = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
-            match ty {
-                ReadType::Decimal(scale) => parse_decimal(s, scale),
-                _ => Value::Text(s.to_owned()),
-            }
-        }
+        // Text stays text, in a DECIMAL column too: chainify binds numbers, and SQLite's
+        // NUMERIC affinity stores every well-formed one as a number, so text there was written
+        // behind chainify's back ('100.00' followed by a no-break space compares as text, not
+        // as 100, in every later statement) and must digest unlike the number it resembles.
+        ValueRef::Text(bytes) => Value::Text(
+            std::str::from_utf8(bytes)
+                .map_err(|e| e.to_string())?
+                .to_owned(),
+        ),
         ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
     })
 }

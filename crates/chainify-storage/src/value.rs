@@ -26,7 +26,9 @@ pub(crate) fn decimal_param(d: Decimal) -> BigDecimal {
 /// triggers) is kept as it is rather than rounded, so it digests differently from the
 /// honest value instead of hiding behind it.
 pub(crate) fn parse_decimal(text: &str, scale: u8) -> Value {
-    let Ok(d) = text.trim().parse::<Decimal>() else {
+    // Not trimmed: the engines' casts to text never pad, and text with blanks around a number
+    // is not that number to an engine.
+    let Ok(d) = text.parse::<Decimal>() else {
         return Value::Text(text.to_owned());
     };
     match d.round_to(scale) {

@@ -152,3 +152,58 @@ async fn a_lock_held_elsewhere_is_waited_for_without_blocking_the_runtime() {
     waiter.rollback().await.expect("rollback");
     held.await.expect("holder");
 }
+
+/// Text in a DECIMAL column, written behind chainify's back with the triggers dropped and put
+/// back in one transaction (so no trigger check sees a gap): '100.00' and a no-break space
+/// compares as text, not as 100, in every later statement. The scan must see it (a hunt found
+/// it decoded as 100.00, digesting like the honest row).
+#[tokio::test]
+async fn text_in_a_decimal_column_is_not_the_number_it_resembles() {
+    use chainify_storage::Store;
+    use chainify_testkit::conformance::storage::{Fixture, outside};
+    let f = SqliteFixture;
+    let backend = f.backend("decimal_text", &StoreOptions::default()).await;
+    outside(
+        &backend,
+        "CREATE TABLE acct (k BIGINT NOT NULL PRIMARY KEY, amount DECIMAL(10,2));\n\
+         INSERT INTO acct (k, amount) VALUES (1, 100.00)",
+    )
+    .await;
+    let store = Store::open(backend, StoreOptions::default())
+        .await
+        .expect("store opens");
+    store.register(&["acct"]).await.expect("registers");
+    assert!(store.check_state().await.expect("scan").agrees());
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    let triggers = conn
+        .query(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'acct'",
+            &[],
+            &[chainify_storage::ddl::ReadType::Text],
+        )
+        .await
+        .expect("the triggers");
+    drop(conn);
+    let mut tamper = String::from("BEGIN;\n");
+    tamper.push_str(
+        "DROP TRIGGER IF EXISTS chainify_dg_acct_bu;\nDROP TRIGGER IF EXISTS chainify_dg_acct_au;\n\
+         DROP TRIGGER IF EXISTS chainify_dg_acct_ai;\nDROP TRIGGER IF EXISTS chainify_dg_acct_ad;\n\
+         DROP TRIGGER IF EXISTS chainify_dg_acct_bi;\n\
+         UPDATE acct SET amount = '100.00' || char(160) WHERE k = 1;\n",
+    );
+    for t in &triggers {
+        if let [Value::Text(sql)] = t.as_slice() {
+            tamper.push_str(sql);
+            tamper.push_str(";\n");
+        }
+    }
+    tamper.push_str("COMMIT");
+    outside(store.backend(), &tamper).await;
+    assert_eq!(
+        store.check_triggers().await.expect("catalog"),
+        vec![],
+        "the triggers are as chainify made them"
+    );
+    let check = store.check_state().await.expect("scan");
+    assert_eq!(check.differing, vec!["acct".to_owned()], "{check:?}");
+}
