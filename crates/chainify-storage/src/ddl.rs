@@ -220,7 +220,8 @@ pub struct ExpectedTrigger {
     /// Trigger name.
     pub name: String,
     /// What the catalog holds as its definition: on PostgreSQL the function body, the trigger
-    /// type and whether the function's search_path is pinned (`body|tgtype|true`); on MySQL
+    /// type, whether the function's search_path is pinned and whether the trigger fires
+    /// unconditionally as made (`body|tgtype|true|true`); on MySQL
     /// the timing, event and `BEGIN … END` body; on SQLite the whole `CREATE TRIGGER`.
     pub definition: String,
 }
@@ -232,18 +233,32 @@ pub struct ExpectedTrigger {
 pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType>) {
     let list = placeholders(dialect, tables);
     let sql = match dialect {
-        // The body, the trigger's timing and events (`tgtype`), and whether the function's
-        // search_path is pinned to the table's schema with pg_temp last.
+        // The body, the trigger's timing and events (`tgtype`), whether the function's
+        // search_path is pinned to the table's schema with pg_temp last, and whether it fires
+        // as made: no WHEN condition (`tgqual`), no `UPDATE OF` column list (`tgattr`), no
+        // arguments, transition tables or constraint, a PL/pgSQL function of the caller's
+        // rights. Rules (`pg_rewrite`: DO INSTEAD NOTHING on a digest table drops what the
+        // triggers record) and row-level security come back as unexpected "triggers" named
+        // `rule …` and `row level security`.
         Dialect::Postgres => {
             let regclasses: Vec<String> =
                 (1..=tables).map(|n| format!("to_regclass(${n})")).collect();
+            let list = regclasses.join(", ");
             format!(
                 "SELECT CAST(c.relname AS TEXT), CAST(t.tgname AS TEXT), CAST(t.tgenabled AS TEXT), \
                  p.prosrc || '|' || CAST(t.tgtype AS TEXT) || '|' || \
-                 CAST(p.proconfig IS NOT DISTINCT FROM ARRAY[format('search_path=%I, pg_temp', current_schema())] AS TEXT) \
+                 CAST(p.proconfig IS NOT DISTINCT FROM ARRAY[format('search_path=%I, pg_temp', current_schema())] AS TEXT) || '|' || \
+                 CAST(t.tgqual IS NULL AND cardinality(CAST(t.tgattr AS int2[])) = 0 AND t.tgnargs = 0 \
+                      AND t.tgconstraint = 0 AND t.tgoldtable IS NULL AND t.tgnewtable IS NULL \
+                      AND NOT p.prosecdef AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql') AS TEXT) \
                  FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_class c ON c.oid = t.tgrelid \
-                 WHERE t.tgrelid IN ({}) AND NOT t.tgisinternal",
-                regclasses.join(", ")
+                 WHERE t.tgrelid IN ({list}) AND NOT t.tgisinternal \
+                 UNION ALL \
+                 SELECT CAST(c.relname AS TEXT), 'rule ' || CAST(r.rulename AS TEXT), 'A', '' \
+                 FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class WHERE r.ev_class IN ({list}) \
+                 UNION ALL \
+                 SELECT CAST(c.relname AS TEXT), 'row level security', 'A', '' \
+                 FROM pg_class c WHERE c.oid IN ({list}) AND (c.relrowsecurity OR c.relforcerowsecurity)"
             )
         }
         Dialect::MySql => format!(
@@ -444,11 +459,11 @@ pub fn artifacts(dialect: Dialect, t: &CatalogTable) -> Artifacts {
             // TRUNCATE for the statement (2 + 32).
             triggers.push(ExpectedTrigger {
                 name: dg.clone(),
-                definition: format!("{body}|29|true"),
+                definition: format!("{body}|29|true|true"),
             });
             triggers.push(ExpectedTrigger {
                 name: format!("{dg}_truncate"),
-                definition: format!("{truncate_body}|34|true"),
+                definition: format!("{truncate_body}|34|true|true"),
             });
             uninstall.push(format!("DROP TRIGGER IF EXISTS {dg} ON {name}"));
             uninstall.push(format!("DROP TRIGGER IF EXISTS {dg}_truncate ON {name}"));
@@ -1429,7 +1444,7 @@ mod tests {
                 .any(|s| s.contains("SET search_path = %I, pg_temp"))
         );
         assert_eq!(a.triggers.len(), 2);
-        assert!(a.triggers[0].definition.ends_with("|29|true"));
+        assert!(a.triggers[0].definition.ends_with("|29|true|true"));
         assert!(
             a.install
                 .iter()

@@ -279,6 +279,15 @@ const EXTRAS: &str = "\
       WHERE n.nspname = current_schema() AND c.relname = $1 \
         AND COALESCE((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) \
      UNION ALL \
+     SELECT 'a rule, which rewrites statements where the other engines run them as written', r.rulename::text \
+       FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class \
+       JOIN pg_namespace n ON n.oid = c.relnamespace \
+      WHERE n.nspname = current_schema() AND c.relname = $1 \
+     UNION ALL \
+     SELECT 'row-level security, which hides rows from some sessions where the other engines show them', c.relname::text \
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND (c.relrowsecurity OR c.relforcerowsecurity) \
+     UNION ALL \
      SELECT 'a partial unique index (WHERE …): a change of the predicate''s columns can make rows collide, which conflict analysis does not follow', ic.relname::text \
        FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
        JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \

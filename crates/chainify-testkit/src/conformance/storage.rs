@@ -1575,6 +1575,48 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
         .await;
         let check = store.check_state().await.expect("scan");
         assert_eq!(check.pending, 1, "the change is recorded: {check:?}");
+        // Found by a hunt: the digest trigger made to fire only sometimes (a WHEN condition a
+        // session can switch off, an UPDATE OF column list), a rule that drops what the
+        // trigger records, row-level security. Each is reported; the altered trigger is
+        // reinstalled, the rest (not chainify's) are named until removed.
+        let store = setup(f, "bypass_conditional", StoreOptions::default()).await;
+        for (tamper, fault) in [
+            (
+                "DROP TRIGGER chainify_dg_kv ON kv;
+                 CREATE TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OR DELETE ON kv FOR EACH ROW                  WHEN (current_setting('hunt.skip', true) IS DISTINCT FROM 'on') EXECUTE FUNCTION chainify_dg_kv_fn();
+                 ALTER TABLE kv ENABLE ALWAYS TRIGGER chainify_dg_kv",
+                problem("chainify_dg_kv", TriggerFault::Altered),
+            ),
+            (
+                "DROP TRIGGER chainify_dg_kv ON kv;
+                 CREATE TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OF k OR DELETE ON kv FOR EACH ROW                  EXECUTE FUNCTION chainify_dg_kv_fn();
+                 ALTER TABLE kv ENABLE ALWAYS TRIGGER chainify_dg_kv",
+                problem("chainify_dg_kv", TriggerFault::Altered),
+            ),
+        ] {
+            outside(store.backend(), tamper).await;
+            assert_eq!(
+                store.check_triggers().await.expect("catalog"),
+                vec![fault]
+            );
+            store.reinstall_triggers(&["kv"]).await.expect("reinstall");
+            assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+        }
+        outside(
+            store.backend(),
+            "CREATE RULE hide AS ON INSERT TO chainify_dg_kv              WHERE current_setting('hunt.skip', true) = 'on' DO INSTEAD NOTHING;
+             CREATE RULE also AS ON UPDATE TO kv DO ALSO NOTHING;
+             ALTER TABLE kv ENABLE ROW LEVEL SECURITY",
+        )
+        .await;
+        assert_eq!(
+            sorted_problems(&store).await,
+            vec![
+                problem("row level security", TriggerFault::Unexpected),
+                problem("rule also", TriggerFault::Unexpected),
+                problem("rule hide", TriggerFault::Unexpected),
+            ]
+        );
     }
 
     // TRUNCATE fires no row trigger: PostgreSQL refuses it, MySQL's is seen by the scan. A
@@ -2770,10 +2812,16 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                  CREATE TABLE uic (k BIGINT NOT NULL PRIMARY KEY, u TEXT);\n\
                  CREATE UNIQUE INDEX uic_u ON uic (u COLLATE \"und-x-icu\");\n\
                  CREATE TABLE sdp (k BIGINT NOT NULL PRIMARY KEY);\n\
-                 CREATE TABLE sdc (k BIGINT NOT NULL PRIMARY KEY, p BIGINT DEFAULT 0 REFERENCES sdp (k) ON DELETE SET DEFAULT)",
+                 CREATE TABLE sdc (k BIGINT NOT NULL PRIMARY KEY, p BIGINT DEFAULT 0 REFERENCES sdp (k) ON DELETE SET DEFAULT);\n\
+                 CREATE TABLE rul (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 CREATE RULE rul_nothing AS ON UPDATE TO rul DO INSTEAD NOTHING;\n\
+                 CREATE TABLE rls (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 ALTER TABLE rls ENABLE ROW LEVEL SECURITY",
             )
             .await;
             cases.extend([
+                ("rul", "rul_nothing has a rule"),
+                ("rls", "row-level security"),
                 ("pui", "partial unique index"),
                 (
                     "uic",
