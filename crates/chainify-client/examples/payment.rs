@@ -44,8 +44,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if network.tls_ca.is_some() {
         connect = connect.tls_ca(dir.join("tls/ca.pem"))?;
     }
-    // Query answers must be signed by the organization's own key.
-    connect = connect.org_key(network.orgs[&OrgId(org)].public_key);
+    // Query answers must be signed by the organization's own key (a network without
+    // signatures, for measurement only, signs none).
+    if network.signatures != chainify_core::crypto::Signatures::Off {
+        connect = connect.org_key(network.orgs[&OrgId(org)].public_key);
+    }
     let client = connect.connect().await?;
 
     // Every agreed block from now on, with each transaction's outcome.

@@ -187,7 +187,9 @@ fn leaf(
     let mut sans: Vec<String> = vec![tls_name.into(), "localhost".into(), "127.0.0.1".into()];
     for n in hosts {
         // A wildcard or another participant's name would let this certificate pass for it.
+        // (A trailing dot names the same host to some clients.)
         let lower = n.to_ascii_lowercase();
+        let lower = lower.strip_suffix('.').unwrap_or(&lower);
         if lower.contains('*') || lower == TLS_DOMAIN || lower.ends_with(&format!(".{TLS_DOMAIN}"))
         {
             return Err(NetError::Tls(format!(
@@ -314,6 +316,7 @@ mod tests {
         for host in [
             "*.chainify.internal",
             "ORG2.chainify.internal",
+            "org2.chainify.internal.",
             "orderer.chainify.internal",
             "chainify.internal",
             "*.example.net",
