@@ -238,8 +238,9 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
         // as made: no WHEN condition (`tgqual`), no `UPDATE OF` column list (`tgattr`), no
         // arguments, transition tables or constraint, a PL/pgSQL function of the caller's
         // rights. Rules (`pg_rewrite`: DO INSTEAD NOTHING on a digest table drops what the
-        // triggers record) and row-level security come back as unexpected "triggers" named
-        // `rule …` and `row level security`.
+        // triggers record), row-level security, inheritance children and partitions (their
+        // rows fire triggers of their own) come back as unexpected "triggers" named `rule …`,
+        // `row level security`, `inheritance child …` and `not a plain table`.
         Dialect::Postgres => {
             let regclasses: Vec<String> =
                 (1..=tables).map(|n| format!("to_regclass(${n})")).collect();
@@ -258,7 +259,14 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
                  FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class WHERE r.ev_class IN ({list}) \
                  UNION ALL \
                  SELECT CAST(c.relname AS TEXT), 'row level security', 'A', '' \
-                 FROM pg_class c WHERE c.oid IN ({list}) AND (c.relrowsecurity OR c.relforcerowsecurity)"
+                 FROM pg_class c WHERE c.oid IN ({list}) AND (c.relrowsecurity OR c.relforcerowsecurity) \
+                 UNION ALL \
+                 SELECT CAST(c.relname AS TEXT), 'inheritance child ' || CAST(ch.relname AS TEXT), 'A', '' \
+                 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhparent JOIN pg_class ch ON ch.oid = i.inhrelid \
+                 WHERE i.inhparent IN ({list}) \
+                 UNION ALL \
+                 SELECT CAST(c.relname AS TEXT), 'not a plain table', 'A', '' \
+                 FROM pg_class c WHERE c.oid IN ({list}) AND c.relkind <> 'r'"
             )
         }
         Dialect::MySql => format!(

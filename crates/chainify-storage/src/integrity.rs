@@ -48,10 +48,27 @@ impl fmt::Display for TriggerProblem {
                 f,
                 "digest trigger {trigger} on {table} differs from the generated definition"
             ),
-            TriggerFault::Unexpected => write!(
-                f,
-                "trigger {trigger} on shared table {table} was not created by chainify"
-            ),
+            TriggerFault::Unexpected => {
+                // The PostgreSQL check also names rules, row-level security, inheritance
+                // children and partitioned tables this way (see `ddl::trigger_catalog`).
+                let other = [
+                    "rule ",
+                    "row level security",
+                    "inheritance child ",
+                    "not a plain table",
+                ];
+                if other.iter().any(|p| trigger.starts_with(p)) {
+                    write!(
+                        f,
+                        "{trigger} on shared table {table} or its digest table: not created by chainify, and changes there escape or bypass the digest triggers"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "trigger {trigger} on shared table {table} or its digest table was not created by chainify"
+                    )
+                }
+            }
         }
     }
 }
@@ -162,5 +179,32 @@ impl<B: Backend> Store<B> {
             result
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unexpected_objects_are_named_for_what_they_are() {
+        let unexpected = |trigger: &str| {
+            TriggerProblem {
+                table: "kv".into(),
+                trigger: trigger.into(),
+                fault: TriggerFault::Unexpected,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            unexpected("audit"),
+            "trigger audit on shared table kv or its digest table was not created by chainify"
+        );
+        let rule = unexpected("rule hide");
+        assert!(
+            rule.starts_with("rule hide on shared table kv or its digest table: not created"),
+            "{rule}"
+        );
+        assert!(unexpected("row level security").starts_with("row level security on"));
     }
 }

@@ -279,6 +279,12 @@ const EXTRAS: &str = "\
       WHERE n.nspname = current_schema() AND c.relname = $1 \
         AND COALESCE((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) \
      UNION ALL \
+     SELECT 'partitions or inheritance children (or is one), whose rows and triggers are their own: changes there fire no digest trigger of this table', c.relname::text \
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+      WHERE n.nspname = current_schema() AND c.relname = $1 \
+        AND (c.relkind <> 'r' OR c.relhassubclass OR c.relispartition \
+             OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)) \
+     UNION ALL \
      SELECT 'a rule, which rewrites statements where the other engines run them as written', r.rulename::text \
        FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class \
        JOIN pg_namespace n ON n.oid = c.relnamespace \

@@ -1582,36 +1582,56 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
         let store = setup(f, "bypass_conditional", StoreOptions::default()).await;
         for (tamper, fault) in [
             (
-                "DROP TRIGGER chainify_dg_kv ON kv;
-                 CREATE TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OR DELETE ON kv FOR EACH ROW                  WHEN (current_setting('hunt.skip', true) IS DISTINCT FROM 'on') EXECUTE FUNCTION chainify_dg_kv_fn();
+                "DROP TRIGGER chainify_dg_kv ON kv;\n\
+                 CREATE TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OR DELETE ON kv FOR EACH ROW \
+                 WHEN (current_setting('hunt.skip', true) IS DISTINCT FROM 'on') EXECUTE FUNCTION chainify_dg_kv_fn();\n\
                  ALTER TABLE kv ENABLE ALWAYS TRIGGER chainify_dg_kv",
                 problem("chainify_dg_kv", TriggerFault::Altered),
             ),
             (
-                "DROP TRIGGER chainify_dg_kv ON kv;
-                 CREATE TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OF k OR DELETE ON kv FOR EACH ROW                  EXECUTE FUNCTION chainify_dg_kv_fn();
+                "DROP TRIGGER chainify_dg_kv ON kv;\n\
+                 CREATE TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OF k OR DELETE ON kv FOR EACH ROW \
+                 EXECUTE FUNCTION chainify_dg_kv_fn();\n\
                  ALTER TABLE kv ENABLE ALWAYS TRIGGER chainify_dg_kv",
+                problem("chainify_dg_kv", TriggerFault::Altered),
+            ),
+            (
+                "DROP TRIGGER chainify_dg_kv ON kv;\n\
+                 CREATE TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OR DELETE ON kv FOR EACH ROW \
+                 EXECUTE FUNCTION chainify_dg_kv_fn('x');\n\
+                 ALTER TABLE kv ENABLE ALWAYS TRIGGER chainify_dg_kv",
+                problem("chainify_dg_kv", TriggerFault::Altered),
+            ),
+            (
+                "DROP TRIGGER chainify_dg_kv ON kv;\n\
+                 CREATE CONSTRAINT TRIGGER chainify_dg_kv AFTER INSERT OR UPDATE OR DELETE ON kv \
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chainify_dg_kv_fn();\n\
+                 ALTER TABLE kv ENABLE ALWAYS TRIGGER chainify_dg_kv",
+                problem("chainify_dg_kv", TriggerFault::Altered),
+            ),
+            (
+                "ALTER FUNCTION chainify_dg_kv_fn() SECURITY DEFINER",
                 problem("chainify_dg_kv", TriggerFault::Altered),
             ),
         ] {
             outside(store.backend(), tamper).await;
-            assert_eq!(
-                store.check_triggers().await.expect("catalog"),
-                vec![fault]
-            );
+            assert_eq!(store.check_triggers().await.expect("catalog"), vec![fault]);
             store.reinstall_triggers(&["kv"]).await.expect("reinstall");
             assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
         }
         outside(
             store.backend(),
-            "CREATE RULE hide AS ON INSERT TO chainify_dg_kv              WHERE current_setting('hunt.skip', true) = 'on' DO INSTEAD NOTHING;
-             CREATE RULE also AS ON UPDATE TO kv DO ALSO NOTHING;
-             ALTER TABLE kv ENABLE ROW LEVEL SECURITY",
+            "CREATE RULE hide AS ON INSERT TO chainify_dg_kv \
+             WHERE current_setting('hunt.skip', true) = 'on' DO INSTEAD NOTHING;\n\
+             CREATE RULE also AS ON UPDATE TO kv DO ALSO NOTHING;\n\
+             ALTER TABLE kv ENABLE ROW LEVEL SECURITY;\n\
+             CREATE TABLE kv_more () INHERITS (kv)",
         )
         .await;
         assert_eq!(
             sorted_problems(&store).await,
             vec![
+                problem("inheritance child kv_more", TriggerFault::Unexpected),
                 problem("row level security", TriggerFault::Unexpected),
                 problem("rule also", TriggerFault::Unexpected),
                 problem("rule hide", TriggerFault::Unexpected),
@@ -2816,10 +2836,18 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                  CREATE TABLE rul (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
                  CREATE RULE rul_nothing AS ON UPDATE TO rul DO INSTEAD NOTHING;\n\
                  CREATE TABLE rls (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
-                 ALTER TABLE rls ENABLE ROW LEVEL SECURITY",
+                 ALTER TABLE rls ENABLE ROW LEVEL SECURITY;\n\
+                 CREATE TABLE prt (k BIGINT NOT NULL PRIMARY KEY, v BIGINT) PARTITION BY RANGE (k);\n\
+                 CREATE TABLE prt_1 PARTITION OF prt FOR VALUES FROM (0) TO (100);\n\
+                 CREATE TABLE inh (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 CREATE TABLE inh_c () INHERITS (inh)",
             )
             .await;
             cases.extend([
+                ("prt", "partitions or inheritance children"),
+                ("prt_1", "partitions or inheritance children"),
+                ("inh", "partitions or inheritance children"),
+                ("inh_c", "partitions or inheritance children"),
                 ("rul", "rul_nothing has a rule"),
                 ("rls", "row-level security"),
                 ("pui", "partial unique index"),
