@@ -148,7 +148,7 @@ pub fn issue_network_certs(
 
 /// Issues one server certificate from an existing CA (its certificate and key, PEM) for
 /// `tls_name` ([`chainify_core::OrgId::tls_name`] or [`chainify_core::ORDERER_TLS_NAME`]) and
-/// `hosts`: a network whose certificates predate organization names, a new host, a renewal.
+/// `hosts`: a network whose certificates predate organization names, a new host.
 pub fn issue_cert(
     ca_cert_pem: &str,
     ca_key_pem: &str,

@@ -358,20 +358,7 @@ impl Portable {
         let mut checks = Vec::new();
         let mut out: [Option<Rendered>; 3] = [None, None, None];
         for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
-            let mut w = Writer {
-                dialect,
-                sig,
-                sql: String::new(),
-                bind_order: Vec::new(),
-                numbers: numbers.clone(),
-                checks: Vec::new(),
-                level: 0,
-                aggregates: false,
-                row_cap,
-                filter: false,
-                widen_outputs: false,
-                like_budget: MAX_LIKE_WORK,
-            };
+            let mut w = Writer::new(dialect, sig, numbers.clone(), row_cap);
             w.stmt(&self.stmt)?;
             if w.sql.len() > MAX_RENDERED_LEN {
                 return Err(Rejection::limit(format!(
@@ -2285,6 +2272,27 @@ struct Writer<'a> {
     widen_outputs: bool,
     /// Byte comparisons a row the statement's LIKEs may still make ([`MAX_LIKE_WORK`] in all).
     like_budget: u64,
+}
+
+impl<'a> Writer<'a> {
+    /// A writer of one statement for `dialect`, its parameters typed by `sig` and numbered
+    /// by `numbers`, under `row_cap` when it is a top-level query.
+    fn new(dialect: Dialect, sig: &'a [Ty], numbers: Vec<usize>, row_cap: Option<u64>) -> Self {
+        Writer {
+            dialect,
+            sig,
+            sql: String::new(),
+            bind_order: Vec::new(),
+            numbers,
+            checks: Vec::new(),
+            level: 0,
+            aggregates: false,
+            row_cap,
+            filter: false,
+            widen_outputs: false,
+            like_budget: MAX_LIKE_WORK,
+        }
+    }
 }
 
 fn quote(name: &str) -> String {
@@ -4773,20 +4781,7 @@ mod tests {
     #[test]
     fn a_decimal_the_bound_does_not_follow_is_refused() {
         let sig = [Ty::Dec];
-        let mut w = Writer {
-            dialect: Dialect::Sqlite,
-            sig: &sig,
-            sql: String::new(),
-            bind_order: Vec::new(),
-            numbers: Vec::new(),
-            checks: Vec::new(),
-            level: 0,
-            aggregates: false,
-            row_cap: None,
-            filter: false,
-            widen_outputs: false,
-            like_budget: MAX_LIKE_WORK,
-        };
+        let mut w = Writer::new(Dialect::Sqlite, &sig, Vec::new(), None);
         let lit = || E::Lit(Value::Decimal("2.675".parse().unwrap()));
         let e = w
             .dec_span(&E::Agg(Agg::Max, Some(Box::new(lit()))), 10, 2)
