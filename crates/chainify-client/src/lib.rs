@@ -631,10 +631,17 @@ mod tests {
 
     /// An organization that answers every question about another transaction, as if it had
     /// succeeded (its answers are not signed), and answers queries with one row signed by
-    /// `key` (none without), changed after signing when `tamper`.
+    /// `key` (none without), its rows, height or columns changed after signing when `tamper`.
     struct Lying {
         key: Option<SigningKey>,
-        tamper: bool,
+        tamper: Option<Tamper>,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Tamper {
+        Rows,
+        Height,
+        Columns,
     }
 
     fn other_outcome() -> pb::TxOutcome {
@@ -707,8 +714,12 @@ mod tests {
                 .as_ref()
                 .map(|k| answer.sign(k).0.to_vec())
                 .unwrap_or_default();
-            if self.tamper {
-                rows[0][0] = Value::Int(1_000_000);
+            let (mut columns, mut height) = (columns.clone(), 7);
+            match self.tamper {
+                Some(Tamper::Rows) => rows[0][0] = Value::Int(1_000_000),
+                Some(Tamper::Height) => height = 8,
+                Some(Tamper::Columns) => columns[0] = "savings".into(),
+                None => {}
             }
             Ok(Response::new(pb::QueryResponse {
                 columns,
@@ -718,7 +729,7 @@ mod tests {
                         values: r.iter().map(pb::Value::from).collect(),
                     })
                     .collect(),
-                block_height: 7,
+                block_height: height,
                 signature,
             }))
         }
@@ -751,7 +762,7 @@ mod tests {
     async fn an_answer_about_another_transaction_is_refused() {
         let lying = Lying {
             key: None,
-            tamper: false,
+            tamper: None,
         };
         let client = lied_to(lying, None).await;
         let tx = || Tx::new().statement("UPDATE t SET v = 1 WHERE k = 1", []);
@@ -790,28 +801,28 @@ mod tests {
         let query = |c: Client| async move { c.query("SELECT bal FROM checking", []).await };
         let honest = || Lying {
             key: Some(SigningKey::from_seed(&[2; 32])),
-            tamper: false,
+            tamper: None,
         };
         let rows = query(lied_to(honest(), Some(org.public_key())).await)
             .await
             .unwrap();
         assert_eq!(rows.rows, vec![vec![Value::Int(100)]]);
         assert!(rows.signature.is_some());
+        let changed = |t| Lying {
+            key: Some(SigningKey::from_seed(&[2; 32])),
+            tamper: Some(t),
+        };
         for (lying, what) in [
             (
                 Lying {
                     key: Some(other),
-                    tamper: false,
+                    tamper: None,
                 },
                 "another key",
             ),
-            (
-                Lying {
-                    key: Some(SigningKey::from_seed(&[2; 32])),
-                    tamper: true,
-                },
-                "changed rows",
-            ),
+            (changed(Tamper::Rows), "changed rows"),
+            (changed(Tamper::Height), "changed height"),
+            (changed(Tamper::Columns), "changed columns"),
         ] {
             let e = query(lied_to(lying, Some(org.public_key())).await)
                 .await
@@ -824,18 +835,16 @@ mod tests {
         }
         let unsigned = Lying {
             key: None,
-            tamper: false,
+            tamper: None,
         };
         let e = query(lied_to(unsigned, Some(org.public_key())).await)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("carries no signature"), "{e}");
         // A client given no key takes what TLS brought (a changed answer included).
-        let unchecked = Lying {
-            key: Some(SigningKey::from_seed(&[2; 32])),
-            tamper: true,
-        };
-        let rows = query(lied_to(unchecked, None).await).await.unwrap();
+        let rows = query(lied_to(changed(Tamper::Rows), None).await)
+            .await
+            .unwrap();
         assert_eq!(rows.rows, vec![vec![Value::Int(1_000_000)]]);
     }
 
