@@ -177,25 +177,29 @@ async fn text_in_a_decimal_column_is_not_the_number_it_resembles() {
     let mut conn = store.backend().acquire().await.expect("a connection");
     let triggers = conn
         .query(
-            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'acct'",
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'acct'",
             &[],
-            &[chainify_storage::ddl::ReadType::Text],
+            &[chainify_storage::ddl::ReadType::Text; 2],
         )
         .await
         .expect("the triggers");
     drop(conn);
+    // Every trigger of the table dropped, the row changed, each trigger put back as it was.
+    let triggers: Vec<(String, String)> = triggers
+        .into_iter()
+        .map(|t| match <[Value; 2]>::try_from(t) {
+            Ok([Value::Text(name), Value::Text(sql)]) => (name, sql),
+            other => panic!("a trigger row: {other:?}"),
+        })
+        .collect();
+    assert!(!triggers.is_empty(), "the table has digest triggers");
     let mut tamper = String::from("BEGIN;\n");
-    tamper.push_str(
-        "DROP TRIGGER IF EXISTS chainify_dg_acct_bu;\nDROP TRIGGER IF EXISTS chainify_dg_acct_au;\n\
-         DROP TRIGGER IF EXISTS chainify_dg_acct_ai;\nDROP TRIGGER IF EXISTS chainify_dg_acct_ad;\n\
-         DROP TRIGGER IF EXISTS chainify_dg_acct_bi;\n\
-         UPDATE acct SET amount = '100.00' || char(160) WHERE k = 1;\n",
-    );
-    for t in &triggers {
-        if let [Value::Text(sql)] = t.as_slice() {
-            tamper.push_str(sql);
-            tamper.push_str(";\n");
-        }
+    for (name, _) in &triggers {
+        tamper.push_str(&format!("DROP TRIGGER {name};\n"));
+    }
+    tamper.push_str("UPDATE acct SET amount = '100.00' || char(160) WHERE k = 1;\n");
+    for (_, sql) in &triggers {
+        tamper.push_str(&format!("{sql};\n"));
     }
     tamper.push_str("COMMIT");
     outside(store.backend(), &tamper).await;
