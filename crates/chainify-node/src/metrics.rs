@@ -155,6 +155,8 @@ pub struct Metrics {
     pub state_checks: AtomicU64,
     /// Full scans that found the tables differ from the state digest.
     pub state_mismatches: AtomicU64,
+    /// Shared tables a full scan found with a definition changed since registration.
+    pub definition_changes: AtomicU64,
     /// Blocks validated and analysed ahead, while the block before executed.
     pub prepared_ahead: AtomicU64,
     /// Transactions whose analysis an execution found made ahead.
@@ -175,6 +177,7 @@ impl Default for Metrics {
             trigger_repairs: AtomicU64::new(0),
             state_checks: AtomicU64::new(0),
             state_mismatches: AtomicU64::new(0),
+            definition_changes: AtomicU64::new(0),
             prepared_ahead: AtomicU64::new(0),
             analysed_ahead: AtomicU64::new(0),
             graph_barriers: AtomicU64::new(0),
@@ -242,6 +245,11 @@ impl Metrics {
                 "chainify_state_mismatches_total",
                 "Full scans that found the shared tables differ from the state digest.",
                 &self.state_mismatches,
+            ),
+            (
+                "chainify_definition_changes_total",
+                "Shared tables a full scan found changed (a CHECK, a default, a column, a trigger) since registration.",
+                &self.definition_changes,
             ),
             (
                 "chainify_blocks_prepared_ahead_total",

@@ -306,8 +306,20 @@ impl<B: Backend> LocalExecution<B> {
         if result.is_ok() {
             state.schedule.finished(Instant::now(), took);
         }
+        if let Ok(check) = &result {
+            // No restore repairs a definition: it is reported, and the vote stops what it
+            // makes this organization compute otherwise.
+            for change in &check.changed_definitions {
+                self.metrics
+                    .definition_changes
+                    .fetch_add(1, Ordering::Relaxed);
+                findings.push(format!(
+                    "full scan: {change}; the organizations must agree on schema changes: restore the definition"
+                ));
+            }
+        }
         match result {
-            Ok(check) if check.agrees() => {
+            Ok(check) if check.differing.is_empty() => {
                 tracing::info!(block = ?check.block, rows = check.rows, "full scan agrees with the state digest");
             }
             Ok(check) => {

@@ -21,6 +21,7 @@
 //! queries, and the binary for `chainify analyze`.
 
 mod analyze;
+pub mod check;
 mod determinism;
 mod ident;
 pub mod json;

@@ -4,6 +4,8 @@
 
 use chainify_core::{Decimal, Hasher, Value};
 use chainify_sql::ColumnType;
+use chainify_sql::check::check_problem;
+use chainify_sql::render::Dialect;
 use chainify_sql::schema::{Column, Declared, ForeignKey, Limit, Table};
 
 use crate::error::RegistrationError;
@@ -49,6 +51,17 @@ pub struct CatalogForeignKey {
     pub on_update: String,
 }
 
+/// A CHECK constraint as the catalog reports it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CatalogCheck {
+    /// Its name (SQLite keeps none for an unnamed one: then `CHECK (<clause>)`).
+    pub name: String,
+    /// The expression as the engine prints it.
+    pub clause: String,
+    /// The engine that printed it.
+    pub dialect: Dialect,
+}
+
 /// A table as the catalog reports it.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct CatalogTable {
@@ -62,6 +75,8 @@ pub struct CatalogTable {
     pub uniques: Vec<Vec<String>>,
     /// Foreign keys.
     pub foreign_keys: Vec<CatalogForeignKey>,
+    /// CHECK constraints, by name.
+    pub checks: Vec<CatalogCheck>,
     /// Things the backend found that make the table unusable (an expression index, …).
     pub problems: Vec<String>,
 }
@@ -75,8 +90,36 @@ impl CatalogTable {
     }
 
     /// A fingerprint of everything registration depends on, to notice a table that changed
-    /// after it was registered.
+    /// after it was registered: [`CatalogTable::fingerprint_v1`] and, since CHECK constraints
+    /// are shared, the columns' defaults, the CHECK constraints and the problems found (a user
+    /// trigger, a rule, a collation …).
     pub fn fingerprint(&self) -> String {
+        let mut h = Hasher::new();
+        let mut field = |s: &str| {
+            h.update(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_be_bytes());
+            h.update(s.as_bytes());
+        };
+        field("chainify definition v2");
+        field(&self.fingerprint_v1());
+        for c in &self.columns {
+            field(&c.name);
+            field(c.default.as_deref().unwrap_or("\0no default"));
+            field(c.engine_problem.as_deref().unwrap_or(""));
+        }
+        for c in &self.checks {
+            field(&c.name);
+            field(&c.clause);
+        }
+        for p in &self.problems {
+            field(p);
+        }
+        h.finish().to_hex()
+    }
+
+    /// The fingerprint stored by versions before CHECK constraints were shared: names, types,
+    /// NOT NULL, keys and foreign keys. A table registered then is upgraded when it still has
+    /// this one ([`crate::Store::open`]).
+    pub fn fingerprint_v1(&self) -> String {
         let mut h = Hasher::new();
         let mut field = |s: &str| {
             h.update(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_be_bytes());
@@ -103,6 +146,108 @@ impl CatalogTable {
             ));
         }
         h.finish().to_hex()
+    }
+
+    /// How this definition differs from `registered`, the one the organization runs with, one
+    /// finding per difference (empty: none), for an operator to undo.
+    pub fn changes_from(&self, registered: &CatalogTable) -> Vec<String> {
+        let mut changes = Vec::new();
+        let shown =
+            |d: &Option<String>| d.as_deref().map_or("none".to_owned(), |d| format!("`{d}`"));
+        for r in &registered.columns {
+            match self.columns.iter().find(|c| c.name == r.name) {
+                None => changes.push(format!("column {} was dropped", r.name)),
+                Some(c) => {
+                    if c.native_type != r.native_type {
+                        changes.push(format!(
+                            "column {} has type {} instead of {}",
+                            r.name, c.native_type, r.native_type
+                        ));
+                    }
+                    if c.not_null != r.not_null {
+                        let nn = |b: bool| if b { "NOT NULL" } else { "nullable" };
+                        changes.push(format!(
+                            "column {} is {} instead of {}",
+                            r.name,
+                            nn(c.not_null),
+                            nn(r.not_null)
+                        ));
+                    }
+                    if c.default != r.default {
+                        changes.push(format!(
+                            "column {}'s default is {} instead of {}",
+                            r.name,
+                            shown(&c.default),
+                            shown(&r.default)
+                        ));
+                    }
+                    if c.engine_problem != r.engine_problem
+                        && let Some(p) = &c.engine_problem
+                    {
+                        changes.push(format!("column {}: {p}", r.name));
+                    }
+                }
+            }
+        }
+        for c in &self.columns {
+            if !registered.columns.iter().any(|r| r.name == c.name) {
+                changes.push(format!("column {} was added", c.name));
+            }
+        }
+        let order = |t: &CatalogTable| t.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        if changes.is_empty() && order(self) != order(registered) {
+            changes.push("the columns are in another order".into());
+        }
+        if self.primary_key != registered.primary_key {
+            changes.push(format!(
+                "the primary key is ({}) instead of ({})",
+                self.primary_key.join(", "),
+                registered.primary_key.join(", ")
+            ));
+        }
+        if self.uniques != registered.uniques {
+            let list = |u: &[Vec<String>]| {
+                u.iter()
+                    .map(|cols| format!("({})", cols.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            changes.push(format!(
+                "the unique constraints are [{}] instead of [{}]",
+                list(&self.uniques),
+                list(&registered.uniques)
+            ));
+        }
+        if self.foreign_keys != registered.foreign_keys {
+            changes.push("its foreign keys changed".into());
+        }
+        for r in &registered.checks {
+            match self.checks.iter().find(|c| c.name == r.name) {
+                None => changes.push(format!("CHECK constraint {} was dropped", r.name)),
+                Some(c) if c.clause != r.clause => changes.push(format!(
+                    "CHECK constraint {} is `{}` instead of `{}`",
+                    r.name, c.clause, r.clause
+                )),
+                Some(_) => {}
+            }
+        }
+        for c in &self.checks {
+            if !registered.checks.iter().any(|r| r.name == c.name) {
+                changes.push(format!(
+                    "CHECK constraint {} `{}` was added",
+                    c.name, c.clause
+                ));
+            }
+        }
+        for p in &self.problems {
+            if !registered.problems.contains(p) {
+                changes.push(p.clone());
+            }
+        }
+        if changes.is_empty() && self != registered {
+            changes.push("its definition changed".into());
+        }
+        changes
     }
 
     /// Checks the rules for shared tables and converts to the analyser's table description.
@@ -226,18 +371,24 @@ impl CatalogTable {
                 })
             })
             .collect::<Result<Vec<_>, RegistrationError>>()?;
+        let columns: Vec<Column> = self
+            .columns
+            .iter()
+            .map(|c| Column {
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                limit: Limit::of_declared(&c.native_type, &c.ty),
+                not_null: c.not_null,
+            })
+            .collect();
+        for check in &self.checks {
+            if let Some(problem) = check_problem(&columns, &check.clause, check.dialect) {
+                return Err(def(format!("CHECK constraint {}: {problem}", check.name)));
+            }
+        }
         Ok(Table {
             name: self.name.clone(),
-            columns: self
-                .columns
-                .iter()
-                .map(|c| Column {
-                    name: c.name.clone(),
-                    ty: c.ty.clone(),
-                    limit: Limit::of_declared(&c.native_type, &c.ty),
-                    not_null: c.not_null,
-                })
-                .collect(),
+            columns,
             primary_key,
             uniques,
             foreign_keys,
@@ -603,8 +754,31 @@ pub(crate) mod tests {
                 on_delete: "CASCADE".into(),
                 on_update: "NO ACTION".into(),
             }],
+            checks: vec![],
             problems: vec![],
         }
+    }
+
+    #[test]
+    fn check_constraints_are_shared_only_when_every_engine_computes_them_alike() {
+        let mut t = table();
+        t.checks.push(CatalogCheck {
+            name: "checking_bal_check".into(),
+            clause: "(bal >= (0)::numeric)".into(),
+            dialect: Dialect::Postgres,
+        });
+        t.to_shared().expect("a comparison with a literal");
+        t.checks.push(CatalogCheck {
+            name: "CONSTRAINT_1".into(),
+            clause: "octet_length(`bal`) < 4".into(),
+            dialect: Dialect::MySql,
+        });
+        let e = t.to_shared().unwrap_err().to_string();
+        assert!(
+            e.starts_with("table checking: CHECK constraint CONSTRAINT_1: `octet_length("),
+            "{e}"
+        );
+        assert!(e.contains("calls octet_length()"), "{e}");
     }
 
     #[test]
@@ -706,12 +880,71 @@ pub(crate) mod tests {
     fn fingerprint_sees_definition_changes() {
         let a = table().fingerprint();
         assert_eq!(a, table().fingerprint());
+        assert_ne!(a, table().fingerprint_v1(), "the versions are told apart");
         let mut t = table();
         t.columns[1].native_type = "DECIMAL(18,3)".into();
         assert_ne!(t.fingerprint(), a);
         let mut t = table();
         t.uniques.push(vec!["bal".into()]);
         assert_ne!(t.fingerprint(), a);
+        // What the first version did not see: a default, a CHECK, a problem found.
+        let v1 = table().fingerprint_v1();
+        let mut t = table();
+        t.columns[1].default = Some("0".into());
+        assert_eq!(t.fingerprint_v1(), v1);
+        assert_ne!(t.fingerprint(), a);
+        let mut t = table();
+        t.checks.push(CatalogCheck {
+            name: "pos".into(),
+            clause: "bal >= 0".into(),
+            dialect: Dialect::Sqlite,
+        });
+        assert_eq!(t.fingerprint_v1(), v1);
+        assert_ne!(t.fingerprint(), a);
+        let mut t = table();
+        t.problems.push("bump is a user trigger".into());
+        assert_ne!(t.fingerprint(), a);
+    }
+
+    #[test]
+    fn changes_are_named_for_the_operator() {
+        let registered = table();
+        assert_eq!(table().changes_from(&registered), Vec::<String>::new());
+        let mut t = table();
+        t.columns[1].default = Some("0".into());
+        t.checks.push(CatalogCheck {
+            name: "pos".into(),
+            clause: "bal >= 0".into(),
+            dialect: Dialect::Sqlite,
+        });
+        t.columns.push(CatalogColumn {
+            name: "note".into(),
+            ..t.columns[1].clone()
+        });
+        t.problems.push("bump is a user trigger".into());
+        assert_eq!(
+            t.changes_from(&registered),
+            vec![
+                "column bal's default is `0` instead of none".to_owned(),
+                "column note was added".into(),
+                "CHECK constraint pos `bal >= 0` was added".into(),
+                "bump is a user trigger".into(),
+            ]
+        );
+        assert_eq!(
+            registered.changes_from(&t),
+            vec![
+                "column bal's default is none instead of `0`".to_owned(),
+                "column note was dropped".into(),
+                "CHECK constraint pos was dropped".into(),
+            ]
+        );
+        let mut t = table();
+        t.columns.swap(0, 1);
+        assert_eq!(
+            t.changes_from(&registered),
+            vec!["the columns are in another order".to_owned()]
+        );
     }
 
     #[test]

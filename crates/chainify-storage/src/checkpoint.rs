@@ -445,6 +445,7 @@ impl<B: Backend> Store<B> {
         let p = |n| ddl::placeholder(dialect, n);
         let b = int(block)?;
         let during = format!("restoring the checkpoint at block {block}");
+        self.require_definitions(&during).await?;
         let tables = self.tables();
         let order = parents_first(&tables);
         let holders = self.snapshot_holders(block, &during).await?;

@@ -158,6 +158,10 @@ pub enum StorageError {
     /// One of chainify's own tables holds something chainify never writes.
     #[error("corrupt system table: {0}")]
     Corrupt(String),
+    /// A shared table's definition changed behind chainify since it was registered: the
+    /// organization would compute otherwise than the others, and no restore repairs that.
+    #[error("{0}")]
+    DefinitionChanged(String),
     /// A checkpoint operation cannot proceed.
     #[error("checkpoint: {0}")]
     Checkpoint(String),

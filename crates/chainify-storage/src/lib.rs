@@ -51,7 +51,7 @@ pub use postgres::{PgConn, Postgres};
 pub use query::{QueryConn, QueryResult, ReadSnapshot};
 pub use sqlite::{Sqlite, SqliteConn};
 pub use state::{StateCheck, state_digest};
-pub use store::Store;
+pub use store::{DefinitionChange, Store};
 pub use transfer::{AdoptedBlock, Adoption, RangePatch};
 
 /// Connection and execution settings of a store.

@@ -16,7 +16,9 @@ use crate::backend::{
     Backend, DeferForeignKeys, Suspicion, catalog_error, classify,
     plain_statement_text as statement_text, sqlx_backend_basics, sqlx_conn,
 };
-use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
+use crate::catalog::{
+    CatalogCheck, CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type,
+};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
 use crate::value::{bool_from_i64, decimal_param, parse_decimal};
@@ -291,6 +293,19 @@ const INDEXES: &str = "SELECT CONVERT(INDEX_NAME USING utf8mb4), CONVERT(COLUMN_
      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
      ORDER BY INDEX_NAME, SEQ_IN_INDEX";
 
+/// CHECK constraints: name and expression (MariaDB names a column's after the column, so they
+/// are told apart by table).
+const CHECKS_MARIADB: &str = "SELECT CONVERT(CONSTRAINT_NAME USING utf8mb4), CONVERT(CHECK_CLAUSE USING utf8mb4) \
+     FROM information_schema.CHECK_CONSTRAINTS \
+     WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY CONSTRAINT_NAME";
+
+/// The same on MySQL, whose CHECK_CONSTRAINTS has no table (names are unique in a schema).
+const CHECKS_MYSQL: &str = "SELECT CONVERT(cc.CONSTRAINT_NAME USING utf8mb4), CONVERT(cc.CHECK_CLAUSE USING utf8mb4) \
+     FROM information_schema.TABLE_CONSTRAINTS tc JOIN information_schema.CHECK_CONSTRAINTS cc \
+       ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME \
+     WHERE tc.CONSTRAINT_TYPE = 'CHECK' AND tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = ? \
+     ORDER BY cc.CONSTRAINT_NAME";
+
 const FOREIGN_KEYS: &str = "SELECT CONVERT(k.CONSTRAINT_NAME USING utf8mb4), CONVERT(k.COLUMN_NAME USING utf8mb4), \
      CONVERT(k.REFERENCED_TABLE_NAME USING utf8mb4), CONVERT(k.REFERENCED_COLUMN_NAME USING utf8mb4), \
      CONVERT(r.DELETE_RULE USING utf8mb4), CONVERT(r.UPDATE_RULE USING utf8mb4) \
@@ -498,6 +513,26 @@ impl Backend for MySql {
             } else {
                 t.uniques.push(cols);
             }
+        }
+        let checks = match sqlx::query(CHECKS_MARIADB)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(_) => sqlx::query(CHECKS_MYSQL)
+                .bind(table)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(err("reading the CHECK constraints of a table"))?,
+        };
+        for r in checks {
+            let e = err("decoding a CHECK constraint");
+            t.checks.push(CatalogCheck {
+                name: r.try_get(0).map_err(&e)?,
+                clause: r.try_get(1).map_err(&e)?,
+                dialect: Dialect::MySql,
+            });
         }
         let fks = sqlx::query(FOREIGN_KEYS)
             .bind(table)

@@ -19,7 +19,7 @@ use crate::backend::{
     Backend, DeferForeignKeys, Suspicion, catalog_error, classify, sqlx_backend_basics, sqlx_conn,
     typed_statement_text as statement_text,
 };
-use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable};
+use crate::catalog::{CatalogCheck, CatalogColumn, CatalogForeignKey, CatalogTable};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
 use crate::value::{decimal_param, parse_decimal};
@@ -257,6 +257,14 @@ const FOREIGN_KEYS: &str = "SELECT \
      WHERE con.contype = 'f' AND n.nspname = current_schema() AND c.relname = $1 \
      ORDER BY con.conname";
 
+/// CHECK constraints: name and expression.
+const CHECKS: &str = "\
+     SELECT con.conname::text, pg_get_expr(con.conbin, con.conrelid) \
+     FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid \
+     JOIN pg_namespace n ON n.oid = c.relnamespace \
+     WHERE con.contype = 'c' AND n.nspname = current_schema() AND c.relname = $1 \
+     ORDER BY con.conname";
+
 /// What makes a table unusable beyond its columns' types: exclusion constraints and UNIQUE
 /// NULLS NOT DISTINCT (no other engine has them), user triggers (they change rows the digest
 /// triggers then record differently from the other engines), text columns whose collation is
@@ -460,6 +468,18 @@ impl Backend for Postgres {
             let what: String = r.try_get(0).map_err(err("decoding a constraint"))?;
             let name: String = r.try_get(1).map_err(err("decoding a constraint"))?;
             t.problems.push(format!("{name} has {what}"));
+        }
+        let checks = sqlx::query(CHECKS)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the CHECK constraints of a table"))?;
+        for r in checks {
+            t.checks.push(CatalogCheck {
+                name: r.try_get(0).map_err(err("decoding a CHECK constraint"))?,
+                clause: r.try_get(1).map_err(err("decoding a CHECK constraint"))?,
+                dialect: Dialect::Postgres,
+            });
         }
         let fks = sqlx::query(FOREIGN_KEYS)
             .bind(table)

@@ -26,7 +26,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::StoreOptions;
 use crate::backend::{Backend, Conn, DeferForeignKeys, PoolUse};
-use crate::catalog::{CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type};
+use crate::catalog::{
+    CatalogCheck, CatalogColumn, CatalogForeignKey, CatalogTable, classify_declared_type,
+};
 use crate::ddl::ReadType;
 use crate::error::{DbError, DbErrorKind, StorageError, redact_url};
 use crate::value::{bool_from_i64, decimal_from_f64, decimal_from_i64};
@@ -1017,6 +1019,24 @@ impl Sqlite {
             t.problems.push(format!(
                 "declares ON CONFLICT {resolution}, with which SQLite resolves a constraint violation where the other engines abort the statement (REPLACE deletes rows no trigger records, ROLLBACK ends the block's transaction); remove the clause"
             ));
+        }
+        // SQLite keeps its CHECK constraints only in the definition's text. One that cannot be
+        // read is refused rather than taken for none.
+        if let Some(definition) = definition.as_deref()
+            && definition_words(definition).iter().any(|w| w == "CHECK")
+        {
+            match chainify_sql::check::sqlite_checks(definition) {
+                Ok(checks) => t.checks.extend(checks.into_iter().map(|(name, clause)| {
+                    CatalogCheck {
+                        name: name.unwrap_or_else(|| format!("CHECK ({clause})")),
+                        clause,
+                        dialect: Dialect::Sqlite,
+                    }
+                })),
+                Err(e) => t.problems.push(format!(
+                    "its CHECK constraints cannot be read from its definition ({e}); declare them as `CHECK (<comparisons>)`"
+                )),
+            }
         }
         if definition.as_deref().is_some_and(deferred_constraint) {
             t.problems.push(

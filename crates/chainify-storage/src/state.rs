@@ -54,12 +54,15 @@ pub struct StateCheck {
     pub pending: u64,
     /// Rows scanned.
     pub rows: u64,
+    /// Shared tables whose definition changed since registration: they may hold the agreed
+    /// rows and still compute otherwise ([`Store::check_definitions`]).
+    pub changed_definitions: Vec<crate::store::DefinitionChange>,
 }
 
 impl StateCheck {
-    /// Whether the tables hold what the ledger says.
+    /// Whether the tables hold what the ledger says, under the definitions registered.
     pub fn agrees(&self) -> bool {
-        self.differing.is_empty()
+        self.differing.is_empty() && self.changed_definitions.is_empty()
     }
 }
 
@@ -238,7 +241,11 @@ impl<B: Backend> Store<B> {
             self.db(conn.begin_read_snapshot().await, during)?;
             let result = self.check_state_in(&mut conn, during).await;
             let _ = conn.rollback().await;
-            result
+            // The catalog is read on connections of its own: release this one first.
+            drop(conn);
+            let mut check = result?;
+            check.changed_definitions = self.check_definitions().await?;
+            Ok(check)
         })
         .await
     }
@@ -284,6 +291,7 @@ impl<B: Backend> Store<B> {
             differing,
             pending: pending_total,
             rows,
+            changed_definitions: Vec::new(),
         })
     }
 

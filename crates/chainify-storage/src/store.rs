@@ -85,6 +85,7 @@ impl<B: Backend> Store<B> {
                 e => e,
             })?;
         let mut tables = BTreeMap::new();
+        let mut upgrade = Vec::new();
         for row in registered {
             let (Value::Text(name), Value::Text(fingerprint)) = (&row[0], &row[1]) else {
                 continue;
@@ -97,13 +98,40 @@ impl<B: Backend> Store<B> {
                 .into());
             };
             if &t.fingerprint() != fingerprint {
-                return Err(RegistrationError::Definition {
-                    table: name.clone(),
-                    problem: "changed since it was registered (columns, types, keys or constraints); the organizations must agree on schema changes".into(),
+                // Registered by a version whose fingerprint saw less: unchanged in what it saw,
+                // the table is held to the rules of this one and its fingerprint upgraded.
+                if &t.fingerprint_v1() != fingerprint {
+                    return Err(RegistrationError::Definition {
+                        table: name.clone(),
+                        problem: "changed since it was registered (columns, types, defaults, keys, CHECK or other constraints, triggers); the organizations must agree on schema changes: restore the definition".into(),
+                    }
+                    .into());
                 }
-                .into());
+                t.to_shared()?;
+                upgrade.push(t.clone());
             }
             tables.insert(name.clone(), t);
+        }
+        if !store.options.read_only {
+            let during = "upgrading a shared table's definition fingerprint";
+            let dialect = store.backend.dialect();
+            let sql = format!(
+                "UPDATE chainify_shared_tables SET fingerprint = {} WHERE table_name = {}",
+                ddl::placeholder(dialect, 1),
+                ddl::placeholder(dialect, 2)
+            );
+            for t in &upgrade {
+                let mut conn = store.acquire(during).await?;
+                store.db(
+                    conn.execute(
+                        &sql,
+                        &[&Value::Text(t.fingerprint()), &Value::Text(t.name.clone())],
+                        false,
+                    )
+                    .await,
+                    during,
+                )?;
+            }
         }
         if !store.options.read_only {
             store.upgrade_snapshot_tables(tables.values()).await?;
@@ -243,6 +271,46 @@ impl<B: Backend> Store<B> {
         schema_of(self.tables().values())
     }
 
+    /// Reads every shared table's definition from the catalog again and names what changed
+    /// since the organization registered or opened it, table by table (empty: nothing). A
+    /// change the DBA made behind chainify (a CHECK constraint, a default, a trigger) makes this
+    /// organization compute otherwise than the others without touching a row, so neither the
+    /// trigger check nor the scan would see it; nor can a restore repair it.
+    pub async fn check_definitions(&self) -> Result<Vec<DefinitionChange>, StorageError> {
+        let mut found = Vec::new();
+        for (name, registered) in self.tables().iter() {
+            let changes = match self.backend.introspect(name).await? {
+                None => vec!["the table no longer exists".to_owned()],
+                Some(now) => now.changes_from(registered),
+            };
+            if !changes.is_empty() {
+                found.push(DefinitionChange {
+                    table: name.clone(),
+                    changes,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Fails, naming the changes, when a shared table's definition changed since registration
+    /// ([`Store::check_definitions`]): rows restored or replayed into it would not come out as
+    /// the other organizations' do.
+    pub(crate) async fn require_definitions(&self, during: &str) -> Result<(), StorageError> {
+        let changed = self.check_definitions().await?;
+        if changed.is_empty() {
+            return Ok(());
+        }
+        Err(StorageError::DefinitionChanged(format!(
+            "{during}: {}; the organizations must agree on schema changes: restore the definition",
+            changed
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )))
+    }
+
     /// Registers shared tables: checks each against the rules (primary key, portable types,
     /// foreign keys only to shared tables), then generates and installs its digest table,
     /// snapshot table and triggers. Registering a registered, unchanged table again reinstalls
@@ -266,7 +334,10 @@ impl<B: Backend> Store<B> {
                 {
                     return Err(RegistrationError::Definition {
                         table: t.name.clone(),
-                        problem: "changed since it was registered; re-registering a changed table is not supported".into(),
+                        problem: format!(
+                            "changed since it was registered ({}); re-registering a changed table is not supported",
+                            t.changes_from(old).join("; ")
+                        ),
                     }
                     .into());
                 }
@@ -427,6 +498,26 @@ impl<B: Backend> Store<B> {
     /// Closes the connection pool.
     pub async fn close(&self) {
         self.backend.close().await;
+    }
+}
+
+/// A shared table whose definition changed behind chainify ([`Store::check_definitions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefinitionChange {
+    /// The table.
+    pub table: String,
+    /// What changed, one finding each.
+    pub changes: Vec<String>,
+}
+
+impl std::fmt::Display for DefinitionChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "table {} changed since it was registered: {}",
+            self.table,
+            self.changes.join(", ")
+        )
     }
 }
 

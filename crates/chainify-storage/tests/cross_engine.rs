@@ -138,6 +138,80 @@ async fn decimal_keys_digest_alike_on_every_engine() {
 
 /// The ranges where `target`'s tables differ from `source`'s checkpoint at `c`, found by the
 /// Merkle descent, with `source`'s rows in them: what a state transfer fetches.
+/// CHECK constraints are evaluated by each engine itself, on the value as stored: a decimal
+/// rounded to its scale (999.995 is 1000.00, -2.495 is -2.50), text compared byte by byte
+/// ('é' sorts after 'zz'), NULL passing. The shared subset decides every row alike, in one
+/// block where each transaction's outcome depends on its CHECK.
+async fn checks_on<F: Fixture>(f: &F) -> (Vec<bool>, Vec<Digest>, Vec<Vec<Vec<Value>>>) {
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_testkit::conformance::storage::outside;
+    let store = setup(f, "check_constraints", StoreOptions::default()).await;
+    outside(
+        store.backend(),
+        "CREATE TABLE ck (k BIGINT NOT NULL PRIMARY KEY, v BIGINT CHECK (v >= 0), \
+         d DECIMAL(6,2) CHECK (d > -2.5 AND d < 1000 OR d IS NULL), \
+         s VARCHAR(8) CHECK (s <> '' AND s BETWEEN 'a' AND 'zz'), lo BIGINT, hi BIGINT, \
+         CONSTRAINT ordered CHECK (NOT (lo > hi)))",
+    )
+    .await;
+    store.register(&["ck"]).await.expect("register ck");
+    let statements = [
+        "INSERT INTO ck (k, v, d, s, lo, hi) VALUES (1, 0, 999.99, 'a', 1, 2)",
+        "INSERT INTO ck (k, v) VALUES (2, -1)",
+        "INSERT INTO ck (k, d) VALUES (3, 999.995)",
+        "INSERT INTO ck (k, d) VALUES (4, 999.994)",
+        "INSERT INTO ck (k, d) VALUES (5, -2.495)",
+        "INSERT INTO ck (k, d) VALUES (6, -2.494)",
+        "INSERT INTO ck (k, s) VALUES (7, 'é')",
+        "INSERT INTO ck (k, s) VALUES (8, 'zz')",
+        "INSERT INTO ck (k, s) VALUES (9, 'zz ')",
+        "INSERT INTO ck (k, s) VALUES (10, '')",
+        "INSERT INTO ck (k, lo, hi) VALUES (11, 3, 2)",
+        "INSERT INTO ck (k, lo) VALUES (12, 3)",
+        "UPDATE ck SET v = v - 1 WHERE k = 1",
+        "UPDATE ck SET d = d + 0.01 WHERE k = 1",
+        "UPDATE ck SET hi = 1 WHERE k = 1",
+        "UPDATE ck SET hi = 0, lo = 0 WHERE k = 1",
+    ];
+    let txs = statements
+        .iter()
+        .map(|sql| {
+            Some(Transaction {
+                statements: vec![Statement::new(*sql, vec![])],
+            })
+        })
+        .collect();
+    let b = block(&store, 0, txs);
+    let o = store
+        .execute_block(&b, ExecMode::Serial)
+        .await
+        .expect("the block");
+    let check = store.check_state().await.expect("scan");
+    assert!(check.agrees(), "{check:?}");
+    (o.success, vec![o.digest, o.state], dump_all(&store).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_constraints_decide_alike_on_every_engine() {
+    let lite = checks_on(&SqliteFixture).await;
+    let pg = checks_on(&PgFixture).await;
+    let my = checks_on(&MySqlFixture).await;
+    assert_eq!(
+        lite.0,
+        vec![
+            true, false, false, true, false, true, false, true, false, false, false, true, false,
+            false, true, true
+        ],
+        "SQLite's outcomes"
+    );
+    assert_eq!(pg.0, lite.0, "PostgreSQL's outcomes differ from SQLite's");
+    assert_eq!(my.0, lite.0, "MariaDB's outcomes differ from SQLite's");
+    assert_eq!(pg.1, lite.1, "PostgreSQL's digests differ from SQLite's");
+    assert_eq!(my.1, lite.1, "MariaDB's digests differ from SQLite's");
+    assert_eq!(pg.2, lite.2);
+    assert_eq!(my.2, lite.2);
+}
+
 async fn patches<S: Backend, T: Backend>(
     source: &Store<S>,
     c: BlockNumber,

@@ -422,6 +422,9 @@ pub(crate) fn verify(args: &VerifyArgs) -> anyhow::Result<std::process::ExitCode
             "pending_changes": check.pending,
             "differing_tables": check.differing,
         });
+        for change in &check.changed_definitions {
+            fail(&mut report, change.to_string());
+        }
         match (entries.last(), check.block) {
             // Changes recorded but in no block: made outside chainify (or a block is being
             // executed). Their recorded before-images come from the audited database itself,

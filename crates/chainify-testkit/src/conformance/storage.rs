@@ -60,6 +60,7 @@ macro_rules! storage_conformance_tests {
             transient_lock_conflicts_are_retried,
             a_read_snapshot_holds_back_no_writer,
             values_that_do_not_fit_abort_alike,
+            definition_changes_behind_chainify_are_named,
             outside_changes_reach_the_next_digest,
             outside_writes_racing_the_digest_are_hashed_once,
             trigger_bypasses_are_caught,
@@ -2776,6 +2777,36 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             .await
             .expect("keys that only delete the same rows agree in any order");
     }
+    // Each engine evaluates a CHECK itself: the subset every engine computes alike is shared
+    // (MariaDB reads length() as octet_length(), bytes; SQLite keeps DECIMAL as floating point).
+    outside(
+        backend,
+        "CREATE TABLE ckok (k BIGINT NOT NULL PRIMARY KEY, v BIGINT CHECK (v >= 0), s VARCHAR(8), d DECIMAL(6,2), CONSTRAINT named CHECK (s <> 'x' OR s IS NULL), CHECK (d BETWEEN -1.5 AND 99 AND v <= k));\n\
+         CREATE TABLE cklen (k BIGINT NOT NULL PRIMARY KEY, s VARCHAR(8), CONSTRAINT short CHECK (length(s) < 4));\n\
+         CREATE TABLE ckin (k BIGINT NOT NULL PRIMARY KEY, s VARCHAR(8), CONSTRAINT ab CHECK (s IN ('a', 'b')));\n\
+         CREATE TABLE ckmix (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, d DECIMAL(6,2), CONSTRAINT mix CHECK (v < d));\n\
+         CREATE TABLE cksum (k BIGINT NOT NULL PRIMARY KEY, d DECIMAL(6,2), e DECIMAL(6,2), CONSTRAINT total CHECK (d + e < 10))",
+    )
+    .await;
+    store
+        .register(&["ckok"])
+        .await
+        .expect("comparisons with literals and columns of one type");
+    cases.extend([
+        ("cklen", "CHECK constraint short: `"),
+        ("cklen", "length()"),
+        ("ckin", "CHECK constraint ab: `"),
+        ("ckin", "is an IN list"),
+        ("ckmix", "CHECK constraint mix: `"),
+        ("cksum", "CHECK constraint total: `"),
+        ("cksum", "computes a value"),
+    ]);
+    // PostgreSQL prints the comparison with a cast of v to numeric.
+    cases.push(if backend.dialect() == Dialect::Postgres {
+        ("ckmix", "`(v)::NUMERIC` casts to another type")
+    } else {
+        ("ckmix", "compares v and d, which are not of one type")
+    });
     match backend.dialect() {
         Dialect::Postgres => {
             outside(
@@ -2997,6 +3028,123 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
         );
         assert!(!store.tables().contains_key(table));
     }
+}
+
+/// Case: a DBA changes a shared table's definition behind chainify, without touching a row: a
+/// CHECK constraint, a column's default, a column. Neither the trigger check nor the rows
+/// would show it while the organization computes otherwise than the others. The full scan
+/// names each change, a restore refuses to run into the changed definition, and the store does
+/// not open over it; undone, everything agrees again. A fingerprint of the first version
+/// (which saw no defaults or CHECKs) is upgraded when the table still matches it.
+pub async fn definition_changes_behind_chainify_are_named<F: Fixture>(f: &F) {
+    let store = setup(f, "drift", StoreOptions::default()).await;
+    let b0 = random_block(&store, 0, 7, 30);
+    run(&store, &b0, ExecMode::Parallel(4)).await;
+    store
+        .checkpoint(BlockNumber(0))
+        .await
+        .expect("a checkpoint");
+    let dialect = store.backend().dialect();
+    let (change, expected, undo): (&str, Vec<&str>, &str) = match dialect {
+        Dialect::Postgres => (
+            "ALTER TABLE kv ADD CONSTRAINT small CHECK (v < 100000);\n\
+             ALTER TABLE kv ALTER COLUMN v SET DEFAULT 5;\n\
+             ALTER TABLE kv ADD COLUMN w BIGINT",
+            vec![
+                "column v's default is `5` instead of none",
+                "column w was added",
+                "CHECK constraint small `(v < 100000)` was added",
+            ],
+            "ALTER TABLE kv DROP CONSTRAINT small;\n\
+             ALTER TABLE kv ALTER COLUMN v DROP DEFAULT;\n\
+             ALTER TABLE kv DROP COLUMN w",
+        ),
+        Dialect::MySql => (
+            "ALTER TABLE kv ADD CONSTRAINT small CHECK (v < 100000);\n\
+             ALTER TABLE kv ALTER COLUMN v SET DEFAULT 5;\n\
+             ALTER TABLE kv ADD COLUMN w BIGINT",
+            vec![
+                "column v's default is `5` instead of none",
+                "column w was added",
+                "CHECK constraint small `\"v\" < 100000` was added",
+            ],
+            "ALTER TABLE kv DROP CONSTRAINT small;\n\
+             ALTER TABLE kv ALTER COLUMN v DROP DEFAULT;\n\
+             ALTER TABLE kv DROP COLUMN w",
+        ),
+        // SQLite alters no constraint or default in place: a column with its own CHECK.
+        Dialect::Sqlite => (
+            "ALTER TABLE kv ADD COLUMN w BIGINT DEFAULT 0 CHECK (w < 10)",
+            vec![
+                "column w was added",
+                "CHECK constraint CHECK (w < 10) `w < 10` was added",
+            ],
+            "ALTER TABLE kv DROP COLUMN w",
+        ),
+    };
+    outside(store.backend(), change).await;
+    let changed = store.check_definitions().await.expect("the catalog");
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].table, "kv");
+    assert_eq!(changed[0].changes, expected);
+    let check = store.check_state().await.expect("scan");
+    assert!(check.differing.is_empty(), "no row changed: {check:?}");
+    assert!(!check.agrees(), "the scan reports the change: {check:?}");
+    assert_eq!(check.changed_definitions, changed);
+    let e = store
+        .restore(BlockNumber(0))
+        .await
+        .expect_err("no restore into a changed definition")
+        .to_string();
+    assert!(
+        e.contains(
+            "restoring the checkpoint at block #0: table kv changed since it was registered: "
+        ) && e.contains(expected[0]),
+        "{e}"
+    );
+    drop(store);
+    let options = StoreOptions::default();
+    let e = Store::open(f.reconnect("drift", &options).await, options)
+        .await
+        .expect_err("a changed definition is refused at start")
+        .to_string();
+    assert!(
+        e.starts_with("table kv: changed since it was registered"),
+        "{e}"
+    );
+    let options = StoreOptions::default();
+    let backend = f.reconnect("drift", &options).await;
+    outside(&backend, undo).await;
+    let store = Store::open(backend, options)
+        .await
+        .expect("the definition is back");
+    assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+    assert!(store.check_state().await.expect("scan").agrees());
+    store
+        .restore(BlockNumber(0))
+        .await
+        .expect("a restore into the registered definition");
+    // A fingerprint stored by the first version is upgraded while the table matches it.
+    let v1 = store.tables()["kv"].fingerprint_v1();
+    let v2 = store.tables()["kv"].fingerprint();
+    outside(
+        store.backend(),
+        &format!("UPDATE chainify_shared_tables SET fingerprint = '{v1}' WHERE table_name = 'kv'"),
+    )
+    .await;
+    drop(store);
+    let options = StoreOptions::default();
+    let store = Store::open(f.reconnect("drift", &options).await, options)
+        .await
+        .expect("a first-version fingerprint is upgraded");
+    assert_eq!(
+        count(
+            &store,
+            &format!("SELECT COUNT(*) FROM chainify_shared_tables WHERE table_name = 'kv' AND fingerprint = '{v2}'"),
+        )
+        .await,
+        1
+    );
 }
 
 /// Case: the ledger accepts only the next block, chained to the last one's hash.
