@@ -91,11 +91,32 @@ impl MySql {
             })
             .after_connect(move |conn, _| {
                 Box::pin(async move {
+                    // Constraint checks on, whatever the server's global settings: a DBA's
+                    // `SET GLOBAL foreign_key_checks = 0` would otherwise reach every new
+                    // session and let this organization accept what the others refuse.
                     conn.execute(AssertSqlSafe(format!(
                         "SET SESSION sql_mode = '{SQL_MODE}', time_zone = '+00:00', \
-                         innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = {lock_wait}"
+                         innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = {lock_wait}, \
+                         foreign_key_checks = 1, unique_checks = 1"
                     )))
                     .await?;
+                    // MariaDB's switch for CHECK constraints (MySQL has none).
+                    if conn
+                        .execute("SET SESSION check_constraint_checks = 1")
+                        .await
+                        .is_err()
+                    {
+                        let mariadb: Option<String> =
+                            sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
+                                .persistent(false)
+                                .fetch_optional(&mut *conn)
+                                .await?;
+                        if mariadb.is_some_and(|v| v.to_ascii_lowercase().contains("mariadb")) {
+                            return Err(sqlx::Error::Protocol(
+                                "cannot switch MariaDB's CHECK constraints on for the session (check_constraint_checks)".into(),
+                            ));
+                        }
+                    }
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
                     if read_only {

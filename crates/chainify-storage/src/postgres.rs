@@ -74,6 +74,8 @@ impl Postgres {
             ]);
         let suspicion = Suspicion::default();
         let suspect = suspicion.clone();
+        let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let refusal_in = refusal.clone();
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
@@ -82,9 +84,36 @@ impl Postgres {
                 let doubtful = suspect.doubts(meta.idle_for);
                 Box::pin(async move { Suspicion::ping_if(doubtful, conn).await.map(|()| true) })
             })
+            .after_connect(move |conn, _| {
+                let refusal = refusal_in.clone();
+                Box::pin(async move {
+                    // A replica role (which a superuser may set for the database or role) fires
+                    // no foreign-key trigger: this organization would accept rows the others
+                    // refuse. Set back where chainify may (as a superuser), refused otherwise.
+                    let role: String =
+                        sqlx::query_scalar("SELECT current_setting('session_replication_role')")
+                            .persistent(false)
+                            .fetch_one(&mut *conn)
+                            .await?;
+                    if role != "origin"
+                        && let Err(e) = sqlx::Executor::execute(&mut *conn, "SET session_replication_role = origin").await
+                    {
+                        let why = format!(
+                            "the session starts with session_replication_role = {role}, under which PostgreSQL enforces no foreign key, and cannot be set back ({e}); reset it for chainify's database and role (ALTER DATABASE … RESET session_replication_role)"
+                        );
+                        *refusal.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                        return Err(sqlx::Error::Protocol(why));
+                    }
+                    Ok(())
+                })
+            })
             .connect_with(connect)
             .await
-            .map_err(|e| connect_err(e.to_string()))?;
+            .map_err(|e| {
+                // The pool retries a refused session until its timeout: name why.
+                let why = refusal.lock().unwrap_or_else(|e| e.into_inner()).take();
+                connect_err(why.unwrap_or_else(|| e.to_string()))
+            })?;
         Ok(Postgres {
             pool,
             url: redacted,

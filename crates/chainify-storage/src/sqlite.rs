@@ -99,9 +99,11 @@ impl Pool {
                     .map_err(db_err)?;
             }
         }
-        // Case-sensitive LIKE, as PostgreSQL and MySQL's binary collations.
+        // Case-sensitive LIKE, as PostgreSQL and MySQL's binary collations; foreign keys and
+        // CHECK constraints enforced, as the other engines do.
         conn.execute_batch(
-            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA case_sensitive_like = ON",
+            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA case_sensitive_like = ON; \
+             PRAGMA ignore_check_constraints = OFF",
         )
         .map_err(db_err)?;
         conn.busy_timeout(Duration::ZERO).map_err(db_err)?;

@@ -192,3 +192,75 @@ async fn the_digest_holds_under_snapshot_isolation() {
         .expect("restore");
     result.expect("the race is hashed exactly once");
 }
+
+/// A DBA's `SET GLOBAL` reaches every new session: with foreign-key and CHECK checks off
+/// globally, this organization would accept rows the others refuse. chainify's sessions switch
+/// them on themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_switches_do_not_turn_constraint_checks_off() {
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_storage::{ExecMode, Store};
+    use chainify_testkit::conformance::storage::{block, outside, setup};
+    use sqlx::Connection as _;
+    let store = setup(&MySqlFixture, "globals", StoreOptions::default()).await;
+    outside(
+        store.backend(),
+        "CREATE TABLE pos (k BIGINT NOT NULL PRIMARY KEY, v BIGINT CHECK (v >= 0), c BIGINT, FOREIGN KEY (c) REFERENCES kv (k))",
+    )
+    .await;
+    store.register(&["pos"]).await.expect("register");
+    drop(store);
+    let mut admin = sqlx::MySqlConnection::connect(&MySqlFixture::url("globals"))
+        .await
+        .expect("admin connection");
+    let switches = "foreign_key_checks = {}, unique_checks = {}, check_constraint_checks = {}";
+    admin
+        .execute(AssertSqlSafe(format!(
+            "SET GLOBAL {}",
+            switches.replace("{}", "0")
+        )))
+        .await
+        .expect("switch the checks off globally");
+    let options = StoreOptions::default();
+    let opened = async {
+        let backend = MySql::connect(&MySqlFixture::url("globals"), &options).await?;
+        Store::open(backend, options.clone()).await
+    }
+    .await;
+    let outcome = match &opened {
+        Ok(store) => {
+            let txs = [
+                "INSERT INTO pos (k, v) VALUES (1, -1)",
+                "INSERT INTO pos (k, v, c) VALUES (2, 1, 999)",
+                "INSERT INTO pos (k, v, c) VALUES (3, 1, 1)",
+            ]
+            .iter()
+            .map(|sql| {
+                Some(Transaction {
+                    statements: vec![Statement::new(*sql, vec![])],
+                })
+            })
+            .collect();
+            Some(
+                store
+                    .execute_block(&block(store, 0, txs), ExecMode::Serial)
+                    .await,
+            )
+        }
+        Err(_) => None,
+    };
+    admin
+        .execute(AssertSqlSafe(format!(
+            "SET GLOBAL {}",
+            switches.replace("{}", "1")
+        )))
+        .await
+        .expect("switch the checks back on");
+    opened.expect("the store opens");
+    let outcome = outcome.expect("a store").expect("the block");
+    assert_eq!(
+        outcome.success,
+        vec![false, false, true],
+        "a negative v and a dangling key are refused"
+    );
+}

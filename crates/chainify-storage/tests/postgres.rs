@@ -216,3 +216,66 @@ async fn a_publication_of_every_table_stops_no_digest_or_restore() {
     let check = store.check_state().await.expect("scan");
     assert!(check.agrees(), "{check:?}");
 }
+
+/// A replica role set for the database or a role fires no foreign-key trigger. chainify sets
+/// its sessions back to `origin` where it may (as a superuser), so a dangling key is refused
+/// as on the other engines, and refuses to work, naming why, where it may not.
+#[tokio::test]
+async fn a_replica_session_role_is_set_back_or_refused_by_name() {
+    use chainify_storage::{Backend, Conn};
+    use sqlx::Connection as _;
+    PgFixture::create("replica_role").await;
+    let url = PgFixture::url("replica_role");
+    let mut admin = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("admin connection");
+    let database = url.rsplit('/').next().expect("a database name").to_owned();
+    for sql in [
+        "CREATE TABLE parent (k BIGINT NOT NULL PRIMARY KEY)".to_owned(),
+        "CREATE TABLE child (k BIGINT NOT NULL PRIMARY KEY, p BIGINT REFERENCES parent (k))".into(),
+        format!("ALTER DATABASE {database} SET session_replication_role = replica"),
+        "DROP ROLE IF EXISTS chainify_replica".into(),
+        "CREATE ROLE chainify_replica LOGIN".into(),
+        format!("GRANT ALL ON DATABASE {database} TO chainify_replica"),
+    ] {
+        admin
+            .execute(AssertSqlSafe(sql.as_str()))
+            .await
+            .expect(&sql);
+    }
+    let options = StoreOptions {
+        connect_timeout: std::time::Duration::from_secs(2),
+        ..StoreOptions::default()
+    };
+    let superuser = Postgres::connect(&url, &options).await;
+    let ordinary = Postgres::connect(
+        &url.replacen("postgres://postgres@", "postgres://chainify_replica@", 1),
+        &options,
+    )
+    .await;
+    let dangling = match &superuser {
+        Ok(backend) => {
+            let mut conn = backend.acquire().await.expect("a connection");
+            Some(conn.batch("INSERT INTO child (k, p) VALUES (1, 99)").await)
+        }
+        Err(_) => None,
+    };
+    admin
+        .execute(AssertSqlSafe(format!(
+            "ALTER DATABASE {database} RESET session_replication_role"
+        )))
+        .await
+        .expect("reset");
+    superuser.expect("a superuser's session is set back");
+    let e = dangling
+        .expect("a connection")
+        .expect_err("a dangling key is refused");
+    assert_eq!(e.code.as_deref(), Some("23503"), "{e}");
+    let e = ordinary
+        .expect_err("an ordinary role cannot set it back")
+        .to_string();
+    assert!(
+        e.contains("session_replication_role = replica, under which PostgreSQL enforces no foreign key, and cannot be set back"),
+        "{e}"
+    );
+}
