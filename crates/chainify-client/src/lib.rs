@@ -548,12 +548,15 @@ impl Client {
         params: impl IntoIterator<Item = Value>,
     ) -> Result<Rows, ClientError> {
         let params: Vec<Value> = params.into_iter().collect();
+        let nonce = chainify_core::crypto::random_bytes()
+            .map_err(|e| ClientError::Protocol(format!("a nonce for the query: {e}")))?;
         let body = QueryBody {
             client: self.identity.id.clone(),
             network: self.network.clone(),
             org: self.org,
             sql: sql.to_owned(),
             params,
+            nonce: Some(nonce),
         };
         let encoded = body.encode_canonical();
         let signature = self.identity.key.sign(&encoded);
@@ -565,6 +568,7 @@ impl Client {
                 params: body.params.iter().map(pb::Value::from).collect(),
                 client_id: body.client.as_str().to_owned(),
                 signature: signature.0.to_vec(),
+                nonce: nonce.to_vec(),
             })
             .await?
             .into_inner();
@@ -642,6 +646,8 @@ mod tests {
         Rows,
         Height,
         Columns,
+        /// The signed answer to an earlier query of the same text (another nonce).
+        Replay,
     }
 
     fn other_outcome() -> pb::TxOutcome {
@@ -700,6 +706,10 @@ mod tests {
                 org: OrgId(2),
                 sql: r.sql,
                 params: vec![],
+                nonce: match self.tamper {
+                    Some(Tamper::Replay) => Some([0; chainify_core::tx::QUERY_NONCE_BYTES]),
+                    _ => r.nonce.as_slice().try_into().ok(),
+                },
             };
             let columns = vec!["bal".to_owned()];
             let mut rows = vec![vec![Value::Int(100)]];
@@ -719,7 +729,7 @@ mod tests {
                 Some(Tamper::Rows) => rows[0][0] = Value::Int(1_000_000),
                 Some(Tamper::Height) => height = 8,
                 Some(Tamper::Columns) => columns[0] = "savings".into(),
-                None => {}
+                Some(Tamper::Replay) | None => {}
             }
             Ok(Response::new(pb::QueryResponse {
                 columns,
@@ -793,7 +803,8 @@ mod tests {
 
     /// A query answer counts only when the organization's own key signed exactly it: not one
     /// signed by another key (another organization, or whoever holds the TLS CA's key), not one
-    /// changed after signing, not an unsigned one. Without the key the answer rests on TLS.
+    /// changed after signing, not the signed answer to an earlier query (each query carries a
+    /// nonce of its own), not an unsigned one. Without the key the answer rests on TLS.
     #[tokio::test]
     async fn a_query_answer_counts_only_when_the_organization_signed_it() {
         let org = SigningKey::from_seed(&[2; 32]);
@@ -823,6 +834,7 @@ mod tests {
             (changed(Tamper::Rows), "changed rows"),
             (changed(Tamper::Height), "changed height"),
             (changed(Tamper::Columns), "changed columns"),
+            (changed(Tamper::Replay), "an answer to an earlier query"),
         ] {
             let e = query(lied_to(lying, Some(org.public_key())).await)
                 .await

@@ -34,6 +34,9 @@ pub enum CryptoError {
     /// Key generation failed (no system randomness).
     #[error("cannot generate an Ed25519 key: no system randomness")]
     Generate,
+    /// The operating system gave no random bytes.
+    #[error("no system randomness")]
+    Random,
     /// A public key or signature had the wrong length or encoding.
     #[error("{0}")]
     Malformed(String),
@@ -81,6 +84,16 @@ impl fmt::Debug for SigningKey {
         // Never print key material.
         write!(f, "SigningKey(public {})", self.public_key())
     }
+}
+
+/// `N` bytes from the operating system's secure generator (nonces no one can guess ahead).
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], CryptoError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; N];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| CryptoError::Random)?;
+    Ok(bytes)
 }
 
 impl SigningKey {

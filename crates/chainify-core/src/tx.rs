@@ -168,16 +168,32 @@ pub struct QueryBody {
     pub sql: String,
     /// Values for `$1..$n`.
     pub params: Vec<Value>,
+    /// A value the client picks at random for this query alone. The organization's signed
+    /// answer covers the query's encoding, so an answer to an earlier query (an older state)
+    /// cannot be passed off as the answer to this one. `None`: a client of an earlier version.
+    pub nonce: Option<[u8; QUERY_NONCE_BYTES]>,
 }
+
+/// Length of a query's nonce ([`QueryBody::nonce`]).
+pub const QUERY_NONCE_BYTES: usize = 16;
 
 impl QueryBody {
     /// Domain tag of the query encoding (a new tag for the layout that names the
     /// organization, so that no signature over the old layout reads as one over the new).
     pub const TAG: &'static str = "chainify.v1.OrgQuery";
 
-    /// Layout: tag, `string client, string network, u32 org, string sql, list<value> params`.
+    /// Domain tag of the layout with a nonce.
+    pub const TAG_FRESH: &'static str = "chainify.v1.FreshQuery";
+
+    /// Layout: tag, `string client, string network, u32 org, string sql, list<value> params`,
+    /// then, under [`Self::TAG_FRESH`], `bytes nonce`.
     pub fn encode_canonical(&self) -> Vec<u8> {
-        let mut e = Encoder::new(Self::TAG);
+        let tag = if self.nonce.is_some() {
+            Self::TAG_FRESH
+        } else {
+            Self::TAG
+        };
+        let mut e = Encoder::new(tag);
         e.str(self.client.as_str())
             .str(self.network.as_str())
             .u32(self.org.0)
@@ -185,6 +201,9 @@ impl QueryBody {
             .count(self.params.len());
         for p in &self.params {
             e.value(p);
+        }
+        if let Some(nonce) = &self.nonce {
+            e.bytes(nonce);
         }
         e.finish()
     }
@@ -836,9 +855,16 @@ mod tests {
             org: OrgId(1),
             sql: "SELECT bal FROM checking WHERE custid = $1".into(),
             params: vec![Value::Int(1)],
+            nonce: Some([7; QUERY_NONCE_BYTES]),
         };
         let sig = key.sign(&q.encode_canonical());
         q.verify(&key.public_key(), &sig).unwrap();
+        let mut other_nonce = q.clone();
+        other_nonce.nonce = Some([8; QUERY_NONCE_BYTES]);
+        assert!(other_nonce.verify(&key.public_key(), &sig).is_err());
+        let mut no_nonce = q.clone();
+        no_nonce.nonce = None;
+        assert!(no_nonce.verify(&key.public_key(), &sig).is_err());
         let mut other_net = q.clone();
         other_net.network = NetworkId::new("net2").unwrap();
         assert!(other_net.verify(&key.public_key(), &sig).is_err());

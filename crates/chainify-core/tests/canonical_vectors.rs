@@ -94,6 +94,11 @@ fn vectors() -> Json {
         org: OrgId(2),
         sql: "SELECT bal FROM checking WHERE custid = $1".into(),
         params: vec![Value::Int(7)],
+        nonce: None,
+    };
+    let fresh_query = QueryBody {
+        nonce: Some(*b"0123456789abcdef"),
+        ..query.clone()
     };
     let answer_columns = vec!["custid".to_owned(), "value".to_owned()];
     let answer_rows: Vec<Vec<Value>> = awkward_values()
@@ -167,6 +172,10 @@ fn vectors() -> Json {
         "query": {
             "bytes": hex::encode(query.encode_canonical()),
             "signature": hex::encode(key.sign(&query.encode_canonical()).0),
+        },
+        "fresh_query": {
+            "bytes": hex::encode(fresh_query.encode_canonical()),
+            "signature": hex::encode(key.sign(&fresh_query.encode_canonical()).0),
         },
         "query_answer": {
             "bytes": hex::encode(answer.encode_canonical()),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::{Signature, Signatures, SigningKey};
-use chainify_core::tx::{QueryAnswer, QueryBody};
+use chainify_core::tx::{QUERY_NONCE_BYTES, QueryAnswer, QueryBody};
 use chainify_core::{ClientId, Digest, OrgId, Value};
 use chainify_node::{Offload, ReadGate};
 use chainify_proto::pb;
@@ -172,12 +172,22 @@ impl<B: Backend + 'static> QueryServer<B> {
                 request.signature.len()
             ))
         })?;
+        let nonce = match request.nonce.as_slice() {
+            [] => None,
+            bytes => Some(<[u8; QUERY_NONCE_BYTES]>::try_from(bytes).map_err(|_| {
+                status::invalid(format_args!(
+                    "nonce: expected {QUERY_NONCE_BYTES} bytes or none, got {}",
+                    bytes.len()
+                ))
+            })?),
+        };
         let body = QueryBody {
             client: id,
             network: this.network.network_id.clone(),
             org: this.me,
             sql: request.sql,
             params,
+            nonce,
         };
         let signed = body.signed_by(client.public_key, signature);
         let query = Digest::of(&signed.message);

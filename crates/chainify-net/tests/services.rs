@@ -568,6 +568,7 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         org: OrgId(1),
         sql: "SELECT COUNT(*) FROM accounts".into(),
         params: vec![],
+        nonce: None,
     };
     let key = SigningKey::from_pkcs8(&net.client_key, "client1").unwrap();
     let signature = key.sign(&body.encode_canonical());
@@ -580,11 +581,36 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
             params: vec![],
             client_id: "client1".into(),
             signature: signature.0.to_vec(),
+            nonce: vec![],
         })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated, "{e}");
     assert!(e.message().contains("organization 2"), "{e}");
+    // A nonce is 16 bytes or none; one the client did not sign fails its signature.
+    let endpoint = &net.network.orgs[&OrgId(1)].chainify_endpoint;
+    let channel =
+        chainify_client::channel(endpoint, Some(net.ca.as_bytes()), &OrgId(1).tls_name()).unwrap();
+    let mut org1 = pb::chainify_service_client::ChainifyServiceClient::new(channel);
+    let request = |nonce: Vec<u8>| pb::QueryRequest {
+        sql: body.sql.clone(),
+        params: vec![],
+        client_id: "client1".into(),
+        signature: signature.0.to_vec(),
+        nonce,
+    };
+    let e = org1.query(request(vec![1; 15])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(
+        e.message()
+            .contains("nonce: expected 16 bytes or none, got 15"),
+        "{e}"
+    );
+    let e = org1.query(request(vec![1; 16])).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    org1.query(request(vec![]))
+        .await
+        .expect("the query as signed, without a nonce (a client of an earlier version)");
 
     // With two organizations gone, Any-2 endorsement cannot be met: UNAVAILABLE, nothing ordered.
     net.stop_org(2).await;
