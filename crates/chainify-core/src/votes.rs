@@ -325,6 +325,83 @@ impl VoteContext {
     }
 }
 
+/// Why a ledger entry does not prove a transaction's outcome ([`prove_outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the outcome of transaction {tx} in block {block} is not proven: {problem}")]
+pub struct UnprovenOutcome {
+    /// The transaction.
+    pub tx: crate::TxId,
+    /// The block the outcome names.
+    pub block: BlockNumber,
+    /// What does not hold.
+    pub problem: String,
+}
+
+/// Checks that `entry` (an agreed block with its certificate, from any organization) proves
+/// `outcome` (as one organization reported it): the block is the network's, numbered as the
+/// outcome says, certified for exactly its hash by votes satisfying the agreement policy, and
+/// holds the transaction at the outcome's index with the outcome's success. Proven so, an
+/// outcome rests on the policy's organizations, not on the one that reported it. (The abort
+/// reason is no part of the agreed block and is not proven.)
+pub fn prove_outcome(
+    entry: &crate::tx::LedgerEntry,
+    ctx: &VoteContext,
+    outcome: &crate::tx::TxOutcome,
+) -> Result<(), UnprovenOutcome> {
+    let fail = |problem: String| UnprovenOutcome {
+        tx: outcome.tx_id,
+        block: outcome.block,
+        problem,
+    };
+    let (block, cert) = (&entry.block, &entry.certificate);
+    if !outcome.agreed {
+        return Err(fail("the outcome is not reported as agreed".into()));
+    }
+    if block.network != ctx.network {
+        return Err(fail(format!(
+            "the ledger block belongs to network {}, not {}",
+            block.network, ctx.network
+        )));
+    }
+    if block.number != outcome.block {
+        return Err(fail(format!("the ledger entry is block {}", block.number)));
+    }
+    if cert.block != block.number || cert.ledger_block_hash != block.hash() {
+        return Err(fail(format!(
+            "the certificate is for block {} with hash {}, not this block's hash {}",
+            cert.block,
+            cert.ledger_block_hash,
+            block.hash()
+        )));
+    }
+    verify_certificate(cert, ctx).map_err(|e| fail(e.to_string()))?;
+    let index = usize::try_from(outcome.index).unwrap_or(usize::MAX);
+    match block.tx_ids.get(index) {
+        Some(id) if *id == outcome.tx_id => {}
+        Some(id) => {
+            return Err(fail(format!(
+                "the agreed block holds transaction {id} at index {index}"
+            )));
+        }
+        None => {
+            return Err(fail(format!(
+                "the agreed block holds {} transactions, none at index {index}",
+                block.tx_ids.len()
+            )));
+        }
+    }
+    let agreed = block.success.get(index).copied().unwrap_or(false);
+    if agreed != outcome.success {
+        let said = |s: bool| if s { "committed" } else { "aborted" };
+        return Err(fail(format!(
+            "the outcome says it {}, the agreed block says it {}",
+            said(outcome.success),
+            said(agreed)
+        )));
+    }
+    Ok(())
+}
+
 /// Why a ledger does not verify: the first bad block and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("ledger block {block}: {problem}")]
@@ -437,6 +514,75 @@ mod tests {
 
     fn verify(n: &Net, l: &[(LedgerBlock, Certificate)]) -> Result<u64, LedgerFault> {
         verify_ledger(l.iter().map(|(b, c)| (b, c)), &n.ctx)
+    }
+
+    /// An outcome is proven by an agreed block holding it and a certificate satisfying the
+    /// policy; every way a lying organization could bend it is named.
+    #[test]
+    fn an_outcome_is_proven_only_by_its_certified_block() {
+        use crate::TxId;
+        use crate::tx::{LedgerEntry, TxOutcome};
+        let n = net("any-2");
+        let (a, b) = (TxId(Digest::of(b"a")), TxId(Digest::of(b"b")));
+        let block = LedgerBlock {
+            tx_ids: vec![a, b],
+            success: vec![true, false],
+            valid: vec![true, true],
+            ..ledger(&n, 1).remove(0).0
+        };
+        let entry = |orgs: &[u32], block: &LedgerBlock| LedgerEntry {
+            block: block.clone(),
+            certificate: n.certificate(orgs, block),
+        };
+        let good = entry(&[1, 2], &block);
+        let outcome = |tx: TxId, index: u32, success: bool| TxOutcome {
+            tx_id: tx,
+            block: BlockNumber(1),
+            index,
+            success,
+            agreed: true,
+            reason: String::new(),
+        };
+        prove_outcome(&good, &n.ctx, &outcome(a, 0, true)).expect("a committed");
+        prove_outcome(&good, &n.ctx, &outcome(b, 1, false)).expect("b aborted");
+        let unproven = |entry: &LedgerEntry, o: &TxOutcome| {
+            prove_outcome(entry, &n.ctx, o)
+                .expect_err("not proven")
+                .to_string()
+        };
+        let e = unproven(&good, &outcome(b, 1, true));
+        assert!(
+            e.ends_with("the outcome says it committed, the agreed block says it aborted"),
+            "{e}"
+        );
+        let e = unproven(&good, &outcome(b, 0, false));
+        assert!(e.contains("holds transaction"), "{e}");
+        let e = unproven(&good, &outcome(a, 2, true));
+        assert!(e.contains("holds 2 transactions, none at index 2"), "{e}");
+        let e = unproven(
+            &good,
+            &TxOutcome {
+                block: BlockNumber(2),
+                ..outcome(a, 0, true)
+            },
+        );
+        assert!(e.contains("the ledger entry is block #1"), "{e}");
+        let e = unproven(&entry(&[1], &block), &outcome(a, 0, true));
+        assert!(e.contains("do not satisfy the agreement policy"), "{e}");
+        // A block changed after agreement (the success bit flipped) no longer matches its
+        // certificate.
+        let mut flipped = good.clone();
+        flipped.block.success[1] = true;
+        let e = unproven(&flipped, &outcome(b, 1, true));
+        assert!(e.contains("not this block's hash"), "{e}");
+        let mut forged = good.clone();
+        forged.certificate.votes[1] = vote(&n, 2, 1, b"another block");
+        forged.certificate.ledger_block_hash = block.hash();
+        let e = unproven(&forged, &outcome(a, 0, true));
+        assert!(e.contains("certificate for block #1"), "{e}");
+        let mut pending = outcome(a, 0, true);
+        pending.agreed = false;
+        assert!(unproven(&good, &pending).contains("not reported as agreed"));
     }
 
     #[test]

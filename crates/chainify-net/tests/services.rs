@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chainify_client::{Client, Code, Identity, Tx, TxState, Value};
-use chainify_core::OrgId;
 use chainify_core::config::{
     GrantEntry, NetworkBuilder, NetworkConfig, OrdererFile, OrdererKind, OrgConfig, PortPlan,
     StatementKind, all_grants,
 };
 use chainify_core::crypto::SigningKey;
+use chainify_core::{BlockNumber, OrgId};
 use chainify_net::tls::issue_network_certs;
 use chainify_net::{
     ChainifySettings, Component, OrgRuntime, SoloServer, Tls, run_org, server_builder,
@@ -627,6 +627,52 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
     wait_ready(&mut net).await;
     let o = c1.submit_and_wait(deposit(3, 1)).await.unwrap();
     assert!(o.success);
+    // The outcome organization 1 reported is proven by the agreed block organization 3 serves,
+    // over its CommitService; one bent by its reporter is not.
+    wait_height(&net, 3, o.block.0, "the deposit's block").await;
+    let entry = chainify_client::operator::prove_outcome(&net.network, OrgId(3), &o)
+        .await
+        .expect("proven");
+    assert_eq!(entry.block.number, o.block);
+    assert!(
+        entry.certificate.votes.len() >= 2,
+        "{:?}",
+        entry.certificate
+    );
+    for (bent, what) in [
+        (
+            chainify_client::TxOutcome {
+                success: false,
+                ..o.clone()
+            },
+            "the outcome says it aborted, the agreed block says it committed",
+        ),
+        (
+            chainify_client::TxOutcome {
+                index: o.index + 1,
+                ..o.clone()
+            },
+            "none at index",
+        ),
+    ] {
+        let e = chainify_client::operator::prove_outcome(&net.network, OrgId(3), &bent)
+            .await
+            .expect_err(what)
+            .to_string();
+        assert!(e.contains(what), "{e}");
+    }
+    let e = chainify_client::operator::prove_outcome(
+        &net.network,
+        OrgId(3),
+        &chainify_client::TxOutcome {
+            block: BlockNumber(o.block.0 + 1_000),
+            ..o.clone()
+        },
+    )
+    .await
+    .expect_err("no such block")
+    .to_string();
+    assert!(e.contains("has no agreed block"), "{e}");
     net.stop_org(1).await;
     net.stop_org(2).await;
     net.stop_org(3).await;

@@ -85,6 +85,11 @@ pub(crate) struct TxStatusArgs {
     /// The transaction id (64 hex digits).
     #[arg(long)]
     tx_id: String,
+    /// Prove a committed outcome by its agreed block and certificate, checked against the
+    /// network file's keys and agreement policy: it then rests on the policy's organizations,
+    /// not on the one asked.
+    #[arg(long)]
+    prove: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -250,11 +255,23 @@ pub(crate) fn tx_status(args: &TxStatusArgs) -> anyhow::Result<()> {
         .parse()
         .map_err(|e| anyhow::anyhow!("--tx-id {:?}: {e}", args.tx_id))?;
     runtime()?.block_on(async {
-        let (client, _) = client(&args.target).await?;
+        let (client, network) = client(&args.target).await?;
         let state = client.status(&chainify_core::TxId(id)).await?;
         print(&match state {
             TxState::Unknown => json!({ "state": "unknown" }),
             TxState::Pending => json!({ "state": "pending" }),
+            TxState::Committed(o) if args.prove => {
+                let org = OrgId(args.target.org.unwrap_or(1));
+                let entry = chainify_client::operator::prove_outcome(&network, org, &o).await?;
+                json!({
+                    "state": "committed",
+                    "outcome": outcome_json(&o),
+                    "proof": {
+                        "ledger_block_hash": entry.block.hash().to_string(),
+                        "certified_by": entry.certificate.votes.iter().map(|v| v.org.0).collect::<Vec<_>>(),
+                    },
+                })
+            }
             TxState::Committed(o) => json!({ "state": "committed", "outcome": outcome_json(&o) }),
         })
     })
