@@ -309,6 +309,10 @@ const COLUMNS: &str = "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_T
      FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
      ORDER BY ORDINAL_POSITION";
 
+/// The table's storage engine: only InnoDB rolls a failed statement or transaction back.
+const ENGINE: &str = "SELECT CONVERT(ENGINE USING utf8mb4) FROM information_schema.TABLES \
+     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?";
+
 const INDEXES: &str = "SELECT CONVERT(INDEX_NAME USING utf8mb4), CONVERT(COLUMN_NAME USING utf8mb4), \
      CAST(SUB_PART AS SIGNED) FROM information_schema.STATISTICS \
      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
@@ -501,6 +505,18 @@ impl Backend for MySql {
             }
             c.default = column_default(default, extra.as_deref(), generated);
             t.columns.push(c);
+        }
+        let engine: Option<Option<String>> = sqlx::query_scalar(ENGINE)
+            .bind(table)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("reading the storage engine of a table"))?;
+        match engine.flatten() {
+            Some(e) if e.eq_ignore_ascii_case("InnoDB") => {}
+            other => t.problems.push(format!(
+                "stored by the {} engine, which does not roll back a failed statement or transaction as the other engines do; use ENGINE=InnoDB",
+                other.as_deref().unwrap_or("unknown")
+            )),
         }
         let indexes = sqlx::query(INDEXES)
             .bind(table)

@@ -344,6 +344,17 @@ const EXTRAS: &str = "\
       WHERE n.nspname = current_schema() AND c.relname = $1 AND i.indisunique \
         AND co.collname NOT IN ('C', 'POSIX', 'ucs_basic', 'default') \
      UNION ALL \
+     SELECT 'a foreign-key trigger that does not fire (' || t.tgname::text || ', tgenabled ' || t.tgenabled::text || '): the foreign key is not enforced here', con.conname::text \
+       FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace \
+       JOIN pg_constraint con ON con.oid = t.tgconstraint \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND t.tgisinternal AND t.tgenabled IN ('D', 'R') \
+     UNION ALL \
+     SELECT 'a foreign key MATCH ' || CASE con.confmatchtype WHEN 'f' THEN 'FULL' ELSE 'PARTIAL' END || ', which the other engines do not enforce (they match SIMPLE)', con.conname::text \
+       FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'f' AND con.confmatchtype <> 's' \
+     UNION ALL \
      SELECT 'a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify''s triggers', t.tgname::text \
        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
        JOIN pg_namespace n ON n.oid = c.relnamespace \

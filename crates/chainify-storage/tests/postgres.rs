@@ -279,3 +279,30 @@ async fn a_replica_session_role_is_set_back_or_refused_by_name() {
         "{e}"
     );
 }
+
+/// A superuser can switch one foreign key off by disabling its internal trigger, which the
+/// digest triggers' check does not look at: the shared table then accepts rows the other
+/// organizations refuse. The definition check names the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_foreign_key_trigger_is_named() {
+    use chainify_testkit::conformance::storage::{outside, setup};
+    let store = setup(&PgFixture, "ri_disabled", StoreOptions::default()).await;
+    assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+    outside(
+        store.backend(),
+        "DO $$ DECLARE t text; BEGIN \
+           SELECT tgname INTO t FROM pg_trigger WHERE tgrelid = 'savings'::regclass AND tgisinternal LIMIT 1; \
+           EXECUTE format('ALTER TABLE savings DISABLE TRIGGER %I', t); \
+         END $$",
+    )
+    .await;
+    let changed = store.check_definitions().await.expect("catalog");
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].table, "savings");
+    assert!(
+        changed[0].changes[0].contains("has a foreign-key trigger that does not fire")
+            && changed[0].changes[0].contains("the foreign key is not enforced here"),
+        "{changed:?}"
+    );
+    assert!(!store.check_state().await.expect("scan").agrees());
+}

@@ -2821,6 +2821,26 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
         Dialect::Postgres => {
             outside(
                 backend,
+                "CREATE TABLE mfp (a BIGINT NOT NULL, b BIGINT NOT NULL, PRIMARY KEY (a, b));\n\
+                 CREATE TABLE mfc (k BIGINT NOT NULL PRIMARY KEY, a BIGINT, b BIGINT, CONSTRAINT full_key FOREIGN KEY (a, b) REFERENCES mfp (a, b) MATCH FULL)",
+            )
+            .await;
+            cases.push(("mfc", "full_key has a foreign key MATCH FULL"));
+        }
+        Dialect::MySql => {
+            outside(
+                backend,
+                "CREATE TABLE myi (k BIGINT NOT NULL PRIMARY KEY, v BIGINT) ENGINE = MyISAM",
+            )
+            .await;
+            cases.push(("myi", "stored by the MyISAM engine"));
+        }
+        Dialect::Sqlite => {}
+    }
+    match backend.dialect() {
+        Dialect::Postgres => {
+            outside(
+                backend,
                 "CREATE TABLE dser (k BIGINT NOT NULL PRIMARY KEY, v BIGSERIAL);\n\
                  CREATE TABLE did (k BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v BIGINT);\n\
                  CREATE TABLE dnow (k BIGINT NOT NULL PRIMARY KEY, t TEXT DEFAULT now()::text);\n\
@@ -3024,6 +3044,8 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             vec!["dpar", table]
         } else if table == "sdc" {
             vec!["sdp", table]
+        } else if table == "mfc" {
+            vec!["mfp", table]
         } else {
             vec![table]
         };
@@ -3069,16 +3091,20 @@ pub async fn definition_changes_behind_chainify_are_named<F: Fixture>(f: &F) {
              ALTER TABLE kv ALTER COLUMN v DROP DEFAULT;\n\
              ALTER TABLE kv DROP COLUMN w",
         ),
+        // MyISAM rolls nothing back: an aborted transaction's first rows would stay.
         Dialect::MySql => (
             "ALTER TABLE kv ADD CONSTRAINT small CHECK (v < 100000);\n\
              ALTER TABLE kv ALTER COLUMN v SET DEFAULT 5;\n\
-             ALTER TABLE kv ADD COLUMN w BIGINT",
+             ALTER TABLE kv ADD COLUMN w BIGINT;\n\
+             ALTER TABLE kv ENGINE = MyISAM",
             vec![
                 "column v's default is `5` instead of none",
                 "column w was added",
                 "CHECK constraint small `\"v\" < 100000` was added",
+                "stored by the MyISAM engine, which does not roll back a failed statement or transaction as the other engines do; use ENGINE=InnoDB",
             ],
-            "ALTER TABLE kv DROP CONSTRAINT small;\n\
+            "ALTER TABLE kv ENGINE = InnoDB;\n\
+             ALTER TABLE kv DROP CONSTRAINT small;\n\
              ALTER TABLE kv ALTER COLUMN v DROP DEFAULT;\n\
              ALTER TABLE kv DROP COLUMN w",
         ),
