@@ -91,20 +91,30 @@ impl MySql {
             })
             .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    // Constraint checks on, whatever the server's global settings: a DBA's
-                    // `SET GLOBAL foreign_key_checks = 0` would otherwise reach every new
-                    // session and let this organization accept what the others refuse.
+                    // Constraint checks on and no statement limits, whatever the server's
+                    // global settings: a DBA's `SET GLOBAL foreign_key_checks = 0` (or
+                    // `sql_safe_updates`, `sql_select_limit`) would otherwise reach every new
+                    // session and make this organization decide otherwise than the others.
                     conn.execute(AssertSqlSafe(format!(
                         "SET SESSION sql_mode = '{SQL_MODE}', time_zone = '+00:00', \
                          innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = {lock_wait}, \
-                         foreign_key_checks = 1, unique_checks = 1"
+                         foreign_key_checks = 1, unique_checks = 1, sql_safe_updates = 0, \
+                         sql_select_limit = 18446744073709551615"
                     )))
                     .await?;
-                    // MariaDB's switch for CHECK constraints (MySQL has none).
+                    // MariaDB's switch for CHECK constraints (MySQL has none) and its statement
+                    // time limit (a global one would stop this organization's statements alone;
+                    // queries set their own, `limited_read`); else MySQL's limit.
                     if conn
-                        .execute("SET SESSION check_constraint_checks = 1")
+                        .execute(
+                            "SET SESSION check_constraint_checks = 1, max_statement_time = 0",
+                        )
                         .await
                         .is_err()
+                        && conn
+                            .execute("SET SESSION max_execution_time = 0")
+                            .await
+                            .is_err()
                     {
                         let mariadb: Option<String> =
                             sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
@@ -113,7 +123,7 @@ impl MySql {
                                 .await?;
                         if mariadb.is_some_and(|v| v.to_ascii_lowercase().contains("mariadb")) {
                             return Err(sqlx::Error::Protocol(
-                                "cannot switch MariaDB's CHECK constraints on for the session (check_constraint_checks)".into(),
+                                "cannot set MariaDB's check_constraint_checks = 1 and max_statement_time = 0 for the session".into(),
                             ));
                         }
                     }
@@ -284,7 +294,7 @@ async fn limited_read(conn: &mut MySqlConn, limit: std::time::Duration) -> Resul
         .await
         .is_ok()
     {
-        conn.after_end = Some("SET SESSION max_statement_time = DEFAULT");
+        conn.after_end = Some("SET SESSION max_statement_time = 0");
     } else {
         let mysql = format!(
             "SET SESSION max_execution_time = {}",
@@ -293,7 +303,7 @@ async fn limited_read(conn: &mut MySqlConn, limit: std::time::Duration) -> Resul
         Executor::execute(&mut *conn.conn, AssertSqlSafe(mysql))
             .await
             .map_err(db_err)?;
-        conn.after_end = Some("SET SESSION max_execution_time = DEFAULT");
+        conn.after_end = Some("SET SESSION max_execution_time = 0");
     }
     conn.simple("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .await?;

@@ -66,6 +66,11 @@ impl Postgres {
                 ("bytea_output", "hex"),
                 ("transform_null_equals", "off"),
                 ("plan_cache_mode", "force_generic_plan"),
+                // A database's or role's own settings would otherwise apply: a statement
+                // timeout stops this organization's statements alone (queries set their own,
+                // locally), and quoted names change what the catalog prints.
+                ("statement_timeout", "0"),
+                ("quote_all_identifiers", "off"),
                 ("lock_timeout", lock_timeout.as_str()),
                 (
                     "default_transaction_read_only",

@@ -1,0 +1,133 @@
+//! A DBA's `SET GLOBAL`s reach every new session on the server, chainify's included unless it
+//! sets them back. These cases change the MariaDB test server's globals for a moment, so they
+//! run in a test binary of their own (binaries run one after another), one after the other:
+//! no other test's unpinned connection (a fixture creating its database) meets them.
+
+use chainify_storage::{MySql, StoreOptions};
+use chainify_testkit::engines::MySqlFixture;
+use sqlx::{AssertSqlSafe, Executor};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_settings_do_not_reach_chainify_sessions() {
+    global_switches_do_not_turn_constraint_checks_off().await;
+    global_limits_do_not_reach_chainify_sessions().await;
+}
+
+/// A DBA's `SET GLOBAL` reaches every new session: with foreign-key and CHECK checks off
+/// globally, this organization would accept rows the others refuse. chainify's sessions switch
+/// them on themselves.
+async fn global_switches_do_not_turn_constraint_checks_off() {
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_storage::{ExecMode, Store};
+    use chainify_testkit::conformance::storage::{block, outside, setup};
+    use sqlx::Connection as _;
+    let store = setup(&MySqlFixture, "globals", StoreOptions::default()).await;
+    outside(
+        store.backend(),
+        "CREATE TABLE pos (k BIGINT NOT NULL PRIMARY KEY, v BIGINT CHECK (v >= 0), c BIGINT, FOREIGN KEY (c) REFERENCES kv (k))",
+    )
+    .await;
+    store.register(&["pos"]).await.expect("register");
+    drop(store);
+    let mut admin = sqlx::MySqlConnection::connect(&MySqlFixture::url("globals"))
+        .await
+        .expect("admin connection");
+    let switches = "foreign_key_checks = {}, unique_checks = {}, check_constraint_checks = {}";
+    admin
+        .execute(AssertSqlSafe(format!(
+            "SET GLOBAL {}",
+            switches.replace("{}", "0")
+        )))
+        .await
+        .expect("switch the checks off globally");
+    let options = StoreOptions::default();
+    let opened = async {
+        let backend = MySql::connect(&MySqlFixture::url("globals"), &options).await?;
+        Store::open(backend, options.clone()).await
+    }
+    .await;
+    let outcome = match &opened {
+        Ok(store) => {
+            let txs = [
+                "INSERT INTO pos (k, v) VALUES (1, -1)",
+                "INSERT INTO pos (k, v, c) VALUES (2, 1, 999)",
+                "INSERT INTO pos (k, v, c) VALUES (3, 1, 1)",
+            ]
+            .iter()
+            .map(|sql| {
+                Some(Transaction {
+                    statements: vec![Statement::new(*sql, vec![])],
+                })
+            })
+            .collect();
+            Some(
+                store
+                    .execute_block(&block(store, 0, txs), ExecMode::Serial)
+                    .await,
+            )
+        }
+        Err(_) => None,
+    };
+    admin
+        .execute(AssertSqlSafe(format!(
+            "SET GLOBAL {}",
+            switches.replace("{}", "1")
+        )))
+        .await
+        .expect("switch the checks back on");
+    opened.expect("the store opens");
+    let outcome = outcome.expect("a store").expect("the block");
+    assert_eq!(
+        outcome.success,
+        vec![false, false, true],
+        "a negative v and a dangling key are refused"
+    );
+}
+
+/// More of a DBA's `SET GLOBAL`s that would make this organization decide alone: safe updates
+/// (an UPDATE by a non-key column fails), a statement time limit, a row limit on SELECTs (which
+/// chainify's own reads of the digest rows go through). Sessions set them back.
+async fn global_limits_do_not_reach_chainify_sessions() {
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_storage::{ExecMode, Store};
+    use chainify_testkit::conformance::storage::{block, dump, setup};
+    use sqlx::Connection as _;
+    let store = setup(&MySqlFixture, "global_limits", StoreOptions::default()).await;
+    let before = dump(&store, "kv").await;
+    drop(store);
+    let mut admin = sqlx::MySqlConnection::connect(&MySqlFixture::url("global_limits"))
+        .await
+        .expect("admin connection");
+    admin
+        .execute(
+            "SET GLOBAL sql_safe_updates = 1, sql_select_limit = 1, max_statement_time = 0.000001",
+        )
+        .await
+        .expect("limits set globally");
+    let options = StoreOptions::default();
+    let outcome = async {
+        let backend = MySql::connect(&MySqlFixture::url("global_limits"), &options).await?;
+        let store = Store::open(backend, options.clone()).await?;
+        let tx = Transaction {
+            statements: vec![Statement::new(
+                "UPDATE kv SET v = v + 1 WHERE v >= 0",
+                vec![],
+            )],
+        };
+        let o = store
+            .execute_block(&block(&store, 0, vec![Some(tx)]), ExecMode::Serial)
+            .await?;
+        Ok::<_, chainify_storage::StorageError>((o, dump(&store, "kv").await))
+    }
+    .await;
+    admin
+        .execute(
+            "SET GLOBAL sql_safe_updates = DEFAULT, sql_select_limit = DEFAULT, max_statement_time = DEFAULT",
+        )
+        .await
+        .expect("limits back");
+    let (o, after) = outcome.expect("the block runs");
+    assert_eq!(o.success, vec![true], "an UPDATE by a non-key column");
+    assert_eq!(after.len(), before.len(), "every row read back");
+    assert!(after.iter().zip(&before).all(|(a, b)| a[1] != b[1]));
+}
