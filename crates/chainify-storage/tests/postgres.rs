@@ -306,3 +306,52 @@ async fn a_disabled_foreign_key_trigger_is_named() {
     );
     assert!(!store.check_state().await.expect("scan").agrees());
 }
+
+/// Settings a DBA gives the database (or chainify's role) do not reach chainify's sessions
+/// where they would change its work: quoted names would change what the catalog prints (and
+/// the store would not open, its tables seemingly changed), a statement timeout would stop this
+/// organization's statements alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_settings_do_not_change_chainify_sessions() {
+    use chainify_core::Value;
+    use chainify_storage::ddl::ReadType;
+    use chainify_storage::{Backend, Conn, Store};
+    use chainify_testkit::conformance::storage::Fixture as _;
+    use chainify_testkit::conformance::storage::setup;
+    let store = setup(&PgFixture, "db_settings", StoreOptions::default()).await;
+    drop(store);
+    let url = PgFixture::url("db_settings");
+    let database = url.rsplit('/').next().expect("a database name").to_owned();
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("admin connection");
+    admin
+        .execute(AssertSqlSafe(format!(
+            "ALTER DATABASE {database} SET quote_all_identifiers = on"
+        )))
+        .await
+        .expect("quoted names");
+    admin
+        .execute(AssertSqlSafe(format!(
+            "ALTER DATABASE {database} SET statement_timeout = 1"
+        )))
+        .await
+        .expect("a timeout");
+    let options = StoreOptions::default();
+    let store = Store::open(PgFixture.reconnect("db_settings", &options).await, options)
+        .await
+        .expect("the store opens: its tables read as registered");
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    let settings = conn
+        .query(
+            "SELECT current_setting('statement_timeout'), current_setting('quote_all_identifiers')",
+            &[],
+            &[ReadType::Text, ReadType::Text],
+        )
+        .await
+        .expect("the settings");
+    assert_eq!(
+        settings,
+        vec![vec![Value::Text("0".into()), Value::Text("off".into())]]
+    );
+}
