@@ -92,6 +92,11 @@ pub struct LookAhead {
 }
 
 impl LookAhead {
+    /// The network the blocks belong to.
+    pub(crate) fn network(&self) -> &Arc<NetworkConfig> {
+        &self.network
+    }
+
     /// Checks `block`'s signatures and analyses its transactions (CPU only: call it on the
     /// blocking pool). Nothing it finds is trusted later beyond what the id commits to.
     pub fn prepare(&self, block: &TransactionBlock) {

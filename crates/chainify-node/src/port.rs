@@ -118,6 +118,52 @@ pub struct LocalExecution<B: Backend> {
 type ScanTask = tokio::task::JoinHandle<(Result<StateCheck, StorageError>, Duration)>;
 type JoinedScan = Result<(Result<StateCheck, StorageError>, Duration), tokio::task::JoinError>;
 
+/// A full scan whose recorded state is held against the ledger: the accumulators the scan
+/// trusts must give the state digest the organizations certified for the ledger's newest block
+/// (a DBA can rewrite `chainify_state`, not the certificate). A mismatch is a finding the scan
+/// reports as a table that differs (`chainify_state`), so a repair follows.
+async fn scan_against_ledger<B: Backend>(
+    store: &Store<B>,
+    ctx: &chainify_core::votes::VoteContext,
+) -> Result<StateCheck, StorageError> {
+    let mut check = store.check_state().await?;
+    if let (Some(first), Some(last)) = (check.stray_states.first(), check.stray_states.last()) {
+        check.differing.push(format!(
+            "chainify_state (accumulators for blocks {first}..={last}, past the newest applied block)"
+        ));
+    }
+    let Some((block, recorded)) = check.ledger_state else {
+        return Ok(check);
+    };
+    let problem = match crate::ledger::entry(store, block).await {
+        Err(crate::ledger::LedgerError::Storage(e)) => return Err(e),
+        Err(e) => Some(e.to_string()),
+        Ok(entry) => {
+            if entry.certificate.block != block
+                || entry.certificate.ledger_block_hash != entry.block.hash()
+            {
+                Some(format!(
+                    "ledger block {block}'s certificate is not for the block stored with it"
+                ))
+            } else if let Err(e) = chainify_core::votes::verify_certificate(&entry.certificate, ctx)
+            {
+                Some(format!("ledger block {block}: {e}"))
+            } else if entry.block.state_digest != recorded {
+                Some(format!(
+                    "the recorded state of block {block} ({recorded}) is not the state the organizations agreed ({}): chainify_state was changed",
+                    entry.block.state_digest
+                ))
+            } else {
+                None
+            }
+        }
+    };
+    if let Some(problem) = problem {
+        check.differing.push(format!("chainify_state ({problem})"));
+    }
+    Ok(check)
+}
+
 /// The integrity checks' state between blocks.
 #[derive(Debug, Default)]
 struct Integrity {
@@ -275,9 +321,10 @@ impl<B: Backend> LocalExecution<B> {
             running,
         ) {
             let store = self.store.clone();
+            let ctx = chainify_core::votes::VoteContext::of(self.ahead.network());
             state.scan = Some(tokio::spawn(async move {
                 let started = Instant::now();
-                (store.check_state().await, started.elapsed())
+                (scan_against_ledger(&store, &ctx).await, started.elapsed())
             }));
         }
         for finding in findings {

@@ -77,6 +77,11 @@ pub struct CatalogTable {
     pub foreign_keys: Vec<CatalogForeignKey>,
     /// CHECK constraints, by name.
     pub checks: Vec<CatalogCheck>,
+    /// Other tables with a foreign key to this one (`schema.table` outside the current
+    /// schema): each must be a shared table too, or its key would refuse (or change) here what
+    /// the other organizations do. Not part of the table's own definition (registering a child
+    /// later adds one): checked against the shared tables as a whole.
+    pub referenced_by: Vec<String>,
     /// Things the backend found that make the table unusable (an expression index, …).
     pub problems: Vec<String>,
 }
@@ -244,7 +249,12 @@ impl CatalogTable {
                 changes.push(p.clone());
             }
         }
-        if changes.is_empty() && self != registered {
+
+        let same = CatalogTable {
+            referenced_by: registered.referenced_by.clone(),
+            ..self.clone()
+        } == *registered;
+        if changes.is_empty() && !same {
             changes.push("its definition changed".into());
         }
         changes
@@ -755,6 +765,7 @@ pub(crate) mod tests {
                 on_update: "NO ACTION".into(),
             }],
             checks: vec![],
+            referenced_by: vec![],
             problems: vec![],
         }
     }
@@ -763,11 +774,22 @@ pub(crate) mod tests {
     fn check_constraints_are_shared_only_when_every_engine_computes_them_alike() {
         let mut t = table();
         t.checks.push(CatalogCheck {
+            name: "checking_custid_check".into(),
+            clause: "(custid > '-1'::integer)".into(),
+            dialect: Dialect::Postgres,
+        });
+        t.to_shared().expect("a comparison with a literal");
+        t.checks.push(CatalogCheck {
             name: "checking_bal_check".into(),
             clause: "(bal >= (0)::numeric)".into(),
             dialect: Dialect::Postgres,
         });
-        t.to_shared().expect("a comparison with a literal");
+        let e = t.to_shared().unwrap_err().to_string();
+        assert!(
+            e.starts_with("table checking: CHECK constraint checking_bal_check: `"),
+            "{e}"
+        );
+        t.checks.pop();
         t.checks.push(CatalogCheck {
             name: "CONSTRAINT_1".into(),
             clause: "octet_length(`bal`) < 4".into(),

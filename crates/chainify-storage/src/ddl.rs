@@ -139,6 +139,20 @@ pub fn before_column(i: usize) -> String {
     format!("chainify_o{}", i + 1)
 }
 
+/// chainify's system tables (migrations/): no trigger belongs on any of them.
+pub const SYSTEM_TABLES: [&str; 10] = [
+    "chainify_shared_tables",
+    "chainify_applied_blocks",
+    "chainify_applied_txs",
+    "chainify_checkpoints",
+    "chainify_checkpoint_tables",
+    "chainify_ledger",
+    "chainify_votes",
+    "chainify_tx_index",
+    "chainify_state",
+    "chainify_snapshot_layers",
+];
+
 /// Dirty-key table of `table`: every key a digested block changed, with the last such block, so
 /// that a restore repairs only the keys changed since its checkpoint.
 pub fn dirty_table(table: &str) -> String {
@@ -269,8 +283,16 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
                  FROM pg_class c WHERE c.oid IN ({list}) AND c.relkind <> 'r'"
             )
         }
+        // The definer and the modes the body was read under count too: a trigger recreated
+        // with the same text by a definer that does not exist fails every change of its table
+        // here alone, and one made under other modes reads its text otherwise. chainify's
+        // sessions installed them, so they must match the session's own.
         Dialect::MySql => format!(
-            "SELECT EVENT_OBJECT_TABLE, TRIGGER_NAME, 'A', CONCAT(ACTION_TIMING, ' ', EVENT_MANIPULATION, ' ', ACTION_STATEMENT) \
+            "SELECT EVENT_OBJECT_TABLE, TRIGGER_NAME, 'A', CONCAT(ACTION_TIMING, ' ', EVENT_MANIPULATION, ' ', ACTION_STATEMENT, \
+             IF(DEFINER = CURRENT_USER() AND SQL_MODE = @@SESSION.sql_mode \
+                AND CHARACTER_SET_CLIENT = @@SESSION.character_set_client \
+                AND COLLATION_CONNECTION = @@SESSION.collation_connection, '', \
+                CONCAT(' -- definer ', DEFINER, ', sql_mode ', SQL_MODE, ', character set ', CHARACTER_SET_CLIENT, ' ', COLLATION_CONNECTION))) \
              FROM information_schema.TRIGGERS \
              WHERE EVENT_OBJECT_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE IN ({list})"
         ),

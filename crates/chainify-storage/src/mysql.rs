@@ -328,6 +328,14 @@ const INDEXES: &str = "SELECT CONVERT(INDEX_NAME USING utf8mb4), CONVERT(COLUMN_
      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
      ORDER BY INDEX_NAME, SEQ_IN_INDEX";
 
+/// Tables with a foreign key to this one (`schema.table` outside this database).
+const REFERENCED_BY: &str = "SELECT DISTINCT CONVERT(CONCAT(IF(CONSTRAINT_SCHEMA = DATABASE(), '', \
+     CONCAT(CONSTRAINT_SCHEMA, '.')), TABLE_NAME) USING utf8mb4) \
+     FROM information_schema.REFERENTIAL_CONSTRAINTS \
+     WHERE UNIQUE_CONSTRAINT_SCHEMA = DATABASE() AND REFERENCED_TABLE_NAME = ? \
+       AND NOT (CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = REFERENCED_TABLE_NAME) \
+     ORDER BY 1";
+
 /// CHECK constraints: name and expression (MariaDB names a column's after the column, so they
 /// are told apart by table).
 const CHECKS_MARIADB: &str = "SELECT CONVERT(CONSTRAINT_NAME USING utf8mb4), CONVERT(CHECK_CLAUSE USING utf8mb4) \
@@ -343,7 +351,8 @@ const CHECKS_MYSQL: &str = "SELECT CONVERT(cc.CONSTRAINT_NAME USING utf8mb4), CO
 
 const FOREIGN_KEYS: &str = "SELECT CONVERT(k.CONSTRAINT_NAME USING utf8mb4), CONVERT(k.COLUMN_NAME USING utf8mb4), \
      CONVERT(k.REFERENCED_TABLE_NAME USING utf8mb4), CONVERT(k.REFERENCED_COLUMN_NAME USING utf8mb4), \
-     CONVERT(r.DELETE_RULE USING utf8mb4), CONVERT(r.UPDATE_RULE USING utf8mb4) \
+     CONVERT(r.DELETE_RULE USING utf8mb4), CONVERT(r.UPDATE_RULE USING utf8mb4), \
+     CONVERT(k.REFERENCED_TABLE_SCHEMA USING utf8mb4) \
      FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r \
        ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME \
        AND r.TABLE_NAME = k.TABLE_NAME \
@@ -561,6 +570,11 @@ impl Backend for MySql {
                 t.uniques.push(cols);
             }
         }
+        t.referenced_by = sqlx::query_scalar(REFERENCED_BY)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the foreign keys to a table"))?;
         let checks = match sqlx::query(CHECKS_MARIADB)
             .bind(table)
             .fetch_all(&self.pool)
@@ -581,6 +595,11 @@ impl Backend for MySql {
                 dialect: Dialect::MySql,
             });
         }
+        let database: String = sqlx::query_scalar("SELECT CONVERT(DATABASE() USING utf8mb4)")
+            .persistent(false)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err("reading the database's name"))?;
         let fks = sqlx::query(FOREIGN_KEYS)
             .bind(table)
             .fetch_all(&self.pool)
@@ -593,6 +612,14 @@ impl Backend for MySql {
             let col: String = r.try_get(1).map_err(&e)?;
             let parent: String = r.try_get(2).map_err(&e)?;
             let parent_col: String = r.try_get(3).map_err(&e)?;
+            // A parent of the same name in another database is not the shared table.
+            let schema: Option<String> = r.try_get(6).map_err(&e)?;
+            if schema.as_deref() != Some(database.as_str()) {
+                t.problems.push(format!(
+                    "its foreign key {name} references {parent} in database {}, not this one",
+                    schema.as_deref().unwrap_or("?")
+                ));
+            }
             if last.as_deref() == Some(name.as_str())
                 && let Some(fk) = t.foreign_keys.last_mut()
             {

@@ -291,6 +291,16 @@ const FOREIGN_KEYS: &str = "SELECT \
      WHERE con.contype = 'f' AND n.nspname = current_schema() AND c.relname = $1 \
      ORDER BY con.conname";
 
+/// Tables with a foreign key to this one (schema-qualified outside the current schema).
+const REFERENCED_BY: &str = "\
+     SELECT DISTINCT CASE WHEN cn.nspname = current_schema() THEN c.relname::text \
+                          ELSE cn.nspname::text || '.' || c.relname::text END \
+     FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid \
+     JOIN pg_namespace cn ON cn.oid = c.relnamespace \
+     JOIN pg_class p ON p.oid = con.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace \
+     WHERE con.contype = 'f' AND pn.nspname = current_schema() AND p.relname = $1 AND c.oid <> p.oid \
+     ORDER BY 1";
+
 /// CHECK constraints: name and expression.
 const CHECKS: &str = "\
      SELECT con.conname::text, pg_get_expr(con.conbin, con.conrelid) \
@@ -514,6 +524,11 @@ impl Backend for Postgres {
             let name: String = r.try_get(1).map_err(err("decoding a constraint"))?;
             t.problems.push(format!("{name} has {what}"));
         }
+        t.referenced_by = sqlx::query_scalar(REFERENCED_BY)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the foreign keys to a table"))?;
         let checks = sqlx::query(CHECKS)
             .bind(table)
             .fetch_all(&self.pool)

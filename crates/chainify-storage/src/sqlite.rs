@@ -331,11 +331,13 @@ fn decode_value(raw: ValueRef<'_>, ty: ReadType) -> Result<Value, String> {
         // NUMERIC affinity stores every well-formed one as a number, so text there was written
         // behind chainify's back ('100.00' followed by a no-break space compares as text, not
         // as 100, in every later statement) and must digest unlike the number it resembles.
-        ValueRef::Text(bytes) => Value::Text(
-            std::str::from_utf8(bytes)
-                .map_err(|e| e.to_string())?
-                .to_owned(),
-        ),
+        // Text that is not UTF-8 (written behind chainify: `CAST(X'FF' AS TEXT)`) reads as its
+        // bytes, which no text equals: the scan and the digest see a changed value rather than
+        // fail on every later block.
+        ValueRef::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => Value::Text(text.to_owned()),
+            Err(_) => Value::Bytes(bytes.to_vec()),
+        },
         ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
     })
 }
@@ -1058,6 +1060,15 @@ impl Sqlite {
                 "{name} is a user trigger, which would change rows differently from the other organizations; shared tables carry only chainify's triggers"
             ));
         }
+        t.referenced_by = catalog_rows(
+            conn,
+            "SELECT DISTINCT m.name FROM sqlite_master m, pragma_foreign_key_list(m.name) f \
+             WHERE m.type = 'table' AND lower(f.\"table\") = lower(?1) AND lower(m.name) <> lower(?1) \
+             ORDER BY 1",
+            table,
+            |r| r.get::<_, String>(0),
+        )
+        .map_err(err("reading the foreign keys to a table"))?;
         let fks = catalog_rows(
             conn,
             "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq",

@@ -57,12 +57,23 @@ pub struct StateCheck {
     /// Shared tables whose definition changed since registration: they may hold the agreed
     /// rows and still compute otherwise ([`Store::check_definitions`]).
     pub changed_definitions: Vec<crate::store::DefinitionChange>,
+    /// Blocks past the newest applied one that `chainify_state` holds accumulators for: chainify
+    /// never writes those (a DBA planting a state for the scan to trust would).
+    pub stray_states: Vec<BlockNumber>,
+    /// The newest block of the organization's ledger and the state digest its recorded
+    /// accumulators give, for the caller to hold against the agreed (certified) state digest of
+    /// that block: what the scan trusts is then tied to what the organizations signed. `None`:
+    /// no ledger yet, or that block's accumulators are no longer kept.
+    pub ledger_state: Option<(BlockNumber, Digest)>,
 }
 
 impl StateCheck {
-    /// Whether the tables hold what the ledger says, under the definitions registered.
+    /// Whether the tables hold what the recorded state says, under the definitions registered
+    /// (the caller holds [`StateCheck::ledger_state`] against the ledger).
     pub fn agrees(&self) -> bool {
-        self.differing.is_empty() && self.changed_definitions.is_empty()
+        self.differing.is_empty()
+            && self.changed_definitions.is_empty()
+            && self.stray_states.is_empty()
     }
 }
 
@@ -255,7 +266,42 @@ impl<B: Backend> Store<B> {
         conn: &mut B::Conn,
         during: &str,
     ) -> Result<StateCheck, StorageError> {
-        let (block, mut expected) = self.read_states(conn, None, during).await?;
+        // The accumulators of the newest applied block, not of whatever block `chainify_state`
+        // holds the most recent rows for.
+        let applied = self.newest_applied(conn, during).await?;
+        let before = applied.map_or(BlockNumber(0), |b| BlockNumber(b.0.saturating_add(1)));
+        let (block, mut expected) = self.read_states(conn, Some(before), during).await?;
+        if applied.is_some() && block != applied {
+            return Err(corrupt(
+                applied,
+                format!(
+                    "no accumulators for the newest applied block (the newest before it: {})",
+                    block.map_or("the registration".into(), |b| b.to_string())
+                ),
+            ));
+        }
+        let stray_states = self
+            .db(
+                conn.query(
+                    &format!(
+                        "SELECT DISTINCT block FROM chainify_state WHERE block > {} ORDER BY block",
+                        ddl::placeholder(self.backend().dialect(), 1)
+                    ),
+                    &[&Value::Int(applied.map_or(REGISTERED, |b| {
+                        i64::try_from(b.0).unwrap_or(i64::MAX)
+                    }))],
+                    &[ReadType::Int],
+                )
+                .await,
+                during,
+            )?
+            .into_iter()
+            .filter_map(|r| match r.first() {
+                Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+                _ => None,
+            })
+            .collect();
+        let ledger_state = self.ledger_state(conn, applied, during).await?;
         let mut actual = TableStates::new();
         let mut rows = 0;
         let mut pending_total = 0;
@@ -292,7 +338,65 @@ impl<B: Backend> Store<B> {
             pending: pending_total,
             rows,
             changed_definitions: Vec::new(),
+            stray_states,
+            ledger_state,
         })
+    }
+
+    /// The newest block in `chainify_applied_blocks`.
+    async fn newest_applied(
+        &self,
+        conn: &mut B::Conn,
+        during: &str,
+    ) -> Result<Option<BlockNumber>, StorageError> {
+        let rows = self.db(
+            conn.query(
+                "SELECT MAX(block) FROM chainify_applied_blocks",
+                &[],
+                &[ReadType::Int],
+            )
+            .await,
+            during,
+        )?;
+        Ok(match rows.first().and_then(|r| r.first()) {
+            Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+            _ => None,
+        })
+    }
+
+    /// The ledger's newest block at or before `applied` and the state digest of its recorded
+    /// accumulators ([`StateCheck::ledger_state`]).
+    async fn ledger_state(
+        &self,
+        conn: &mut B::Conn,
+        applied: Option<BlockNumber>,
+        during: &str,
+    ) -> Result<Option<(BlockNumber, Digest)>, StorageError> {
+        let Some(applied) = applied else {
+            return Ok(None);
+        };
+        let rows = self.db(
+            conn.query(
+                &format!(
+                    "SELECT MAX(block) FROM chainify_ledger WHERE block <= {}",
+                    ddl::placeholder(self.backend().dialect(), 1)
+                ),
+                &[&Value::Int(i64::try_from(applied.0).unwrap_or(i64::MAX))],
+                &[ReadType::Int],
+            )
+            .await,
+            during,
+        )?;
+        let Some(last) = (match rows.first().and_then(|r| r.first()) {
+            Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        let (found, states) = self
+            .read_states(conn, Some(BlockNumber(last.0.saturating_add(1))), during)
+            .await?;
+        Ok((found == Some(last)).then(|| (last, state_digest(&states))))
     }
 
     /// The recorded, not yet digested changes of `t`: (before-image, current image) per key.

@@ -278,10 +278,24 @@ impl<B: Backend> Store<B> {
     /// trigger check nor the scan would see it; nor can a restore repair it.
     pub async fn check_definitions(&self) -> Result<Vec<DefinitionChange>, StorageError> {
         let mut found = Vec::new();
-        for (name, registered) in self.tables().iter() {
+        let tables = self.tables();
+        for (name, registered) in tables.iter() {
             let changes = match self.backend.introspect(name).await? {
                 None => vec!["the table no longer exists".to_owned()],
-                Some(now) => now.changes_from(registered),
+                Some(now) => {
+                    let mut changes = now.changes_from(registered);
+                    changes.extend(
+                        now.referenced_by
+                            .iter()
+                            .filter(|child| !tables.contains_key(*child))
+                            .map(|child| {
+                                format!(
+                                    "table {child}, which is not shared, references it by a foreign key"
+                                )
+                            }),
+                    );
+                    changes
+                }
             };
             if !changes.is_empty() {
                 found.push(DefinitionChange {
@@ -523,6 +537,24 @@ impl std::fmt::Display for DefinitionChange {
 
 /// The analyser's schema of a set of catalog tables.
 fn schema_of<'a>(tables: impl Iterator<Item = &'a CatalogTable>) -> Result<Schema, StorageError> {
+    let tables: Vec<&CatalogTable> = tables.collect();
+    // A table that is not shared must not hold a foreign key to one: its key would refuse a
+    // DELETE (or change rows) here that the other organizations apply.
+    for t in &tables {
+        if let Some(child) = t
+            .referenced_by
+            .iter()
+            .find(|c| !tables.iter().any(|s| &s.name == *c))
+        {
+            return Err(RegistrationError::Definition {
+                table: t.name.clone(),
+                problem: format!(
+                    "table {child} references it by a foreign key but is not shared: its key would refuse or change here what the other organizations apply; share {child} too or drop the key"
+                ),
+            }
+            .into());
+        }
+    }
     let mut schema = Schema::new();
     for t in tables {
         schema

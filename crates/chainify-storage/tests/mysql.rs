@@ -192,3 +192,75 @@ async fn the_digest_holds_under_snapshot_isolation() {
         .expect("restore");
     result.expect("the race is hashed exactly once");
 }
+
+/// Found by a hunt: a digest trigger recreated with its own text but another definer (one
+/// that does not exist fails every change of the table here alone) or under other modes is
+/// altered, and reinstalled; a foreign key moved to a same-named table in another database is
+/// named as a change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_s_definer_and_a_parent_s_database_count() {
+    use chainify_storage::TriggerFault;
+    use chainify_testkit::conformance::storage::{outside, setup};
+    use sqlx::{Connection as _, Row as _};
+    let store = setup(&MySqlFixture, "definer", StoreOptions::default()).await;
+    let mut admin = sqlx::MySqlConnection::connect(&MySqlFixture::url("definer"))
+        .await
+        .expect("admin connection");
+    let create: String = sqlx::query("SHOW CREATE TRIGGER chainify_dg_kv_au")
+        .fetch_one(&mut admin)
+        .await
+        .expect("the trigger")
+        .try_get(2)
+        .expect("its statement");
+    let start = create.find("DEFINER=").expect("a definer");
+    let end = start + create[start..].find(" TRIGGER").expect("TRIGGER");
+    let other = format!(
+        "{}DEFINER=`nobody_here`@`localhost`{}",
+        &create[..start],
+        &create[end..]
+    );
+    admin
+        .execute("DROP TRIGGER chainify_dg_kv_au")
+        .await
+        .expect("drop");
+    admin
+        .execute(AssertSqlSafe(other.as_str()))
+        .await
+        .expect("recreate under another definer");
+    let problems = store.check_triggers().await.expect("the check");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.trigger == "chainify_dg_kv_au" && p.fault == TriggerFault::Altered),
+        "{problems:?}"
+    );
+    store.reinstall_triggers(&["kv"]).await.expect("reinstall");
+    assert_eq!(store.check_triggers().await.expect("the check"), vec![]);
+
+    let elsewhere = MySqlFixture::url("definer_other");
+    MySqlFixture::create("definer_other").await;
+    let other_db = elsewhere.rsplit('/').next().expect("a name").to_owned();
+    outside(
+        store.backend(),
+        &format!(
+            "CREATE TABLE {other_db}.accounts (custid BIGINT NOT NULL PRIMARY KEY);\n\
+             INSERT INTO {other_db}.accounts SELECT custid FROM accounts;\n\
+             SET foreign_key_checks = 0;\n\
+             ALTER TABLE savings DROP FOREIGN KEY savings_ibfk_1;\n\
+             ALTER TABLE savings ADD CONSTRAINT savings_ibfk_1 FOREIGN KEY (custid) REFERENCES {other_db}.accounts (custid);\n\
+             SET foreign_key_checks = 1"
+        ),
+    )
+    .await;
+    let changed = store.check_definitions().await.expect("catalog");
+    let savings = changed
+        .iter()
+        .find(|c| c.table == "savings")
+        .unwrap_or_else(|| panic!("{changed:?}"));
+    assert!(
+        savings.changes.iter().any(|c| c.contains(&format!(
+            "references accounts in database {other_db}, not this one"
+        ))),
+        "{savings:?}"
+    );
+}

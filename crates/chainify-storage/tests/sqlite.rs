@@ -211,3 +211,42 @@ async fn text_in_a_decimal_column_is_not_the_number_it_resembles() {
     let check = store.check_state().await.expect("scan");
     assert_eq!(check.differing, vec!["acct".to_owned()], "{check:?}");
 }
+
+/// Found by a hunt: text that is not UTF-8 (`CAST(X'FF' AS TEXT)`) failed every later scan and
+/// digest with a decoding error that named no table, stalling the organization. It reads as its
+/// bytes: the block after it digests (what it records differs from the other organizations',
+/// which the vote settles), and a change behind the triggers shows in the scan.
+#[tokio::test]
+async fn text_that_is_not_utf8_stalls_nothing() {
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_storage::ExecMode;
+    use chainify_testkit::conformance::storage::{block, outside, setup};
+    let store = setup(&SqliteFixture, "bad_utf8", StoreOptions::default()).await;
+    outside(
+        store.backend(),
+        "UPDATE accounts SET name = CAST(X'FF' AS TEXT) WHERE custid = 1",
+    )
+    .await;
+    let check = store.check_state().await.expect("the scan reads it");
+    assert_eq!(check.pending, 1, "the change was recorded: {check:?}");
+    let tx = Transaction {
+        statements: vec![Statement::new(
+            "UPDATE kv SET v = v + 1 WHERE k = 1",
+            vec![],
+        )],
+    };
+    let o = store
+        .execute_block(&block(&store, 0, vec![Some(tx)]), ExecMode::Serial)
+        .await
+        .expect("the next block digests");
+    assert_eq!(o.success, vec![true]);
+    // Behind the triggers, the same value is a difference the scan names.
+    outside(
+        store.backend(),
+        "UPDATE accounts SET name = CAST(X'FE' AS TEXT) WHERE custid = 2;\n\
+         DELETE FROM chainify_dg_accounts",
+    )
+    .await;
+    let check = store.check_state().await.expect("the scan reads it");
+    assert_eq!(check.differing, vec!["accounts".to_owned()], "{check:?}");
+}

@@ -61,6 +61,8 @@ macro_rules! storage_conformance_tests {
             a_read_snapshot_holds_back_no_writer,
             values_that_do_not_fit_abort_alike,
             definition_changes_behind_chainify_are_named,
+            a_planted_state_is_not_trusted,
+            foreign_keys_from_tables_not_shared_are_refused,
             outside_changes_reach_the_next_digest,
             outside_writes_racing_the_digest_are_hashed_once,
             trigger_bypasses_are_caught,
@@ -3181,6 +3183,137 @@ pub async fn definition_changes_behind_chainify_are_named<F: Fixture>(f: &F) {
         .await,
         1
     );
+}
+
+/// Case (found by a hunt): a DBA changes a row behind the triggers and plants accumulators for
+/// a far-future block that account for the change, computed with the public LtHash, so that a
+/// scan trusting `chainify_state`'s newest rows agrees; a trigger of theirs on chainify's own
+/// tables keeps such a plant in step. The scan takes the newest applied block's accumulators,
+/// names the planted block and the changed table; the trigger check names the trigger.
+pub async fn a_planted_state_is_not_trusted<F: Fixture>(f: &F) {
+    use chainify_core::state::{RowHash, StateHash};
+    use chainify_storage::TriggerFault;
+    let store = setup(f, "planted", StoreOptions::default()).await;
+    let b0 = random_block(&store, 0, 7, 30);
+    run(&store, &b0, ExecMode::Parallel(4)).await;
+    assert!(store.check_state().await.expect("scan").agrees());
+    let dialect = store.backend().dialect();
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    let accumulators = conn
+        .query(
+            "SELECT table_name, lanes FROM chainify_state WHERE block = 0 ORDER BY table_name",
+            &[],
+            &[ddl::ReadType::Text, ddl::ReadType::Bytes],
+        )
+        .await
+        .expect("the accumulators of block 0");
+    drop(conn);
+    let old = dump(&store, "kv").await.remove(0);
+    let mut new = old.clone();
+    new[1] = Value::Int(424_242);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let bytes = |b: &[u8]| match dialect {
+        Dialect::Postgres => format!("decode('{}', 'hex')", hex(b)),
+        _ => format!("X'{}'", hex(b)),
+    };
+    let mut plant = Vec::new();
+    for row in accumulators {
+        let [Value::Text(table), Value::Bytes(lanes)] = <[Value; 2]>::try_from(row).expect("a row")
+        else {
+            panic!("an accumulator row");
+        };
+        let mut state = StateHash::from_bytes(&lanes).expect("lanes");
+        if table == "kv" {
+            state.remove(&RowHash::of("kv", &old));
+            state.add(&RowHash::of("kv", &new));
+        }
+        plant.push(format!(
+            "INSERT INTO chainify_state (block, table_name, lanes) VALUES (4000000000, '{table}', {})",
+            bytes(&state.to_bytes())
+        ));
+    }
+    let Value::Int(k) = old[0] else {
+        panic!("an integer key");
+    };
+    // The change, its record removed: only the scan can see it.
+    plant.push(format!("UPDATE kv SET v = 424242 WHERE k = {k}"));
+    plant.push("DELETE FROM chainify_dg_kv".into());
+    outside(store.backend(), &plant.join(";\n")).await;
+    let check = store.check_state().await.expect("scan");
+    assert_eq!(check.block, Some(BlockNumber(0)), "{check:?}");
+    assert_eq!(check.stray_states, vec![BlockNumber(4_000_000_000)]);
+    assert_eq!(check.differing, vec!["kv".to_owned()], "{check:?}");
+    assert!(!check.agrees());
+    // No trigger belongs on chainify's own tables.
+    let trigger = match dialect {
+        Dialect::Postgres => {
+            "CREATE FUNCTION planted_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;\n\
+             CREATE TRIGGER planted AFTER INSERT ON chainify_applied_blocks FOR EACH ROW EXECUTE FUNCTION planted_fn()"
+        }
+        Dialect::MySql => {
+            "CREATE TRIGGER planted AFTER INSERT ON chainify_applied_blocks FOR EACH ROW SET @planted = 1"
+        }
+        Dialect::Sqlite => {
+            "CREATE TRIGGER planted AFTER INSERT ON chainify_applied_blocks BEGIN SELECT 1; END"
+        }
+    };
+    outside(store.backend(), trigger).await;
+    let problems = store.check_triggers().await.expect("the trigger check");
+    let found = problems
+        .iter()
+        .find(|p| p.table == "chainify_applied_blocks")
+        .unwrap_or_else(|| panic!("{problems:?}"));
+    assert_eq!(found.trigger, "planted");
+    assert_eq!(found.fault, TriggerFault::Unexpected);
+    assert_eq!(
+        found.to_string(),
+        "planted on chainify's own table chainify_applied_blocks: not created by chainify, and it works behind its back"
+    );
+}
+
+/// Case (found by a hunt): a table that is not shared with a foreign key to a shared table
+/// would refuse a DELETE here that the other organizations apply. Registration refuses it
+/// unless both are shared, and one added later is named.
+pub async fn foreign_keys_from_tables_not_shared_are_refused<F: Fixture>(f: &F) {
+    let store = setup(f, "inbound", StoreOptions::default()).await;
+    outside(
+        store.backend(),
+        "CREATE TABLE np (k BIGINT NOT NULL PRIMARY KEY);\n\
+         CREATE TABLE nc (k BIGINT NOT NULL PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES np (k))",
+    )
+    .await;
+    let e = store
+        .register(&["np"])
+        .await
+        .expect_err("its child is not shared")
+        .to_string();
+    assert!(
+        e.starts_with("table np: table nc references it by a foreign key but is not shared"),
+        "{e}"
+    );
+    store.register(&["np", "nc"]).await.expect("both shared");
+    assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+    outside(
+        store.backend(),
+        "CREATE TABLE notes (id BIGINT NOT NULL PRIMARY KEY, k BIGINT, FOREIGN KEY (k) REFERENCES kv (k))",
+    )
+    .await;
+    let changed = store.check_definitions().await.expect("catalog");
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].table, "kv");
+    assert_eq!(
+        changed[0].changes,
+        vec!["table notes, which is not shared, references it by a foreign key".to_owned()]
+    );
+    // Shared later, the child changes nothing about its parent's definition.
+    store.register(&["notes"]).await.expect("the child shared");
+    assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+    drop(store);
+    let options = StoreOptions::default();
+    let store = Store::open(f.reconnect("inbound", &options).await, options)
+        .await
+        .expect("the parent's fingerprint is unchanged");
+    assert!(store.tables().contains_key("notes"));
 }
 
 /// Case: the ledger accepts only the next block, chained to the last one's hash.
