@@ -688,6 +688,24 @@ pub struct ListenFile {
     /// Prometheus metrics of the chainify component when it runs as its own process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_chainify: Option<String>,
+    /// Let the AdminService and the ExecutionService listen beyond loopback. They authenticate
+    /// no caller (a checkpoint or a restore on demand, blocks to execute), so by default they
+    /// must listen on a loopback address; set this only behind a network of your own that
+    /// lets no one else reach them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expose_internal: bool,
+}
+
+/// Whether `endpoint`'s host is a loopback address (`127.x.x.x`, `::1`, `localhost`).
+fn is_loopback_endpoint(endpoint: &str) -> bool {
+    let Some((host, _)) = endpoint.rsplit_once(':') else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Execution settings.
@@ -818,6 +836,20 @@ impl OrgFile {
         ] {
             if let Some(addr) = addr {
                 c.endpoint(key.into(), addr)?;
+            }
+        }
+        if !self.listen.expose_internal {
+            for (key, addr) in [
+                ("listen.admin", Some(&self.listen.admin)),
+                ("listen.execution", self.listen.execution.as_ref()),
+            ] {
+                if let Some(addr) = addr.filter(|a| !is_loopback_endpoint(a)) {
+                    return Err(c.err(
+                        key,
+                        format!("{addr:?}"),
+                        "must be a loopback address (127.0.0.1, [::1] or localhost): the service authenticates no caller; reach it through SSH or an authenticating proxy, or set listen.expose_internal = true behind a network of your own",
+                    ));
+                }
             }
         }
         if self.execution.parallelism == 0 || self.execution.parallelism > 1024 {
@@ -1044,5 +1076,40 @@ commit_endpoint = "localhost:7022"
             e.contains("org_id = 9: no organization with this id"),
             "{e}"
         );
+        // The services that authenticate no caller stay on loopback unless exposed on purpose.
+        let listening = |listen: &str| {
+            std::fs::write(
+                &path,
+                org("sqlite://x.db", 2).replace("admin = \"127.0.0.1:3\"", listen),
+            )
+            .unwrap();
+            OrgConfig::load(&path).map_err(|e| e.to_string())
+        };
+        for fine in [
+            "admin = \"[::1]:3\"",
+            "admin = \"localhost:3\"",
+            "admin = \"127.0.0.9:3\"",
+            "admin = \"127.0.0.1:3\"\nexecution = \"127.0.0.1:5\"",
+            "admin = \"0.0.0.0:3\"\nexecution = \"10.0.0.2:5\"\nexpose_internal = true",
+        ] {
+            listening(fine).unwrap_or_else(|e| panic!("{fine}: {e}"));
+        }
+        for (exposed, key) in [
+            ("admin = \"0.0.0.0:3\"", "listen.admin = \"0.0.0.0:3\""),
+            ("admin = \"[::]:3\"", "listen.admin = \"[::]:3\""),
+            ("admin = \"org2.example.net:3\"", "listen.admin"),
+            (
+                "admin = \"127.0.0.1:3\"\nexecution = \"10.0.0.2:5\"",
+                "listen.execution = \"10.0.0.2:5\"",
+            ),
+        ] {
+            let e = listening(exposed).expect_err(exposed);
+            assert!(
+                e.contains(key)
+                    && e.contains("must be a loopback address")
+                    && e.contains("expose_internal"),
+                "{exposed}: {e}"
+            );
+        }
     }
 }

@@ -75,6 +75,7 @@ impl PortPlan {
             execution: Some(at("127.0.0.1", Service::Execution)),
             metrics_execution: Some(at("127.0.0.1", Service::MetricsExecution)),
             metrics_chainify: Some(at("127.0.0.1", Service::MetricsChainify)),
+            expose_internal: false,
         }
     }
 }
