@@ -543,6 +543,27 @@ fn devnet_submit_query_and_verify_ledger_from_the_command_line() {
     ]);
     let failed: Value = serde_json::from_slice(&failed.stdout).unwrap();
     assert_eq!(failed["success"], false, "{failed}");
+    // Both outcomes are proven by their agreed blocks and certificates, read from the ledger
+    // of the organization that reported them.
+    for (o, org) in [(&outcome, "2"), (&failed, "1")] {
+        let proven = chainify(&[
+            "tx-status",
+            "--network",
+            n,
+            "--org",
+            org,
+            "--tx-id",
+            o["tx_id"].as_str().unwrap(),
+            "--prove",
+        ]);
+        assert!(proven.status.success(), "{}", stderr(&proven));
+        let proven: Value = serde_json::from_slice(&proven.stdout).unwrap();
+        assert_eq!(proven["outcome"]["success"], o["success"], "{proven}");
+        assert!(
+            proven["proof"]["certified_by"].as_array().unwrap().len() >= 2,
+            "{proven}"
+        );
+    }
     assert!(
         failed["reason"]
             .as_str()
