@@ -390,6 +390,14 @@ pub fn prove_outcome(
             )));
         }
     }
+    // A transaction's id leaves its signature out, so an ordered copy with a broken or
+    // stripped signature (or a replay) is recorded under the same id as invalid: it says
+    // nothing final about the transaction, which may commit elsewhere.
+    if !block.valid.get(index).copied().unwrap_or(false) {
+        return Err(fail(format!(
+            "the agreed block holds an invalid copy of it at index {index} (a replay, or a copy whose signatures or endorsements failed), which says nothing final about it"
+        )));
+    }
     let agreed = block.success.get(index).copied().unwrap_or(false);
     if agreed != outcome.success {
         let said = |s: bool| if s { "committed" } else { "aborted" };
@@ -583,6 +591,18 @@ mod tests {
         let mut pending = outcome(a, 0, true);
         pending.agreed = false;
         assert!(unproven(&good, &pending).contains("not reported as agreed"));
+        // An invalid copy of a (stripped of its endorsements, ordered ahead of it) proves no
+        // abort of a: only its valid entry is final.
+        let copied = LedgerBlock {
+            tx_ids: vec![a, a],
+            success: vec![false, true],
+            valid: vec![false, true],
+            ..block.clone()
+        };
+        let copied = entry(&[1, 2], &copied);
+        let e = unproven(&copied, &outcome(a, 0, false));
+        assert!(e.contains("holds an invalid copy of it at index 0"), "{e}");
+        prove_outcome(&copied, &n.ctx, &outcome(a, 1, true)).expect("the valid entry");
     }
 
     #[test]

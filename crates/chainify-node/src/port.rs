@@ -132,7 +132,29 @@ async fn scan_against_ledger<B: Backend>(
             "chainify_state (accumulators for blocks {first}..={last}, past the newest applied block)"
         ));
     }
-    let Some((block, recorded)) = check.ledger_state else {
+    // The newest applied block runs at most this far ahead of the ledger: the block being
+    // voted on and the one executed meanwhile. Further is a block that was never agreed.
+    const AHEAD: u64 = 2;
+    let (applied, ledger) = (check.block, check.ledger_block);
+    let behind = match (applied, ledger) {
+        (Some(a), Some(l)) => a.0.saturating_sub(l.0),
+        (Some(a), None) => a.0,
+        _ => 0,
+    };
+    if behind > AHEAD {
+        check.differing.push(format!(
+            "chainify_applied_blocks (block {} is applied, {behind} past the ledger's {})",
+            applied.map_or(0, |b| b.0),
+            ledger.map_or("start".into(), |b| b.to_string())
+        ));
+    }
+    let Some(block) = ledger else {
+        return Ok(check);
+    };
+    let Some(recorded) = check.ledger_state else {
+        check.differing.push(format!(
+            "chainify_state (no accumulators for ledger block {block})"
+        ));
         return Ok(check);
     };
     let problem = match crate::ledger::entry(store, block).await {
@@ -150,7 +172,7 @@ async fn scan_against_ledger<B: Backend>(
                 Some(format!("ledger block {block}: {e}"))
             } else if entry.block.state_digest != recorded {
                 Some(format!(
-                    "the recorded state of block {block} ({recorded}) is not the state the organizations agreed ({}): chainify_state was changed",
+                    "the recorded state of block {block} ({recorded}) is not the state the organizations agreed ({}): chainify_state was changed, or this organization computed the block otherwise",
                     entry.block.state_digest
                 ))
             } else {
@@ -540,6 +562,111 @@ impl<B: Backend> ExecutionPort for LocalExecution<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A SQLite store whose blocks 0..=`applied` are applied and whose ledger holds block 1
+    /// with `state` as its agreed state digest (`None`: the recorded one) and a certificate of
+    /// `voters` under any-2.
+    async fn ledgered(
+        name: &str,
+        applied: u64,
+        state: Option<Digest>,
+        voters: &[u32],
+    ) -> (
+        Store<chainify_storage::Sqlite>,
+        chainify_core::votes::VoteContext,
+    ) {
+        use chainify_core::testing::SeededNet;
+        use chainify_core::tx::{LedgerBlock, LedgerEntry};
+        use chainify_testkit::conformance::storage::{random_block, setup};
+        use chainify_testkit::engines::SqliteFixture;
+        let store = setup(
+            &SqliteFixture,
+            name,
+            chainify_storage::StoreOptions::default(),
+        )
+        .await;
+        for b in 0..=applied {
+            store
+                .execute_block(
+                    &random_block(&store, b, b + 1, 5),
+                    chainify_storage::ExecMode::Serial,
+                )
+                .await
+                .expect("a block");
+        }
+        let n = SeededNet::new(3, "any-2", chainify_core::crypto::Signatures::Ed25519);
+        let block = LedgerBlock {
+            network: n.ctx.network.clone(),
+            number: BlockNumber(1),
+            tx_ids: vec![],
+            success: vec![],
+            valid: vec![],
+            hash_digest: Digest::of(b"effects"),
+            state_digest: match state {
+                Some(s) => s,
+                None => store.state_digest_at(BlockNumber(1)).await.expect("state"),
+            },
+            hash_previous: Digest::ZERO,
+            orderer_position: 1,
+        };
+        let entry = LedgerEntry {
+            certificate: n.certificate(voters, &block),
+            block,
+        };
+        crate::ledger::append(&store, &entry).await.expect("append");
+        (store, n.ctx)
+    }
+
+    /// What the scan trusts is tied to the certified ledger: the recorded state of the ledger's
+    /// newest block must be the agreed one under a certificate that verifies, an applied block
+    /// may run at most two past the ledger, and accumulators past the newest applied block are
+    /// named. Each is reported as a table that differs, so a repair follows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_scan_holds_the_recorded_state_against_the_certified_ledger() {
+        let differing = |check: &StateCheck| check.differing.join("; ");
+        let (store, ctx) = ledgered("anchor_ok", 2, None, &[1, 2]).await;
+        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        assert!(check.differing.is_empty(), "{check:?}");
+        assert_eq!(check.ledger_block, Some(BlockNumber(1)));
+        // Accumulators planted past the newest applied block.
+        let mut conn = store.backend().acquire().await.expect("conn");
+        chainify_storage::Conn::batch(
+            &mut conn,
+            "INSERT INTO chainify_state (block, table_name, lanes) SELECT 99, table_name, lanes FROM chainify_state WHERE block = 2",
+        )
+        .await
+        .expect("plant");
+        drop(conn);
+        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        assert!(
+            differing(&check).contains(
+                "chainify_state (accumulators for blocks #99..=#99, past the newest applied block)"
+            ),
+            "{check:?}"
+        );
+
+        let (store, ctx) = ledgered("anchor_other", 1, Some(Digest::of(b"other")), &[1, 2]).await;
+        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        assert!(
+            differing(&check).contains("is not the state the organizations agreed"),
+            "{check:?}"
+        );
+
+        let (store, ctx) = ledgered("anchor_unmet", 1, None, &[1]).await;
+        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        assert!(
+            differing(&check).contains("do not satisfy the agreement policy"),
+            "{check:?}"
+        );
+
+        let (store, ctx) = ledgered("anchor_ahead", 4, None, &[1, 2]).await;
+        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        assert!(
+            differing(&check)
+                .contains("chainify_applied_blocks (block 4 is applied, 3 past the ledger's #1)"),
+            "{check:?}"
+        );
+    }
 
     #[test]
     fn periodic_scans_rest_four_times_their_length_and_broken_triggers_do_not_wait() {

@@ -286,10 +286,12 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
         // The definer and the modes the body was read under count too: a trigger recreated
         // with the same text by a definer that does not exist fails every change of its table
         // here alone, and one made under other modes reads its text otherwise. chainify's
-        // sessions installed them, so they must match the session's own.
+        // sessions installed them, so they must match the session's own (the definer's user,
+        // not its host: the same user through another host is no change).
         Dialect::MySql => format!(
             "SELECT EVENT_OBJECT_TABLE, TRIGGER_NAME, 'A', CONCAT(ACTION_TIMING, ' ', EVENT_MANIPULATION, ' ', ACTION_STATEMENT, \
-             IF(DEFINER = CURRENT_USER() AND SQL_MODE = @@SESSION.sql_mode \
+             IF(SUBSTRING_INDEX(DEFINER, '@', 1) = SUBSTRING_INDEX(CURRENT_USER(), '@', 1) \
+                AND SQL_MODE = @@SESSION.sql_mode \
                 AND CHARACTER_SET_CLIENT = @@SESSION.character_set_client \
                 AND COLLATION_CONNECTION = @@SESSION.collation_connection, '', \
                 CONCAT(' -- definer ', DEFINER, ', sql_mode ', SQL_MODE, ', character set ', CHARACTER_SET_CLIENT, ' ', COLLATION_CONNECTION))) \

@@ -70,6 +70,7 @@ impl Postgres {
                 // timeout stops this organization's statements alone (queries set their own,
                 // locally), and quoted names change what the catalog prints.
                 ("statement_timeout", "0"),
+                ("idle_in_transaction_session_timeout", "0"),
                 ("quote_all_identifiers", "off"),
                 ("lock_timeout", lock_timeout.as_str()),
                 (

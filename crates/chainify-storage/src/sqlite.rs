@@ -1062,7 +1062,7 @@ impl Sqlite {
         }
         t.referenced_by = catalog_rows(
             conn,
-            "SELECT DISTINCT m.name FROM sqlite_master m, pragma_foreign_key_list(m.name) f \
+            "SELECT DISTINCT lower(m.name) FROM sqlite_master m, pragma_foreign_key_list(m.name) f \
              WHERE m.type = 'table' AND lower(f.\"table\") = lower(?1) AND lower(m.name) <> lower(?1) \
              ORDER BY 1",
             table,

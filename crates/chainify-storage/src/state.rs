@@ -60,11 +60,13 @@ pub struct StateCheck {
     /// Blocks past the newest applied one that `chainify_state` holds accumulators for: chainify
     /// never writes those (a DBA planting a state for the scan to trust would).
     pub stray_states: Vec<BlockNumber>,
-    /// The newest block of the organization's ledger and the state digest its recorded
-    /// accumulators give, for the caller to hold against the agreed (certified) state digest of
-    /// that block: what the scan trusts is then tied to what the organizations signed. `None`:
-    /// no ledger yet, or that block's accumulators are no longer kept.
-    pub ledger_state: Option<(BlockNumber, Digest)>,
+    /// The ledger's newest block at or before the newest applied one (`None`: no ledger yet).
+    pub ledger_block: Option<BlockNumber>,
+    /// The state digest that `ledger_block`'s recorded accumulators give, for the caller to
+    /// hold against the agreed (certified) state digest of that block: what the scan trusts is
+    /// then tied to what the organizations signed. `None`: no ledger block, or its
+    /// accumulators are gone (which the caller reports).
+    pub ledger_state: Option<Digest>,
 }
 
 impl StateCheck {
@@ -301,7 +303,7 @@ impl<B: Backend> Store<B> {
                 _ => None,
             })
             .collect();
-        let ledger_state = self.ledger_state(conn, applied, during).await?;
+        let (ledger_block, ledger_state) = self.ledger_state(conn, applied, during).await?;
         let mut actual = TableStates::new();
         let mut rows = 0;
         let mut pending_total = 0;
@@ -339,6 +341,7 @@ impl<B: Backend> Store<B> {
             rows,
             changed_definitions: Vec::new(),
             stray_states,
+            ledger_block,
             ledger_state,
         })
     }
@@ -371,9 +374,9 @@ impl<B: Backend> Store<B> {
         conn: &mut B::Conn,
         applied: Option<BlockNumber>,
         during: &str,
-    ) -> Result<Option<(BlockNumber, Digest)>, StorageError> {
+    ) -> Result<(Option<BlockNumber>, Option<Digest>), StorageError> {
         let Some(applied) = applied else {
-            return Ok(None);
+            return Ok((None, None));
         };
         let rows = self.db(
             conn.query(
@@ -391,12 +394,15 @@ impl<B: Backend> Store<B> {
             Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
             _ => None,
         }) else {
-            return Ok(None);
+            return Ok((None, None));
         };
         let (found, states) = self
             .read_states(conn, Some(BlockNumber(last.0.saturating_add(1))), during)
             .await?;
-        Ok((found == Some(last)).then(|| (last, state_digest(&states))))
+        Ok((
+            Some(last),
+            (found == Some(last)).then(|| state_digest(&states)),
+        ))
     }
 
     /// The recorded, not yet digested changes of `t`: (before-image, current image) per key.
