@@ -824,4 +824,24 @@ fn a_node_refuses_an_unknown_component_and_a_missing_execution_address() {
         "{}",
         stderr(&o)
     );
+    // The AdminService authenticates no caller: on every interface, the node does not start.
+    let exposed: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("admin = ") {
+                "admin = \"0.0.0.0:47003\"\n".to_owned()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&config, exposed).unwrap();
+    let o = chainify(&["node", "--config", c]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("listen.admin = \"0.0.0.0:47003\"")
+            && stderr(&o).contains("must be a loopback address"),
+        "{}",
+        stderr(&o)
+    );
 }
