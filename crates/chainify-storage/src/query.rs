@@ -83,19 +83,7 @@ impl<'s, B: Backend> QueryConn<'s, B> {
                 let taken = Instant::now();
                 store.db(conn.begin_limited_read(limit).await, during)?;
                 // The first read fixes the snapshot (PostgreSQL's and SQLite's are taken there).
-                let rows = store.db(
-                    conn.query(
-                        "SELECT MAX(block) FROM chainify_applied_blocks",
-                        &[],
-                        &[ReadType::Int],
-                    )
-                    .await,
-                    during,
-                )?;
-                let height = match rows.first().and_then(|r| r.first()) {
-                    Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
-                    _ => None,
-                };
+                let height = store.newest_applied(&mut conn, during).await?;
                 Ok((taken, height))
             })
             .await

@@ -346,8 +346,8 @@ impl<B: Backend> Store<B> {
         })
     }
 
-    /// The newest block in `chainify_applied_blocks`.
-    async fn newest_applied(
+    /// The newest block in `chainify_applied_blocks` (in a snapshot, its first read fixes it).
+    pub(crate) async fn newest_applied(
         &self,
         conn: &mut B::Conn,
         during: &str,
@@ -361,10 +361,7 @@ impl<B: Backend> Store<B> {
             .await,
             during,
         )?;
-        Ok(match rows.first().and_then(|r| r.first()) {
-            Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
-            _ => None,
-        })
+        Ok(block_of(&rows))
     }
 
     /// The ledger's newest block at or before `applied` and the state digest of its recorded
@@ -390,10 +387,7 @@ impl<B: Backend> Store<B> {
             .await,
             during,
         )?;
-        let Some(last) = (match rows.first().and_then(|r| r.first()) {
-            Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
-            _ => None,
-        }) else {
+        let Some(last) = block_of(&rows) else {
             return Ok((None, None));
         };
         let (found, states) = self
@@ -423,6 +417,14 @@ pub(crate) const STATE_TYPES: [ReadType; 3] = [ReadType::Int, ReadType::Text, Re
 
 /// The newest accumulators among the rows of `chainify_state` that `filter` (a WHERE clause,
 /// or empty) leaves.
+/// The block a one-value answer (`SELECT MAX(block) …`) names; `None` for NULL.
+fn block_of(rows: &[Vec<Value>]) -> Option<BlockNumber> {
+    match rows.first().and_then(|r| r.first()) {
+        Some(Value::Int(b)) => u64::try_from(*b).ok().map(BlockNumber),
+        _ => None,
+    }
+}
+
 pub(crate) fn states_query(filter: &str) -> String {
     format!(
         "SELECT block, table_name, lanes FROM chainify_state WHERE block = (SELECT MAX(block) FROM chainify_state{filter})"
