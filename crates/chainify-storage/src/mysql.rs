@@ -328,12 +328,13 @@ const INDEXES: &str = "SELECT CONVERT(INDEX_NAME USING utf8mb4), CONVERT(COLUMN_
      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
      ORDER BY INDEX_NAME, SEQ_IN_INDEX";
 
-/// Tables with a foreign key to this one (`schema.table` outside this database).
-const REFERENCED_BY: &str = "SELECT DISTINCT CONVERT(CONCAT(IF(CONSTRAINT_SCHEMA = DATABASE(), '', \
-     CONCAT(CONSTRAINT_SCHEMA, '.')), TABLE_NAME) USING utf8mb4) \
+/// Tables of this database with a foreign key to this one. (Children in other databases are
+/// not looked for: MariaDB would read every database's tables to find them, 200 ms a table on a
+/// server with 90 databases.)
+const REFERENCED_BY: &str = "SELECT DISTINCT CONVERT(TABLE_NAME USING utf8mb4) \
      FROM information_schema.REFERENTIAL_CONSTRAINTS \
-     WHERE UNIQUE_CONSTRAINT_SCHEMA = DATABASE() AND REFERENCED_TABLE_NAME = ? \
-       AND NOT (CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = REFERENCED_TABLE_NAME) \
+     WHERE CONSTRAINT_SCHEMA = DATABASE() AND UNIQUE_CONSTRAINT_SCHEMA = DATABASE() \
+       AND REFERENCED_TABLE_NAME = ? AND TABLE_NAME <> REFERENCED_TABLE_NAME \
      ORDER BY 1";
 
 /// CHECK constraints: name and expression (MariaDB names a column's after the column, so they
@@ -349,15 +350,21 @@ const CHECKS_MYSQL: &str = "SELECT CONVERT(cc.CONSTRAINT_NAME USING utf8mb4), CO
      WHERE tc.CONSTRAINT_TYPE = 'CHECK' AND tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = ? \
      ORDER BY cc.CONSTRAINT_NAME";
 
-const FOREIGN_KEYS: &str = "SELECT CONVERT(k.CONSTRAINT_NAME USING utf8mb4), CONVERT(k.COLUMN_NAME USING utf8mb4), \
-     CONVERT(k.REFERENCED_TABLE_NAME USING utf8mb4), CONVERT(k.REFERENCED_COLUMN_NAME USING utf8mb4), \
-     CONVERT(r.DELETE_RULE USING utf8mb4), CONVERT(r.UPDATE_RULE USING utf8mb4), \
-     CONVERT(k.REFERENCED_TABLE_SCHEMA USING utf8mb4) \
-     FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r \
-       ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME \
-       AND r.TABLE_NAME = k.TABLE_NAME \
-     WHERE k.TABLE_SCHEMA = DATABASE() AND k.TABLE_NAME = ? AND k.REFERENCED_TABLE_NAME IS NOT NULL \
-     ORDER BY k.CONSTRAINT_NAME, k.ORDINAL_POSITION";
+/// A table's foreign-key columns. Read apart from their actions ([`FOREIGN_KEY_RULES`]): MariaDB
+/// answers a join of the two views by reading every database's tables (150 ms on a server with
+/// 90 databases, where each alone takes 10).
+const FOREIGN_KEYS: &str = "SELECT CONVERT(CONSTRAINT_NAME USING utf8mb4), CONVERT(COLUMN_NAME USING utf8mb4), \
+     CONVERT(REFERENCED_TABLE_NAME USING utf8mb4), CONVERT(REFERENCED_COLUMN_NAME USING utf8mb4), \
+     CONVERT(REFERENCED_TABLE_SCHEMA USING utf8mb4) \
+     FROM information_schema.KEY_COLUMN_USAGE \
+     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND REFERENCED_TABLE_NAME IS NOT NULL \
+     ORDER BY CONSTRAINT_NAME, ORDINAL_POSITION";
+
+/// The ON DELETE and ON UPDATE actions of a table's foreign keys, by constraint name.
+const FOREIGN_KEY_RULES: &str = "SELECT CONVERT(CONSTRAINT_NAME USING utf8mb4), \
+     CONVERT(DELETE_RULE USING utf8mb4), CONVERT(UPDATE_RULE USING utf8mb4) \
+     FROM information_schema.REFERENTIAL_CONSTRAINTS \
+     WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = ?";
 
 fn column(
     name: String,
@@ -605,6 +612,19 @@ impl Backend for MySql {
             .fetch_all(&self.pool)
             .await
             .map_err(err("reading the foreign keys of a table"))?;
+        let mut rules = std::collections::BTreeMap::new();
+        for r in sqlx::query(FOREIGN_KEY_RULES)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the actions of a table's foreign keys"))?
+        {
+            let e = err("decoding a foreign key's actions");
+            let name: String = r.try_get(0).map_err(&e)?;
+            let on_delete: String = r.try_get(1).map_err(&e)?;
+            let on_update: String = r.try_get(2).map_err(&e)?;
+            rules.insert(name, (on_delete, on_update));
+        }
         let mut last: Option<String> = None;
         for r in fks {
             let e = err("decoding a foreign key");
@@ -613,7 +633,7 @@ impl Backend for MySql {
             let parent: String = r.try_get(2).map_err(&e)?;
             let parent_col: String = r.try_get(3).map_err(&e)?;
             // A parent of the same name in another database is not the shared table.
-            let schema: Option<String> = r.try_get(6).map_err(&e)?;
+            let schema: Option<String> = r.try_get(4).map_err(&e)?;
             if schema.as_deref() != Some(database.as_str()) {
                 t.problems.push(format!(
                     "its foreign key {name} references {parent} in database {}, not this one",
@@ -627,12 +647,17 @@ impl Backend for MySql {
                 fk.parent_columns.push(parent_col);
                 continue;
             }
+            // A key without its actions (read a moment apart) is one the catalog cannot name.
+            let (on_delete, on_update) = rules
+                .get(&name)
+                .cloned()
+                .unwrap_or_else(|| ("unknown".into(), "unknown".into()));
             t.foreign_keys.push(CatalogForeignKey {
                 columns: vec![col],
                 parent,
                 parent_columns: vec![parent_col],
-                on_delete: r.try_get(4).map_err(&e)?,
-                on_update: r.try_get(5).map_err(&e)?,
+                on_delete,
+                on_update,
             });
             last = Some(name);
         }
