@@ -125,8 +125,9 @@ type JoinedScan = Result<(Result<StateCheck, StorageError>, Duration), tokio::ta
 async fn scan_against_ledger<B: Backend>(
     store: &Store<B>,
     ctx: &chainify_core::votes::VoteContext,
+    definitions: bool,
 ) -> Result<StateCheck, StorageError> {
-    let mut check = store.check_state().await?;
+    let mut check = store.check_state_with(definitions).await?;
     if let (Some(first), Some(last)) = (check.stray_states.first(), check.stray_states.last()) {
         check.differing.push(format!(
             "chainify_state (accumulators for blocks {first}..={last}, past the newest applied block)"
@@ -199,7 +200,14 @@ struct Integrity {
     pending: Vec<String>,
     /// A full scan found the tables differ: reported with the next block that succeeds.
     repair_needed: bool,
+    /// When a full scan last read the shared tables' definitions again.
+    definitions_read: Option<Instant>,
 }
+
+/// How often a full scan also reads the shared tables' definitions from the catalog (a dozen
+/// catalog queries a table, tens of milliseconds of a MariaDB server's CPU each time: with
+/// every scan it cost a MariaDB organization 10 % of its throughput).
+const DEFINITIONS_EVERY: Duration = Duration::from_secs(60);
 
 /// A periodic full scan rests after the previous one for this many times its length, so scans
 /// take at most a fifth of the time whatever the table size and block rate. (At 10⁶ accounts a
@@ -344,9 +352,19 @@ impl<B: Backend> LocalExecution<B> {
         ) {
             let store = self.store.clone();
             let ctx = chainify_core::votes::VoteContext::of(self.ahead.network());
+            let now = Instant::now();
+            let definitions = state
+                .definitions_read
+                .is_none_or(|at| now.duration_since(at) >= DEFINITIONS_EVERY);
+            if definitions {
+                state.definitions_read = Some(now);
+            }
             state.scan = Some(tokio::spawn(async move {
                 let started = Instant::now();
-                (scan_against_ledger(&store, &ctx).await, started.elapsed())
+                (
+                    scan_against_ledger(&store, &ctx, definitions).await,
+                    started.elapsed(),
+                )
             }));
         }
         for finding in findings {
@@ -625,7 +643,7 @@ mod tests {
     async fn the_scan_holds_the_recorded_state_against_the_certified_ledger() {
         let differing = |check: &StateCheck| check.differing.join("; ");
         let (store, ctx) = ledgered("anchor_ok", 2, None, &[1, 2]).await;
-        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        let check = scan_against_ledger(&store, &ctx, true).await.expect("scan");
         assert!(check.differing.is_empty(), "{check:?}");
         assert_eq!(check.ledger_block, Some(BlockNumber(1)));
         // Accumulators planted past the newest applied block.
@@ -637,7 +655,7 @@ mod tests {
         .await
         .expect("plant");
         drop(conn);
-        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        let check = scan_against_ledger(&store, &ctx, true).await.expect("scan");
         assert!(
             differing(&check).contains(
                 "chainify_state (accumulators for blocks #99..=#99, past the newest applied block)"
@@ -646,21 +664,21 @@ mod tests {
         );
 
         let (store, ctx) = ledgered("anchor_other", 1, Some(Digest::of(b"other")), &[1, 2]).await;
-        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        let check = scan_against_ledger(&store, &ctx, true).await.expect("scan");
         assert!(
             differing(&check).contains("is not the state the organizations agreed"),
             "{check:?}"
         );
 
         let (store, ctx) = ledgered("anchor_unmet", 1, None, &[1]).await;
-        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        let check = scan_against_ledger(&store, &ctx, true).await.expect("scan");
         assert!(
             differing(&check).contains("do not satisfy the agreement policy"),
             "{check:?}"
         );
 
         let (store, ctx) = ledgered("anchor_ahead", 4, None, &[1, 2]).await;
-        let check = scan_against_ledger(&store, &ctx).await.expect("scan");
+        let check = scan_against_ledger(&store, &ctx, true).await.expect("scan");
         assert!(
             differing(&check)
                 .contains("chainify_applied_blocks (block 4 is applied, 3 past the ledger's #1)"),

@@ -248,6 +248,13 @@ impl<B: Backend> Store<B> {
     /// the recorded changes of a block in progress are in it together with their rows, so the
     /// check may run beside the executor.
     pub async fn check_state(&self) -> Result<StateCheck, StorageError> {
+        self.check_state_with(true).await
+    }
+
+    /// [`Store::check_state`], reading the shared tables' definitions again only with
+    /// `definitions` (a dozen catalog queries a table: a node does it less often than it scans
+    /// the rows).
+    pub async fn check_state_with(&self, definitions: bool) -> Result<StateCheck, StorageError> {
         self.off_runtime(async {
             let during = "checking the state digest by a full scan";
             let mut conn = self.acquire(during).await?;
@@ -257,7 +264,9 @@ impl<B: Backend> Store<B> {
             // The catalog is read on connections of its own: release this one first.
             drop(conn);
             let mut check = result?;
-            check.changed_definitions = self.check_definitions().await?;
+            if definitions {
+                check.changed_definitions = self.check_definitions().await?;
+            }
             Ok(check)
         })
         .await
