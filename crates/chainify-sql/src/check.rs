@@ -156,9 +156,9 @@ impl<'a> Checker<'a> {
                 expr,
             } => match self.operand(expr)? {
                 Operand::Number(n) if *op == UnaryOperator::Minus => {
-                    number(&format!("-{}", plain(&n)))
+                    Decimal::new(-n.mantissa(), n.scale())
                         .map(Operand::Number)
-                        .map_err(|_| format!("`{e}` is not a number"))
+                        .ok_or_else(|| format!("`{e}` is not a number"))
                 }
                 Operand::Number(n) => Ok(Operand::Number(n)),
                 _ => Err(format!("`{e}` negates what is not a number literal")),
@@ -285,24 +285,8 @@ fn int_literal(n: &Decimal, bits: u8) -> Result<(), String> {
     if fits {
         Ok(())
     } else {
-        Err(format!(
-            "{} is not an integer literal within {bits} bits",
-            plain(n)
-        ))
+        Err(format!("{n} is not an integer literal within {bits} bits"))
     }
-}
-
-/// A decimal literal as the text it came from (for messages and for negation).
-fn plain(n: &Decimal) -> String {
-    let m = n.mantissa().unsigned_abs().to_string();
-    let scale = usize::from(n.scale());
-    let sign = if n.mantissa() < 0 { "-" } else { "" };
-    if scale == 0 {
-        return format!("{sign}{m}");
-    }
-    let padded = format!("{m:0>width$}", width = scale + 1);
-    let (int, frac) = padded.split_at(padded.len() - scale);
-    format!("{sign}{int}.{frac}")
 }
 
 fn number(text: &str) -> Result<Decimal, String> {

@@ -355,7 +355,7 @@ const CHECKS_MYSQL: &str = "SELECT CONVERT(cc.CONSTRAINT_NAME USING utf8mb4), CO
 /// 90 databases, where each alone takes 10).
 const FOREIGN_KEYS: &str = "SELECT CONVERT(CONSTRAINT_NAME USING utf8mb4), CONVERT(COLUMN_NAME USING utf8mb4), \
      CONVERT(REFERENCED_TABLE_NAME USING utf8mb4), CONVERT(REFERENCED_COLUMN_NAME USING utf8mb4), \
-     CONVERT(REFERENCED_TABLE_SCHEMA USING utf8mb4) \
+     CONVERT(REFERENCED_TABLE_SCHEMA USING utf8mb4), CAST(REFERENCED_TABLE_SCHEMA = DATABASE() AS SIGNED) \
      FROM information_schema.KEY_COLUMN_USAGE \
      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND REFERENCED_TABLE_NAME IS NOT NULL \
      ORDER BY CONSTRAINT_NAME, ORDINAL_POSITION";
@@ -602,11 +602,6 @@ impl Backend for MySql {
                 dialect: Dialect::MySql,
             });
         }
-        let database: String = sqlx::query_scalar("SELECT CONVERT(DATABASE() USING utf8mb4)")
-            .persistent(false)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(err("reading the database's name"))?;
         let fks = sqlx::query(FOREIGN_KEYS)
             .bind(table)
             .fetch_all(&self.pool)
@@ -634,7 +629,8 @@ impl Backend for MySql {
             let parent_col: String = r.try_get(3).map_err(&e)?;
             // A parent of the same name in another database is not the shared table.
             let schema: Option<String> = r.try_get(4).map_err(&e)?;
-            if schema.as_deref() != Some(database.as_str()) {
+            let here: Option<i64> = r.try_get(5).map_err(&e)?;
+            if here != Some(1) {
                 t.problems.push(format!(
                     "its foreign key {name} references {parent} in database {}, not this one",
                     schema.as_deref().unwrap_or("?")
