@@ -228,8 +228,15 @@ pub use chainify_core::tx::TxOutcome;
 pub enum TxState {
     /// Never seen by this organization.
     Unknown,
-    /// Ordered or executing; its block is not agreed yet.
-    Pending,
+    /// Ordered or executing; its block is not agreed yet. Or only invalid copies of it are
+    /// agreed so far (`invalid_copy`, the newest): the orderer may have altered the
+    /// transaction, and may still order it. Such a copy is not an abort: submitting the same
+    /// proposal again is safe (it cannot apply twice), a new one with the same statements is
+    /// not.
+    Pending {
+        /// The newest invalid copy agreed, if any.
+        invalid_copy: Option<TxOutcome>,
+    },
     /// In an agreed block.
     Committed(TxOutcome),
 }
@@ -271,6 +278,7 @@ fn outcome(o: pb::TxOutcome) -> Result<TxOutcome, ClientError> {
         index: o.index,
         success: o.success,
         agreed: o.agreed,
+        valid: !o.invalid_copy,
         reason: o.reason,
     })
 }
@@ -478,7 +486,21 @@ impl Client {
             .await?;
         let o = outcome(r.into_inner())?;
         self.named(id, o.tx_id)?;
-        Ok(o)
+        self.final_outcome(o)
+    }
+
+    /// `o`, unless it is of an invalid copy: that is never a transaction's outcome, and taking
+    /// it for an abort would have the caller apply the statements twice.
+    fn final_outcome(&self, o: TxOutcome) -> Result<TxOutcome, ClientError> {
+        if o.valid {
+            Ok(o)
+        } else {
+            Err(ClientError::Protocol(format!(
+                "organization {} answered with an invalid copy of transaction {} (block {}, \
+                 index {}) as its outcome; such a copy says nothing final about it",
+                self.org.0, o.tx_id, o.block, o.index
+            )))
+        }
     }
 
     /// What the organization knows of transaction `id`.
@@ -496,9 +518,15 @@ impl Client {
             (Ok(State::Committed), Some(o)) => {
                 let o = outcome(o)?;
                 self.named(*id, o.tx_id)?;
-                Ok(TxState::Committed(o))
+                Ok(TxState::Committed(self.final_outcome(o)?))
             }
-            (Ok(State::Pending), _) => Ok(TxState::Pending),
+            (Ok(State::Pending), copy) => {
+                let invalid_copy = copy.map(outcome).transpose()?;
+                if let Some(o) = &invalid_copy {
+                    self.named(*id, o.tx_id)?;
+                }
+                Ok(TxState::Pending { invalid_copy })
+            }
             (Ok(State::Unknown), _) => Ok(TxState::Unknown),
             (state, _) => Err(ClientError::Protocol(format!(
                 "transaction state {state:?}"
@@ -648,6 +676,18 @@ mod tests {
         Columns,
         /// The signed answer to an earlier query of the same text (another nonce).
         Replay,
+        /// Outcomes of the transaction asked about, of an invalid copy of it.
+        InvalidCopy,
+    }
+
+    fn invalid_copy(id: &[u8]) -> pb::TxOutcome {
+        pb::TxOutcome {
+            tx_id: id.to_vec(),
+            success: false,
+            reason: "accepted by [], which does not satisfy the endorsement policy".into(),
+            invalid_copy: true,
+            ..other_outcome()
+        }
     }
 
     fn other_outcome() -> pb::TxOutcome {
@@ -658,6 +698,7 @@ mod tests {
             success: true,
             agreed: true,
             reason: String::new(),
+            invalid_copy: false,
         }
     }
 
@@ -676,17 +717,38 @@ mod tests {
         }
         async fn submit_and_wait(
             &self,
-            _: Request<pb::SubmitRequest>,
+            request: Request<pb::SubmitRequest>,
         ) -> Result<Response<pb::TxOutcome>, Status> {
-            Ok(Response::new(other_outcome()))
+            Ok(Response::new(match self.tamper {
+                Some(Tamper::InvalidCopy) => {
+                    let wire = request.into_inner().proposal.unwrap();
+                    let id = chainify_core::tx::Proposal::try_from(wire).unwrap().tx_id();
+                    invalid_copy(id.0.as_bytes())
+                }
+                _ => other_outcome(),
+            }))
         }
         async fn tx_status(
             &self,
-            _: Request<pb::TxStatusRequest>,
+            request: Request<pb::TxStatusRequest>,
         ) -> Result<Response<pb::TxStatusResponse>, Status> {
-            Ok(Response::new(pb::TxStatusResponse {
-                state: pb::tx_status_response::State::Committed.into(),
-                outcome: Some(other_outcome()),
+            use pb::tx_status_response::State;
+            let asked = request.into_inner().tx_id;
+            Ok(Response::new(match self.tamper {
+                // An invalid copy as the outcome of a committed transaction.
+                Some(Tamper::InvalidCopy) if asked[0].is_multiple_of(2) => pb::TxStatusResponse {
+                    state: State::Committed.into(),
+                    outcome: Some(invalid_copy(&asked)),
+                },
+                // Pending, with the invalid copy agreed so far.
+                Some(Tamper::InvalidCopy) => pb::TxStatusResponse {
+                    state: State::Pending.into(),
+                    outcome: Some(invalid_copy(&asked)),
+                },
+                _ => pb::TxStatusResponse {
+                    state: State::Committed.into(),
+                    outcome: Some(other_outcome()),
+                },
             }))
         }
         async fn commit_stream(
@@ -729,7 +791,7 @@ mod tests {
                 Some(Tamper::Rows) => rows[0][0] = Value::Int(1_000_000),
                 Some(Tamper::Height) => height = 8,
                 Some(Tamper::Columns) => columns[0] = "savings".into(),
-                Some(Tamper::Replay) | None => {}
+                Some(Tamper::Replay | Tamper::InvalidCopy) | None => {}
             }
             Ok(Response::new(pb::QueryResponse {
                 columns,
@@ -799,6 +861,42 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("the proposal to submit"), "{e}");
+    }
+
+    /// An invalid copy of a transaction (one the orderer stripped of its endorsements, say) is
+    /// never taken for its outcome: the caller would try again under a new nonce and apply the
+    /// statements twice. As a status it is pending, with the copy to look at.
+    #[tokio::test]
+    async fn an_invalid_copy_is_never_taken_for_an_outcome() {
+        let lying = Lying {
+            key: None,
+            tamper: Some(Tamper::InvalidCopy),
+        };
+        let client = lied_to(lying, None).await;
+        let e = client
+            .submit_and_wait(Tx::new().statement("UPDATE t SET v = 1 WHERE k = 1", []))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("answered with an invalid copy of transaction"),
+            "{e}"
+        );
+        let even = TxId(chainify_core::Digest::try_from(&[2u8; 32][..]).unwrap());
+        let e = client.status(&even).await.unwrap_err().to_string();
+        assert!(
+            e.contains("answered with an invalid copy of transaction"),
+            "{e}"
+        );
+        let odd = TxId(chainify_core::Digest::try_from(&[3u8; 32][..]).unwrap());
+        let TxState::Pending {
+            invalid_copy: Some(copy),
+        } = client.status(&odd).await.unwrap()
+        else {
+            panic!("not pending with the copy");
+        };
+        assert!(!copy.valid && !copy.success);
+        assert_eq!(copy.tx_id, odd);
     }
 
     /// A query answer counts only when the organization's own key signed exactly it: not one

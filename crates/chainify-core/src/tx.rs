@@ -539,6 +539,11 @@ pub struct TxOutcome {
     pub success: bool,
     /// Whether its block is agreed and in the ledger.
     pub agreed: bool,
+    /// False for an invalid copy: a replay, or a copy whose signatures or endorsements failed
+    /// validation. Such a copy says nothing final about the transaction: the orderer is
+    /// untrusted, and may order a copy stripped of its endorsements ahead of the real one,
+    /// which may still commit.
+    pub valid: bool,
     /// Why it aborted; empty on success or when no longer known.
     pub reason: String,
 }
@@ -561,6 +566,7 @@ impl LedgerBlock {
                 index: u32::try_from(i).unwrap_or(u32::MAX),
                 success: self.success.get(i).copied().unwrap_or(false),
                 agreed: true,
+                valid: self.valid.get(i).copied().unwrap_or(false),
                 reason: reasons.get(&i).map(|r| (*r).clone()).unwrap_or_default(),
             })
             .collect()
@@ -583,6 +589,25 @@ impl LedgerBlock {
             .digest(&self.hash_previous)
             .u64(self.orderer_position);
         e.finish()
+    }
+
+    /// The outcome of transaction `id` if the block holds a valid copy of it (a block holds
+    /// at most one), passing over invalid copies ordered before it.
+    pub fn outcome_of(&self, id: &TxId) -> Option<TxOutcome> {
+        let index = self
+            .tx_ids
+            .iter()
+            .enumerate()
+            .position(|(i, t)| t == id && self.valid.get(i).copied().unwrap_or(false))?;
+        Some(TxOutcome {
+            tx_id: *id,
+            block: self.number,
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+            success: self.success.get(index).copied().unwrap_or(false),
+            agreed: true,
+            valid: true,
+            reason: String::new(),
+        })
     }
 
     /// The hash that is voted on and chained.
@@ -895,5 +920,37 @@ mod tests {
         let h = b.hash();
         b.valid[0] = false;
         assert_ne!(b.hash(), h, "the valid bits are certified too");
+    }
+
+    #[test]
+    fn an_invalid_copy_says_nothing_of_the_valid_one() {
+        let id = body().tx_id();
+        let other = TxId(Digest::of(b"other"));
+        // The orderer put a stripped copy of `id` ahead of the real one.
+        let b = LedgerBlock {
+            network: NetworkId::new("net").unwrap(),
+            number: BlockNumber(4),
+            tx_ids: vec![id, other, id],
+            success: vec![false, true, true],
+            valid: vec![false, true, true],
+            hash_digest: Digest::of(b"d"),
+            state_digest: Digest::of(b"state"),
+            hash_previous: Digest::ZERO,
+            orderer_position: 1,
+        };
+        let all = b.outcomes(&[(0, "stripped".into())]);
+        assert_eq!(
+            all.iter().map(|o| o.valid).collect::<Vec<_>>(),
+            vec![false, true, true]
+        );
+        let o = b.outcome_of(&id).expect("the valid copy");
+        assert_eq!((o.index, o.success, o.valid), (2, true, true));
+        let only_invalid = LedgerBlock {
+            tx_ids: vec![id],
+            success: vec![false],
+            valid: vec![false],
+            ..b
+        };
+        assert_eq!(only_invalid.outcome_of(&id), None);
     }
 }

@@ -549,6 +549,7 @@ mod tests {
             index,
             success,
             agreed: true,
+            valid: true,
             reason: String::new(),
         };
         prove_outcome(&good, &n.ctx, &outcome(a, 0, true)).expect("a committed");

@@ -150,6 +150,7 @@ fn to_wire(o: &TxOutcome) -> pb::TxOutcome {
         success: o.success,
         agreed: o.agreed,
         reason: o.reason.clone(),
+        invalid_copy: !o.valid,
     }
 }
 
@@ -180,6 +181,8 @@ struct Kept {
     block: BlockNumber,
     index: u32,
     success: bool,
+    /// False for an invalid copy, kept only while no valid copy is known.
+    valid: bool,
     reason: Option<Box<str>>,
 }
 
@@ -195,28 +198,42 @@ impl Outcomes {
         let outcomes = committed.block.outcomes(&committed.reasons);
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        for (i, o) in outcomes.into_iter().enumerate() {
-            for w in waiters.remove(&o.tx_id).unwrap_or_default() {
-                let _ = w.send(o.clone());
-            }
-            // An invalid copy (a duplicate the orderer repeated) never hides the outcome of the
-            // transaction itself.
-            let valid = committed.block.valid.get(i).copied().unwrap_or(true);
-            if !valid && recent.contains(&o.tx_id) {
+        for o in outcomes {
+            // An invalid copy says nothing final: the orderer may have stripped the real one's
+            // endorsements and ordered the copy first, and the real one may still commit.
+            // Waking its waiters with "aborted" would have clients try again under a new nonce,
+            // and apply twice.
+            if o.valid {
+                for w in waiters.remove(&o.tx_id).unwrap_or_default() {
+                    let _ = w.send(o.clone());
+                }
+            } else if recent.contains(&o.tx_id) {
+                // Never hides the outcome of a valid copy, nor an earlier invalid one.
                 continue;
             }
             let kept = Kept {
                 block: o.block,
                 index: o.index,
                 success: o.success,
+                valid: o.valid,
                 reason: (!o.reason.is_empty()).then(|| o.reason.into_boxed_str()),
             };
             recent.insert(o.tx_id, kept);
         }
     }
 
-    /// A recent outcome (every outcome recorded is of an appended, so agreed, block).
+    /// A recent outcome of a valid copy (every outcome recorded is of an appended, so agreed,
+    /// block).
     fn recent(&self, id: &TxId) -> Option<TxOutcome> {
+        self.kept(id).filter(|o| o.valid)
+    }
+
+    /// A recent invalid copy of `id`, when no valid copy of it is recent.
+    fn invalid_copy(&self, id: &TxId) -> Option<TxOutcome> {
+        self.kept(id).filter(|o| !o.valid)
+    }
+
+    fn kept(&self, id: &TxId) -> Option<TxOutcome> {
         let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         recent.get(id).map(|k| TxOutcome {
             tx_id: *id,
@@ -224,6 +241,7 @@ impl Outcomes {
             index: k.index,
             success: k.success,
             agreed: true,
+            valid: k.valid,
             reason: k.reason.as_deref().unwrap_or_default().to_owned(),
         })
     }
@@ -855,11 +873,9 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         let entry = ledger::entry(&self.store, block)
             .await
             .map_err(|e| status::unavailable(format_args!("reading ledger block {block}"), e))?;
-        Ok(entry
-            .block
-            .outcomes(&[])
-            .into_iter()
-            .find(|o| o.tx_id == id))
+        // The index holds valid copies only; an invalid copy ordered ahead of the valid one in
+        // the same block is passed over.
+        Ok(entry.block.outcome_of(&id))
     }
 
     /// The outcome of `id`, submitted from `from`, once its block is agreed.
@@ -892,11 +908,22 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    return Err(status::deadline(format!(
-                        "transaction {id} is ordered but its block was not agreed within {:?}; \
-                         ask TxStatus later",
-                        self.settings.wait_limit
-                    )));
+                    let limit = self.settings.wait_limit;
+                    return Err(status::deadline(match self.outcomes.invalid_copy(&id) {
+                        Some(copy) => format!(
+                            "transaction {id} was ordered, but within {limit:?} only an invalid \
+                             copy of it was agreed (block {}, index {}: {}); the orderer may have \
+                             altered it and may still order it: ask TxStatus later (only the same \
+                             proposal, not a new one, may be tried again: it cannot apply twice)",
+                            copy.block,
+                            copy.index,
+                            if copy.reason.is_empty() { "invalid" } else { &copy.reason }
+                        ),
+                        None => format!(
+                            "transaction {id} is ordered but its block was not agreed within \
+                             {limit:?}; ask TxStatus later"
+                        ),
+                    }));
                 }
             }
         }
@@ -975,7 +1002,10 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
                 let slot = self.gateway.lookup_slot(from).await?;
                 let in_index = !self.gateway.known(&[id]).await?.is_empty();
                 drop(slot);
+                // Only invalid copies agreed so far: pending, with the newest as the outcome.
+                let copy = self.gateway.outcomes.invalid_copy(&id);
                 let executed_or_pending = in_index
+                    || copy.is_some()
                     || self
                         .gateway
                         .outcomes
@@ -989,7 +1019,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> ChainifyService for ChainifySer
                     } else {
                         State::Unknown as i32
                     },
-                    outcome: None,
+                    outcome: copy.as_ref().map(to_wire),
                 }
             }
         };
@@ -1285,9 +1315,50 @@ mod tests {
         assert!(!failed.success);
         assert_eq!(failed.reason, "statement 1: expected 1 rows, got 0");
         assert_eq!((failed.block, failed.index), (BlockNumber(1), 1));
-        // An invalid transaction seen for the first time is kept, with its reason.
+        // An invalid copy seen first is kept as such, with its reason, but is no outcome.
         let v = TxId(Digest::of(b"v"));
         outcomes.record(&committed(3, &[(v, false, false)], &[(0, "not endorsed")]));
-        assert_eq!(outcomes.recent(&v).expect("v").reason, "not endorsed");
+        assert_eq!(outcomes.recent(&v), None);
+        let copy = outcomes.invalid_copy(&v).expect("v's copy");
+        assert_eq!(copy.reason, "not endorsed");
+        assert!(!copy.valid);
+        // The valid copy, agreed later, replaces it.
+        outcomes.record(&committed(4, &[(v, true, true)], &[]));
+        assert_eq!(outcomes.recent(&v).expect("v").block, BlockNumber(4));
+        assert_eq!(outcomes.invalid_copy(&v), None);
+    }
+
+    /// A client waiting for its transaction is not told it aborted because the (untrusted)
+    /// orderer ordered a copy stripped of its endorsements first, in an earlier block or
+    /// earlier in the same one: it would try again under a new nonce and apply twice.
+    #[test]
+    fn an_invalid_copy_does_not_answer_a_waiting_client() {
+        let (t, u) = (TxId(Digest::of(b"t")), TxId(Digest::of(b"u")));
+        let outcomes = Outcomes::new(100);
+        let wait = |id: TxId| {
+            let (tx, rx) = oneshot::channel();
+            outcomes
+                .waiters
+                .lock()
+                .unwrap()
+                .entry(id)
+                .or_default()
+                .push(tx);
+            rx
+        };
+        let (mut for_t, mut for_u) = (wait(t), wait(u));
+        outcomes.record(&committed(1, &[(t, false, false)], &[(0, "stripped")]));
+        assert!(for_t.try_recv().is_err(), "woken by the stripped copy");
+        outcomes.record(&committed(
+            2,
+            &[(u, false, false), (t, true, true), (u, true, true)],
+            &[(0, "stripped")],
+        ));
+        let got = for_t.try_recv().expect("t's outcome");
+        assert!(got.success && got.valid);
+        assert_eq!((got.block, got.index), (BlockNumber(2), 1));
+        let got = for_u.try_recv().expect("u's outcome");
+        assert!(got.success && got.valid);
+        assert_eq!((got.block, got.index), (BlockNumber(2), 2));
     }
 }

@@ -13,6 +13,7 @@ use chainify_core::config::{
     StatementKind, all_grants,
 };
 use chainify_core::crypto::SigningKey;
+use chainify_core::tx::TransactionBlock;
 use chainify_core::{BlockNumber, OrgId};
 use chainify_net::tls::issue_network_certs;
 use chainify_net::{
@@ -20,9 +21,10 @@ use chainify_net::{
 };
 use chainify_orderer::LocalOrderer;
 use chainify_proto::pb;
-use chainify_proto::pb::orderer_service_server::OrdererServiceServer;
+use chainify_proto::pb::orderer_service_server::{OrdererService, OrdererServiceServer};
 use chainify_storage::{AnyBackend, StoreOptions};
 use chainify_testkit::engines::load_smallbank;
+use chainify_testkit::faulty::{self, Fault};
 use futures_util::StreamExt;
 use tokio::sync::oneshot;
 
@@ -47,9 +49,23 @@ async fn start(base: u16, chainify: ChainifySettings) -> Net {
     start_on(base, chainify, None).await
 }
 
+/// As [`start`], with the solo orderer misbehaving by `fault` on every block it delivers.
+async fn start_faulty(base: u16, fault: Fault) -> Net {
+    start_with(base, ChainifySettings::default(), None, Some(fault)).await
+}
+
 /// As [`start`], with organization 1 on the database at `org1_url` (Smallbank loaded) instead
 /// of SQLite.
 async fn start_on(base: u16, chainify: ChainifySettings, org1_url: Option<String>) -> Net {
+    start_with(base, chainify, org1_url, None).await
+}
+
+async fn start_with(
+    base: u16,
+    chainify: ChainifySettings,
+    org1_url: Option<String>,
+    fault: Option<Fault>,
+) -> Net {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
     let certs = issue_network_certs("svc", &[vec![], vec![], vec![]], &[]).unwrap();
@@ -104,13 +120,13 @@ async fn start_on(base: u16, chainify: ChainifySettings, org1_url: Option<String
         .await
         .unwrap();
     let orderer = LocalOrderer::start(network.network_id.clone(), 32, Duration::from_millis(20));
-    let server = server_builder(Some(&tls))
-        .unwrap()
-        .add_service(OrdererServiceServer::new(SoloServer::new(
-            orderer,
-            tokio::sync::watch::channel(false).1,
-        )))
-        .serve_with_incoming(chainify_net::incoming(listener));
+    let solo = SoloServer::new(orderer, tokio::sync::watch::channel(false).1);
+    let mut server = server_builder(Some(&tls)).unwrap();
+    let server = match fault {
+        None => server.add_service(OrdererServiceServer::new(solo)),
+        Some(fault) => server.add_service(OrdererServiceServer::new(Faulty { solo, fault })),
+    }
+    .serve_with_incoming(chainify_net::incoming(listener));
     tokio::spawn(server);
 
     let mut net = Net {
@@ -149,6 +165,36 @@ async fn start_on(base: u16, chainify: ChainifySettings, org1_url: Option<String
         net.start_org(n as usize, chainify.clone());
     }
     net
+}
+
+/// The solo orderer over gRPC, delivering every block as `fault` alters it.
+struct Faulty {
+    solo: SoloServer,
+    fault: Fault,
+}
+
+#[tonic::async_trait]
+impl OrdererService for Faulty {
+    async fn broadcast(
+        &self,
+        request: tonic::Request<pb::BroadcastRequest>,
+    ) -> Result<tonic::Response<pb::BroadcastResponse>, tonic::Status> {
+        self.solo.broadcast(request).await
+    }
+
+    type DeliverStream = <SoloServer as OrdererService>::DeliverStream;
+
+    async fn deliver(
+        &self,
+        request: tonic::Request<pb::DeliverRequest>,
+    ) -> Result<tonic::Response<Self::DeliverStream>, tonic::Status> {
+        let fault = self.fault;
+        let honest = self.solo.deliver(request).await?.into_inner();
+        Ok(tonic::Response::new(Box::pin(honest.map(move |b| {
+            let block = TransactionBlock::try_from(b?).unwrap();
+            Ok(pb::TransactionBlock::from(&faulty::apply(fault, 0, block)))
+        }))))
+    }
 }
 
 impl Net {
@@ -1402,6 +1448,84 @@ async fn a_flood_of_forged_and_replayed_votes_does_not_stall_agreement() {
     // The blocks were agreed with the flood going on, not after it (a count, not a rate: how
     // many depends on the machine).
     assert!(during > 0, "no vote was sent while the blocks were agreed");
+    for n in 1..=3 {
+        net.stop_org(n).await;
+    }
+}
+
+/// The orderer (untrusted) puts a copy of each transaction stripped of its endorsements ahead of
+/// it. The copy has the transaction's id and is invalid; the real one commits. A client waiting
+/// for its outcome, asking its status or reading the commit stream is never told that the
+/// transaction aborted: it would try again under a new nonce, and the statements would apply
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripped_copy_ordered_first_is_not_the_transaction_s_outcome() {
+    let mut net = start_faulty(28700, Fault::StripAhead).await;
+    wait_ready(&mut net).await;
+    let c1 = net.client1(1).await;
+    let c2 = net.client1(2).await;
+    let mut events = c2.commits(0).await.unwrap();
+    let balance = |rows: chainify_client::Rows| match rows.rows.as_slice() {
+        [row] => row[0].clone(),
+        other => panic!("{other:?}"),
+    };
+    let before = balance(
+        c1.query("SELECT bal FROM checking WHERE custid = 3", [])
+            .await
+            .unwrap(),
+    );
+    let o = c1.submit_and_wait(deposit(3, 5)).await.unwrap();
+    assert!(o.success && o.agreed && o.valid, "{o:?}");
+    assert_eq!(
+        o.index, 1,
+        "the real copy is behind the stripped one: {o:?}"
+    );
+    let id = o.tx_id;
+    // Every organization reports the real copy's outcome, from memory and from the ledger.
+    for org in 1..=3 {
+        let c = net.client1(org).await;
+        match c.status(&id).await.unwrap() {
+            TxState::Committed(got) => assert_eq!(got, o, "org{org}"),
+            other => panic!("org{org}: {other:?}"),
+        }
+    }
+    // The commit stream shows both copies, the stripped one marked as such.
+    let event = loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .expect("a commit event")
+            .unwrap()
+            .unwrap();
+        if e.outcomes.iter().any(|x| x.tx_id == id) {
+            break e;
+        }
+    };
+    let copies: Vec<_> = event
+        .outcomes
+        .iter()
+        .filter(|x| x.tx_id == id)
+        .map(|x| (x.index, x.valid, x.success))
+        .collect();
+    assert_eq!(copies, vec![(0, false, false), (1, true, true)]);
+    assert!(
+        event.outcomes[0]
+            .reason
+            .contains("does not satisfy the endorsement policy"),
+        "{event:?}"
+    );
+    // The deposit applied once, everywhere.
+    let Value::Int(before) = before else {
+        panic!("{before:?}")
+    };
+    for org in 1..=3 {
+        let rows = net
+            .client1(org)
+            .await
+            .query("SELECT bal FROM checking WHERE custid = 3", [])
+            .await
+            .unwrap();
+        assert_eq!(balance(rows), Value::Int(before + 5), "org{org}");
+    }
     for n in 1..=3 {
         net.stop_org(n).await;
     }

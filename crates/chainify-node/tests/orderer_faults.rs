@@ -68,7 +68,13 @@ async fn run_blocks<F: OrdererFactory>(cluster: &Cluster<F>, orgs: &[OrgId]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uniform_faults_are_flagged_alike_and_agreed() {
-    for fault in [Fault::Reorder, Fault::Drop, Fault::Duplicate, Fault::Forge] {
+    for fault in [
+        Fault::Reorder,
+        Fault::Drop,
+        Fault::Duplicate,
+        Fault::Forge,
+        Fault::StripAhead,
+    ] {
         let test = format!("fault_{fault:?}").to_lowercase();
         let cluster = cluster(&test, |spec| {
             shared(FaultyOrderer::new(local(spec), fault, BlockNumber(2)))
@@ -86,7 +92,7 @@ async fn uniform_faults_are_flagged_alike_and_agreed() {
         let faulty_blocks = BLOCKS as usize - 1;
         let (expected_txs, expected_invalid) = match fault {
             Fault::Drop => (BLOCK * BLOCKS as usize - faulty_blocks, 0),
-            Fault::Duplicate | Fault::Forge => (
+            Fault::Duplicate | Fault::Forge | Fault::StripAhead => (
                 BLOCK * BLOCKS as usize + faulty_blocks,
                 faulty_blocks as u64,
             ),
@@ -107,6 +113,21 @@ async fn uniform_faults_are_flagged_alike_and_agreed() {
                     "{fault:?}: the extra transaction of block {} is flagged",
                     entry.block.number
                 );
+            }
+        }
+        if fault == Fault::StripAhead {
+            // The stripped copy is flagged, and the real one behind it, under the same id, is
+            // not: it runs (and is indexed) as if the copy were not there.
+            for entry in &ledger[1..BLOCKS as usize] {
+                let b = &entry.block;
+                assert_eq!(b.tx_ids[0], b.tx_ids[1], "block {}", b.number);
+                assert_eq!(
+                    (b.valid[0], b.valid[1], b.success[0]),
+                    (false, true, false),
+                    "block {}",
+                    b.number
+                );
+                assert_eq!(b.outcome_of(&b.tx_ids[0]).map(|o| o.index), Some(1));
             }
         }
         cluster.shutdown().await.expect("shutdown");

@@ -14,6 +14,7 @@
 //! ChainifyServer deployed as its own component does.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -990,7 +991,16 @@ async fn collect(org: OrgId, feed: CommitFeed<AnyBackend>, outcomes: Outcomes) {
             Ok(committed) => {
                 let mut map = outcomes.lock().unwrap_or_else(PoisonError::into_inner);
                 for outcome in committed.block.outcomes(&[]) {
-                    map.entry(outcome.tx_id).or_insert(outcome);
+                    // A valid copy's outcome replaces an invalid copy's, never the reverse.
+                    match map.entry(outcome.tx_id) {
+                        Entry::Vacant(e) => {
+                            e.insert(outcome);
+                        }
+                        Entry::Occupied(mut e) if outcome.valid && !e.get().valid => {
+                            e.insert(outcome);
+                        }
+                        Entry::Occupied(_) => {}
+                    }
                 }
             }
             Err(e) => {

@@ -21,6 +21,9 @@ pub enum Fault {
     Duplicate,
     /// Adds a transaction whose content no client signed.
     Forge,
+    /// Puts a copy of the first transaction, stripped of its endorsements, ahead of it (a
+    /// transaction's id leaves them out, so the copy has the real one's id).
+    StripAhead,
     /// Gives the first consumer reordered blocks and every other consumer the honest ones.
     Equivocate,
 }
@@ -93,6 +96,13 @@ pub fn apply(fault: Fault, consumer: usize, mut block: TransactionBlock) -> Tran
         Fault::Duplicate => {
             if let Some(first) = txs.first().cloned() {
                 txs.push(first);
+            }
+        }
+        Fault::StripAhead => {
+            if let Some(first) = txs.first() {
+                let mut stripped: ChainedTransaction = first.clone();
+                stripped.responses.clear();
+                txs.insert(0, stripped);
             }
         }
         Fault::Forge => {

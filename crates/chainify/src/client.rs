@@ -202,6 +202,7 @@ fn outcome_json(o: &chainify_client::TxOutcome) -> Json {
         "index": o.index,
         "success": o.success,
         "agreed": o.agreed,
+        "valid": o.valid,
         "reason": o.reason,
     })
 }
@@ -259,7 +260,10 @@ pub(crate) fn tx_status(args: &TxStatusArgs) -> anyhow::Result<()> {
         let state = client.status(&chainify_core::TxId(id)).await?;
         print(&match state {
             TxState::Unknown => json!({ "state": "unknown" }),
-            TxState::Pending => json!({ "state": "pending" }),
+            TxState::Pending { invalid_copy: None } => json!({ "state": "pending" }),
+            TxState::Pending {
+                invalid_copy: Some(copy),
+            } => json!({ "state": "pending", "invalid_copy": outcome_json(&copy) }),
             TxState::Committed(o) if args.prove => {
                 let org = OrgId(args.target.org.unwrap_or(1));
                 let entry = chainify_client::operator::prove_outcome(&network, org, &o).await?;
