@@ -979,6 +979,11 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
             (row, std::mem::take(&mut v.params))
         })
         .collect();
+    // Rows of this block or later can only have been planted (this block's are written here,
+    // in its own transaction; later ones have not run): one would stall every digest of its
+    // block on the primary key.
+    let from = v.int(w.block);
+    out.push(v.write(format!("DELETE FROM chainify_state WHERE block >= {from}")));
     write_rows(
         &mut out,
         one_text,
@@ -1571,6 +1576,7 @@ mod tests {
                 "INSERT INTO chainify_dk_acct (bank, id, chainify_block) SELECT DISTINCT bank, id, 7 FROM chainify_dg_acct WHERE 1 = 1 ON CONFLICT (bank, id) DO UPDATE SET chainify_block = 7",
                 "DELETE FROM chainify_dg_acct",
                 "UPDATE chainify_shared_tables SET last_changed_block = 7 WHERE table_name = 'acct'",
+                "DELETE FROM chainify_state WHERE block >= 7",
                 "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', decode('01ab', 'hex'))",
                 "DELETE FROM chainify_state WHERE block >= 0 AND block < -249 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
                 "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (7, decode('ff00', 'hex'), decode('05', 'hex'), 3)",
@@ -1590,6 +1596,7 @@ mod tests {
         assert_eq!(
             mysql,
             [
+                "DELETE FROM chainify_state WHERE block >= 7",
                 "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', X'01ab')",
                 "DELETE FROM chainify_state WHERE block >= 0 AND block < -249 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
                 "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (7, X'ff00', X'05', 3)",
@@ -1611,6 +1618,10 @@ mod tests {
             (
                 "UPDATE chainify_shared_tables SET last_changed_block = ?1 WHERE table_name = ?2",
                 vec![Value::Int(7), Value::Text("acct".into())],
+            ),
+            (
+                "DELETE FROM chainify_state WHERE block >= ?1",
+                vec![Value::Int(7)],
             ),
             (
                 "INSERT INTO chainify_state (block, table_name, lanes) VALUES (?1, ?2, ?3)",

@@ -201,9 +201,11 @@ impl<B: Backend> Store<B> {
         t: &CatalogTable,
     ) -> Result<(), StorageError> {
         let during = format!("recording the state of table {}", t.name);
+        // The newest applied block's, not the newest row's: a row planted for a later block
+        // would leave the table out of the accumulators the next digest reads.
         let rows = self.db(
             conn.query(
-                "SELECT MAX(block) FROM chainify_state",
+                "SELECT MAX(block) FROM chainify_state WHERE block <= (SELECT COALESCE(MAX(block), -1) FROM chainify_applied_blocks)",
                 &[],
                 &[ReadType::Int],
             )

@@ -62,6 +62,7 @@ macro_rules! storage_conformance_tests {
             values_that_do_not_fit_abort_alike,
             definition_changes_behind_chainify_are_named,
             a_planted_state_is_not_trusted,
+            a_state_planted_for_a_later_block_stalls_nothing,
             foreign_keys_from_tables_not_shared_are_refused,
             outside_changes_reach_the_next_digest,
             outside_writes_racing_the_digest_are_hashed_once,
@@ -3269,6 +3270,60 @@ pub async fn a_planted_state_is_not_trusted<F: Fixture>(f: &F) {
         found.to_string(),
         "planted on chainify's own table chainify_applied_blocks: not created by chainify, and it works behind its back"
     );
+}
+
+/// Case: a DBA plants accumulator rows in `chainify_state` for blocks not yet run (the next
+/// one, a later one, a table that does not exist), then a table is registered. The next
+/// digest would have hit the planted row's primary key, every time: a stall. Those rows can
+/// only be planted, so the digest clears them, and a registration records the new table at the
+/// newest applied block, not at the planted one. The organization computes what an untouched
+/// one computes.
+pub async fn a_state_planted_for_a_later_block_stalls_nothing<F: Fixture>(f: &F) {
+    let honest = setup(f, "stray_honest", StoreOptions::default()).await;
+    let planted = setup(f, "stray_planted", StoreOptions::default()).await;
+    let b0 = random_block(&honest, 0, 11, 20);
+    let h0 = run(&honest, &b0, ExecMode::Parallel(4)).await;
+    let p0 = run(&planted, &b0, ExecMode::Parallel(4)).await;
+    assert_eq!((h0.digest, h0.state), (p0.digest, p0.state));
+    let junk = ddl::bytes_literal(planted.backend().dialect(), &[0xab; 16]);
+    let mut plant = Vec::new();
+    for block in [1, 5] {
+        for table in SHARED.iter().chain(&["nosuch"]) {
+            plant.push(format!(
+                "INSERT INTO chainify_state (block, table_name, lanes) VALUES ({block}, '{table}', {junk})"
+            ));
+        }
+    }
+    outside(planted.backend(), &plant.join(";\n")).await;
+    let check = planted.check_state().await.expect("scan");
+    assert_eq!(check.stray_states, vec![BlockNumber(1), BlockNumber(5)]);
+    let extra = "CREATE TABLE extra (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL);\n\
+                 INSERT INTO extra (k, v) VALUES (1, 10), (2, 20)";
+    for store in [&honest, &planted] {
+        outside(store.backend(), extra).await;
+        store.register(&["extra"]).await.expect("registered");
+    }
+    let b1 = block(
+        &honest,
+        1,
+        vec![
+            tx(vec![
+                st("UPDATE kv SET v = v + 1 WHERE k = 1", vec![]).expect_rows(1),
+            ]),
+            tx(vec![
+                st("UPDATE extra SET v = v + 1 WHERE k = 2", vec![]).expect_rows(1),
+            ]),
+        ],
+    );
+    // `run` also checks that the scan agrees: no planted row is left.
+    let h1 = run(&honest, &b1, ExecMode::Serial).await;
+    let p1 = run(&planted, &b1, ExecMode::Serial).await;
+    assert_eq!(h1.success, vec![true, true]);
+    assert_eq!((h1.digest, h1.state), (p1.digest, p1.state));
+    let b2 = random_block(&honest, 2, 12, 20);
+    let h2 = run(&honest, &b2, ExecMode::Parallel(4)).await;
+    let p2 = run(&planted, &b2, ExecMode::Parallel(4)).await;
+    assert_eq!((h2.digest, h2.state), (p2.digest, p2.state));
 }
 
 /// Case (found by a hunt): a table that is not shared with a foreign key to a shared table
