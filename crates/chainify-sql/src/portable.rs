@@ -240,6 +240,9 @@ pub struct Portable {
     /// Whether the statement has constant arithmetic or stores constants, which are checked
     /// with the parameters' values ([`Portable::check_values`]).
     has_constants: bool,
+    /// The most bytes of text or bytes stored into each capped key column of the target
+    /// table ([`crate::schema::Table::key_bytes`]).
+    key_bytes: Vec<(String, u64)>,
     /// Typed and rendered forms by parameter-type signature and row cap (usually one).
     typed: Mutex<Vec<TypedEntry>>,
 }
@@ -463,6 +466,7 @@ impl Portable {
         };
         for (table, column, limit, e) in stored {
             if let Some(v) = eval(e, params)? {
+                self.fits_key(table, column, &v)?;
                 limit.admits(&v).map_err(|what| {
                     let mut shown = v.to_string();
                     if shown.len() > 80 {
@@ -478,6 +482,28 @@ impl Portable {
                     ))
                 })?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Portable {
+    /// Whether `v`, stored into `column` of `table`, fits the column's share of its keys.
+    fn fits_key(&self, table: &str, column: &str, v: &Value) -> Result<(), Rejection> {
+        let Some((_, cap)) = self.key_bytes.iter().find(|(c, _)| c == column) else {
+            return Ok(());
+        };
+        let n = match v {
+            Value::Text(t) => t.len(),
+            Value::Bytes(b) => b.len(),
+            _ => 0,
+        } as u64;
+        if n > *cap {
+            return Err(Rejection::limit(format!(
+                "the value stored into key column {column} of table {table} holds {n} bytes; \
+                 text or bytes in that key hold at most {cap} (PostgreSQL refuses a longer index \
+                 entry, where the other engines store it)"
+            )));
         }
         Ok(())
     }
@@ -901,11 +927,64 @@ pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Reje
             has_constants = true;
         }
     });
+    let key_bytes = key_caps(&stmt, schema)?;
     Ok(Portable {
         stmt,
         has_constants,
+        key_bytes,
         typed: Mutex::new(Vec::new()),
     })
+}
+
+/// The caps on text and bytes stored into the target table's key columns
+/// ([`Table::key_bytes`]), by column. What a statement stores into such a column must be a
+/// literal or a parameter, which [`Portable::check_values`] holds against the cap.
+fn key_caps(stmt: &Stmt, schema: &Schema) -> Result<Vec<(String, u64)>, Rejection> {
+    let (table, stored): (&str, Vec<(&str, &E)>) = match stmt {
+        Stmt::Insert {
+            table,
+            columns,
+            source,
+        } => {
+            let rows: Vec<&Vec<E>> = match source {
+                Source::Values(rows) => rows.iter().collect(),
+                Source::Query(q) => vec![&q.items],
+            };
+            let stored = rows
+                .into_iter()
+                .flat_map(|row| row.iter().zip(columns).map(|(e, (c, ..))| (c.as_str(), e)))
+                .collect();
+            (table, stored)
+        }
+        Stmt::Update { table, sets, .. } => (
+            table,
+            sets.iter().map(|(c, .., e)| (c.as_str(), e)).collect(),
+        ),
+        Stmt::Select(_) | Stmt::Delete { .. } => return Ok(Vec::new()),
+    };
+    let Some(t) = schema.table(table) else {
+        return Ok(Vec::new());
+    };
+    let caps: Vec<(String, u64)> = t
+        .columns
+        .iter()
+        .zip(t.key_bytes())
+        .filter_map(|(c, cap)| Some((c.name.clone(), cap?)))
+        .collect();
+    for (column, e) in stored {
+        if let Some((_, cap)) = caps.iter().find(|(c, _)| c == column)
+            && !matches!(e, E::Lit(_) | E::Param(_))
+        {
+            return Err(Rejection::limit(format!(
+                "the value stored into key column {column} of table {table} is computed; text or \
+                 bytes in that key hold at most {cap} bytes (what a PostgreSQL index entry \
+                 holds), and only a literal or a parameter is checked against that: store one, \
+                 or declare the column VARCHAR(n) with n at most {}",
+                cap / 4
+            )));
+        }
+    }
+    Ok(caps)
 }
 
 /// One query level's tables: (name the query uses, occurrence, table).

@@ -364,6 +364,28 @@ impl Table {
             .position(|c| c.name.eq_ignore_ascii_case(name))
     }
 
+    /// For each column, the most bytes a text or bytes value stored into it may hold (`None`:
+    /// any value its type admits fits). A value in the primary key or a UNIQUE constraint is
+    /// an entry of a B-tree index, which PostgreSQL refuses beyond 2 704 bytes (an
+    /// incompressible value) where MariaDB and SQLite store it: one client's long key would
+    /// abort a transaction on PostgreSQL alone, and one a little shorter still breaks the
+    /// PostgreSQL snapshot tables' keys (8 bytes more). Each key's columns share
+    /// [`MAX_KEY_BYTES`], the bounded ones first taking what they can hold; a column in several
+    /// keys takes its smallest share. The same on every engine: it follows from the portable
+    /// types alone.
+    pub fn key_bytes(&self) -> Vec<Option<u64>> {
+        let mut caps: Vec<Option<u64>> = vec![None; self.columns.len()];
+        for key in std::iter::once(&self.primary_key).chain(&self.uniques) {
+            for (i, share) in key_shares(&self.columns, key) {
+                let c = &self.columns[i];
+                if max_value_bytes(c).is_none_or(|max| max > share) {
+                    caps[i] = Some(caps[i].map_or(share, |cap| cap.min(share)));
+                }
+            }
+        }
+        caps
+    }
+
     /// Name of the unique-key space of constraint `i` (`table#unique(a,b)`).
     pub fn unique_space_name(&self, i: usize) -> String {
         let cols: Vec<&str> = self.uniques[i]
@@ -372,6 +394,54 @@ impl Table {
             .collect();
         format!("{}#unique({})", self.name, cols.join(","))
     }
+}
+
+/// The most bytes of one key's entry, its columns' data and [`KEY_COLUMN_OVERHEAD`] each:
+/// within PostgreSQL's 2 704 for a B-tree entry, with its header and a snapshot's 8-byte block
+/// column beside the key.
+pub const MAX_KEY_BYTES: u64 = 2_600;
+
+/// What a column costs in a key entry beside its data (a length header and alignment).
+const KEY_COLUMN_OVERHEAD: u64 = 8;
+
+/// What a value of a fixed-size type takes in a key, at most (an integer 8 bytes; a decimal of
+/// at most 38 digits in PostgreSQL's base-10 000 groups, ~28).
+const FIXED_KEY_BYTES: u64 = 32;
+
+/// The most bytes a value of `c` holds, as declared (`None`: no bound but the type's).
+fn max_value_bytes(c: &Column) -> Option<u64> {
+    match (&c.ty, c.limit) {
+        (ColumnType::Text, Limit::Chars(n)) => Some(4 * u64::from(n)),
+        (ColumnType::Text | ColumnType::Bytes, _) => None,
+        _ => Some(FIXED_KEY_BYTES),
+    }
+}
+
+/// The bytes each text or bytes column of `key` may take: [`MAX_KEY_BYTES`] less the fixed
+/// ones' and every column's overhead, shared out from the smallest declared bound up (a column
+/// needing less than an equal share leaves the rest to the others).
+fn key_shares(columns: &[Column], key: &[usize]) -> Vec<(usize, u64)> {
+    let mut left = MAX_KEY_BYTES;
+    let mut variable: Vec<(usize, Option<u64>)> = Vec::new();
+    for &i in key {
+        left = left.saturating_sub(KEY_COLUMN_OVERHEAD);
+        match (&columns[i].ty, max_value_bytes(&columns[i])) {
+            (ColumnType::Text | ColumnType::Bytes, max) => variable.push((i, max)),
+            (_, max) => left = left.saturating_sub(max.unwrap_or(FIXED_KEY_BYTES)),
+        }
+    }
+    // Unbounded last; ties by position, so that the shares do not depend on the sort.
+    variable.sort_by_key(|&(i, max)| (max.is_none(), max, i));
+    let mut shares = Vec::with_capacity(variable.len());
+    let mut count = variable.len() as u64;
+    for (i, max) in variable {
+        let equal = left / count.max(1);
+        let share = max.map_or(equal, |m| m.min(equal));
+        shares.push((i, share));
+        left -= share;
+        count -= 1;
+    }
+    shares
 }
 
 /// A schema problem, naming the table and column.
@@ -897,6 +967,31 @@ mod tests {
         CREATE TABLE savings (custid BIGINT PRIMARY KEY REFERENCES accounts(custid), bal BIGINT NOT NULL);
         CREATE TABLE checking (custid BIGINT NOT NULL, bal BIGINT NOT NULL, PRIMARY KEY (custid),
                                FOREIGN KEY (custid) REFERENCES accounts (custid) ON DELETE CASCADE);";
+
+    /// Each key's text and bytes columns share what a PostgreSQL index entry holds, the
+    /// bounded ones first; a column that fits its share as declared needs no cap.
+    #[test]
+    fn key_columns_share_what_an_index_entry_holds() {
+        let s = Schema::from_sql(
+            "CREATE TABLE a (k TEXT PRIMARY KEY, v BIGINT, t TEXT);
+             CREATE TABLE b (k VARCHAR(64) PRIMARY KEY, name VARCHAR(700) UNIQUE, x TEXT, y BYTEA,
+                             z VARCHAR(100), UNIQUE (x, y), UNIQUE (z, y, k));
+             CREATE TABLE c (id BIGINT NOT NULL, s TEXT NOT NULL, PRIMARY KEY (id, s));",
+        )
+        .unwrap();
+        let caps = |t: &str| s.table(t).unwrap().key_bytes();
+        // One text column: everything but its overhead; columns in no key: nothing.
+        assert_eq!(caps("a"), vec![Some(2_592), None, None]);
+        // name needs 2 800 bytes as declared, more than a key holds; x and y share one key
+        // equally; in (z, y, k) z and k take what they need (400, 256), y the rest, which
+        // is more than its share of (x, y), the smaller.
+        assert_eq!(
+            caps("b"),
+            vec![None, Some(2_592), Some(1_292), Some(1_292), None]
+        );
+        // The integer's 32 bytes and both overheads come off.
+        assert_eq!(caps("c"), vec![None, Some(2_552)]);
+    }
 
     #[test]
     fn parses_smallbank() {
