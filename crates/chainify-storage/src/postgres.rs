@@ -338,6 +338,26 @@ const EXTRAS: &str = "\
         AND (c.relkind <> 'r' OR c.relhassubclass OR c.relispartition \
              OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)) \
      UNION ALL \
+     SELECT 'an index on an expression or with a predicate (WHERE …), which PostgreSQL evaluates here alone on every change: where it fails, a row is refused here that the other organizations store', ic.relname::text \
+       FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
+      WHERE n.nspname = current_schema() AND c.relname = $1 AND NOT i.indisunique \
+        AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL) \
+     UNION ALL \
+     SELECT 'an index whose entries may be longer than PostgreSQL holds in one (it refuses an entry over 2 704 bytes, which the other engines store): beyond the keys, whose values chainify holds to 2 600 bytes, it covers unbounded text or bytes, or more than 2 600 bytes of declared width; index VARCHAR(n) of a small enough n', ic.relname::text \
+       FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+       JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class ic ON ic.oid = i.indexrelid \
+      WHERE n.nspname = current_schema() AND c.relname = $1 \
+        AND (SELECT COALESCE(SUM(CASE WHEN t.typname IN ('varchar', 'bpchar') AND a.atttypmod > 4 \
+                                      THEN 4 * (a.atttypmod - 4) + 8 \
+                                      WHEN t.typname IN ('text', 'varchar', 'bpchar', 'bytea') THEN 1000000 \
+                                      ELSE 40 END), 0) \
+               FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord) \
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+               JOIN pg_type t ON t.oid = a.atttypid \
+              WHERE NOT i.indisunique OR k.ord > i.indnkeyatts) \
+            > CASE WHEN i.indisunique THEN 80 ELSE 2600 END \
+     UNION ALL \
      SELECT 'a rule, which rewrites statements where the other engines run them as written', r.rulename::text \
        FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class \
        JOIN pg_namespace n ON n.oid = c.relnamespace \

@@ -1012,6 +1012,22 @@ impl Sqlite {
                 )),
             }
         }
+        // SQLite evaluates an index's expression or predicate on every change, here alone:
+        // where it fails (abs() of the smallest integer), a row is refused here only.
+        let evaluated = catalog_rows(
+            conn,
+            "SELECT il.name FROM pragma_index_list(?1) il WHERE il.\"unique\" = 0 AND (il.partial = 1 \
+             OR EXISTS (SELECT 1 FROM pragma_index_xinfo(il.name) x WHERE x.key = 1 AND x.cid = -2)) \
+             ORDER BY il.name",
+            table,
+            |r| r.get::<_, String>(0),
+        )
+        .map_err(err("reading the indexes of a table"))?;
+        for name in evaluated {
+            t.problems.push(format!(
+                "index {name} is on an expression or has a predicate (WHERE …), which SQLite evaluates here alone on every change: where it fails, a row is refused here that the other organizations store"
+            ));
+        }
         // A column COLLATE NOCASE or RTRIM compares text unlike the other engines; user
         // triggers would change rows differently from the other organizations.
         if let Some(collation) = definition.as_deref().and_then(non_binary_collation) {

@@ -2921,6 +2921,35 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                 ),
                 ("sdc", "SET DEFAULT"),
             ]);
+            // Found by a hunt: an index PostgreSQL alone keeps refuses rows there alone, by a
+            // long entry or an expression that fails.
+            outside(
+                backend,
+                "CREATE TABLE sidx (k BIGINT NOT NULL PRIMARY KEY, note TEXT, s VARCHAR(100));\n\
+                 CREATE INDEX sidx_note ON sidx (s, note);\n\
+                 CREATE TABLE widx (k BIGINT NOT NULL PRIMARY KEY, a VARCHAR(400), b VARCHAR(400));\n\
+                 CREATE INDEX widx_ab ON widx (a, b);\n\
+                 CREATE TABLE uinc (k BIGINT NOT NULL PRIMARY KEY, u VARCHAR(8), note TEXT);\n\
+                 CREATE UNIQUE INDEX uinc_u ON uinc (u) INCLUDE (note);\n\
+                 CREATE TABLE eidx (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 CREATE INDEX eidx_inv ON eidx ((1 / v));\n\
+                 CREATE TABLE pidx (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 CREATE INDEX pidx_v ON pidx (v) WHERE 1 / v > 0",
+            )
+            .await;
+            cases.extend([
+                ("sidx", "sidx_note has an index whose entries may be longer"),
+                ("widx", "widx_ab has an index whose entries may be longer"),
+                ("uinc", "uinc_u has an index whose entries may be longer"),
+                (
+                    "eidx",
+                    "eidx_inv has an index on an expression or with a predicate",
+                ),
+                (
+                    "pidx",
+                    "pidx_v has an index on an expression or with a predicate",
+                ),
+            ]);
             // An index's INCLUDE columns carry no uniqueness: the keys are the others.
             outside(
                 backend,
@@ -2932,6 +2961,17 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
                 .register(&["inc"])
                 .await
                 .expect("INCLUDE columns are allowed");
+            // An index of bounded columns is fine.
+            outside(
+                backend,
+                "CREATE TABLE oidx (k BIGINT NOT NULL PRIMARY KEY, s VARCHAR(100), v BIGINT, note TEXT);\n\
+                 CREATE INDEX oidx_sv ON oidx (s, v)",
+            )
+            .await;
+            store
+                .register(&["oidx"])
+                .await
+                .expect("an index of bounded columns");
             let inc = &store.tables()["inc"];
             assert_eq!(inc.primary_key, vec!["k".to_owned()], "{inc:?}");
             assert_eq!(inc.uniques, vec![vec!["u".to_owned()]], "{inc:?}");
@@ -3027,6 +3067,28 @@ pub async fn registration_refuses_what_engines_treat_differently<F: Fixture>(f: 
             cases.push(("ocr", "declares ON CONFLICT REPLACE"));
             cases.push(("ocb", "declares ON CONFLICT ROLLBACK"));
             cases.push(("ocu", "declares ON CONFLICT IGNORE"));
+            outside(
+                backend,
+                "CREATE TABLE eidx (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 CREATE INDEX eidx_abs ON eidx (abs(v));\n\
+                 CREATE TABLE pidx (k BIGINT NOT NULL PRIMARY KEY, v BIGINT);\n\
+                 CREATE INDEX pidx_v ON pidx (v) WHERE abs(v) > 0;\n\
+                 CREATE TABLE oidx (k BIGINT NOT NULL PRIMARY KEY, v BIGINT, note TEXT);\n\
+                 CREATE INDEX oidx_v ON oidx (v, note)",
+            )
+            .await;
+            cases.push((
+                "eidx",
+                "index eidx_abs is on an expression or has a predicate",
+            ));
+            cases.push((
+                "pidx",
+                "index pidx_v is on an expression or has a predicate",
+            ));
+            store
+                .register(&["oidx"])
+                .await
+                .expect("an index of columns is fine on SQLite");
             // ABORT is what every engine does: that table is shared.
             store
                 .register(&["oca"])
