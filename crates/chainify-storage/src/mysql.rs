@@ -102,12 +102,15 @@ impl MySql {
                          sql_select_limit = 18446744073709551615"
                     )))
                     .await?;
-                    // MariaDB's switch for CHECK constraints (MySQL has none) and its statement
+                    // MariaDB's switch for CHECK constraints (MySQL has none), its statement
                     // time limit (a global one would stop this organization's statements alone;
-                    // queries set their own, `limited_read`); else MySQL's limit.
+                    // queries set their own, `limited_read`) and the point in time a
+                    // system-versioned table is read at (a global one would show reads history
+                    // while statements change the current rows); else MySQL's limit.
                     if conn
                         .execute(
-                            "SET SESSION check_constraint_checks = 1, max_statement_time = 0",
+                            "SET SESSION check_constraint_checks = 1, max_statement_time = 0, \
+                             system_versioning_asof = DEFAULT",
                         )
                         .await
                         .is_err()
@@ -123,7 +126,7 @@ impl MySql {
                                 .await?;
                         if mariadb.is_some_and(|v| v.to_ascii_lowercase().contains("mariadb")) {
                             return Err(sqlx::Error::Protocol(
-                                "cannot set MariaDB's check_constraint_checks = 1 and max_statement_time = 0 for the session".into(),
+                                "cannot set MariaDB's check_constraint_checks = 1, max_statement_time = 0 and system_versioning_asof = DEFAULT for the session".into(),
                             ));
                         }
                     }
@@ -319,8 +322,28 @@ const COLUMNS: &str = "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_T
      FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
      ORDER BY ORDINAL_POSITION";
 
-/// The table's storage engine: only InnoDB rolls a failed statement or transaction back.
-const ENGINE: &str = "SELECT CONVERT(ENGINE USING utf8mb4) FROM information_schema.TABLES \
+/// The widest index InnoDB builds (DYNAMIC rows), in declared bytes.
+const INNODB_MAX_KEY_BYTES: u64 = 3_072;
+
+/// The bytes InnoDB counts for `c` in an index: four a character of a VARCHAR (utf8mb4), the
+/// declared length of a VARBINARY, 8 for an integer, at most 32 for another type.
+fn declared_key_bytes(c: &crate::catalog::CatalogColumn) -> u64 {
+    let n = chainify_sql::schema::declared_args(&c.native_type.to_ascii_lowercase())
+        .first()
+        .copied()
+        .map_or(0, u64::from);
+    match c.ty {
+        chainify_sql::ColumnType::Text => 4 * n,
+        chainify_sql::ColumnType::Bytes => n,
+        chainify_sql::ColumnType::Int => 8,
+        _ => 32,
+    }
+}
+
+/// The table's storage engine (only InnoDB rolls a failed statement or transaction back), its
+/// options (`partitioned`) and type (`SYSTEM VERSIONED`).
+const ENGINE: &str = "SELECT CONVERT(ENGINE USING utf8mb4), CONVERT(CREATE_OPTIONS USING utf8mb4), \
+     CONVERT(TABLE_TYPE USING utf8mb4) FROM information_schema.TABLES \
      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?";
 
 const INDEXES: &str = "SELECT CONVERT(INDEX_NAME USING utf8mb4), CONVERT(COLUMN_NAME USING utf8mb4), \
@@ -532,17 +555,35 @@ impl Backend for MySql {
             c.default = column_default(default, extra.as_deref(), generated);
             t.columns.push(c);
         }
-        let engine: Option<Option<String>> = sqlx::query_scalar(ENGINE)
-            .bind(table)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("reading the storage engine of a table"))?;
-        match engine.flatten() {
+        let storage: Option<(Option<String>, Option<String>, Option<String>)> =
+            sqlx::query_as(ENGINE)
+                .bind(table)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("reading the storage engine of a table"))?;
+        let (engine, options, kind) = storage.unwrap_or_default();
+        match engine {
             Some(e) if e.eq_ignore_ascii_case("InnoDB") => {}
             other => t.problems.push(format!(
                 "stored by the {} engine, which does not roll back a failed statement or transaction as the other engines do; use ENGINE=InnoDB",
                 other.as_deref().unwrap_or("unknown")
             )),
+        }
+        if options
+            .as_deref()
+            .is_some_and(|o| o.to_ascii_lowercase().contains("partitioned"))
+        {
+            t.problems.push(
+                "partitioned (PARTITION BY …): MariaDB refuses a row no partition takes where the other engines store it, and a partition truncated or exchanged changes rows behind the digest triggers; remove the partitioning".into(),
+            );
+        }
+        if kind
+            .as_deref()
+            .is_some_and(|k| k.eq_ignore_ascii_case("SYSTEM VERSIONED"))
+        {
+            t.problems.push(
+                "system-versioned (WITH SYSTEM VERSIONING): a session reading it as of another time sees history where statements change the current rows, and its hidden period columns are filled from the clock; remove the versioning".into(),
+            );
         }
         let indexes = sqlx::query(INDEXES)
             .bind(table)
@@ -576,6 +617,15 @@ impl Backend for MySql {
             } else {
                 t.uniques.push(cols);
             }
+        }
+        // InnoDB refuses an index wider than 3 072 bytes as declared (utf8mb4: four a
+        // character), and chainify's snapshot tables key the rows by the primary key and the
+        // block: said here, not as the server's error while installing.
+        let width: u64 = t.key_columns().map(declared_key_bytes).sum();
+        if width + 8 > INNODB_MAX_KEY_BYTES {
+            t.problems.push(format!(
+                "its primary key is {width} bytes wide as declared, and chainify's snapshot tables key rows by it and an 8-byte block: more than InnoDB's {INNODB_MAX_KEY_BYTES}; declare the key narrower"
+            ));
         }
         t.referenced_by = sqlx::query_scalar(REFERENCED_BY)
             .bind(table)

@@ -264,3 +264,40 @@ async fn a_trigger_s_definer_and_a_parent_s_database_count() {
         "{savings:?}"
     );
 }
+
+/// Found by a hunt: a shared table partitioned, or made system-versioned, after registration
+/// was named by nothing (the rows did not change; the first row no partition takes split the
+/// vote with no cause given). Both are named as definition changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioning_or_versioning_after_registration_is_named() {
+    use chainify_testkit::conformance::storage::{outside, setup};
+    let store = setup(&MySqlFixture, "repartition", StoreOptions::default()).await;
+    assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+    for (change, named, undo) in [
+        (
+            "ALTER TABLE kv PARTITION BY RANGE (k) (PARTITION p0 VALUES LESS THAN (1000))",
+            "partitioned (PARTITION BY …)",
+            "ALTER TABLE kv REMOVE PARTITIONING",
+        ),
+        (
+            "ALTER TABLE kv ADD SYSTEM VERSIONING",
+            "system-versioned (WITH SYSTEM VERSIONING)",
+            "ALTER TABLE kv DROP SYSTEM VERSIONING",
+        ),
+    ] {
+        outside(store.backend(), change).await;
+        let changed = store.check_definitions().await.expect("catalog");
+        assert_eq!(changed.len(), 1, "{change}: {changed:?}");
+        assert_eq!(changed[0].table, "kv");
+        assert!(
+            changed[0].changes.iter().any(|c| c.starts_with(named)),
+            "{change}: {changed:?}"
+        );
+        outside(store.backend(), undo).await;
+        assert_eq!(
+            store.check_definitions().await.expect("catalog"),
+            vec![],
+            "{undo}"
+        );
+    }
+}

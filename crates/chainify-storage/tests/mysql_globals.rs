@@ -11,6 +11,7 @@ use sqlx::{AssertSqlSafe, Executor};
 async fn global_settings_do_not_reach_chainify_sessions() {
     global_switches_do_not_turn_constraint_checks_off().await;
     global_limits_do_not_reach_chainify_sessions().await;
+    a_global_point_in_time_does_not_reach_chainify_sessions().await;
 }
 
 /// A DBA's `SET GLOBAL` reaches every new session: with foreign-key and CHECK checks off
@@ -130,4 +131,50 @@ async fn global_limits_do_not_reach_chainify_sessions() {
     assert_eq!(o.success, vec![true], "an UPDATE by a non-key column");
     assert_eq!(after.len(), before.len(), "every row read back");
     assert!(after.iter().zip(&before).all(|(a, b)| a[1] != b[1]));
+}
+
+/// A DBA's `SET GLOBAL system_versioning_asof` would have a system-versioned table read as of
+/// another time (found by a hunt: the scan, the digest's reads and client queries then see
+/// history, while statements change the current rows). Such tables are refused; sessions set
+/// the point in time back too, for the minute before a definition read names one.
+async fn a_global_point_in_time_does_not_reach_chainify_sessions() {
+    use chainify_core::Value;
+    use chainify_storage::{Backend, Conn, Store, ddl::ReadType};
+    use chainify_testkit::conformance::storage::setup;
+    use sqlx::Connection as _;
+    let store = setup(&MySqlFixture, "global_asof", StoreOptions::default()).await;
+    drop(store);
+    let mut admin = sqlx::MySqlConnection::connect(&MySqlFixture::url("global_asof"))
+        .await
+        .expect("admin connection");
+    admin
+        .execute("SET GLOBAL system_versioning_asof = '2001-01-01 00:00:00'")
+        .await
+        .expect("a point in time set globally");
+    let options = StoreOptions::default();
+    let seen = async {
+        let backend = MySql::connect(&MySqlFixture::url("global_asof"), &options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let store = Store::open(backend, options.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut conn = store.backend().acquire().await.map_err(|e| e.to_string())?;
+        conn.query(
+            "SELECT CAST(@@session.system_versioning_asof AS CHAR)",
+            &[],
+            &[ReadType::Text],
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+    .await;
+    admin
+        .execute("SET GLOBAL system_versioning_asof = DEFAULT")
+        .await
+        .expect("the point in time back");
+    assert_eq!(
+        seen.expect("a session"),
+        vec![vec![Value::Text("DEFAULT".into())]]
+    );
 }
