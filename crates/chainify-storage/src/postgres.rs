@@ -110,6 +110,16 @@ impl Postgres {
                         *refusal.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
                         return Err(sqlx::Error::Protocol(why));
                     }
+                    // PostgreSQL 17's limit on a whole transaction, where the server knows it
+                    // (a startup option it does not know would refuse the connection): a
+                    // database's or role's value would stop this organization's blocks alone.
+                    sqlx::query(
+                        "SELECT set_config('transaction_timeout', '0', false) \
+                         WHERE current_setting('transaction_timeout', true) IS NOT NULL",
+                    )
+                    .persistent(false)
+                    .execute(&mut *conn)
+                    .await?;
                     Ok(())
                 })
             })
