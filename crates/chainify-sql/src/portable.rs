@@ -937,7 +937,7 @@ pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Reje
 }
 
 /// The caps on text and bytes stored into the target table's key columns
-/// ([`Table::key_bytes`]), by column. What a statement stores into such a column must be a
+/// ([`Schema::key_bytes`]), by column. What a statement stores into such a column must be a
 /// literal or a parameter, which [`Portable::check_values`] holds against the cap.
 fn key_caps(stmt: &Stmt, schema: &Schema) -> Result<Vec<(String, u64)>, Rejection> {
     let (table, stored): (&str, Vec<(&str, &E)>) = match stmt {
@@ -968,7 +968,7 @@ fn key_caps(stmt: &Stmt, schema: &Schema) -> Result<Vec<(String, u64)>, Rejectio
     let caps: Vec<(String, u64)> = t
         .columns
         .iter()
-        .zip(t.key_bytes())
+        .zip(schema.key_bytes(&t.name))
         .filter_map(|(c, cap)| Some((c.name.clone(), cap?)))
         .collect();
     for (column, e) in stored {

@@ -795,6 +795,30 @@ impl Schema {
             .map(KeySpace::Unique)
     }
 
+    /// [`Table::key_bytes`] of `table`, each column also held to the cap of every child column
+    /// a foreign key ON UPDATE CASCADE copies it into (a parent key changed to a value that
+    /// fits its own share would otherwise be written into a child's smaller one). Cascades do
+    /// not cycle (registration refuses that), so this ends.
+    pub fn key_bytes(&self, table: &str) -> Vec<Option<u64>> {
+        let Some(t) = self.table(table) else {
+            return Vec::new();
+        };
+        let mut caps = t.key_bytes();
+        for (child, i) in self.children_of(&t.name) {
+            let fk = &child.foreign_keys[i];
+            if fk.declared[1] != Declared::Cascade || child.name == t.name {
+                continue;
+            }
+            let child_caps = self.key_bytes(&child.name);
+            for (c, parent_column) in fk.columns.iter().zip(&fk.parent_columns) {
+                if let (Some(Some(cap)), Some(p)) = (child_caps.get(*c), t.column(parent_column)) {
+                    caps[p] = Some(caps[p].map_or(*cap, |own| own.min(*cap)));
+                }
+            }
+        }
+        caps
+    }
+
     /// Child tables with a foreign key to `parent`: (child, index of the foreign key).
     pub fn children_of<'a>(
         &'a self,
@@ -991,6 +1015,17 @@ mod tests {
         );
         // The integer's 32 bytes and both overheads come off.
         assert_eq!(caps("c"), vec![None, Some(2_552)]);
+        // A key that cascades into a child's composite key takes the child's share.
+        let s = Schema::from_sql(
+            "CREATE TABLE p (k TEXT PRIMARY KEY, u TEXT UNIQUE);
+             CREATE TABLE c (a TEXT NOT NULL, b TEXT NOT NULL, PRIMARY KEY (a, b),
+                             FOREIGN KEY (a) REFERENCES p (k) ON UPDATE CASCADE);
+             CREATE TABLE d (x TEXT NOT NULL, y TEXT NOT NULL, PRIMARY KEY (x, y),
+                             FOREIGN KEY (x) REFERENCES p (u) ON UPDATE RESTRICT);",
+        )
+        .unwrap();
+        assert_eq!(s.key_bytes("p"), vec![Some(1_292), Some(2_592)]);
+        assert_eq!(s.key_bytes("c"), vec![Some(1_292), Some(1_292)]);
     }
 
     #[test]
