@@ -254,7 +254,8 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
         // rights. Rules (`pg_rewrite`: DO INSTEAD NOTHING on a digest table drops what the
         // triggers record), row-level security, inheritance children and partitions (their
         // rows fire triggers of their own) come back as unexpected "triggers" named `rule …`,
-        // `row level security`, `inheritance child …` and `not a plain table`.
+        // `row level security`, `inheritance child …` and `not a plain table` (also a table
+        // attached as a partition, or made an inheritance child, since it was registered).
         Dialect::Postgres => {
             let regclasses: Vec<String> =
                 (1..=tables).map(|n| format!("to_regclass(${n})")).collect();
@@ -280,7 +281,8 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
                  WHERE i.inhparent IN ({list}) \
                  UNION ALL \
                  SELECT CAST(c.relname AS TEXT), 'not a plain table', 'A', '' \
-                 FROM pg_class c WHERE c.oid IN ({list}) AND c.relkind <> 'r'"
+                 FROM pg_class c WHERE c.oid IN ({list}) AND (c.relkind <> 'r' OR c.relispartition \
+                      OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid))"
             )
         }
         // The definer and the modes the body was read under count too: a trigger recreated

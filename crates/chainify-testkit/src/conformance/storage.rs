@@ -1641,6 +1641,28 @@ pub async fn trigger_bypasses_are_caught<F: Fixture>(f: &F) {
                 problem("rule hide", TriggerFault::Unexpected),
             ]
         );
+        // Found by a hunt: a shared table attached as a partition, or made an inheritance
+        // child, after registration (rows inserted through the parent fire the parent's
+        // triggers) is named before the next block, not only by the next definition read.
+        outside(
+            store.backend(),
+            "CREATE TABLE pch (custid BIGINT NOT NULL, bal BIGINT NOT NULL) PARTITION BY RANGE (custid);\n\
+             ALTER TABLE pch ATTACH PARTITION checking FOR VALUES FROM (0) TO (1000000);\n\
+             CREATE TABLE sbase (custid BIGINT NOT NULL, bal BIGINT NOT NULL);\n\
+             ALTER TABLE savings INHERIT sbase",
+        )
+        .await;
+        let found = store.check_triggers().await.expect("catalog");
+        for table in ["checking", "savings"] {
+            assert!(
+                found.contains(&TriggerProblem {
+                    table: table.into(),
+                    trigger: "not a plain table".into(),
+                    fault: TriggerFault::Unexpected,
+                }),
+                "{table}: {found:?}"
+            );
+        }
     }
 
     // TRUNCATE fires no row trigger: PostgreSQL refuses it, MySQL's is seen by the scan. A
