@@ -340,6 +340,10 @@ async fn listen(
         let block = &committed.block;
         let mut waiting = pending.lock().unwrap_or_else(PoisonError::into_inner);
         for (index, id) in block.tx_ids.iter().enumerate() {
+            // An invalid copy (a replay) is not the transaction's outcome.
+            if !block.valid.get(index).copied().unwrap_or(false) {
+                continue;
+            }
             let success = block.success.get(index).copied().unwrap_or(false);
             if let Some((submitted, admission, tell)) = waiting.remove(id) {
                 counters.committed.fetch_add(1, Ordering::Relaxed);

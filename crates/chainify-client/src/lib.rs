@@ -230,9 +230,8 @@ pub enum TxState {
     Unknown,
     /// Ordered or executing; its block is not agreed yet. Or only invalid copies of it are
     /// agreed so far (`invalid_copy`, the newest): the orderer may have altered the
-    /// transaction, and may still order it. Such a copy is not an abort: submitting the same
-    /// proposal again is safe (it cannot apply twice), a new one with the same statements is
-    /// not.
+    /// transaction, and may still order it. Such a copy is not an abort: ask again later, and do
+    /// not submit the statements again as a new transaction (both could apply).
     Pending {
         /// The newest invalid copy agreed, if any.
         invalid_copy: Option<TxOutcome>,

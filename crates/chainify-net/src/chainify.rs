@@ -913,8 +913,8 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
                         Some(copy) => format!(
                             "transaction {id} was ordered, but within {limit:?} only an invalid \
                              copy of it was agreed (block {}, index {}: {}); the orderer may have \
-                             altered it and may still order it: ask TxStatus later (only the same \
-                             proposal, not a new one, may be tried again: it cannot apply twice)",
+                             altered it and may still order it: ask TxStatus later, and do not \
+                             submit the statements again as a new transaction (both could apply)",
                             copy.block,
                             copy.index,
                             if copy.reason.is_empty() { "invalid" } else { &copy.reason }

@@ -991,10 +991,16 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
         one_text,
         "INSERT INTO chainify_state (block, table_name, lanes)",
         state_rows,
+        "",
     );
     let below = v.int(w.forget_states_below);
     out.push(v.write(format!(
         "DELETE FROM chainify_state WHERE block >= 0 AND block < {below} AND block NOT IN (SELECT block FROM chainify_checkpoints)"
+    )));
+    // As with the accumulators: a row of this block or later can only have been planted.
+    let from = v.int(w.block);
+    out.push(v.write(format!(
+        "DELETE FROM chainify_applied_blocks WHERE block >= {from}"
     )));
     let row = format!(
         "({}, {}, {}, {})",
@@ -1019,6 +1025,15 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
         one_text,
         "INSERT INTO chainify_tx_index (tx_id, block)",
         id_rows,
+        // An id indexed already can only have been planted: validation found it in no
+        // earlier block (and refuses one that is), and this block is not applied yet. On the
+        // primary key it would fail every digest of the block.
+        match dialect {
+            Dialect::MySql => " ON DUPLICATE KEY UPDATE block = VALUES(block)",
+            Dialect::Postgres | Dialect::Sqlite => {
+                " ON CONFLICT (tx_id) DO UPDATE SET block = excluded.block"
+            }
+        },
     );
     if w.markers {
         let b = v.int(w.block);
@@ -1030,19 +1045,25 @@ pub fn digest_writes(dialect: Dialect, w: &DigestWrites<'_>) -> Vec<Write> {
 }
 
 /// `rows` of one table inserted by one statement, or (bound) by one statement each.
-fn write_rows(out: &mut Vec<Write>, one_text: bool, insert: &str, rows: Vec<(String, Vec<Value>)>) {
+fn write_rows(
+    out: &mut Vec<Write>,
+    one_text: bool,
+    insert: &str,
+    rows: Vec<(String, Vec<Value>)>,
+    then: &str,
+) {
     if rows.is_empty() {
         return;
     }
     if one_text {
         let rows: Vec<String> = rows.into_iter().map(|(row, _)| row).collect();
         out.push(Write {
-            sql: format!("{insert} VALUES {}", rows.join(", ")),
+            sql: format!("{insert} VALUES {}{then}", rows.join(", ")),
             params: Vec::new(),
         });
     } else {
         out.extend(rows.into_iter().map(|(row, params)| Write {
-            sql: format!("{insert} VALUES {row}"),
+            sql: format!("{insert} VALUES {row}{then}"),
             params,
         }));
     }
@@ -1581,8 +1602,9 @@ mod tests {
                 "DELETE FROM chainify_state WHERE block >= 7",
                 "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', decode('01ab', 'hex'))",
                 "DELETE FROM chainify_state WHERE block >= 0 AND block < -249 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
+                "DELETE FROM chainify_applied_blocks WHERE block >= 7",
                 "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (7, decode('ff00', 'hex'), decode('05', 'hex'), 3)",
-                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (decode('12', 'hex'), 7), (decode('34', 'hex'), 7)",
+                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (decode('12', 'hex'), 7), (decode('34', 'hex'), 7) ON CONFLICT (tx_id) DO UPDATE SET block = excluded.block",
                 "DELETE FROM chainify_applied_txs WHERE block = 7",
             ]
         );
@@ -1601,6 +1623,7 @@ mod tests {
                 "DELETE FROM chainify_state WHERE block >= 7",
                 "INSERT INTO chainify_state (block, table_name, lanes) VALUES (7, 'acct', X'01ab')",
                 "DELETE FROM chainify_state WHERE block >= 0 AND block < -249 AND block NOT IN (SELECT block FROM chainify_checkpoints)",
+                "DELETE FROM chainify_applied_blocks WHERE block >= 7",
                 "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (7, X'ff00', X'05', 3)",
             ]
         );
@@ -1638,15 +1661,19 @@ mod tests {
                 vec![Value::Int(-249)],
             ),
             (
+                "DELETE FROM chainify_applied_blocks WHERE block >= ?1",
+                vec![Value::Int(7)],
+            ),
+            (
                 "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES (?1, ?2, ?3, ?4)",
                 vec![Value::Int(7), bytes(&[0xff, 0]), bytes(&[5]), Value::Int(3)],
             ),
             (
-                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (?1, ?2)",
+                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (?1, ?2) ON CONFLICT (tx_id) DO UPDATE SET block = excluded.block",
                 vec![bytes(&[0x12]), Value::Int(7)],
             ),
             (
-                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (?1, ?2)",
+                "INSERT INTO chainify_tx_index (tx_id, block) VALUES (?1, ?2) ON CONFLICT (tx_id) DO UPDATE SET block = excluded.block",
                 vec![bytes(&[0x34]), Value::Int(7)],
             ),
             (

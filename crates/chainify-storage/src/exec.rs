@@ -1216,12 +1216,12 @@ impl<B: Backend> Store<B> {
         Ok(known)
     }
 
-    /// The highest applied block, if any.
+    /// The highest applied block, if any ([`crate::state::NEWEST_APPLIED`]).
     pub async fn last_applied_block(&self) -> Result<Option<BlockNumber>, StorageError> {
         let rows = self
             .query(
                 "reading the last applied block",
-                "SELECT MAX(block) FROM chainify_applied_blocks",
+                crate::state::NEWEST_APPLIED,
                 &[],
                 &[ReadType::Int],
             )

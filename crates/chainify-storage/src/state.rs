@@ -205,7 +205,9 @@ impl<B: Backend> Store<B> {
         // would leave the table out of the accumulators the next digest reads.
         let rows = self.db(
             conn.query(
-                "SELECT MAX(block) FROM chainify_state WHERE block <= (SELECT COALESCE(MAX(block), -1) FROM chainify_applied_blocks)",
+                &format!(
+                    "SELECT MAX(block) FROM chainify_state WHERE block <= COALESCE(({NEWEST_APPLIED}), -1)"
+                ),
                 &[],
                 &[ReadType::Int],
             )
@@ -357,19 +359,14 @@ impl<B: Backend> Store<B> {
         })
     }
 
-    /// The newest block in `chainify_applied_blocks` (in a snapshot, its first read fixes it).
+    /// The newest applied block ([`NEWEST_APPLIED`]; in a snapshot, its first read fixes it).
     pub(crate) async fn newest_applied(
         &self,
         conn: &mut B::Conn,
         during: &str,
     ) -> Result<Option<BlockNumber>, StorageError> {
         let rows = self.db(
-            conn.query(
-                "SELECT MAX(block) FROM chainify_applied_blocks",
-                &[],
-                &[ReadType::Int],
-            )
-            .await,
+            conn.query(NEWEST_APPLIED, &[], &[ReadType::Int]).await,
             during,
         )?;
         Ok(block_of(&rows))
@@ -435,6 +432,15 @@ fn block_of(rows: &[Vec<Value>]) -> Option<BlockNumber> {
         _ => None,
     }
 }
+
+/// The newest applied block: the newest in `chainify_applied_blocks` with accumulators. A
+/// block's digest records it applied and writes its accumulators in one transaction (only the
+/// newest block's are sure to be kept), so a row without them can only have been planted; it
+/// would have every later block refused as out of order, or taken as applied with no state.
+/// The next digest clears it.
+pub(crate) const NEWEST_APPLIED: &str = "SELECT a.block FROM chainify_applied_blocks a \
+     WHERE EXISTS (SELECT 1 FROM chainify_state s WHERE s.block = a.block) \
+     ORDER BY a.block DESC LIMIT 1";
 
 pub(crate) fn states_query(filter: &str) -> String {
     format!(

@@ -658,7 +658,8 @@ impl<F: OrdererFactory> Cluster<F> {
         }
     }
 
-    /// Where `id` is in `org`'s ledger, once appended there.
+    /// Where `id` is in `org`'s ledger, once appended there: its valid copy, or while there is
+    /// none an invalid one (`TxOutcome::valid`).
     pub fn outcome(&self, org: OrgId, id: &TxId) -> Option<TxOutcome> {
         let run = self.orgs.get(&org)?;
         run.outcomes

@@ -3385,11 +3385,14 @@ pub async fn a_planted_state_is_not_trusted<F: Fixture>(f: &F) {
 }
 
 /// Case: a DBA plants accumulator rows in `chainify_state` for blocks not yet run (the next
-/// one, a later one, a table that does not exist), then a table is registered. The next
-/// digest would have hit the planted row's primary key, every time: a stall. Those rows can
-/// only be planted, so the digest clears them, and a registration records the new table at the
-/// newest applied block, not at the planted one. The organization computes what an untouched
-/// one computes.
+/// one, a later one, a table that does not exist), rows of `chainify_applied_blocks` for later
+/// blocks (without accumulators) and the id of a transaction of the next block in
+/// `chainify_tx_index`, then a table is registered. Each stalled the next block, every time: a
+/// primary key the digest hit, the block taken as applied with no state, or every later block
+/// refused as out of order. Those rows can only be planted: a block counts as applied only with
+/// its accumulators, the digest clears rows of its block and later and overwrites an indexed
+/// id, and a registration records the new table at the newest applied block, not at the
+/// planted one. The organization computes what an untouched one computes.
 pub async fn a_state_planted_for_a_later_block_stalls_nothing<F: Fixture>(f: &F) {
     let honest = setup(f, "stray_honest", StoreOptions::default()).await;
     let planted = setup(f, "stray_planted", StoreOptions::default()).await;
@@ -3406,8 +3409,14 @@ pub async fn a_state_planted_for_a_later_block_stalls_nothing<F: Fixture>(f: &F)
             ));
         }
     }
+    for block in [3, 999] {
+        plant.push(format!(
+            "INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) VALUES ({block}, {junk}, {junk}, 1)"
+        ));
+    }
     outside(planted.backend(), &plant.join(";\n")).await;
     let check = planted.check_state().await.expect("scan");
+    assert_eq!(check.block, Some(BlockNumber(0)), "{check:?}");
     assert_eq!(check.stray_states, vec![BlockNumber(1), BlockNumber(5)]);
     let extra = "CREATE TABLE extra (k BIGINT NOT NULL PRIMARY KEY, v BIGINT NOT NULL);\n\
                  INSERT INTO extra (k, v) VALUES (1, 10), (2, 20)";
@@ -3427,6 +3436,15 @@ pub async fn a_state_planted_for_a_later_block_stalls_nothing<F: Fixture>(f: &F)
             ]),
         ],
     );
+    // The node indexes the ids validation found valid (the analysis alone names none).
+    let mut b1 = b1;
+    b1.tx_ids = vec![chainify_core::TxId(Digest::of(b"a transaction of block 1"))];
+    let id = ddl::bytes_literal(planted.backend().dialect(), b1.tx_ids[0].0.as_bytes());
+    outside(
+        planted.backend(),
+        &format!("INSERT INTO chainify_tx_index (tx_id, block) VALUES ({id}, 999)"),
+    )
+    .await;
     // `run` also checks that the scan agrees: no planted row is left.
     let h1 = run(&honest, &b1, ExecMode::Serial).await;
     let p1 = run(&planted, &b1, ExecMode::Serial).await;
@@ -3436,6 +3454,18 @@ pub async fn a_state_planted_for_a_later_block_stalls_nothing<F: Fixture>(f: &F)
     let h2 = run(&honest, &b2, ExecMode::Parallel(4)).await;
     let p2 = run(&planted, &b2, ExecMode::Parallel(4)).await;
     assert_eq!((h2.digest, h2.state), (p2.digest, p2.state));
+    for (sql, n) in [
+        (
+            "SELECT COUNT(*) FROM chainify_applied_blocks WHERE block > 2",
+            0,
+        ),
+        (
+            &*format!("SELECT COUNT(*) FROM chainify_tx_index WHERE tx_id = {id} AND block = 1"),
+            1,
+        ),
+    ] {
+        assert_eq!(count(&planted, sql).await, n, "{sql}");
+    }
 }
 
 /// Case (found by a hunt): a table that is not shared with a foreign key to a shared table
