@@ -58,10 +58,17 @@ pub struct Transaction {
 /// message (1 MB by default) with its endorsements.
 pub const MAX_TRANSACTION_BYTES: usize = 512 * 1024;
 
+/// Most bytes of an ordered transaction's protobuf encoding (`chainify.v1.ChainedTransaction`:
+/// the proposal, whose wire encoding the origin also holds to [`MAX_TRANSACTION_BYTES`], its
+/// signature and endorsements). Kafka consumers skip a longer log entry, all alike: any
+/// organization can produce to the topic, and blocks of longer ones would pass what a node
+/// sends its execution process ([`max_block_bytes`]), which would refuse them for good.
+pub const MAX_ORDERED_TRANSACTION_BYTES: usize = MAX_TRANSACTION_BYTES + 63 * 1024;
+
 /// Most bytes a block of `max_block_txs` transactions takes in a message: each at most
-/// [`MAX_TRANSACTION_BYTES`] with its signature, endorsements and framing.
+/// [`MAX_ORDERED_TRANSACTION_BYTES`], and 1 KiB of framing.
 pub fn max_block_bytes(max_block_txs: usize) -> usize {
-    max_block_txs.saturating_mul(MAX_TRANSACTION_BYTES + 64 * 1024)
+    max_block_txs.saturating_mul(MAX_ORDERED_TRANSACTION_BYTES + 1024)
 }
 
 /// The unsigned content of a proposal: what the client signs and what the transaction id hashes.

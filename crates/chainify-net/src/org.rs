@@ -228,7 +228,7 @@ async fn connect_orderer(
     Ok(match network.orderer.kind {
         OrdererKind::Solo => {
             let endpoint = network.orderer.solo_endpoint.clone().unwrap_or_default();
-            AnyOrderer::Solo(RemoteOrderer::new(&endpoint, tls)?)
+            AnyOrderer::Solo(RemoteOrderer::new(&endpoint, tls, network.max_block_txs)?)
         }
         OrdererKind::Kafka => AnyOrderer::Kafka(
             KafkaOrderer::connect(KafkaSettings {

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use chainify_core::BlockNumber;
-use chainify_core::tx::{ChainedTransaction, TransactionBlock};
+use chainify_core::tx::{ChainedTransaction, MAX_ORDERED_TRANSACTION_BYTES, TransactionBlock};
 use chainify_orderer::{BlockStream, LocalOrderer, Orderer, OrdererError, Resume};
 use chainify_proto::pb;
 use chainify_proto::pb::orderer_service_client::OrdererServiceClient;
@@ -60,6 +60,12 @@ impl OrdererService for SoloServer {
         // Convert all first: a malformed batch appends nothing.
         let mut txs = Vec::with_capacity(wire.len());
         for (i, t) in wire.into_iter().enumerate() {
+            let size = prost::Message::encoded_len(&t);
+            if size > MAX_ORDERED_TRANSACTION_BYTES {
+                return Err(status::invalid(format!(
+                    "transactions[{i}] encodes to {size} bytes; an ordered transaction takes at most {MAX_ORDERED_TRANSACTION_BYTES}"
+                )));
+            }
             txs.push(
                 ChainedTransaction::try_from(t)
                     .map_err(|e| status::malformed(&format!("transactions[{i}]"), &e))?,
@@ -107,23 +113,60 @@ impl OrdererService for SoloServer {
 
 type Ack = oneshot::Sender<Result<(), OrdererError>>;
 
+/// What no honest orderer cuts: more transactions than the network's block size, or one longer
+/// than [`MAX_ORDERED_TRANSACTION_BYTES`]. Such a block passes what the node sends its execution
+/// process, which would refuse it for good; refused here, named, it waits for the orderer (which
+/// the network relies on to make progress anyway).
+fn check_block(b: &pb::TransactionBlock, max_txs: usize) -> Result<(), String> {
+    if b.transactions.len() > max_txs {
+        return Err(format!(
+            "{} transactions, more than the network's {max_txs} a block",
+            b.transactions.len()
+        ));
+    }
+    match b
+        .transactions
+        .iter()
+        .map(prost::Message::encoded_len)
+        .enumerate()
+        .find(|(_, n)| *n > MAX_ORDERED_TRANSACTION_BYTES)
+    {
+        Some((i, n)) => Err(format!(
+            "transaction {i} encodes to {n} bytes, more than the {MAX_ORDERED_TRANSACTION_BYTES} an ordered one may"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The client of a solo orderer.
 #[derive(Debug, Clone)]
 pub struct RemoteOrderer {
     client: OrdererServiceClient<Channel>,
     queue: mpsc::Sender<(pb::ChainedTransaction, Ack)>,
+    /// The network's block size: a longer block is refused.
+    max_block_txs: usize,
 }
 
 impl RemoteOrderer {
     /// A client of the solo orderer at `endpoint` (connects lazily). Must be called inside a
     /// tokio runtime: it starts the batching task, which ends with the last clone.
-    pub fn new(endpoint: &str, tls: Option<&Tls>) -> Result<RemoteOrderer, NetError> {
+    pub fn new(
+        endpoint: &str,
+        tls: Option<&Tls>,
+        max_block_txs: usize,
+    ) -> Result<RemoteOrderer, NetError> {
         let client =
             OrdererServiceClient::new(channel(endpoint, tls, chainify_core::ORDERER_TLS_NAME)?)
-                .max_decoding_message_size(256 * 1024 * 1024);
+                .max_decoding_message_size(
+                    chainify_core::tx::max_block_bytes(max_block_txs).max(256 * 1024 * 1024),
+                );
         let (queue, rx) = mpsc::channel(BROADCAST_QUEUE);
         tokio::spawn(broadcast_loop(client.clone(), rx));
-        Ok(RemoteOrderer { client, queue })
+        Ok(RemoteOrderer {
+            client,
+            queue,
+            max_block_txs,
+        })
     }
 }
 
@@ -174,15 +217,59 @@ impl Orderer for RemoteOrderer {
             .await
             .map_err(|e| OrdererError::Unavailable(format!("solo orderer: {}", e.message())))?
             .into_inner();
-        let blocks = stream.map(|b| match b {
-            Ok(b) => TransactionBlock::try_from(b).map_err(|e| {
-                OrdererError::Unavailable(format!("solo orderer sent a malformed block: {e}"))
-            }),
+        let max_txs = self.max_block_txs;
+        let blocks = stream.map(move |b| match b {
+            Ok(b) => {
+                check_block(&b, max_txs).map_err(|why| {
+                    OrdererError::Unavailable(format!(
+                        "solo orderer sent block {}: {why}",
+                        b.number
+                    ))
+                })?;
+                TransactionBlock::try_from(b).map_err(|e| {
+                    OrdererError::Unavailable(format!("solo orderer sent a malformed block: {e}"))
+                })
+            }
             Err(e) => Err(OrdererError::Unavailable(format!(
                 "solo orderer: {}",
                 e.message()
             ))),
         });
         Ok(Box::pin(blocks))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_core::NetworkId;
+    use chainify_core::testing::signed_transaction;
+
+    /// A block no honest orderer cuts (found by a hunt: one passes what the node sends its
+    /// execution process) is refused by name: too many transactions, or one too long.
+    #[test]
+    fn blocks_past_the_network_s_limits_are_refused() {
+        let net = NetworkId::new("solo").expect("a name");
+        let block = |txs: Vec<ChainedTransaction>| {
+            pb::TransactionBlock::from(&TransactionBlock {
+                network: net.clone(),
+                number: BlockNumber(4),
+                transactions: txs,
+                orderer_position: 9,
+            })
+        };
+        let three: Vec<_> = (1..=3).map(|n| signed_transaction(&net, n)).collect();
+        assert_eq!(check_block(&block(three.clone()), 3), Ok(()));
+        let e = check_block(&block(three), 2).expect_err("too many");
+        assert_eq!(e, "3 transactions, more than the network's 2 a block");
+        let mut long = signed_transaction(&net, 4);
+        long.proposal.body.transaction.statements[0]
+            .params
+            .push(chainify_core::Value::Text(
+                "x".repeat(MAX_ORDERED_TRANSACTION_BYTES),
+            ));
+        let e =
+            check_block(&block(vec![signed_transaction(&net, 5), long]), 3).expect_err("too long");
+        assert!(e.starts_with("transaction 1 encodes to "), "{e}");
     }
 }

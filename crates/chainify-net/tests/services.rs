@@ -466,6 +466,19 @@ async fn clients_submit_through_any_organization_and_every_rejection_has_its_cod
         .unwrap_err();
     assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
     assert!(e.to_string().contains("statement 1"), "{e}");
+    // Within the bound as signed (nine bytes an integer), past it on the wire (a large
+    // one takes ten there, and three of framing): the log could not hold it with its endorsements.
+    let wide = Tx::new().statement(
+        "UPDATE checking SET bal = bal + 1 WHERE custid = $1",
+        vec![Value::Int(i64::MAX); 50_000],
+    );
+    let e = c1.submit(wide).await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    assert!(
+        e.to_string()
+            .contains("bytes on the wire; at most 524288 are ordered"),
+        "{e}"
+    );
     let reader_key = SigningKey::load(&net.dir.join("reader.pk8")).unwrap();
     let reader = net.client(3, "reader", reader_key).await;
     let e = reader

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chainify_core::tx::ChainedTransaction;
+use chainify_core::tx::{ChainedTransaction, MAX_ORDERED_TRANSACTION_BYTES};
 use chainify_core::{BlockNumber, NetworkId};
 use chainify_proto::pb;
 use futures_util::{FutureExt as _, StreamExt};
@@ -53,9 +53,11 @@ pub fn encode_entry(entry: &LogEntry) -> Vec<u8> {
     }
 }
 
-/// Decodes a log entry; `None` for bytes no honest producer writes.
+/// Decodes a log entry; `None` for bytes no honest producer writes (a transaction longer than
+/// [`MAX_ORDERED_TRANSACTION_BYTES`] included).
 pub fn decode_entry(bytes: &[u8]) -> Option<LogEntry> {
     match bytes.split_first()? {
+        (&TAG_TX, rest) if rest.len() > MAX_ORDERED_TRANSACTION_BYTES => None,
         (&TAG_TX, rest) => {
             let wire = pb::ChainedTransaction::decode(rest).ok()?;
             ChainedTransaction::try_from(wire).ok().map(LogEntry::Tx)
@@ -235,6 +237,13 @@ impl Inner {
 
     async fn produce(&self, entry: &LogEntry) -> Result<(), OrdererError> {
         let payload = encode_entry(entry);
+        // Every consumer would skip it: refused here, by name, rather than lost.
+        if payload.len() > MAX_ORDERED_TRANSACTION_BYTES + 1 {
+            return Err(OrdererError::Unavailable(format!(
+                "the transaction encodes to {} bytes; the log takes at most {MAX_ORDERED_TRANSACTION_BYTES}",
+                payload.len() - 1
+            )));
+        }
         let record: FutureRecord<'_, (), Vec<u8>> = FutureRecord::to(&self.settings.topic)
             .partition(0)
             .payload(&payload);
@@ -444,5 +453,30 @@ mod tests {
         assert_eq!(decode_entry(&[9, 1, 2]), None);
         assert_eq!(decode_entry(&[TAG_CUT, 1, 2]), None);
         assert_eq!(decode_entry(&[TAG_TX, 0xff, 0xff]), None);
+    }
+
+    /// Any organization can produce to the topic: an entry longer than an ordered transaction
+    /// may be (found by a hunt: blocks of them passed what a split organization's execution
+    /// process accepts, which stalled it for good) is skipped by every consumer alike; one at
+    /// the bound is taken.
+    #[test]
+    fn entries_longer_than_a_transaction_may_be_are_skipped() {
+        let with_note = |bytes: usize| {
+            let mut tx = transaction(5);
+            tx.proposal.body.transaction.statements[0]
+                .params
+                .push(chainify_core::Value::Text("x".repeat(bytes)));
+            encode_entry(&LogEntry::Tx(tx))
+        };
+        let base = with_note(0).len();
+        // A text value costs its bytes and a few of framing.
+        let at = (0..64)
+            .map(|extra| with_note(MAX_ORDERED_TRANSACTION_BYTES + 1 - base - extra))
+            .find(|e| e.len() == MAX_ORDERED_TRANSACTION_BYTES + 1)
+            .expect("an entry of exactly the bound");
+        assert!(matches!(decode_entry(&at), Some(LogEntry::Tx(_))));
+        let over = with_note(MAX_ORDERED_TRANSACTION_BYTES + 1 - base);
+        assert!(over.len() > MAX_ORDERED_TRANSACTION_BYTES + 1);
+        assert_eq!(decode_entry(&over), None);
     }
 }
