@@ -744,6 +744,15 @@ pub struct CheckpointFile {
     /// previous one's length, so scans take at most a fifth of the time).
     #[serde(default = "default_state_check_interval")]
     pub state_check_interval: u64,
+    /// The most bytes of one table's rows (as held in memory) a state transfer takes from a
+    /// peer before it counts the peer as lying: another organization's stream of rows has no
+    /// end of its own. Raise it for shared tables larger than that.
+    #[serde(default = "default_transfer_max_bytes")]
+    pub transfer_max_bytes: u64,
+}
+
+fn default_transfer_max_bytes() -> u64 {
+    4 << 30
 }
 
 fn default_state_check_interval() -> u64 {
@@ -763,6 +772,7 @@ impl Default for CheckpointFile {
             interval_blocks: default_checkpoint_interval(),
             kept: default_checkpoints_kept(),
             state_check_interval: default_state_check_interval(),
+            transfer_max_bytes: default_transfer_max_bytes(),
         }
     }
 }

@@ -605,6 +605,7 @@ impl Org {
             me,
             self.key.clone(),
             tls,
+            config.checkpoint.transfer_max_bytes,
         )?));
         Ok(node)
     }

@@ -246,6 +246,31 @@ pub struct GrpcStatePeer {
     signatures: chainify_core::crypto::Signatures,
     key: Arc<SigningKey>,
     client: CommitServiceClient<Channel>,
+    /// The most bytes of rows, as held in memory, one call takes.
+    max_rows_bytes: u64,
+    /// The most bytes of ledger entries, as sent, one call takes ([`ledger_call_bytes`]).
+    max_ledger_bytes: usize,
+}
+
+/// What a call for a transfer's chunk of ledger entries may bring: each entry's ids, bits and
+/// framing of `max_block_txs` transactions (about 34 bytes each) and 64 KiB for the rest and
+/// its certificate.
+fn ledger_call_bytes(max_block_txs: usize) -> usize {
+    let chunk = usize::try_from(chainify_node::transfer::LEDGER_CHUNK).unwrap_or(usize::MAX);
+    chunk.saturating_mul(64 * 1024 + 48 * max_block_txs)
+}
+
+/// What a row takes in memory: its vector, its values and their text or bytes.
+fn row_bytes(row: &[Value]) -> u64 {
+    let payload: usize = row
+        .iter()
+        .map(|v| match v {
+            Value::Text(t) => t.len(),
+            Value::Bytes(b) => b.len(),
+            _ => 0,
+        })
+        .sum();
+    (std::mem::size_of::<Vec<Value>>() + std::mem::size_of_val(row) + payload) as u64
 }
 
 impl GrpcStatePeer {
@@ -324,10 +349,18 @@ impl StatePeer for GrpcStatePeer {
                 .into_inner();
             let mut out = Vec::new();
             let wanted = usize::try_from(to.0.saturating_sub(from.0) + 1).unwrap_or(usize::MAX);
+            let mut bytes = 0;
             while out.len() < wanted
                 && let Some(item) = stream.next().await
             {
                 let entry = item.map_err(|s| self.failed("ledger entries", &s))?;
+                bytes += prost::Message::encoded_len(&entry);
+                if bytes > self.max_ledger_bytes {
+                    return Err(PeerError::Untrusted(format!(
+                        "it sent more than {} bytes of ledger entries for blocks {from}..={to}",
+                        self.max_ledger_bytes
+                    )));
+                }
                 out.push(
                     LedgerEntry::try_from(entry).map_err(|e| {
                         PeerError::Untrusted(format!("a malformed ledger entry: {e}"))
@@ -382,19 +415,25 @@ impl StatePeer for GrpcStatePeer {
                 .map_err(|s| self.failed("rows", &s))?
                 .into_inner();
             let mut rows = Vec::new();
+            let mut bytes = 0;
             while let Some(chunk) = stream.next().await {
                 for row in chunk.map_err(|s| self.failed("rows", &s))?.rows {
-                    rows.push(
-                        row.values
-                            .into_iter()
-                            .map(Value::try_from)
-                            .collect::<Result<Vec<_>, _>>()
-                            .map_err(|e| {
-                                PeerError::Untrusted(format!(
-                                    "table {table}: a malformed value: {e}"
-                                ))
-                            })?,
-                    );
+                    let row = row
+                        .values
+                        .into_iter()
+                        .map(Value::try_from)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| {
+                            PeerError::Untrusted(format!("table {table}: a malformed value: {e}"))
+                        })?;
+                    bytes += row_bytes(&row);
+                    if bytes > self.max_rows_bytes {
+                        return Err(PeerError::Untrusted(format!(
+                            "table {table}: it sent more than {} bytes of rows (checkpoint.transfer_max_bytes; raise it if the table is that large)",
+                            self.max_rows_bytes
+                        )));
+                    }
+                    rows.push(row);
                 }
             }
             Ok(rows)
@@ -416,6 +455,7 @@ impl GrpcStatePeers {
         me: OrgId,
         key: Arc<SigningKey>,
         tls: Option<&Tls>,
+        max_rows_bytes: u64,
     ) -> Result<GrpcStatePeers, NetError> {
         let mut peers: Vec<Arc<dyn StatePeer>> = Vec::new();
         for org in network.orgs.values().filter(|o| o.id != me) {
@@ -429,6 +469,8 @@ impl GrpcStatePeers {
                 signatures: network.signatures,
                 key: key.clone(),
                 client,
+                max_rows_bytes,
+                max_ledger_bytes: ledger_call_bytes(network.max_block_txs),
             }));
         }
         Ok(GrpcStatePeers { peers })
@@ -438,5 +480,142 @@ impl GrpcStatePeers {
 impl StatePeers for GrpcStatePeers {
     fn peers(&self) -> Vec<Arc<dyn StatePeer>> {
         self.peers.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainify_proto::pb::commit_service_server::{CommitService, CommitServiceServer};
+
+    /// A member that streams rows, or ledger entries, without end.
+    struct Endless;
+
+    type Stream<T> = Pin<Box<dyn futures_util::Stream<Item = Result<T, Status>> + Send>>;
+
+    #[tonic::async_trait]
+    impl CommitService for Endless {
+        async fn send_votes(
+            &self,
+            _: Request<pb::VoteBatch>,
+        ) -> Result<Response<pb::VoteAck>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        async fn send_certificate(
+            &self,
+            _: Request<pb::Certificate>,
+        ) -> Result<Response<pb::CertificateAck>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        async fn get_certificate(
+            &self,
+            _: Request<pb::GetCertificateRequest>,
+        ) -> Result<Response<pb::GetCertificateResponse>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        type GetLedgerStream = Stream<pb::LedgerEntry>;
+        async fn get_ledger(
+            &self,
+            _: Request<pb::GetLedgerRequest>,
+        ) -> Result<Response<Self::GetLedgerStream>, Status> {
+            // Well-formed entries of a megabyte of ids each.
+            let n = 32 * 1024;
+            let entry = pb::LedgerEntry::from(&LedgerEntry {
+                block: chainify_core::tx::LedgerBlock {
+                    network: NetworkId::new("net").unwrap(),
+                    number: BlockNumber(1),
+                    tx_ids: vec![chainify_core::TxId(Digest::of(b"t")); n],
+                    success: vec![true; n],
+                    valid: vec![true; n],
+                    hash_digest: Digest::ZERO,
+                    state_digest: Digest::ZERO,
+                    hash_previous: Digest::ZERO,
+                    orderer_position: 1,
+                },
+                certificate: chainify_core::tx::Certificate {
+                    block: BlockNumber(1),
+                    ledger_block_hash: Digest::ZERO,
+                    votes: Vec::new(),
+                },
+            });
+            Ok(Response::new(Box::pin(futures_util::stream::repeat_with(
+                move || Ok(entry.clone()),
+            ))))
+        }
+        async fn state_offer(
+            &self,
+            _: Request<pb::StateOfferRequest>,
+        ) -> Result<Response<pb::StateOfferResponse>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        async fn state_digests(
+            &self,
+            _: Request<pb::StateDigestsRequest>,
+        ) -> Result<Response<pb::StateDigestsResponse>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        type StateRowsStream = Stream<pb::StateRowsChunk>;
+        async fn state_rows(
+            &self,
+            _: Request<pb::StateRowsRequest>,
+        ) -> Result<Response<Self::StateRowsStream>, Status> {
+            let row = pb::Row {
+                values: (1..=3).map(|i| pb::Value::from(&Value::Int(i))).collect(),
+            };
+            let chunk = pb::StateRowsChunk {
+                rows: vec![row; 10_000],
+            };
+            Ok(Response::new(Box::pin(futures_util::stream::repeat_with(
+                move || Ok(chunk.clone()),
+            ))))
+        }
+    }
+
+    /// Found by a hunt: a member's stream of rows or ledger entries has no end of its own, and
+    /// a transfer took all of it into memory (7 GB from one call). Past the bound the peer is
+    /// refused as lying, and the transfer goes on with another. (An honest chunk of ledger
+    /// entries of 1 024-transaction blocks stays within the bound.)
+    #[tokio::test]
+    async fn a_peer_streaming_without_end_is_refused_past_the_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(CommitServiceServer::new(Endless))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let peer = GrpcStatePeer {
+            org: OrgId(2),
+            me: OrgId(1),
+            network: NetworkId::new("net").unwrap(),
+            signatures: chainify_core::crypto::Signatures::default(),
+            key: Arc::new(SigningKey::from_seed(&[1; 32])),
+            client: CommitServiceClient::new(channel(&addr, None, "org2").unwrap())
+                .max_decoding_message_size(64 << 20),
+            max_rows_bytes: 8 << 20,
+            max_ledger_bytes: 16 << 20,
+        };
+        let of = OfferedTable {
+            block: BlockNumber(3),
+            table: "kv".into(),
+        };
+        let e = peer.rows(of, vec![0, 1]).await.unwrap_err();
+        assert!(e.is_peers_fault(), "{e}");
+        assert!(
+            e.to_string()
+                .contains("table kv: it sent more than 8388608 bytes of rows"),
+            "{e}"
+        );
+        let e = peer
+            .ledger(BlockNumber(1), BlockNumber(10_000))
+            .await
+            .unwrap_err();
+        assert!(e.is_peers_fault(), "{e}");
+        assert!(
+            e.to_string()
+                .contains("it sent more than 16777216 bytes of ledger entries"),
+            "{e}"
+        );
+        assert!(ledger_call_bytes(1024) > 10_000 * (1024 * 34 + 2_000));
     }
 }

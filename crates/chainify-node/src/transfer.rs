@@ -496,7 +496,7 @@ pub(crate) async fn fetch<B: Backend>(
             }
         }
         _ => {
-            let (after, previous) = tail.unwrap_or((BlockNumber(0), Digest::ZERO));
+            let (after, mut previous) = tail.unwrap_or((BlockNumber(0), Digest::ZERO));
             let mut from = BlockNumber(after.0 + 1);
             while from <= c {
                 let to = BlockNumber((from.0 + LEDGER_CHUNK - 1).min(c.0));
@@ -506,16 +506,19 @@ pub(crate) async fn fetch<B: Backend>(
                         "it sent no ledger entries for blocks {from}..={to}"
                     )));
                 }
+                // Each chunk as it comes: a peer sending entries that do not chain is refused
+                // before the next is asked for, not after it has filled the memory.
+                verify_ledger_from(
+                    from,
+                    previous,
+                    chunk.iter().map(|e| (&e.block, &e.certificate)),
+                    ctx,
+                )
+                .map_err(|e| untrusted(format!("its ledger entries: {e}")))?;
+                previous = chunk.last().map_or(previous, |e| e.block.hash());
                 from = BlockNumber(from.0 + chunk.len() as u64);
                 entries.extend(chunk);
             }
-            verify_ledger_from(
-                BlockNumber(after.0 + 1),
-                previous,
-                entries.iter().map(|e| (&e.block, &e.certificate)),
-                ctx,
-            )
-            .map_err(|e| untrusted(format!("its ledger entries: {e}")))?;
             if entries.last().map(|e| e.block.hash()) != Some(block.hash()) {
                 return Err(untrusted(format!(
                     "its ledger entries do not end at block {c}"
