@@ -954,7 +954,7 @@ fn tx_id_of(bytes: &[u8]) -> Result<TxId, Status> {
 
 /// The address a client's call came from (`0.0.0.0` when the transport does not say, as for
 /// calls within the process).
-fn caller<T>(request: &Request<T>) -> IpAddr {
+pub(crate) fn caller<T>(request: &Request<T>) -> IpAddr {
     request
         .remote_addr()
         .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip())

@@ -1543,3 +1543,83 @@ async fn a_stripped_copy_ordered_first_is_not_the_transaction_s_outcome() {
         net.stop_org(n).await;
     }
 }
+
+/// A CommitService client on `endpoint` connecting from the local address `from`.
+async fn commit_client_from(
+    net: &Net,
+    org: u32,
+    from: [u8; 4],
+) -> pb::commit_service_client::CommitServiceClient<tonic::transport::Channel> {
+    let endpoint = &net.network.orgs[&OrgId(org)].commit_endpoint;
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{endpoint}"))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(net.ca.as_bytes()))
+                .domain_name(OrgId(org).tls_name()),
+        )
+        .unwrap()
+        .local_address(Some(std::net::IpAddr::from(from)))
+        // HTTP/2's smallest windows: a stream its caller does not read stays open sooner.
+        .initial_stream_window_size(Some(65_535))
+        .initial_connection_window_size(Some(65_535))
+        .connect()
+        .await
+        .unwrap();
+    pb::commit_service_client::CommitServiceClient::new(channel)
+}
+
+/// Found by a hunt: GetLedger and GetCertificate ask no one who calls and read the ledger
+/// through the pool the blocks use; a flood of them would hold the connections a block needs.
+/// Reads take places shared fairly among addresses, one an address: a second read from an
+/// address holding one waits, then is refused as busy, while another address is served; a
+/// stream let go frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_the_ledger_take_a_place_an_address() {
+    let mut net = start(28900, ChainifySettings::default()).await;
+    wait_ready(&mut net).await;
+    // More ledger than a stream's flow-control window holds (64 KiB), so that a stream whose
+    // caller does not read stays open.
+    let c1 = net.client1(1).await;
+    for i in 0..400 {
+        c1.submit_and_wait(deposit(i % 10 + 1, 1)).await.unwrap();
+    }
+    let agreed = net.admin(1).await.agreed_height;
+    let mut greedy = commit_client_from(&net, 1, [127, 0, 0, 5]).await;
+    let mut held = greedy
+        .get_ledger(pb::GetLedgerRequest {
+            from_block: 1,
+            to_block: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    held.message().await.unwrap().expect("a first entry");
+    let certificate = |block: u64| pb::GetCertificateRequest {
+        block_number: block,
+    };
+    let e = greedy
+        .get_certificate(certificate(agreed))
+        .await
+        .expect_err("its address holds its place");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("reads of the ledger are under way"),
+        "{e:?}"
+    );
+    let mut other = commit_client_from(&net, 1, [127, 0, 0, 6]).await;
+    let answer = other.get_certificate(certificate(agreed)).await.unwrap();
+    assert!(answer.into_inner().certificate.is_some());
+    drop(held);
+    let mut answered = false;
+    for _ in 0..50 {
+        if greedy.get_certificate(certificate(agreed)).await.is_ok() {
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "the stream let go keeps its place");
+    for n in 1..=3 {
+        net.stop_org(n).await;
+    }
+}
