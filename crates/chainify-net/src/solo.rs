@@ -60,16 +60,16 @@ impl OrdererService for SoloServer {
         // Convert all first: a malformed batch appends nothing.
         let mut txs = Vec::with_capacity(wire.len());
         for (i, t) in wire.into_iter().enumerate() {
-            let size = prost::Message::encoded_len(&t);
+            let tx = ChainedTransaction::try_from(t)
+                .map_err(|e| status::malformed(&format!("transactions[{i}]"), &e))?;
+            // As blocks carry it: encoded again from what was parsed (`.5` becomes `0.5`).
+            let size = chainify_orderer::ordered_len(&tx);
             if size > MAX_ORDERED_TRANSACTION_BYTES {
                 return Err(status::invalid(format!(
                     "transactions[{i}] encodes to {size} bytes; an ordered transaction takes at most {MAX_ORDERED_TRANSACTION_BYTES}"
                 )));
             }
-            txs.push(
-                ChainedTransaction::try_from(t)
-                    .map_err(|e| status::malformed(&format!("transactions[{i}]"), &e))?,
-            );
+            txs.push(tx);
         }
         for tx in txs {
             self.orderer.broadcast(tx).await.map_err(status::failed)?;
@@ -117,17 +117,18 @@ type Ack = oneshot::Sender<Result<(), OrdererError>>;
 /// than [`MAX_ORDERED_TRANSACTION_BYTES`]. Such a block passes what the node sends its execution
 /// process, which would refuse it for good; refused here, named, it waits for the orderer (which
 /// the network relies on to make progress anyway).
-fn check_block(b: &pb::TransactionBlock, max_txs: usize) -> Result<(), String> {
+fn check_block(b: &TransactionBlock, max_txs: usize) -> Result<(), String> {
     if b.transactions.len() > max_txs {
         return Err(format!(
             "{} transactions, more than the network's {max_txs} a block",
             b.transactions.len()
         ));
     }
+    // As the node sends it on: encoded again from what was parsed.
     match b
         .transactions
         .iter()
-        .map(prost::Message::encoded_len)
+        .map(chainify_orderer::ordered_len)
         .enumerate()
         .find(|(_, n)| *n > MAX_ORDERED_TRANSACTION_BYTES)
     {
@@ -220,15 +221,14 @@ impl Orderer for RemoteOrderer {
         let max_txs = self.max_block_txs;
         let blocks = stream.map(move |b| match b {
             Ok(b) => {
-                check_block(&b, max_txs).map_err(|why| {
-                    OrdererError::Unavailable(format!(
-                        "solo orderer sent block {}: {why}",
-                        b.number
-                    ))
-                })?;
-                TransactionBlock::try_from(b).map_err(|e| {
+                let number = b.number;
+                let block = TransactionBlock::try_from(b).map_err(|e| {
                     OrdererError::Unavailable(format!("solo orderer sent a malformed block: {e}"))
-                })
+                })?;
+                check_block(&block, max_txs).map_err(|why| {
+                    OrdererError::Unavailable(format!("solo orderer sent block {number}: {why}"))
+                })?;
+                Ok(block)
             }
             Err(e) => Err(OrdererError::Unavailable(format!(
                 "solo orderer: {}",
@@ -250,13 +250,11 @@ mod tests {
     #[test]
     fn blocks_past_the_network_s_limits_are_refused() {
         let net = NetworkId::new("solo").expect("a name");
-        let block = |txs: Vec<ChainedTransaction>| {
-            pb::TransactionBlock::from(&TransactionBlock {
-                network: net.clone(),
-                number: BlockNumber(4),
-                transactions: txs,
-                orderer_position: 9,
-            })
+        let block = |txs: Vec<ChainedTransaction>| TransactionBlock {
+            network: net.clone(),
+            number: BlockNumber(4),
+            transactions: txs,
+            orderer_position: 9,
         };
         let three: Vec<_> = (1..=3).map(|n| signed_transaction(&net, n)).collect();
         assert_eq!(check_block(&block(three.clone()), 3), Ok(()));

@@ -248,16 +248,21 @@ pub struct GrpcStatePeer {
     client: CommitServiceClient<Channel>,
     /// The most bytes of rows, as held in memory, one call takes.
     max_rows_bytes: u64,
-    /// The most bytes of ledger entries, as sent, one call takes ([`ledger_call_bytes`]).
+    /// The most bytes of ledger entries, as sent, one call takes ([`LEDGER_CALL_BYTES`]).
     max_ledger_bytes: usize,
+    /// The most bytes one entry takes ([`ledger_entry_bytes`]): a call asks for as many
+    /// blocks as fit `max_ledger_bytes`.
+    max_entry_bytes: usize,
 }
 
-/// What a call for a transfer's chunk of ledger entries may bring: each entry's ids, bits and
-/// framing of `max_block_txs` transactions (about 34 bytes each) and 64 KiB for the rest and
-/// its certificate.
-fn ledger_call_bytes(max_block_txs: usize) -> usize {
-    let chunk = usize::try_from(chainify_node::transfer::LEDGER_CHUNK).unwrap_or(usize::MAX);
-    chunk.saturating_mul(64 * 1024 + 48 * max_block_txs)
+/// What one call for ledger entries may bring (a peer may send less than asked; the transfer
+/// asks again from where it ended).
+const LEDGER_CALL_BYTES: usize = 256 << 20;
+
+/// The most bytes an entry of blocks of `max_block_txs` transactions takes: the ids, bits and
+/// framing of each (about 34 bytes) and 64 KiB for the rest and its certificate.
+fn ledger_entry_bytes(max_block_txs: usize) -> usize {
+    64 * 1024 + 48 * max_block_txs
 }
 
 /// What a row takes in memory: its vector, its values and their text or bytes.
@@ -338,6 +343,9 @@ impl StatePeer for GrpcStatePeer {
 
     fn ledger(&self, from: BlockNumber, to: BlockNumber) -> PeerFuture<'_, Vec<LedgerEntry>> {
         let mut client = self.client.clone();
+        // As many blocks as the bytes of one call hold at most (the caller asks again).
+        let fit = (self.max_ledger_bytes / self.max_entry_bytes.max(1)).max(1) as u64;
+        let to = BlockNumber(to.0.min(from.0.saturating_add(fit - 1)));
         Box::pin(async move {
             let mut stream = client
                 .get_ledger(timed(pb::GetLedgerRequest {
@@ -470,7 +478,8 @@ impl GrpcStatePeers {
                 key: key.clone(),
                 client,
                 max_rows_bytes,
-                max_ledger_bytes: ledger_call_bytes(network.max_block_txs),
+                max_ledger_bytes: LEDGER_CALL_BYTES,
+                max_entry_bytes: ledger_entry_bytes(network.max_block_txs),
             }));
         }
         Ok(GrpcStatePeers { peers })
@@ -594,6 +603,7 @@ mod tests {
                 .max_decoding_message_size(64 << 20),
             max_rows_bytes: 8 << 20,
             max_ledger_bytes: 16 << 20,
+            max_entry_bytes: 1,
         };
         let of = OfferedTable {
             block: BlockNumber(3),
@@ -616,6 +626,8 @@ mod tests {
                 .contains("it sent more than 16777216 bytes of ledger entries"),
             "{e}"
         );
-        assert!(ledger_call_bytes(1024) > 10_000 * (1024 * 34 + 2_000));
+        // An honest entry of 1 024 transactions fits; a call asks for 2 340 of them.
+        assert!(ledger_entry_bytes(1024) > 1024 * 34 + 2_000);
+        assert_eq!(LEDGER_CALL_BYTES / ledger_entry_bytes(1024), 2_340);
     }
 }

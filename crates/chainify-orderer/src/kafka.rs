@@ -53,14 +53,22 @@ pub fn encode_entry(entry: &LogEntry) -> Vec<u8> {
     }
 }
 
+/// The length of `tx`'s encoding as blocks carry it.
+pub fn ordered_len(tx: &ChainedTransaction) -> usize {
+    pb::ChainedTransaction::from(tx).encoded_len()
+}
+
 /// Decodes a log entry; `None` for bytes no honest producer writes (a transaction longer than
-/// [`MAX_ORDERED_TRANSACTION_BYTES`] included).
+/// [`MAX_ORDERED_TRANSACTION_BYTES`] as received or as blocks carry it included).
 pub fn decode_entry(bytes: &[u8]) -> Option<LogEntry> {
     match bytes.split_first()? {
         (&TAG_TX, rest) if rest.len() > MAX_ORDERED_TRANSACTION_BYTES => None,
         (&TAG_TX, rest) => {
             let wire = pb::ChainedTransaction::decode(rest).ok()?;
-            ChainedTransaction::try_from(wire).ok().map(LogEntry::Tx)
+            let tx = ChainedTransaction::try_from(wire).ok()?;
+            // Measured as it travels on (blocks carry the parsed transaction encoded again,
+            // which can be longer: `.5` is written `0.5`).
+            (ordered_len(&tx) <= MAX_ORDERED_TRANSACTION_BYTES).then_some(LogEntry::Tx(tx))
         }
         (&TAG_CUT, rest) => Some(LogEntry::TimeToCut(BlockNumber(u64::from_be_bytes(
             rest.try_into().ok()?,
@@ -478,5 +486,36 @@ mod tests {
         let over = with_note(MAX_ORDERED_TRANSACTION_BYTES + 1 - base);
         assert!(over.len() > MAX_ORDERED_TRANSACTION_BYTES + 1);
         assert_eq!(decode_entry(&over), None);
+        // Found by a review: within the bound as received, past it as blocks carry it again
+        // (each `.5` is written back `0.5`, a byte longer).
+        let mut tx = transaction(6);
+        let params = &mut tx.proposal.body.transaction.statements[0].params;
+        params.clear();
+        params.extend(std::iter::repeat_n(
+            chainify_core::Value::Decimal("0.5".parse().expect("a decimal")),
+            90_000,
+        ));
+        let mut wire = pb::ChainedTransaction::from(&tx);
+        for p in &mut wire
+            .proposal
+            .as_mut()
+            .expect("a proposal")
+            .transaction
+            .as_mut()
+            .expect("a transaction")
+            .statements[0]
+            .params
+        {
+            p.kind = Some(pb::value::Kind::Decimal(".5".into()));
+        }
+        let mut short = vec![TAG_TX];
+        short.extend(wire.encode_to_vec());
+        assert!(
+            short.len() <= MAX_ORDERED_TRANSACTION_BYTES + 1,
+            "{}",
+            short.len()
+        );
+        assert!(ordered_len(&tx) > MAX_ORDERED_TRANSACTION_BYTES);
+        assert_eq!(decode_entry(&short), None);
     }
 }

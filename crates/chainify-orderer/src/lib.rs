@@ -27,7 +27,7 @@ use chainify_core::tx::{ChainedTransaction, TransactionBlock};
 use futures_util::Stream;
 
 pub use cutter::{BlockCutter, LogEntry};
-pub use kafka::{KafkaOrderer, KafkaSettings, decode_entry, encode_entry};
+pub use kafka::{KafkaOrderer, KafkaSettings, decode_entry, encode_entry, ordered_len};
 pub use local::LocalOrderer;
 
 /// When a block that has not filled up is cut: the network file's `block.cut`, one type from

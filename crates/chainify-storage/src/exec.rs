@@ -1221,7 +1221,12 @@ impl<B: Backend> Store<B> {
         let rows = self
             .query(
                 "reading the last applied block",
-                crate::state::NEWEST_APPLIED,
+                // Without shared tables no block has accumulators (found by a review).
+                if self.tables().is_empty() {
+                    "SELECT MAX(block) FROM chainify_applied_blocks"
+                } else {
+                    crate::state::NEWEST_APPLIED
+                },
                 &[],
                 &[ReadType::Int],
             )
