@@ -440,31 +440,7 @@ impl Portable {
         if let Some(why) = first_error {
             return Err(why);
         }
-        let stored: Vec<(&str, &str, Limit, &E)> = match &self.stmt {
-            Stmt::Update { table, sets, .. } => sets
-                .iter()
-                .map(|(c, _, l, e)| (table.as_str(), c.as_str(), *l, e))
-                .collect(),
-            Stmt::Insert {
-                table,
-                columns,
-                source,
-            } => {
-                let rows: Vec<&Vec<E>> = match source {
-                    Source::Values(rows) => rows.iter().collect(),
-                    Source::Query(q) => vec![&q.items],
-                };
-                rows.into_iter()
-                    .flat_map(|row| {
-                        row.iter()
-                            .zip(columns)
-                            .map(|(e, (c, _, l))| (table.as_str(), c.as_str(), *l, e))
-                    })
-                    .collect()
-            }
-            _ => Vec::new(),
-        };
-        for (table, column, limit, e) in stored {
+        for (table, column, limit, e) in stored_values(&self.stmt) {
             if let Some(v) = eval(e, params)? {
                 self.fits_key(table, column, &v)?;
                 limit.admits(&v).map_err(|what| {
@@ -936,11 +912,14 @@ pub(crate) fn build(st: &SqlStatement, schema: &Schema) -> Result<Portable, Reje
     })
 }
 
-/// The caps on text and bytes stored into the target table's key columns
-/// ([`Schema::key_bytes`]), by column. What a statement stores into such a column must be a
-/// literal or a parameter, which [`Portable::check_values`] holds against the cap.
-fn key_caps(stmt: &Stmt, schema: &Schema) -> Result<Vec<(String, u64)>, Rejection> {
-    let (table, stored): (&str, Vec<(&str, &E)>) = match stmt {
+/// What an INSERT or UPDATE stores: (table, column, the column's limit, the expression), every
+/// row of a VALUES list, or a SELECT's outputs.
+fn stored_values(stmt: &Stmt) -> Vec<(&str, &str, Limit, &E)> {
+    match stmt {
+        Stmt::Update { table, sets, .. } => sets
+            .iter()
+            .map(|(c, _, l, e)| (table.as_str(), c.as_str(), *l, e))
+            .collect(),
         Stmt::Insert {
             table,
             columns,
@@ -950,16 +929,24 @@ fn key_caps(stmt: &Stmt, schema: &Schema) -> Result<Vec<(String, u64)>, Rejectio
                 Source::Values(rows) => rows.iter().collect(),
                 Source::Query(q) => vec![&q.items],
             };
-            let stored = rows
-                .into_iter()
-                .flat_map(|row| row.iter().zip(columns).map(|(e, (c, ..))| (c.as_str(), e)))
-                .collect();
-            (table, stored)
+            rows.into_iter()
+                .flat_map(|row| {
+                    row.iter()
+                        .zip(columns)
+                        .map(|(e, (c, _, l))| (table.as_str(), c.as_str(), *l, e))
+                })
+                .collect()
         }
-        Stmt::Update { table, sets, .. } => (
-            table,
-            sets.iter().map(|(c, .., e)| (c.as_str(), e)).collect(),
-        ),
+        Stmt::Select(_) | Stmt::Delete { .. } => Vec::new(),
+    }
+}
+
+/// The caps on text and bytes stored into the target table's key columns
+/// ([`Schema::key_bytes`]), by column. What a statement stores into such a column must be a
+/// literal or a parameter, which [`Portable::check_values`] holds against the cap.
+fn key_caps(stmt: &Stmt, schema: &Schema) -> Result<Vec<(String, u64)>, Rejection> {
+    let table = match stmt {
+        Stmt::Insert { table, .. } | Stmt::Update { table, .. } => table,
         Stmt::Select(_) | Stmt::Delete { .. } => return Ok(Vec::new()),
     };
     let Some(t) = schema.table(table) else {
@@ -971,7 +958,7 @@ fn key_caps(stmt: &Stmt, schema: &Schema) -> Result<Vec<(String, u64)>, Rejectio
         .zip(schema.key_bytes(&t.name))
         .filter_map(|(c, cap)| Some((c.name.clone(), cap?)))
         .collect();
-    for (column, e) in stored {
+    for (_, column, _, e) in stored_values(stmt) {
         if let Some((_, cap)) = caps.iter().find(|(c, _)| c == column)
             && !matches!(e, E::Lit(_) | E::Param(_))
         {
