@@ -19,8 +19,7 @@ use chainify_core::config::NetworkConfig;
 use chainify_core::crypto::{PublicKey, Signatures, SigningKey};
 use chainify_core::recent::Recent;
 use chainify_core::tx::{
-    ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, MAX_TRANSACTION_BYTES, Proposal,
-    TxOutcome,
+    ChainedTransaction, EarlyAbortBatch, EarlyAbortResponse, Proposal, TxOutcome,
 };
 use chainify_core::verify::{SignedBytes, Verifier};
 use chainify_core::{BlockNumber, OrgId, TxId};
@@ -35,7 +34,7 @@ use chainify_proto::pb;
 use chainify_proto::pb::chainify_service_server::ChainifyService;
 use chainify_proto::pb::endorsement_service_client::EndorsementServiceClient;
 use chainify_proto::pb::endorsement_service_server::EndorsementService;
-use chainify_sql::{AnalysisError, Analyzer, RejectKind};
+use chainify_sql::Analyzer;
 use chainify_storage::{Backend, Store};
 use futures_util::Stream;
 use prost::Message;
@@ -775,21 +774,7 @@ impl<B: Backend + 'static, O: Orderer + 'static> Gateway<B, O> {
         };
         let proposal = Proposal::try_from(wire)
             .map_err(|e| Refusal::Malformed(e.within("proposal").to_string()))?;
-        // The log holds an ordered transaction of at most MAX_ORDERED_TRANSACTION_BYTES, which
-        // leaves the endorsements their room only if the proposal's own wire encoding (larger
-        // than the one the signature covers for some values: an integer of large magnitude
-        // takes ten bytes and three of framing, against nine) stays within
-        // MAX_TRANSACTION_BYTES too.
-        let size = pb::Proposal::from(&proposal).encoded_len();
-        if size > MAX_TRANSACTION_BYTES {
-            return Err(Refusal::Invalid(AnalysisError {
-                statement: 0,
-                kind: RejectKind::Limit,
-                reason: format!(
-                    "the proposal encodes to {size} bytes on the wire; at most {MAX_TRANSACTION_BYTES} are ordered"
-                ),
-            }));
-        }
+        chainify_node::admission::check_wire_size(&proposal)?;
         let id = proposal.tx_id();
         // Everything logged about this transaction at the origin carries its id.
         let span = tracing::info_span!("tx", org = %self.me, tx = %id);

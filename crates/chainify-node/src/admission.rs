@@ -308,6 +308,31 @@ fn check_envelope<'n>(
     )
 }
 
+fn too_large(reason: String) -> Refusal {
+    Refusal::Invalid(AnalysisError {
+        statement: 0,
+        kind: RejectKind::Limit,
+        reason,
+    })
+}
+
+/// At the origin: the proposal's wire encoding within [`MAX_TRANSACTION_BYTES`] too. The log
+/// holds an ordered transaction of at most
+/// [`chainify_core::tx::MAX_ORDERED_TRANSACTION_BYTES`], which leaves the endorsements their
+/// room only if the proposal's own wire encoding (larger than the one the signature covers for
+/// some values: an integer of large magnitude takes ten bytes and three of framing, against
+/// nine) stays within the bound.
+pub fn check_wire_size(proposal: &Proposal) -> Result<(), Refusal> {
+    use prost::Message as _;
+    let size = chainify_proto::pb::Proposal::from(proposal).encoded_len();
+    if size > MAX_TRANSACTION_BYTES {
+        return Err(too_large(format!(
+            "the proposal encodes to {size} bytes on the wire; at most {MAX_TRANSACTION_BYTES} are ordered"
+        )));
+    }
+    Ok(())
+}
+
 /// [`check_envelope`] of a proposal whose body encodes to `signed` (the encoding the signature
 /// covers).
 fn check_encoded_envelope<'n>(
@@ -320,13 +345,9 @@ fn check_encoded_envelope<'n>(
     // block holding such a transaction (a client and an orderer colluding) fails it alike.
     let size = signed.len();
     if size > MAX_TRANSACTION_BYTES {
-        return Err(Refusal::Invalid(AnalysisError {
-            statement: 0,
-            kind: RejectKind::Limit,
-            reason: format!(
-                "the transaction encodes to {size} bytes; at most {MAX_TRANSACTION_BYTES} are accepted"
-            ),
-        }));
+        return Err(too_large(format!(
+            "the transaction encodes to {size} bytes; at most {MAX_TRANSACTION_BYTES} are accepted"
+        )));
     }
     let client = authenticate(network, proposal, signed, signature)?;
     if proposal.body.network != network.network_id {
