@@ -44,8 +44,13 @@ fn reasons(list: &[(usize, String)]) -> Vec<pb::TxReason> {
         .collect()
 }
 
+/// DATA_LOSS for a damaged record of applied blocks (the node repairs it instead of running
+/// the block again); UNAVAILABLE for the rest (the node tries again).
 fn failed(e: ExecutionError) -> Status {
-    status::failed(e)
+    match e.damage() {
+        Some(damage) => Status::data_loss(damage),
+        None => status::failed(e),
+    }
 }
 
 #[tonic::async_trait]
@@ -143,6 +148,9 @@ impl RemoteExecution {
 }
 
 fn remote(what: &str, status: &Status) -> ExecutionError {
+    if status.code() == tonic::Code::DataLoss {
+        return ExecutionError::Damaged(format!("{what}: {}", status.message()));
+    }
     ExecutionError::Remote(format!("{what}: {:?}: {}", status.code(), status.message()))
 }
 
@@ -317,6 +325,68 @@ mod tests {
                 .contains("previous: expected 32 bytes, got 3"),
             "{short}"
         );
+    }
+
+    /// A port whose blocks fail with `error`.
+    #[derive(Debug)]
+    struct Failing(fn() -> ExecutionError);
+
+    impl ExecutionPort for Failing {
+        fn execute(&self, _: BlockJob) -> PortFuture<'_, PortExecuted> {
+            let e = (self.0)();
+            Box::pin(async move { Err(e) })
+        }
+        fn restore(&self, _: BlockNumber, _: Option<Digest>) -> PortFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn prune_checkpoints(&self, _: usize) -> PortFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn settle(&self) -> PortFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_damaged_record_of_applied_blocks_stays_damage_over_the_wire() {
+        let request = || {
+            Request::new(pb::ExecuteRequest {
+                block: Some(pb::TransactionBlock {
+                    network_id: "net".into(),
+                    number: 7,
+                    ..Default::default()
+                }),
+                previous: vec![0; 32],
+                checkpoint: false,
+                state_check: false,
+            })
+        };
+        let damaged = ExecutionGrpc::new(Arc::new(Failing(|| {
+            ExecutionError::Storage(chainify_storage::StorageError::Damaged {
+                block: BlockNumber(7),
+                problem: "chainify_state holds a bad accumulator of t".into(),
+            })
+        })))
+        .execute(request())
+        .await
+        .unwrap_err();
+        assert_eq!(damaged.code(), tonic::Code::DataLoss);
+        let e = remote("executing block 7", &damaged);
+        assert!(
+            e.damage().is_some_and(
+                |d| d.contains("block #7: chainify_state holds a bad accumulator of t")
+            ),
+            "{e:?}"
+        );
+        // Anything else is worth another attempt, as before.
+        let busy = ExecutionGrpc::new(Arc::new(Failing(|| {
+            ExecutionError::Remote("the database is busy".into())
+        })))
+        .execute(request())
+        .await
+        .unwrap_err();
+        assert_eq!(busy.code(), tonic::Code::Unavailable);
+        assert_eq!(remote("executing block 7", &busy).damage(), None);
     }
 
     #[test]

@@ -38,6 +38,23 @@ pub enum ExecutionError {
         /// The network it names.
         network: String,
     },
+    /// The execution process found its record of applied blocks damaged
+    /// ([`StorageError::Damaged`], as it reported it).
+    #[error("execution component: {0}")]
+    Damaged(String),
+}
+
+impl ExecutionError {
+    /// What is damaged, when the block cannot run because the record of applied blocks was
+    /// changed behind chainify: running it again fails the same way, a repair (a checkpoint
+    /// restored) rewrites the record.
+    pub fn damage(&self) -> Option<String> {
+        match self {
+            ExecutionError::Storage(e @ StorageError::Damaged { .. }) => Some(e.to_string()),
+            ExecutionError::Damaged(what) => Some(what.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// A block as this organization executed it.

@@ -743,6 +743,7 @@ impl<B: Backend, O: Orderer + 'static> Node<B, O> {
                 }
                 self.feed(Event::ExecutionFailed {
                     block: flight.block,
+                    damage: e.damage(),
                 })
                 .await
             }

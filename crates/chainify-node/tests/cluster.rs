@@ -391,6 +391,75 @@ async fn a_trigger_check_that_fails_holds_the_block_back() {
     cluster.shutdown().await.expect("shutdown");
 }
 
+/// chainify's record of applied blocks damaged behind it (MariaDB: every accumulator
+/// overwritten with a byte that is none; SQLite: an applied block far ahead planted with
+/// well-formed accumulators). The next block cannot run there, and running it again would
+/// fail the same way for ever: the organization names the damage, repairs its tables from a
+/// verified checkpoint (which rewrites the record) and agrees again, while the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_record_of_applied_blocks_is_repaired_not_retried_for_ever() {
+    let urls = smallbank_dbs("damaged", &["postgres", "mariadb", "sqlite"], ACCOUNTS).await;
+    let spec = spec("damaged", "any-2", &urls, 50);
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 8);
+    let orgs = cluster.orgs();
+    let first = drive(&cluster, &mut workload, 300).await;
+    cluster
+        .wait_committed(&orgs, &first, WAIT)
+        .await
+        .expect("committed");
+    let damages = [
+        (
+            OrgId(2),
+            "UPDATE chainify_state SET lanes = X'00'",
+            "chainify_state holds a bad accumulator",
+        ),
+        (
+            OrgId(3),
+            "INSERT INTO chainify_state (block, table_name, lanes) \
+             SELECT block + 1000, table_name, lanes FROM chainify_state \
+             WHERE block = (SELECT MAX(block) FROM chainify_applied_blocks); \
+             INSERT INTO chainify_applied_blocks (block, digest, success, tx_count) \
+             SELECT block + 1000, digest, success, tx_count FROM chainify_applied_blocks \
+             WHERE block = (SELECT MAX(block) FROM chainify_applied_blocks)",
+            "blocks must be applied in order",
+        ),
+    ];
+    for (org, sql, named) in damages {
+        cluster.tamper(org, sql).await.expect("damage");
+        let more = drive(&cluster, &mut workload, 200).await;
+        cluster
+            .wait_committed(&orgs, &more, WAIT)
+            .await
+            .expect("committed by every organization after the damage");
+        let status = cluster.status(org).expect("status");
+        assert!(status.repairs_total >= 1, "organization {org}: {status:?}");
+        assert!(
+            status
+                .alarms
+                .iter()
+                .any(|a| a.contains(named) && a.contains("repairing the tables from a checkpoint")),
+            "organization {org}: {:?}",
+            status.alarms
+        );
+    }
+    let honest = cluster.status(OrgId(1)).expect("status");
+    assert!(honest.alarms.is_empty(), "{honest:?}");
+    assert_eq!(honest.repairs_total, 0);
+    cluster.check_consistent(&orgs).await.expect("consistent");
+    for org in &orgs {
+        let check = cluster
+            .store(*org)
+            .expect("store")
+            .check_state()
+            .await
+            .expect("scan");
+        assert!(check.agrees(), "organization {org}: {check:?}");
+    }
+    cluster.shutdown().await.expect("shutdown");
+}
+
 /// An organization killed mid-block restarts, catches up and agrees; nothing is lost or
 /// applied twice (its state equals a serial replay of the agreed blocks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

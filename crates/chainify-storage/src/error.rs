@@ -129,6 +129,17 @@ pub enum StorageError {
         /// What is wrong.
         problem: String,
     },
+    /// chainify's record of the applied blocks (`chainify_applied_blocks`, `chainify_state`)
+    /// holds what chainify never wrote there, or lacks what it wrote: damaged behind chainify
+    /// (a DBA, a restored backup, a bug). Running the block again fails the same way; restoring
+    /// a checkpoint rewrites the record.
+    #[error("block {block}: {problem}")]
+    Damaged {
+        /// The block that cannot run on it.
+        block: BlockNumber,
+        /// What is wrong, naming the table.
+        problem: String,
+    },
     /// A transaction (or, on SQLite, the block's database transaction) kept hitting transient
     /// errors (deadlocks, lock timeouts, a busy database) beyond the retry budget; the block is
     /// left resumable.

@@ -699,7 +699,9 @@ impl<B: Backend> Store<B> {
             if let Some(last) = last
                 && number.0 != last.0 + 1
             {
-                return Err(StorageError::BadBlock {
+                // The node runs the blocks after its ledger in order: the record of applied
+                // blocks was changed behind chainify (a planted or deleted row, an old backup).
+                return Err(StorageError::Damaged {
                     block: number,
                     problem: format!(
                         "the last applied block is {last}; blocks must be applied in order"
@@ -1152,7 +1154,7 @@ impl<B: Backend> Store<B> {
         let Some(row) = rows.into_iter().next() else {
             return Ok(None);
         };
-        let corrupt = |what: &str| StorageError::BadBlock {
+        let corrupt = |what: &str| StorageError::Damaged {
             block: number,
             problem: format!("chainify_applied_blocks holds a malformed {what}"),
         };

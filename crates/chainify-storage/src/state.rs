@@ -80,7 +80,7 @@ impl StateCheck {
 }
 
 fn corrupt(block: Option<BlockNumber>, what: String) -> StorageError {
-    StorageError::BadBlock {
+    StorageError::Damaged {
         block: block.unwrap_or(BlockNumber(0)),
         problem: format!("chainify_state holds {what}"),
     }

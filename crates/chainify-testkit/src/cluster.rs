@@ -669,7 +669,9 @@ impl<F: OrdererFactory> Cluster<F> {
             .cloned()
     }
 
-    /// Waits until every transaction of `ids` is in the ledger of every organization of `orgs`.
+    /// Waits until every transaction of `ids` is in the ledger of every organization of `orgs`,
+    /// as a valid copy (an invalid copy, such as one an orderer stripped of its endorsements,
+    /// is not the transaction's outcome: the valid one may still follow).
     pub async fn wait_committed(
         &self,
         orgs: &[OrgId],
@@ -682,7 +684,10 @@ impl<F: OrdererFactory> Cluster<F> {
             for org in orgs {
                 let run = self.org(*org)?;
                 let outcomes = run.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
-                missing += ids.iter().filter(|id| !outcomes.contains_key(id)).count();
+                missing += ids
+                    .iter()
+                    .filter(|id| !outcomes.get(id).is_some_and(|o| o.valid))
+                    .count();
             }
             if missing == 0 {
                 return Ok(());

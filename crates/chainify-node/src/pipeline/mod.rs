@@ -85,10 +85,14 @@ pub enum Event {
         /// A full scan found the tables differ from the state digest.
         repair_needed: bool,
     },
-    /// [`Command::Execute`] failed; the block is tried again after a backoff.
+    /// [`Command::Execute`] failed; the block is tried again after a backoff, or after a
+    /// repair when the failure is damage.
     ExecutionFailed {
         /// The block.
         block: TransactionBlock,
+        /// The record of applied blocks is damaged ([`crate::ExecutionError::damage`]): no
+        /// attempt would run the block, a repair would.
+        damage: Option<String>,
     },
     /// The answer to [`Command::ListCheckpoints`]: the checkpoints before the block asked
     /// about, newest first.
@@ -222,6 +226,8 @@ pub struct Pipeline {
     repair_pending: bool,
     /// A failed repair is tried again from this time on.
     repair_after: u64,
+    /// The block whose damaged record a repair was last started for.
+    damage_repaired: Option<BlockNumber>,
     /// A fast join is still to be tried (an empty ledger at start).
     join_pending: bool,
     /// Whether any organization may serve a state transfer.
@@ -253,6 +259,7 @@ impl Pipeline {
             state_checked: false,
             repair_pending: false,
             repair_after: 0,
+            damage_repaired: None,
             has_peers: false,
             job: None,
         }
@@ -350,12 +357,17 @@ impl Pipeline {
                 checkpointed,
                 repair_needed,
             } => self.executed(ledger, checkpointed, repair_needed, &mut out),
-            Event::ExecutionFailed { block } => {
+            Event::ExecutionFailed { block, damage } => {
                 self.in_flight = None;
                 if !self.flight_landed(&mut out) {
-                    self.failed_attempts += 1;
-                    let delay = 100u64 << self.failed_attempts.min(6);
-                    self.retry = Some((block, self.now + delay));
+                    match damage {
+                        Some(damage) => self.repair_damage(block.number, &damage, &mut out),
+                        None => {
+                            self.failed_attempts += 1;
+                            let delay = 100u64 << self.failed_attempts.min(6);
+                            self.retry = Some((block, self.now + delay));
+                        }
+                    }
                 }
             }
             Event::Checkpoints(list) => self.on_checkpoints(list, &mut out),

@@ -268,6 +268,33 @@ impl Pipeline {
         false
     }
 
+    /// `block` cannot run because the record of applied blocks is damaged (`damage`): alarm,
+    /// and repair at the next clean point instead of running it again, which would fail the
+    /// same way for ever. The repair restores a verified checkpoint, which rewrites the
+    /// record, and replays to the agreed block; the block then comes again from a reopened
+    /// stream. If the same block meets damage again, the next repair waits
+    /// [`REPAIR_RETRY_MS`] (no busy loop of repairs on damage no restore reaches).
+    pub(super) fn repair_damage(
+        &mut self,
+        block: BlockNumber,
+        damage: &str,
+        out: &mut Vec<Command>,
+    ) {
+        out.push(Command::Commit(commit::Command::Alarm(format!(
+            "{damage}: repairing the tables from a checkpoint instead of running block {block} again"
+        ))));
+        self.retry = None;
+        self.failed_attempts = 0;
+        self.repair_pending = true;
+        self.repair_after = if self.damage_repaired == Some(block) {
+            self.now + REPAIR_RETRY_MS
+        } else {
+            self.now
+        };
+        self.damage_repaired = Some(block);
+        self.reopen(REOPEN_AFTER_MS, out);
+    }
+
     /// The commit engine asks to recover `block` with checkpoint attempt `attempt`.
     pub(super) fn start_recovery(
         &mut self,

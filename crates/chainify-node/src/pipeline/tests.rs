@@ -219,7 +219,13 @@ fn a_failed_block_is_retried_after_a_growing_backoff_and_keeps_its_full_scan() {
     p.handle(0, Event::StreamOpened);
     p.handle(0, Event::Ordered(n.tb(1)));
     assert_eq!(
-        p.handle(10, Event::ExecutionFailed { block: n.tb(1) }),
+        p.handle(
+            10,
+            Event::ExecutionFailed {
+                block: n.tb(1),
+                damage: None
+            }
+        ),
         vec![]
     );
     assert!(!p.wants_block() && !p.is_clean());
@@ -233,7 +239,13 @@ fn a_failed_block_is_retried_after_a_growing_backoff_and_keeps_its_full_scan() {
     };
     assert_eq!(p.handle(210, Event::Tick), vec![again.clone()]);
     assert_eq!(
-        p.handle(220, Event::ExecutionFailed { block: n.tb(1) }),
+        p.handle(
+            220,
+            Event::ExecutionFailed {
+                block: n.tb(1),
+                damage: None
+            }
+        ),
         vec![]
     );
     assert_eq!(p.failed_attempts(), 2);
@@ -689,6 +701,96 @@ fn a_repair_at_a_clean_point_restores_the_newest_verified_checkpoint_and_replays
     );
 }
 
+/// A block that fails on a damaged record of applied blocks is not run again for ever: the
+/// organization alarms, repairs from a checkpoint (which rewrites the record) and then runs
+/// the block from a reopened stream; damage again at the same block waits before the next
+/// repair.
+#[test]
+fn damage_to_the_record_of_applied_blocks_is_repaired_not_retried() {
+    let n = net(3, "any-2");
+    let good = chain(&n, 5);
+    let mut p = n.pipeline(1, Some(&good[3]));
+    let from = Resume {
+        block: BlockNumber(5),
+        position: good[3].orderer_position,
+    };
+    let execute = Command::Execute {
+        block: n.tb(5),
+        previous: good[3].hash(),
+        checkpoint: false,
+        state_check: true,
+    };
+    assert_eq!(p.handle(0, Event::Tick), vec![Command::OpenStream(from)]);
+    p.handle(0, Event::StreamOpened);
+    assert_eq!(p.handle(0, Event::Ordered(n.tb(5))), vec![execute.clone()]);
+    let damaged = |at| Event::ExecutionFailed {
+        block: n.tb(5),
+        damage: Some(format!(
+            "block #5: chainify_state holds a bad accumulator ({at})"
+        )),
+    };
+    assert_eq!(
+        p.handle(10, damaged(1)),
+        vec![
+            Command::Commit(commit::Command::Alarm(
+                "block #5: chainify_state holds a bad accumulator (1): repairing the tables \
+                 from a checkpoint instead of running block #5 again"
+                    .into()
+            )),
+            Command::CloseStream,
+        ]
+    );
+    assert!(!p.wants_block() && !p.is_clean());
+    assert_eq!(
+        p.handle(11, Event::Tick),
+        vec![
+            Command::Notice(Notice::Repairing {
+                agreed: BlockNumber(4)
+            }),
+            Command::ListCheckpoints {
+                before: BlockNumber(5)
+            },
+        ],
+        "no attempt at the block first"
+    );
+    assert_eq!(
+        p.handle(12, Event::Checkpoints(Ok(vec![BlockNumber(4)]))),
+        vec![Command::Restore {
+            checkpoint: BlockNumber(4),
+            full: true,
+        }]
+    );
+    assert_eq!(
+        p.handle(
+            13,
+            Event::Restored {
+                checkpoint: BlockNumber(4),
+                base: good[3].clone()
+            }
+        ),
+        vec![Command::Notice(Notice::Repaired(Repaired::Checkpoint(
+            BlockNumber(4)
+        )))]
+    );
+    assert_eq!(p.handle(500, Event::Tick), vec![Command::OpenStream(from)]);
+    p.handle(500, Event::StreamOpened);
+    assert_eq!(p.handle(500, Event::Ordered(n.tb(5))), vec![execute]);
+    // Damage again at the same block: the next repair waits.
+    p.handle(510, damaged(2));
+    assert_eq!(p.handle(511, Event::Tick), vec![]);
+    assert_eq!(
+        p.handle(510 + recovery::REPAIR_RETRY_MS, Event::Tick),
+        vec![
+            Command::Notice(Notice::Repairing {
+                agreed: BlockNumber(4)
+            }),
+            Command::ListCheckpoints {
+                before: BlockNumber(5)
+            },
+        ]
+    );
+}
+
 #[test]
 fn a_repair_no_checkpoint_or_transfer_can_do_raises_an_alarm_naming_both() {
     let n = net(3, "any-2");
@@ -862,7 +964,13 @@ fn a_failed_execution_of_the_block_in_flight_lets_the_recovery_go_on() {
     p.handle(4, Event::Vote(n.vote(3, &good[4])));
     assert!(p.discards_flight());
     assert_eq!(
-        p.handle(5, Event::ExecutionFailed { block: n.tb(6) }),
+        p.handle(
+            5,
+            Event::ExecutionFailed {
+                block: n.tb(6),
+                damage: None
+            }
+        ),
         vec![Command::ListCheckpoints {
             before: BlockNumber(5)
         }]
