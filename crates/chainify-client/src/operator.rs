@@ -76,6 +76,8 @@ pub async fn read_entries(
         .get_ledger(pb::GetLedgerRequest {
             from_block: from,
             to_block: to,
+            // Anyone's read: a place of the caller's address.
+            auth: None,
         })
         .await?
         .into_inner();

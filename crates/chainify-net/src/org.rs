@@ -574,7 +574,12 @@ impl Org {
         orderer: &Arc<AnyOrderer>,
     ) -> Result<OrgNode, NetError> {
         let (me, tls) = (self.me, self.tls.as_ref());
-        let transport = Arc::new(GrpcTransport::new(&self.network, me, tls)?);
+        let transport = Arc::new(GrpcTransport::new(
+            &self.network,
+            me,
+            self.key.clone(),
+            tls,
+        )?);
         let settings = runtime.node.clone().unwrap_or_else(|| NodeSettings {
             mode,
             checkpoint_interval: config.checkpoint.interval_blocks,

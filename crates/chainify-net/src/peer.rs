@@ -55,21 +55,37 @@ pub struct GrpcTransport {
     inbox: Arc<OnceLock<Inbox>>,
 }
 
+/// What a transport signs its certificate requests with.
+struct Signer {
+    network: chainify_core::NetworkId,
+    signatures: chainify_core::crypto::Signatures,
+    key: Arc<chainify_core::crypto::SigningKey>,
+    me: OrgId,
+}
+
 impl GrpcTransport {
-    /// Connects (lazily) to every other organization's CommitService. Must be called inside a
-    /// tokio runtime: it starts one sending task per peer, which ends with the transport.
+    /// Connects (lazily) to every other organization's CommitService; certificate requests
+    /// are signed with `key` as organization `me`. Must be called inside a tokio runtime: it
+    /// starts one sending task per peer, which ends with the transport.
     pub fn new(
         network: &NetworkConfig,
         me: OrgId,
+        key: Arc<chainify_core::crypto::SigningKey>,
         tls: Option<&Tls>,
     ) -> Result<GrpcTransport, NetError> {
         let inbox = Arc::new(OnceLock::new());
         let mut queues = BTreeMap::new();
+        let signer = Arc::new(Signer {
+            network: network.network_id.clone(),
+            signatures: network.signatures,
+            key,
+            me,
+        });
         for org in network.orgs.values().filter(|o| o.id != me) {
             let client =
                 CommitServiceClient::new(channel(&org.commit_endpoint, tls, &org.id.tls_name())?);
             let (tx, rx) = mpsc::channel(PEER_QUEUE);
-            tokio::spawn(send_loop(org.id, client, rx, inbox.clone()));
+            tokio::spawn(send_loop(org.id, client, rx, inbox.clone(), signer.clone()));
             queues.insert(org.id, tx);
         }
         Ok(GrpcTransport {
@@ -131,6 +147,7 @@ async fn send_loop(
     mut client: CommitServiceClient<Channel>,
     mut rx: mpsc::Receiver<Outgoing>,
     inbox: Arc<OnceLock<Inbox>>,
+    signer: Arc<Signer>,
 ) {
     while let Some(first) = rx.recv().await {
         let mut votes = Vec::new();
@@ -163,6 +180,14 @@ async fn send_loop(
                     let answer = client
                         .get_certificate(timed(pb::GetCertificateRequest {
                             block_number: block.0,
+                            auth: Some(crate::state::sign_auth(
+                                &signer.network,
+                                signer.signatures,
+                                &signer.key,
+                                signer.me,
+                                peer,
+                                ("GetCertificate", block.0, ""),
+                            )),
                         }))
                         .await;
                     match answer.map(|r| r.into_inner().certificate) {
@@ -414,10 +439,73 @@ pub struct CommitServer<B: Backend> {
     status: watch::Receiver<NodeStatus>,
     /// State transfer to other organizations (absent: the state RPCs are unavailable).
     state: Option<StateService<B>>,
-    /// Places for streams of the ledger ([`LEDGER_READS`]).
-    ledger_reads: FairShare<std::net::IpAddr>,
-    /// Places for reads of a certificate ([`CERTIFICATE_READS`]).
-    certificate_reads: FairShare<std::net::IpAddr>,
+    /// Places for streams of the ledger ([`LEDGER_READS`]): the organizations' (by their
+    /// signed requests) and everyone else's (by address).
+    ledger_reads: ReadPlaces,
+    /// Places for reads of a certificate ([`CERTIFICATE_READS`]), likewise.
+    certificate_reads: ReadPlaces,
+}
+
+/// Places to read the ledger: the network's organizations, one each by the signature on their
+/// request, apart from every other caller, one an address. So that callers from many
+/// addresses cannot hold back an organization that catches up.
+#[derive(Debug)]
+struct ReadPlaces {
+    limits: FairLimits,
+    members: FairShare<OrgId>,
+    others: FairShare<std::net::IpAddr>,
+}
+
+/// A place held by one read: given back when the read drops it.
+struct ReadPlace {
+    _member: Option<FairPlace<OrgId>>,
+    _other: Option<FairPlace<std::net::IpAddr>>,
+}
+
+impl ReadPlaces {
+    fn new(limits: FairLimits) -> ReadPlaces {
+        ReadPlaces {
+            limits,
+            members: FairShare::new(limits),
+            others: FairShare::new(limits),
+        }
+    }
+
+    /// A place for organization `member` (its signature checked), or for the caller at `from`;
+    /// busy after [`LEDGER_READ_WAIT`].
+    async fn acquire(
+        &self,
+        member: Option<OrgId>,
+        from: std::net::IpAddr,
+    ) -> Result<ReadPlace, Status> {
+        let busy = |whose: String| {
+            status::busy(format!(
+                "{} reads of the ledger are under way ({whose}) and none was free within {LEDGER_READ_WAIT:?}; ask again later",
+                self.limits.places
+            ))
+        };
+        match member {
+            Some(org) => {
+                match tokio::time::timeout(LEDGER_READ_WAIT, self.members.acquire(org)).await {
+                    Ok(Ok(place)) => Ok(ReadPlace {
+                        _member: Some(place),
+                        _other: None,
+                    }),
+                    _ => Err(busy(format!("one an organization, none for {org}"))),
+                }
+            }
+            None => {
+                let from = crate::conns::counted_as(from);
+                match tokio::time::timeout(LEDGER_READ_WAIT, self.others.acquire(from)).await {
+                    Ok(Ok(place)) => Ok(ReadPlace {
+                        _member: None,
+                        _other: Some(place),
+                    }),
+                    _ => Err(busy(format!("one an address, none for {from}"))),
+                }
+            }
+        }
+    }
 }
 
 impl<B: Backend> CommitServer<B> {
@@ -440,25 +528,22 @@ impl<B: Backend> CommitServer<B> {
             store,
             status,
             state: None,
-            ledger_reads: FairShare::new(LEDGER_READS),
-            certificate_reads: FairShare::new(CERTIFICATE_READS),
+            ledger_reads: ReadPlaces::new(LEDGER_READS),
+            certificate_reads: ReadPlaces::new(CERTIFICATE_READS),
         }
     }
 
-    /// A place of `places` (`limits`) to read the ledger for the caller at `from`, or busy.
-    async fn ledger_place(
-        places: &FairShare<std::net::IpAddr>,
-        limits: FairLimits,
-        from: std::net::IpAddr,
-    ) -> Result<FairPlace<std::net::IpAddr>, Status> {
-        let from = crate::conns::counted_as(from);
-        match tokio::time::timeout(LEDGER_READ_WAIT, places.acquire(from)).await {
-            Ok(Ok(place)) => Ok(place),
-            _ => Err(status::busy(format!(
-                "{} reads of the ledger are under way (one an address) and none was free for {from} within {LEDGER_READ_WAIT:?}; ask again later",
-                limits.places
-            ))),
-        }
+    /// The organization that signed a read's `auth` for `method` and `block` (none: an
+    /// unsigned read, which takes an address's place); a signature that does not verify is
+    /// refused, not read as unsigned.
+    fn reader(
+        &self,
+        auth: Option<&pb::StateAuth>,
+        method: &str,
+        block: u64,
+    ) -> Result<Option<OrgId>, Status> {
+        auth.map(|a| crate::state::check_auth(&self.votes.ctx, self.votes.me, a, method, block, ""))
+            .transpose()
     }
 
     /// Also serves the node's state to the other organizations.
@@ -582,13 +667,15 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
         request: Request<pb::GetCertificateRequest>,
     ) -> Result<Response<pb::GetCertificateResponse>, Status> {
         let from = crate::chainify::caller(&request);
-        let block = request.into_inner().block_number;
+        let r = request.into_inner();
+        let block = r.block_number;
+        let member = self.reader(r.auth.as_ref(), "GetCertificate", block)?;
         if block == 0 || block > self.agreed() {
             return Ok(Response::new(pb::GetCertificateResponse {
                 certificate: None,
             }));
         }
-        let _place = Self::ledger_place(&self.certificate_reads, CERTIFICATE_READS, from).await?;
+        let _place = self.certificate_reads.acquire(member, from).await?;
         let entry = ledger::entry(&self.store, BlockNumber(block))
             .await
             .map_err(|e| status::unavailable(format_args!("reading ledger block {block}"), e))?;
@@ -627,6 +714,7 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
     ) -> Result<Response<LedgerStream>, Status> {
         let from_address = crate::chainify::caller(&request);
         let r = request.into_inner();
+        let member = self.reader(r.auth.as_ref(), "GetLedger", r.from_block)?;
         let agreed = self.agreed();
         let from = r.from_block.max(1);
         let to = if r.to_block == 0 {
@@ -639,7 +727,7 @@ impl<B: Backend + 'static> CommitService for CommitServer<B> {
                 "blocks {from}..={to}: at most {MAX_LEDGER_STREAM} ledger entries per call"
             )));
         }
-        let place = Self::ledger_place(&self.ledger_reads, LEDGER_READS, from_address).await?;
+        let place = self.ledger_reads.acquire(member, from_address).await?;
         let store = self.store.clone();
         let stream = futures_util::stream::unfold(from, move |b| {
             let store = store.clone();

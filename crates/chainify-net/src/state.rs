@@ -94,6 +94,65 @@ impl<B: Backend> std::fmt::Debug for StateService<B> {
 
 pub(crate) type RowsStream = Pin<Box<dyn Stream<Item = Result<pb::StateRowsChunk, Status>> + Send>>;
 
+/// Checks that an organization of the network other than `me` signed `auth` for this request
+/// (`method`, `block`, `table`, addressed to `me`) lately; returns it.
+pub(crate) fn check_auth(
+    ctx: &VoteContext,
+    me: OrgId,
+    auth: &pb::StateAuth,
+    method: &str,
+    block: u64,
+    table: &str,
+) -> Result<OrgId, Status> {
+    let org = OrgId(auth.org_id);
+    let key = ctx.keys.get(&org).filter(|_| org != me).ok_or_else(|| {
+        status::permission_denied(format!(
+            "organization {} is not another organization of this network",
+            auth.org_id
+        ))
+    })?;
+    let skew = now_ms().abs_diff(auth.unix_ms);
+    if u128::from(skew) > AUTH_WINDOW.as_millis() {
+        return Err(status::unauthenticated(format!(
+            "the request was signed {skew} ms away from this server's clock (at most {} s)",
+            AUTH_WINDOW.as_secs()
+        )));
+    }
+    let signature = Signature::try_from(auth.signature.as_slice())
+        .map_err(|_| status::unauthenticated("auth.signature is not 64 bytes"))?;
+    let bytes = signing_bytes(&ctx.network, org, me, auth.unix_ms, method, block, table);
+    let request = SignedBytes {
+        key: *key,
+        message: bytes,
+        signature,
+    };
+    ctx.signatures.verify(&request).map_err(|_| {
+        status::unauthenticated(format!(
+            "the signature of organization {org} does not verify"
+        ))
+    })?;
+    Ok(org)
+}
+
+/// A request's `auth` for `method`, `block` and `table`, signed now by `me` with `key` for
+/// organization `server`.
+pub(crate) fn sign_auth(
+    network: &NetworkId,
+    signatures: chainify_core::crypto::Signatures,
+    key: &SigningKey,
+    me: OrgId,
+    server: OrgId,
+    (method, block, table): (&str, u64, &str),
+) -> pb::StateAuth {
+    let unix_ms = now_ms();
+    let bytes = signing_bytes(network, me, server, unix_ms, method, block, table);
+    pb::StateAuth {
+        org_id: me.0,
+        unix_ms,
+        signature: signatures.sign(key, &bytes).0.to_vec(),
+    }
+}
+
 impl<B: Backend> StateService<B> {
     /// Checks that an organization of the network (not this one) signed the request lately.
     fn check(
@@ -106,47 +165,7 @@ impl<B: Backend> StateService<B> {
         let auth = auth.ok_or_else(|| {
             status::unauthenticated("state requests must be signed by an organization (auth)")
         })?;
-        let org = OrgId(auth.org_id);
-        let key = self
-            .ctx
-            .keys
-            .get(&org)
-            .filter(|_| org != self.me)
-            .ok_or_else(|| {
-                status::permission_denied(format!(
-                    "organization {} may not transfer state from here",
-                    auth.org_id
-                ))
-            })?;
-        let skew = now_ms().abs_diff(auth.unix_ms);
-        if u128::from(skew) > AUTH_WINDOW.as_millis() {
-            return Err(status::unauthenticated(format!(
-                "the request was signed {skew} ms away from this server's clock (at most {} s)",
-                AUTH_WINDOW.as_secs()
-            )));
-        }
-        let signature = Signature::try_from(auth.signature.as_slice())
-            .map_err(|_| status::unauthenticated("auth.signature is not 64 bytes"))?;
-        let bytes = signing_bytes(
-            &self.ctx.network,
-            org,
-            self.me,
-            auth.unix_ms,
-            method,
-            block,
-            table,
-        );
-        let request = SignedBytes {
-            key: *key,
-            message: bytes,
-            signature,
-        };
-        self.ctx.signatures.verify(&request).map_err(|_| {
-            status::unauthenticated(format!(
-                "the signature of organization {org} does not verify"
-            ))
-        })?;
-        Ok(org)
+        check_auth(&self.ctx, self.me, auth, method, block, table)
     }
 
     pub(crate) async fn offer(
@@ -280,21 +299,14 @@ fn row_bytes(row: &[Value]) -> u64 {
 
 impl GrpcStatePeer {
     fn auth(&self, method: &str, block: u64, table: &str) -> pb::StateAuth {
-        let unix_ms = now_ms();
-        let bytes = signing_bytes(
+        sign_auth(
             &self.network,
+            self.signatures,
+            &self.key,
             self.me,
             self.org,
-            unix_ms,
-            method,
-            block,
-            table,
-        );
-        pb::StateAuth {
-            org_id: self.me.0,
-            unix_ms,
-            signature: self.signatures.sign(&self.key, &bytes).0.to_vec(),
-        }
+            (method, block, table),
+        )
     }
 
     fn failed(&self, what: &str, s: &Status) -> PeerError {
@@ -351,6 +363,7 @@ impl StatePeer for GrpcStatePeer {
                 .get_ledger(timed(pb::GetLedgerRequest {
                     from_block: from.0,
                     to_block: to.0,
+                    auth: Some(self.auth("GetLedger", from.0, "")),
                 }))
                 .await
                 .map_err(|s| self.failed("ledger entries", &s))?

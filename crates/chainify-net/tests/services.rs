@@ -1350,6 +1350,7 @@ async fn a_flood_of_forged_and_replayed_votes_does_not_stall_agreement() {
     let certificate = probe
         .get_certificate(pb::GetCertificateRequest {
             block_number: agreed,
+            auth: None,
         })
         .await
         .unwrap()
@@ -1573,7 +1574,9 @@ async fn commit_client_from(
 /// through the pool the blocks use; a flood of them would hold the connections a block needs.
 /// Reads take places shared fairly among addresses, one an address: a second stream from an
 /// address holding one waits, then is refused as busy, while another address is served and
-/// certificates are read apart; a stream let go frees its place.
+/// certificates are read apart; a stream let go frees its place. Reads an organization of the
+/// network signs take places of their own, one an organization, so that callers from many
+/// addresses cannot hold back one that catches up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_of_the_ledger_take_a_place_an_address() {
     let mut net = start(28900, ChainifySettings::default()).await;
@@ -1590,6 +1593,7 @@ async fn reads_of_the_ledger_take_a_place_an_address() {
         .get_ledger(pb::GetLedgerRequest {
             from_block: 1,
             to_block: 0,
+            auth: None,
         })
         .await
         .unwrap()
@@ -1597,10 +1601,12 @@ async fn reads_of_the_ledger_take_a_place_an_address() {
     held.message().await.unwrap().expect("a first entry");
     let certificate = |block: u64| pb::GetCertificateRequest {
         block_number: block,
+        auth: None,
     };
     let whole = || pb::GetLedgerRequest {
         from_block: 1,
         to_block: 0,
+        auth: None,
     };
     let e = greedy
         .get_ledger(whole())
@@ -1617,6 +1623,80 @@ async fn reads_of_the_ledger_take_a_place_an_address() {
     let mut other = commit_client_from(&net, 1, [127, 0, 0, 6]).await;
     let mut stream = other.get_ledger(whole()).await.unwrap().into_inner();
     assert!(stream.message().await.unwrap().is_some());
+    // Two addresses now hold both places of the callers without a signature; an organization
+    // of the network, signing its reads, has places of its own, one each.
+    let e = commit_client_from(&net, 1, [127, 0, 0, 7])
+        .await
+        .get_ledger(whole())
+        .await
+        .expect_err("every address place is taken");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    let org2 = SigningKey::load(&net.dir.join("org2/key.pk8")).unwrap();
+    let signed = |method: &str, block: u64, key: &SigningKey| {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let bytes = chainify_net::state::signing_bytes(
+            &net.network.network_id,
+            OrgId(2),
+            OrgId(1),
+            unix_ms,
+            method,
+            block,
+            "",
+        );
+        pb::StateAuth {
+            org_id: 2,
+            unix_ms,
+            signature: key.sign(&bytes).0.to_vec(),
+        }
+    };
+    let mut member = commit_client_from(&net, 1, [127, 0, 0, 8]).await;
+    let mut theirs = member
+        .get_ledger(pb::GetLedgerRequest {
+            auth: Some(signed("GetLedger", 1, &org2)),
+            ..whole()
+        })
+        .await
+        .expect("an organization's read has its own place")
+        .into_inner();
+    assert!(theirs.message().await.unwrap().is_some());
+    let e = member
+        .get_ledger(pb::GetLedgerRequest {
+            auth: Some(signed("GetLedger", 1, &org2)),
+            ..whole()
+        })
+        .await
+        .expect_err("one place an organization");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("none for org2"), "{e:?}");
+    drop(theirs);
+    let answer = member
+        .get_certificate(pb::GetCertificateRequest {
+            auth: Some(signed("GetCertificate", agreed, &org2)),
+            ..certificate(agreed)
+        })
+        .await
+        .expect("a signed certificate read");
+    assert!(answer.into_inner().certificate.is_some());
+    // A signature that does not verify is refused, not read as an anonymous read; nor is a
+    // signature for another block.
+    let (stranger, _) = SigningKey::generate().unwrap();
+    for (auth, why) in [
+        (signed("GetLedger", 1, &stranger), "does not verify"),
+        (signed("GetLedger", 2, &org2), "does not verify"),
+    ] {
+        let e = member
+            .get_ledger(pb::GetLedgerRequest {
+                auth: Some(auth),
+                ..whole()
+            })
+            .await
+            .expect_err("a bad signature");
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        assert!(e.message().contains(why), "{e:?}");
+    }
     drop(stream);
     drop(held);
     let mut answered = false;
