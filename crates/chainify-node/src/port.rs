@@ -285,8 +285,14 @@ impl<B: Backend> LocalExecution<B> {
         match triggers {
             Ok(problems) => {
                 for p in problems {
-                    if p.fault != TriggerFault::Unexpected && !broken.contains(&p.table) {
-                        broken.push(p.table.clone());
+                    match p.fault {
+                        TriggerFault::Unexpected => {}
+                        // Nothing chainify may undo: the block waits until a DBA removes it.
+                        TriggerFault::Shadows => {
+                            failure = Some(StorageError::DefinitionChanged(p.to_string()));
+                        }
+                        _ if !broken.contains(&p.table) => broken.push(p.table.clone()),
+                        _ => {}
                     }
                     current.insert(p.to_string());
                 }

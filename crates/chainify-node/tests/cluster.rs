@@ -460,6 +460,73 @@ async fn a_damaged_record_of_applied_blocks_is_repaired_not_retried_for_ever() {
     cluster.shutdown().await.expect("shutdown");
 }
 
+/// Found by a hunt: a DBA's `=` for two VARCHARs (which PostgreSQL prefers to its own for
+/// chainify's statements, the digest triggers and restores alike) holds every block back,
+/// named, instead of making this organization compute otherwise with every check clean; once
+/// it is removed, the blocks run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_that_shadows_the_built_in_one_holds_the_block_back() {
+    let urls = smallbank_dbs("shadowed", &["postgres"], ACCOUNTS).await;
+    let spec = spec("shadowed", "any-1", &urls, 50);
+    let orderer = local(&spec);
+    let cluster = Cluster::start(spec, orderer).await.expect("start");
+    let mut workload = smallbank(ACCOUNTS, 9);
+    let orgs = cluster.orgs();
+    let first = drive(&cluster, &mut workload, 20).await;
+    cluster
+        .wait_committed(&orgs, &first, WAIT)
+        .await
+        .expect("committed");
+    cluster
+        .tamper(
+            OrgId(1),
+            "CREATE FUNCTION public.zz_eq(varchar, varchar) RETURNS boolean LANGUAGE sql \
+             IMMUTABLE AS 'SELECT length($1) = length($2)'; \
+             CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.zz_eq)",
+        )
+        .await
+        .expect("tamper");
+    let held_at = cluster.status(OrgId(1)).expect("status").executed;
+    let more = drive(&cluster, &mut workload, 20).await;
+    let mut waited = 0;
+    while !cluster
+        .status(OrgId(1))
+        .expect("status")
+        .last_error
+        .is_some_and(|e| e.contains("operator public.= (character varying, character varying)"))
+    {
+        waited += 1;
+        assert!(waited <= 300, "not held: {:?}", cluster.statuses());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        cluster.status(OrgId(1)).expect("status").executed,
+        held_at,
+        "a block ran with the operator in place"
+    );
+    cluster
+        .tamper(
+            OrgId(1),
+            "DROP OPERATOR public.= (varchar, varchar); DROP FUNCTION public.zz_eq(varchar, varchar)",
+        )
+        .await
+        .expect("untamper");
+    cluster
+        .wait_committed(&orgs, &more, WAIT)
+        .await
+        .expect("committed once it is removed");
+    let status = cluster.status(OrgId(1)).expect("status");
+    assert!(
+        status
+            .alarms
+            .iter()
+            .any(|a| a.contains("could be used instead of PostgreSQL's own")),
+        "{:?}",
+        status.alarms
+    );
+    cluster.shutdown().await.expect("shutdown");
+}
+
 /// An organization killed mid-block restarts, catches up and agrees; nothing is lost or
 /// applied twice (its state equals a serial replay of the agreed blocks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -282,7 +282,8 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
                  UNION ALL \
                  SELECT CAST(c.relname AS TEXT), 'not a plain table', 'A', '' \
                  FROM pg_class c WHERE c.oid IN ({list}) AND (c.relkind <> 'r' OR c.relispartition \
-                      OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid))"
+                      OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)) \
+                 UNION ALL {SHADOWING}"
             )
         }
         // The definer and the modes the body was read under count too: a trigger recreated
@@ -306,6 +307,44 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
     };
     (sql, vec![ReadType::Text; 4])
 }
+
+/// PostgreSQL objects a user made that chainify's SQL could resolve to instead of the built-in
+/// ones (rows of [`trigger_catalog`] with an empty table name, the object in the name column):
+/// a cast between built-in types (`CAST(c AS TEXT)` reads every DECIMAL), an operator, a function
+/// or a type named like a built-in one, on built-in types, in a schema on the search path (an
+/// exact match there beats pg_catalog's `text = text` for two VARCHARs, in client statements,
+/// chainify's restores and its digest triggers alike), and a search path that does not start
+/// with pg_catalog. Each could hide a change from the scan or make this organization compute
+/// otherwise, and no restore repairs it. `16384` is PostgreSQL's first object id for users.
+const SHADOWING: &str = "\
+    SELECT '', 'cast (' || format_type(k.castsource, NULL) || ' AS ' || format_type(k.casttarget, NULL) || ')', 'A', '' \
+    FROM pg_cast k WHERE k.oid >= 16384 AND k.castsource < 16384 AND k.casttarget < 16384 \
+    UNION ALL \
+    SELECT '', 'operator ' || CAST(n.nspname AS TEXT) || '.' || CAST(o.oprname AS TEXT) || ' (' \
+        || CASE WHEN o.oprleft = 0 THEN 'NONE' ELSE format_type(o.oprleft, NULL) END || ', ' \
+        || format_type(o.oprright, NULL) || ')', 'A', '' \
+    FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace \
+    WHERE o.oid >= 16384 AND o.oprleft < 16384 AND o.oprright < 16384 \
+      AND n.nspname <> 'pg_catalog' AND n.nspname = ANY (current_schemas(true)) \
+    UNION ALL \
+    SELECT '', 'function ' || CAST(n.nspname AS TEXT) || '.' || CAST(p.proname AS TEXT) || '(' \
+        || pg_get_function_identity_arguments(p.oid) || ')', 'A', '' \
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+    WHERE p.oid >= 16384 AND n.nspname <> 'pg_catalog' AND n.nspname = ANY (current_schemas(true)) \
+      AND NOT EXISTS (SELECT 1 FROM unnest(CAST(p.proargtypes AS oid[])) a WHERE a >= 16384) \
+      AND EXISTS (SELECT 1 FROM pg_proc q WHERE q.pronamespace = CAST('pg_catalog' AS regnamespace) \
+                  AND q.proname = p.proname) \
+    UNION ALL \
+    SELECT '', 'type ' || CAST(n.nspname AS TEXT) || '.' || CAST(t.typname AS TEXT), 'A', '' \
+    FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \
+    WHERE t.oid >= 16384 AND n.nspname <> 'pg_catalog' AND n.nspname = ANY (current_schemas(true)) \
+      AND NOT EXISTS (SELECT 1 FROM pg_type e WHERE e.typarray = t.oid) \
+      AND EXISTS (SELECT 1 FROM pg_type u WHERE u.typnamespace = CAST('pg_catalog' AS regnamespace) \
+                  AND u.typname = t.typname) \
+    UNION ALL \
+    SELECT '', 'search_path ' || current_setting('search_path'), 'A', '' \
+    WHERE (SELECT s FROM unnest(current_schemas(true)) WITH ORDINALITY AS x(s, i) \
+           WHERE s NOT LIKE 'pg\\_temp\\_%' ORDER BY i LIMIT 1) IS DISTINCT FROM 'pg_catalog'";
 
 /// The digest table of `t`, a log the triggers only append to: a change costs one insert, with
 /// no lookup of the key and no index to maintain on PostgreSQL (an upsert a change cost a

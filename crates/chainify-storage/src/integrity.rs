@@ -22,6 +22,10 @@ pub enum TriggerFault {
     Altered,
     /// A trigger chainify did not create.
     Unexpected,
+    /// A user's object that chainify's SQL could resolve to instead of the engine's own
+    /// (PostgreSQL: a cast, operator, function or type on built-in types, or a search path;
+    /// `trigger` names it, `table` is empty). No block runs while there is one.
+    Shadows,
 }
 
 /// One finding of [`Store::check_triggers`].
@@ -47,6 +51,10 @@ impl fmt::Display for TriggerProblem {
             TriggerFault::Altered => write!(
                 f,
                 "digest trigger {trigger} on {table} differs from the generated definition"
+            ),
+            TriggerFault::Shadows => write!(
+                f,
+                "{trigger}: made in the database behind chainify, it could be used instead of PostgreSQL's own by chainify's statements and the clients' (a change hidden from the scan, a different result here); no block runs until it is removed"
             ),
             TriggerFault::Unexpected if table.starts_with("chainify_") => write!(
                 f,
@@ -169,6 +177,17 @@ impl<B: Backend> Store<B> {
                 problems.push(problem(name, TriggerFault::Unexpected));
             }
         }
+        // Objects that shadow the engine's own: rows without a table (`ddl::trigger_catalog`).
+        problems.extend(
+            found
+                .iter()
+                .filter(|f| f[0].is_empty())
+                .map(|[_, name, _, _]| TriggerProblem {
+                    table: String::new(),
+                    trigger: name.clone(),
+                    fault: TriggerFault::Shadows,
+                }),
+        );
         // chainify creates no trigger on its own tables: one there (say, on chainify_state,
         // keeping a planted accumulator in step with every block) works behind its back.
         for [table, name, _, _] in &found {

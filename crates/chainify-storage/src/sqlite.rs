@@ -333,10 +333,13 @@ fn decode_value(raw: ValueRef<'_>, ty: ReadType) -> Result<Value, String> {
         // as 100, in every later statement) and must digest unlike the number it resembles.
         // Text that is not UTF-8 (written behind chainify: `CAST(X'FF' AS TEXT)`) reads as its
         // bytes, which no text equals: the scan and the digest see a changed value rather than
-        // fail on every later block.
-        ValueRef::Text(bytes) => match std::str::from_utf8(bytes) {
-            Ok(text) => Value::Text(text.to_owned()),
-            Err(_) => Value::Bytes(bytes.to_vec()),
+        // fail on every later block. In a BYTES column, where its bytes would pass for the blob
+        // every later comparison finds unequal (a hunt's `SET data = CAST(data AS TEXT)` passed
+        // the scan), it reads as text, which no blob equals.
+        ValueRef::Text(bytes) => match (std::str::from_utf8(bytes), ty) {
+            (Ok(text), _) => Value::Text(text.to_owned()),
+            (Err(_), ReadType::Bytes) => Value::Text(String::from_utf8_lossy(bytes).into_owned()),
+            (Err(_), _) => Value::Bytes(bytes.to_vec()),
         },
         ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
     })

@@ -355,3 +355,111 @@ async fn database_settings_do_not_change_chainify_sessions() {
         vec![vec![Value::Text("0".into()), Value::Text("off".into())]]
     );
 }
+
+/// Found by a hunt: objects a DBA makes in the database that chainify's SQL would resolve to
+/// instead of PostgreSQL's own. A cast from numeric to text read every DECIMAL through the
+/// DBA's function (the scan and the digest saw what it said); an `=` for two VARCHARs (an exact
+/// match beats pg_catalog's `text = text`) made the verified full restore keep a changed row
+/// and the digest trigger miss a key's move. The check before every block names each such
+/// object, and a search path that does not start with pg_catalog; nothing else (an operator
+/// on a type of the user's own, a function named unlike any built-in one) is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_that_shadow_the_built_in_ones_are_named_before_every_block() {
+    use chainify_storage::TriggerFault;
+    use chainify_testkit::conformance::storage::{outside, setup};
+    let store = setup(&PgFixture, "shadowing", StoreOptions::default()).await;
+    assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+    // Harmless: a type of the user's own with its operator and functions, and a function
+    // named unlike any built-in one.
+    outside(
+        store.backend(),
+        "CREATE DOMAIN public.sku AS varchar(20); \
+         CREATE TYPE public.pair AS (a bigint, b bigint); \
+         CREATE FUNCTION public.pair_eq(public.pair, public.pair) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true'; \
+         CREATE OPERATOR public.= (LEFTARG = public.pair, RIGHTARG = public.pair, FUNCTION = public.pair_eq); \
+         CREATE FUNCTION public.my_helper(varchar) RETURNS varchar LANGUAGE sql IMMUTABLE AS 'SELECT $1'",
+    )
+    .await;
+    assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+    let cases = [
+        (
+            "CREATE FUNCTION public.shadow_num_text(numeric) RETURNS text LANGUAGE sql IMMUTABLE STRICT \
+             AS 'SELECT numeric_out($1)::text'; \
+             CREATE CAST (numeric AS text) WITH FUNCTION public.shadow_num_text(numeric)",
+            "cast (numeric AS text)",
+            "DROP CAST (numeric AS text); DROP FUNCTION public.shadow_num_text(numeric)",
+        ),
+        (
+            "CREATE FUNCTION public.shadow_vc_eq(varchar, varchar) RETURNS boolean LANGUAGE sql \
+             IMMUTABLE AS 'SELECT length($1) = length($2)'; \
+             CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.shadow_vc_eq)",
+            "operator public.= (character varying, character varying)",
+            "DROP OPERATOR public.= (varchar, varchar); DROP FUNCTION public.shadow_vc_eq(varchar, varchar)",
+        ),
+        (
+            "CREATE FUNCTION public.lower(varchar) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT ''x'''",
+            "function public.lower(character varying)",
+            "DROP FUNCTION public.lower(varchar)",
+        ),
+        (
+            "CREATE DOMAIN public.int8 AS numeric",
+            "type public.int8",
+            "DROP DOMAIN public.int8",
+        ),
+    ];
+    for (make, named, remove) in cases {
+        outside(store.backend(), make).await;
+        let found = store.check_triggers().await.expect("catalog");
+        assert_eq!(found.len(), 1, "{make}: {found:?}");
+        assert_eq!(found[0].fault, TriggerFault::Shadows, "{found:?}");
+        assert_eq!(found[0].trigger, named, "{found:?}");
+        assert!(
+            found[0]
+                .to_string()
+                .contains("no block runs until it is removed"),
+            "{}",
+            found[0]
+        );
+        outside(store.backend(), remove).await;
+        assert_eq!(
+            store.check_triggers().await.expect("catalog"),
+            vec![],
+            "{remove}"
+        );
+    }
+    // A search path a database gives its sessions, with the user's schema first.
+    drop(store);
+    let url = PgFixture::url("shadowing");
+    let database = url.rsplit('/').next().expect("a database name").to_owned();
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("admin connection");
+    admin
+        .execute(AssertSqlSafe(format!(
+            "ALTER DATABASE {database} SET search_path = public, pg_catalog"
+        )))
+        .await
+        .expect("alter database");
+    let store = chainify_storage::Store::open(
+        chainify_storage::AnyBackend::Postgres(
+            Postgres::connect(&url, &StoreOptions::default())
+                .await
+                .expect("connect"),
+        ),
+        StoreOptions::default(),
+    )
+    .await
+    .expect("open");
+    let found = store.check_triggers().await.expect("catalog");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].trigger, "search_path public, pg_catalog",
+        "{found:?}"
+    );
+    admin
+        .execute(AssertSqlSafe(format!(
+            "ALTER DATABASE {database} RESET search_path"
+        )))
+        .await
+        .expect("reset");
+}

@@ -250,3 +250,61 @@ async fn text_that_is_not_utf8_stalls_nothing() {
     let check = store.check_state().await.expect("the scan reads it");
     assert_eq!(check.differing, vec!["accounts".to_owned()], "{check:?}");
 }
+
+/// Found by a hunt: a BYTES value rewritten behind the triggers as text of the same bytes
+/// (`CAST(data AS TEXT)`, not UTF-8) read back as those bytes, so the scan agreed while every
+/// later comparison with the value (`WHERE data = X'…'`) was false here alone. It reads as
+/// text, which no blob equals.
+#[tokio::test]
+async fn bytes_rewritten_as_text_are_not_the_bytes_they_hold() {
+    use chainify_storage::Store;
+    use chainify_testkit::conformance::storage::{Fixture, outside};
+    let f = SqliteFixture;
+    let backend = f.backend("bytes_text", &StoreOptions::default()).await;
+    outside(
+        &backend,
+        "CREATE TABLE blobs (k BIGINT NOT NULL PRIMARY KEY, data BLOB);\n\
+         INSERT INTO blobs (k, data) VALUES (1, X'FF00FE'), (2, X'414243')",
+    )
+    .await;
+    let store = Store::open(backend, StoreOptions::default())
+        .await
+        .expect("store opens");
+    store.register(&["blobs"]).await.expect("registers");
+    assert!(store.check_state().await.expect("scan").agrees());
+    let mut conn = store.backend().acquire().await.expect("a connection");
+    let triggers = conn
+        .query(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'blobs'",
+            &[],
+            &[chainify_storage::ddl::ReadType::Text; 2],
+        )
+        .await
+        .expect("the triggers");
+    drop(conn);
+    let triggers: Vec<(String, String)> = triggers
+        .into_iter()
+        .map(|t| match <[Value; 2]>::try_from(t) {
+            Ok([Value::Text(name), Value::Text(sql)]) => (name, sql),
+            other => panic!("a trigger row: {other:?}"),
+        })
+        .collect();
+    // Not UTF-8 (k = 1) and UTF-8 (k = 2): each is text now, unequal to its bytes.
+    for k in [1, 2] {
+        let mut tamper = String::from("BEGIN;\n");
+        for (name, _) in &triggers {
+            tamper.push_str(&format!("DROP TRIGGER {name};\n"));
+        }
+        tamper.push_str(&format!(
+            "UPDATE blobs SET data = CAST(data AS TEXT) WHERE k = {k};\n"
+        ));
+        for (_, sql) in &triggers {
+            tamper.push_str(&format!("{sql};\n"));
+        }
+        tamper.push_str("COMMIT");
+        outside(store.backend(), &tamper).await;
+        assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+        let check = store.check_state().await.expect("scan");
+        assert_eq!(check.differing, vec!["blobs".to_owned()], "k = {k}: {check:?}");
+    }
+}
