@@ -338,7 +338,7 @@ const SHADOWING: &str = "\
     SELECT '', 'type ' || CAST(n.nspname AS TEXT) || '.' || CAST(t.typname AS TEXT), 'A', '' \
     FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \
     WHERE t.oid >= 16384 AND n.nspname <> 'pg_catalog' AND n.nspname = ANY (current_schemas(true)) \
-      AND NOT EXISTS (SELECT 1 FROM pg_type e WHERE e.typarray = t.oid) \
+      AND NOT (t.typcategory = 'A' AND t.typelem <> 0) \
       AND EXISTS (SELECT 1 FROM pg_type u WHERE u.typnamespace = CAST('pg_catalog' AS regnamespace) \
                   AND u.typname = t.typname) \
     UNION ALL \
