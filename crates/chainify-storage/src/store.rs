@@ -304,7 +304,57 @@ impl<B: Backend> Store<B> {
                 });
             }
         }
+        found.extend(self.own_tables_engines().await?);
         Ok(found)
+    }
+
+    /// MariaDB: chainify's own tables stored by another engine than InnoDB. One moved to MyISAM
+    /// keeps what a rolled-back transaction's triggers wrote there (the digest log) or loses a
+    /// crash's last writes, and no restore moves it back: named as a changed definition.
+    async fn own_tables_engines(&self) -> Result<Vec<DefinitionChange>, StorageError> {
+        let dialect = self.backend.dialect();
+        if dialect != chainify_sql::render::Dialect::MySql {
+            return Ok(Vec::new());
+        }
+        let names: Vec<Value> = self
+            .tables()
+            .keys()
+            .flat_map(|t| {
+                [
+                    ddl::digest_table(t),
+                    ddl::snapshot_table(t),
+                    ddl::dirty_table(t),
+                ]
+            })
+            .chain(ddl::SYSTEM_TABLES.iter().map(|t| (*t).to_owned()))
+            .map(Value::Text)
+            .collect();
+        let params: Vec<&Value> = names.iter().collect();
+        let rows = self
+            .query(
+                "reading the storage engines of chainify's own tables",
+                &format!(
+                    "SELECT TABLE_NAME, COALESCE(ENGINE, 'unknown') FROM information_schema.TABLES \
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ({}) \
+                     AND COALESCE(ENGINE, '') <> 'InnoDB' ORDER BY TABLE_NAME",
+                    ddl::placeholders(dialect, names.len())
+                ),
+                &params,
+                &[ReadType::Text, ReadType::Text],
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| match <[Value; 2]>::try_from(r) {
+                Ok([Value::Text(table), Value::Text(engine)]) => Some(DefinitionChange {
+                    changes: vec![format!(
+                        "it is stored by the {engine} engine, which keeps what a rolled-back transaction wrote (chainify's own tables must be InnoDB: ALTER TABLE {table} ENGINE=InnoDB)"
+                    )],
+                    table,
+                }),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Fails, naming the changes, when a shared table's definition changed since registration

@@ -301,3 +301,39 @@ async fn partitioning_or_versioning_after_registration_is_named() {
         );
     }
 }
+
+/// Noticed by a hunt: chainify's own tables moved off InnoDB (a digest log on MyISAM keeps
+/// what a rolled-back transaction's trigger wrote, so this organization's digests differ and no
+/// restore moves the table back) were named by nothing. Each is named as a changed definition,
+/// which the full scan reports and a restart refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chainify_s_own_tables_off_innodb_are_named() {
+    use chainify_testkit::conformance::storage::{outside, setup};
+    let store = setup(&MySqlFixture, "own_engine", StoreOptions::default()).await;
+    assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+    for table in ["chainify_dg_accounts", "chainify_state"] {
+        outside(
+            store.backend(),
+            &format!("ALTER TABLE {table} ENGINE=MyISAM"),
+        )
+        .await;
+        let changed = store.check_definitions().await.expect("catalog");
+        assert_eq!(changed.len(), 1, "{table}: {changed:?}");
+        assert_eq!(changed[0].table, table);
+        assert!(
+            changed[0]
+                .to_string()
+                .contains("stored by the MyISAM engine")
+                && changed[0]
+                    .to_string()
+                    .contains(&format!("ALTER TABLE {table} ENGINE=InnoDB")),
+            "{changed:?}"
+        );
+        outside(
+            store.backend(),
+            &format!("ALTER TABLE {table} ENGINE=InnoDB"),
+        )
+        .await;
+        assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+    }
+}

@@ -305,6 +305,10 @@ async fn bytes_rewritten_as_text_are_not_the_bytes_they_hold() {
         outside(store.backend(), &tamper).await;
         assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
         let check = store.check_state().await.expect("scan");
-        assert_eq!(check.differing, vec!["blobs".to_owned()], "k = {k}: {check:?}");
+        assert_eq!(
+            check.differing,
+            vec!["blobs".to_owned()],
+            "k = {k}: {check:?}"
+        );
     }
 }
