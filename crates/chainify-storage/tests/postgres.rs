@@ -463,3 +463,42 @@ async fn objects_that_shadow_the_built_in_ones_are_named_before_every_block() {
         .await
         .expect("reset");
 }
+
+/// Noticed by a hunt: a shared table given REPLICA IDENTITY NOTHING while a publication
+/// publishes its updates makes PostgreSQL refuse every UPDATE and DELETE of it here alone (the
+/// vote splits, and no restore changes it). Named as a changed definition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_replica_identity_under_a_publication_is_named() {
+    use chainify_core::tx::{Statement, Transaction};
+    use chainify_storage::ExecMode;
+    use chainify_testkit::conformance::storage::{block, outside, setup};
+    let store = setup(&PgFixture, "no_identity", StoreOptions::default()).await;
+    outside(
+        store.backend(),
+        "ALTER TABLE kv REPLICA IDENTITY NOTHING; CREATE PUBLICATION kv_changes FOR TABLE kv",
+    )
+    .await;
+    let changed = store.check_definitions().await.expect("catalog");
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].table, "kv");
+    assert!(
+        changed[0]
+            .to_string()
+            .contains("REPLICA IDENTITY NOTHING while publication kv_changes publishes"),
+        "{changed:?}"
+    );
+    // What it would do: the update is refused here alone.
+    let update = Transaction {
+        statements: vec![Statement::new(
+            "UPDATE kv SET v = v + 1 WHERE k = 1",
+            vec![],
+        )],
+    };
+    let out = store
+        .execute_block(&block(&store, 0, vec![Some(update)]), ExecMode::Serial)
+        .await
+        .expect("the block runs");
+    assert_eq!(out.success, vec![false]);
+    outside(store.backend(), "ALTER TABLE kv REPLICA IDENTITY DEFAULT").await;
+    assert_eq!(store.check_definitions().await.expect("catalog"), vec![]);
+}
