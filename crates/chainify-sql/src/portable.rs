@@ -48,6 +48,30 @@ pub const MAX_FROM: usize = 4;
 /// Most expression nodes one statement may have.
 pub const MAX_TERMS: usize = 4_096;
 
+/// Most entries one SELECT's target list may have (its outputs, plus the ORDER BY and GROUP BY
+/// keys that are not outputs), and most ORDER BY or GROUP BY terms it may have. PostgreSQL
+/// refuses a target list of more than 1 664 entries (SQLSTATE 54011), counting every sort or
+/// group key that is not an output as a hidden entry; SQLite refuses more than 2 000 result
+/// columns, ORDER BY or GROUP BY terms (`SQLITE_MAX_COLUMN`); MariaDB takes them all. Well
+/// below the smallest, with room for hidden entries PostgreSQL may add.
+pub const MAX_SELECT_ENTRIES: usize = 1_000;
+
+/// Most bytes the sort keys of one SELECT may take in MariaDB's sort buffer: its GROUP BY
+/// keys, ORDER BY keys and, under DISTINCT, its outputs, each counted by [`sort_key_bytes`].
+/// MariaDB refuses to sort ("Out of sort memory", error 1038) when about 15 rows' keys do not
+/// fit `sort_buffer_size` (2 MiB by default): measured on MariaDB 10.11, a GROUP BY or ORDER BY
+/// of 136 keys of 1 024 bytes ran and 137 failed, where PostgreSQL and SQLite spill to disk.
+/// A 32nd of the default buffer, under half of what failed.
+pub const MAX_SORT_KEY_BYTES: u64 = (2 << 20) / 32;
+
+/// Most placeholders a rendering may bind. MySQL's `?` are positional, so a parameter is bound
+/// again at every place its rendering uses it, and some spellings repeat an operand (MySQL's
+/// guarded subtraction writes its right side three times): nesting multiplies the places.
+/// MariaDB refuses a statement of more than 65 535 placeholders (error 1390), PostgreSQL takes
+/// 65 535 parameters, SQLite numbers up to 32 766; PostgreSQL and SQLite bind each parameter
+/// once, whose count `MAX_TERMS` bounds.
+pub const MAX_PLACEHOLDERS: usize = 16_384;
+
 /// Most bytes a statement's parameter values may add up to, counted at every place the statement
 /// uses them (under MariaDB's default packet of 16 MiB with room for the text).
 pub const MAX_BOUND_BYTES: usize = 4 << 20;
@@ -367,6 +391,12 @@ impl Portable {
                 return Err(Rejection::limit(format!(
                     "the statement renders to {} bytes on {dialect:?}; at most {MAX_RENDERED_LEN} (nest less arithmetic)",
                     w.sql.len()
+                )));
+            }
+            if w.bind_order.len() > MAX_PLACEHOLDERS {
+                return Err(Rejection::limit(format!(
+                    "the statement binds its parameters at {} places in its MySQL rendering; at most {MAX_PLACEHOLDERS} (MariaDB refuses more than 65535 placeholders; nest less arithmetic around parameters)",
+                    w.bind_order.len()
                 )));
             }
             let bind_order = if dialect == Dialect::MySql {
@@ -1460,6 +1490,7 @@ impl<'s> Builder<'s> {
             offset,
         };
         let level = self.levels.len() - 1;
+        check_entries(&built, level + 1)?;
         check_grouping(&built, level)?;
         if built.distinct {
             for o in &built.order_by {
@@ -2005,6 +2036,69 @@ impl<'s> Builder<'s> {
         };
         Ok(E::Func(func, args))
     }
+}
+
+/// About how many bytes MariaDB's filesort takes for one sort key of type `ty`: what it sorts a
+/// text or bytes value on (`max_sort_length`, 1 024 bytes; a VARCHAR(n) at most 4n), its
+/// fixed-size types' width, and 8 more for its NULL flag and length (and MySQL's rendering's
+/// `IS NULL` key).
+fn sort_key_bytes(e: &E, ty: Ty) -> u64 {
+    const MAX_SORT_LENGTH: u64 = 1024;
+    8 + match (e, ty) {
+        (E::Col(c), Ty::Text) => match c.limit {
+            Limit::Chars(n) => (4 * u64::from(n)).min(MAX_SORT_LENGTH),
+            _ => MAX_SORT_LENGTH,
+        },
+        (_, Ty::Text | Ty::Bytes | Ty::Null) => MAX_SORT_LENGTH,
+        (_, Ty::Dec) => 32,
+        (_, Ty::Int | Ty::Bool) => 8,
+    }
+}
+
+/// How a message names the SELECT at `depth` (1: the statement's own query).
+fn select_name(depth: usize) -> String {
+    match depth {
+        0 | 1 => "the SELECT".to_owned(),
+        d => format!(
+            "a SELECT nested {} level{} deep",
+            d - 1,
+            if d == 2 { "" } else { "s" }
+        ),
+    }
+}
+
+/// Refuses a SELECT whose target list (outputs, and the ORDER BY and GROUP BY keys that are not
+/// outputs, which PostgreSQL adds as hidden entries) or whose ORDER BY or GROUP BY has more
+/// than [`MAX_SELECT_ENTRIES`] entries: PostgreSQL and SQLite would refuse it at their own
+/// limits, MariaDB run it (found by an adversarial hunt: 1 700 outputs failed on PostgreSQL
+/// alone).
+fn check_entries(q: &Q, depth: usize) -> Result<(), Rejection> {
+    let output =
+        |e: &E| matches!(e, E::Col(c) if q.items.iter().any(|i| matches!(i, E::Col(x) if x == c)));
+    let hidden = q.group_by.iter().filter(|g| !output(g)).count()
+        + q.order_by
+            .iter()
+            .filter(|o| matches!(&o.key, OrderKey::Expr(e) if !output(e)))
+            .count();
+    let what = select_name(depth);
+    let entries = q.items.len() + hidden;
+    if entries > MAX_SELECT_ENTRIES {
+        return Err(Rejection::limit(format!(
+            "{what} has {entries} target-list entries ({} outputs and {hidden} ORDER BY or GROUP BY keys that are not outputs); at most {MAX_SELECT_ENTRIES} are accepted (PostgreSQL refuses more than 1664, counting such keys, SQLite more than 2000 result columns)",
+            q.items.len()
+        )));
+    }
+    for (clause, n) in [
+        ("ORDER BY", q.order_by.len()),
+        ("GROUP BY", q.group_by.len()),
+    ] {
+        if n > MAX_SELECT_ENTRIES {
+            return Err(Rejection::limit(format!(
+                "{what} has {n} {clause} terms; at most {MAX_SELECT_ENTRIES} are accepted (SQLite refuses more than 2000)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn fmt_range(r: &std::ops::RangeInclusive<usize>) -> String {
@@ -2921,13 +3015,25 @@ impl Writer<'_> {
             self.push(" WHERE ");
             self.filter(w, "WHERE")?;
         }
+        // What MariaDB may sort: the GROUP BY keys, the ORDER BY keys and, under DISTINCT,
+        // the outputs (each level of a statement sorts on its own).
+        let mut sort_bytes: u64 = if q.distinct {
+            q.items
+                .iter()
+                .zip(&types)
+                .map(|(e, t)| sort_key_bytes(e, *t))
+                .sum()
+        } else {
+            0
+        };
         if !q.group_by.is_empty() {
             self.push(" GROUP BY ");
             for (i, g) in q.group_by.iter().enumerate() {
                 if i > 0 {
                     self.push(", ");
                 }
-                self.expr(g, Use::Other)?;
+                let t = self.expr(g, Use::Other)?;
+                sort_bytes += sort_key_bytes(g, t);
             }
         }
         if let Some(h) = &q.having {
@@ -2944,10 +3050,22 @@ impl Writer<'_> {
                 if i > 0 {
                     self.push(", ");
                 }
-                self.lazily_if(lazy, |w| w.order_item(q, o))?;
+                let (key, t) = self.lazily_if(lazy, |w| w.order_item(q, o))?;
+                sort_bytes += sort_key_bytes(key, t);
             }
         }
         self.aggregates = false;
+        if sort_bytes > MAX_SORT_KEY_BYTES {
+            return Err(Rejection::limit(format!(
+                "{} sorts on keys of up to {sort_bytes} bytes a row (GROUP BY, ORDER BY{}; a TEXT key counts 1024 bytes, VARCHAR(n) 4n up to 1024); at most {MAX_SORT_KEY_BYTES} are accepted (MariaDB runs out of sort memory where the others sort)",
+                select_name(level + 1),
+                if q.distinct {
+                    " and DISTINCT outputs"
+                } else {
+                    ""
+                }
+            )));
+        }
         let cap = row_cap.map(|c| c.saturating_add(1));
         match (&q.limit, cap) {
             (None, None) => {}
@@ -2991,7 +3109,8 @@ impl Writer<'_> {
         }
     }
 
-    fn order_item(&mut self, q: &Q, o: &OrderItem) -> Result<(), Rejection> {
+    /// Renders one ORDER BY item; gives its key and the key's type.
+    fn order_item<'q>(&mut self, q: &'q Q, o: &'q OrderItem) -> Result<(&'q E, Ty), Rejection> {
         let dir = if o.desc { " DESC" } else { " ASC" };
         // chainify's order: NULL is the smallest value (MySQL's and SQLite's default).
         let nulls_first = o.nulls_first.unwrap_or(!o.desc);
@@ -3049,7 +3168,7 @@ impl Writer<'_> {
                 self.push(dir);
             }
         }
-        Ok(())
+        Ok((key, ty))
     }
 
     /// A parameter. A NULL one is written as the literal NULL (typed like one, which the

@@ -8,8 +8,8 @@ use chainify_core::Value;
 use chainify_core::tx::{Statement, Transaction};
 use chainify_sql::render::Dialect;
 use chainify_sql::{
-    Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_KEY_VALUE_BYTES, MAX_TERMS,
-    RejectKind, Schema,
+    Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_KEY_VALUE_BYTES, MAX_PLACEHOLDERS,
+    MAX_SELECT_ENTRIES, MAX_SORT_KEY_BYTES, MAX_TERMS, RejectKind, Schema,
 };
 
 const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite];
@@ -1334,4 +1334,234 @@ fn long_keys_are_refused_on_every_engine_alike() {
     }
     a.analyze(&tx("UPDATE n SET k = k || 'x' WHERE k = 'a'", vec![]))
         .expect("VARCHAR(64) always fits a key");
+}
+
+/// A schema wide enough to reach the engines' own limits: 40 TEXT and 40 VARCHAR(256) columns
+/// in `w`, and a narrow table `o`.
+fn wide_analyzer() -> Analyzer {
+    let text: Vec<String> = (0..40).map(|i| format!("c{i} TEXT")).collect();
+    let short: Vec<String> = (0..40).map(|i| format!("v{i} VARCHAR(256)")).collect();
+    Analyzer::new(
+        Schema::from_sql(&format!(
+            "CREATE TABLE w (k BIGINT PRIMARY KEY, n BIGINT NOT NULL, {}, {});
+             CREATE TABLE o (k BIGINT PRIMARY KEY, n BIGINT NOT NULL);",
+            text.join(", "),
+            short.join(", ")
+        ))
+        .unwrap(),
+    )
+    .with_nested_scans(4)
+}
+
+fn limit_refusal(a: &Analyzer, sql: &str, params: Vec<Value>, why: &str) {
+    let e = a.analyze(&tx(sql, params)).unwrap_err();
+    assert_eq!(e.kind, RejectKind::Limit, "{sql}: {e}");
+    assert!(e.to_string().contains(why), "{e}");
+    assert!(e.to_string().starts_with("statement 1: "), "{e}");
+}
+
+/// Engines refuse statements past limits of their own (found by an adversarial hunt: a SELECT
+/// of 1 700 outputs failed on PostgreSQL alone, 2 100 ORDER BY terms on SQLite alone). The
+/// analysis refuses, naming the SELECT, the count and the bound, every SELECT past
+/// `MAX_SELECT_ENTRIES` target-list entries (outputs, and sort keys that are not outputs),
+/// ORDER BY or GROUP BY terms, at any nesting level, and accepts the largest one within.
+#[test]
+fn target_lists_and_sort_terms_are_bounded_below_every_engine() {
+    let a = analyzer();
+    let n = MAX_SELECT_ENTRIES;
+    let list = |item: &str, n: usize| vec![item; n].join(", ");
+    let p = || vec![Value::Int(1)];
+    // The largest accepted at each place.
+    for sql in [
+        format!(
+            "SELECT {} FROM accounts WHERE custid = $1",
+            list("custid", n)
+        ),
+        format!(
+            "SELECT custid FROM accounts WHERE custid = $1 ORDER BY {}",
+            list("custid", n)
+        ),
+        format!(
+            "SELECT custid FROM accounts WHERE custid = $1 GROUP BY {}",
+            list("custid", n)
+        ),
+        format!(
+            "SELECT {} FROM accounts WHERE custid = $1 ORDER BY name",
+            list("custid", n - 1)
+        ),
+        format!(
+            "SELECT custid FROM checking WHERE custid = $1 AND EXISTS (SELECT {} FROM accounts WHERE custid = $1)",
+            list("custid", n)
+        ),
+    ] {
+        a.analyze(&tx(&sql, p()))
+            .unwrap_or_else(|e| panic!("{}: {e}", &sql[..80]));
+    }
+    // One more is refused, naming the count and the bound.
+    limit_refusal(
+        &a,
+        &format!(
+            "SELECT {} FROM accounts WHERE custid = $1",
+            list("custid", n + 1)
+        ),
+        p(),
+        &format!(
+            "the SELECT has {} target-list entries ({} outputs and 0 ORDER BY or GROUP BY keys that are not outputs); at most {n}",
+            n + 1,
+            n + 1
+        ),
+    );
+    // A sort key that is not an output is a hidden entry on PostgreSQL.
+    limit_refusal(
+        &a,
+        &format!(
+            "SELECT {} FROM accounts WHERE custid = $1 ORDER BY name",
+            list("custid", n)
+        ),
+        p(),
+        &format!("{} outputs and 1 ORDER BY or GROUP BY keys", n),
+    );
+    limit_refusal(
+        &a,
+        &format!(
+            "SELECT custid FROM accounts WHERE custid = $1 ORDER BY {}",
+            list("1", n + 1)
+        ),
+        p(),
+        &format!("has {} ORDER BY terms; at most {n}", n + 1),
+    );
+    limit_refusal(
+        &a,
+        &format!(
+            "SELECT custid FROM accounts WHERE custid = $1 GROUP BY {}",
+            list("custid", n + 1)
+        ),
+        p(),
+        &format!("has {} GROUP BY terms; at most {n}", n + 1),
+    );
+    // At any nesting level: a subquery, and INSERT … SELECT.
+    limit_refusal(
+        &a,
+        &format!(
+            "UPDATE checking SET bal = 0 WHERE custid = $1 AND EXISTS (SELECT {} FROM accounts WHERE custid = $1)",
+            list("custid", n + 1)
+        ),
+        p(),
+        "a SELECT nested 1 level deep has 1001 target-list entries",
+    );
+    limit_refusal(
+        &a,
+        &format!(
+            "SELECT custid FROM checking WHERE custid = $1 AND custid IN (SELECT custid FROM accounts WHERE custid = $1 GROUP BY {})",
+            list("custid", n + 1)
+        ),
+        p(),
+        "a SELECT nested 1 level deep has 1001 GROUP BY terms",
+    );
+}
+
+/// MariaDB sorts a text key on up to `max_sort_length` (1 024) bytes and refuses to sort when
+/// about 15 rows' keys do not fit its 2 MiB sort buffer, where PostgreSQL and SQLite spill to
+/// disk (found by an adversarial hunt: a GROUP BY of 160 text columns failed every block on
+/// MariaDB alone). Every SELECT's GROUP BY, ORDER BY and DISTINCT keys share
+/// `MAX_SORT_KEY_BYTES`, counted from the declared types.
+#[test]
+fn sort_keys_are_bounded_by_their_declared_width() {
+    let a = wide_analyzer();
+    let keys = |col: &str, n: usize| -> String {
+        let tables = ["a", "b", "c", "d"];
+        (0..n)
+            .map(|i| format!("{}.{col}{}", tables[i / 40], i % 40))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let from =
+        "FROM w a JOIN w b ON b.k = a.k JOIN w c ON c.k = a.k JOIN w d ON d.k = a.k WHERE a.k = $1";
+    let p = || vec![Value::Int(1)];
+    // A TEXT key counts 1 024 bytes and 8 more: 63 fit in 64 KiB, 64 do not.
+    let per_text = 1024 + 8;
+    let fit = usize::try_from(MAX_SORT_KEY_BYTES / per_text).unwrap();
+    assert_eq!(fit, 63);
+    a.analyze(&tx(
+        &format!("SELECT COUNT(*) {from} GROUP BY {}", keys("c", fit)),
+        p(),
+    ))
+    .unwrap();
+    limit_refusal(
+        &a,
+        &format!("SELECT COUNT(*) {from} GROUP BY {}", keys("c", fit + 1)),
+        p(),
+        &format!(
+            "the SELECT sorts on keys of up to {} bytes a row (GROUP BY, ORDER BY;",
+            (fit as u64 + 1) * per_text
+        ),
+    );
+    limit_refusal(
+        &a,
+        &format!("SELECT COUNT(*) {from} GROUP BY {}", keys("c", 160)),
+        p(),
+        &format!("at most {MAX_SORT_KEY_BYTES} are accepted"),
+    );
+    // VARCHAR(256) counts 4 × 256 bytes; ORDER BY keys count as GROUP BY keys do.
+    a.analyze(&tx(
+        &format!("SELECT a.k {from} ORDER BY {}", keys("v", fit)),
+        p(),
+    ))
+    .unwrap();
+    limit_refusal(
+        &a,
+        &format!("SELECT a.k {from} ORDER BY {}", keys("v", fit + 1)),
+        p(),
+        "sorts on keys",
+    );
+    // DISTINCT outputs are keys too; integer keys are narrow.
+    limit_refusal(
+        &a,
+        &format!("SELECT DISTINCT {} {from}", keys("c", fit + 1)),
+        p(),
+        "GROUP BY, ORDER BY and DISTINCT outputs",
+    );
+    let ints = (0..400).map(|_| "a.n").collect::<Vec<_>>().join(", ");
+    a.analyze(&tx(&format!("SELECT COUNT(*) {from} GROUP BY {ints}"), p()))
+        .unwrap();
+    // In a subquery too.
+    limit_refusal(
+        &a,
+        &format!(
+            "UPDATE o SET n = 1 WHERE k = $1 AND EXISTS (SELECT COUNT(*) {from} GROUP BY {})",
+            keys("c", fit + 1)
+        ),
+        p(),
+        "a SELECT nested 1 level deep sorts on keys",
+    );
+}
+
+/// MySQL binds a parameter again at each place its rendering uses it, and its guarded
+/// subtraction writes the right side three times, so nesting multiplied a statement's `?` past
+/// the 65 535 MariaDB takes (error 1390) while PostgreSQL and SQLite bind each parameter once.
+#[test]
+fn mysql_placeholders_are_bounded() {
+    let a = wide_analyzer();
+    let dense = |n: usize, levels: usize| {
+        let mut e = format!(
+            "(CASE WHEN n IN ({}) THEN n ELSE n END)",
+            vec!["$1"; n].join(", ")
+        );
+        for _ in 0..levels {
+            e = format!("(n - {e})");
+        }
+        format!("UPDATE w SET n = {e} WHERE k = 1")
+    };
+    // 3³ places for each `$1` in the list: 27 × 600 = 16 200 fit, 27 × 2 500 = 67 500 not.
+    let ok = a.analyze(&tx(&dense(600, 3), vec![Value::Int(1)])).unwrap();
+    let places = ok.typed[0].rendered(Dialect::MySql).bind_order.len();
+    assert!(places > 16_000 && places <= MAX_PLACEHOLDERS, "{places}");
+    limit_refusal(
+        &a,
+        &dense(2_500, 3),
+        vec![Value::Int(1)],
+        &format!(
+            "binds its parameters at 67500 places in its MySQL rendering; at most {MAX_PLACEHOLDERS}"
+        ),
+    );
 }
