@@ -1577,17 +1577,39 @@ const FOUND: &[&str] = &[
     "DELETE FROM g WHERE u LIKE 'a%b'",
 ];
 
-/// [`FOUND`] as cases.
+/// The largest statements of shapes an engine limit once split (found by a hunt): 1 000
+/// outputs, ORDER BY and GROUP BY terms (PostgreSQL refused 1 665 target-list entries, SQLite
+/// 2 001 terms), and GROUP BY keys as wide as the analysis accepts (MariaDB ran out of sort
+/// memory on 137 text keys).
+fn engine_limit_statements() -> Vec<String> {
+    let n = chainify_sql::MAX_SELECT_ENTRIES;
+    let list = |item: &str, n: usize| vec![item; n].join(", ");
+    vec![
+        format!("SELECT {} FROM d ORDER BY k", list("k", n)),
+        format!("SELECT k, {} FROM d ORDER BY i, k", list("t", n - 2)),
+        format!("SELECT k FROM d ORDER BY {}", list("k", n)),
+        format!("SELECT k FROM d GROUP BY {} ORDER BY k", list("k", n)),
+        format!(
+            "SELECT COUNT(*) FROM d GROUP BY {} ORDER BY 1",
+            list("x", 62)
+        ),
+        format!("SELECT DISTINCT k, {} FROM d ORDER BY k", list("x", 62)),
+    ]
+}
+
+/// [`FOUND`] and [`engine_limit_statements`] as cases.
 fn found_statements() -> Vec<(String, Vec<Value>, Kind)> {
     FOUND
         .iter()
+        .map(|sql| (*sql).to_owned())
+        .chain(engine_limit_statements())
         .map(|sql| {
             let kind = if sql.starts_with("SELECT") {
                 Kind::Keys
             } else {
                 Kind::Change
             };
-            ((*sql).to_owned(), Vec::new(), kind)
+            (sql, Vec::new(), kind)
         })
         .collect()
 }
