@@ -27,6 +27,14 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/mysq
 
 /// The SQL mode every connection runs with: strict (bad values are errors, not warnings),
 /// standard string literals and `||`, `"name"` as an identifier (chainify's SQL is ANSI).
+/// The session's `sort_buffer_size`: MariaDB's default, under which the analysis's bound on
+/// a SELECT's sort keys (`chainify_sql::MAX_SORT_KEY_BYTES`, 1/32 of it) was measured.
+const SORT_BUFFER_BYTES: u64 = 2 * 1024 * 1024;
+
+/// The session's `max_sort_length`: MariaDB's default, the bytes of a text key it sorts on,
+/// which the analysis's VARCHAR(n ≤ 256) for ORDER BY text stays within.
+const MAX_SORT_LENGTH: u64 = 1024;
+
 pub(crate) const SQL_MODE: &str = "STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ZERO_IN_DATE,\
 NO_ENGINE_SUBSTITUTION,ANSI_QUOTES,NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT";
 
@@ -94,12 +102,16 @@ impl MySql {
                     // Constraint checks on and no statement limits, whatever the server's
                     // global settings: a DBA's `SET GLOBAL foreign_key_checks = 0` (or
                     // `sql_safe_updates`, `sql_select_limit`) would otherwise reach every new
-                    // session and make this organization decide otherwise than the others.
+                    // session and make this organization decide otherwise than the others. The
+                    // sort settings the analysis's bounds are measured under: a smaller sort
+                    // buffer runs out of sort memory (error 1038) on statements it accepts,
+                    // a shorter sort length orders VARCHAR(256) keys on a prefix.
                     conn.execute(AssertSqlSafe(format!(
                         "SET SESSION sql_mode = '{SQL_MODE}', time_zone = '+00:00', \
                          innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = {lock_wait}, \
                          foreign_key_checks = 1, unique_checks = 1, sql_safe_updates = 0, \
-                         sql_select_limit = 18446744073709551615"
+                         sql_select_limit = 18446744073709551615, \
+                         sort_buffer_size = {SORT_BUFFER_BYTES}, max_sort_length = {MAX_SORT_LENGTH}"
                     )))
                     .await?;
                     // MariaDB's switch for CHECK constraints (MySQL has none), its statement

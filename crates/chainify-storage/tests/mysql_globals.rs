@@ -12,6 +12,51 @@ async fn global_settings_do_not_reach_chainify_sessions() {
     global_switches_do_not_turn_constraint_checks_off().await;
     global_limits_do_not_reach_chainify_sessions().await;
     a_global_point_in_time_does_not_reach_chainify_sessions().await;
+    global_sort_settings_do_not_reach_chainify_sessions().await;
+}
+
+/// A DBA's smaller `sort_buffer_size` made statements the analysis accepts run out of sort
+/// memory here alone (error 1038, the block tried again for ever), and a shorter
+/// `max_sort_length` ordered VARCHAR keys on a prefix. Sessions pin both.
+async fn global_sort_settings_do_not_reach_chainify_sessions() {
+    use chainify_core::Value;
+    use chainify_storage::ddl::ReadType;
+    use chainify_storage::{Backend, Conn};
+    use chainify_testkit::conformance::storage::setup;
+    use sqlx::Connection as _;
+    drop(setup(&MySqlFixture, "global_sort", StoreOptions::default()).await);
+    let mut admin = sqlx::MySqlConnection::connect(&MySqlFixture::url("global_sort"))
+        .await
+        .expect("admin connection");
+    admin
+        .execute("SET GLOBAL sort_buffer_size = 32768, max_sort_length = 64")
+        .await
+        .expect("sort settings set globally");
+    let read = async {
+        let backend = MySql::connect(&MySqlFixture::url("global_sort"), &StoreOptions::default())
+            .await?;
+        let mut conn = backend.acquire().await.map_err(|e| {
+            chainify_storage::StorageError::Checkpoint(e.to_string())
+        })?;
+        let rows = conn
+            .query(
+                "SELECT CAST(@@session.sort_buffer_size AS SIGNED), CAST(@@session.max_sort_length AS SIGNED)",
+                &[],
+                &[ReadType::Int, ReadType::Int],
+            )
+            .await
+            .map_err(|e| chainify_storage::StorageError::Checkpoint(e.to_string()))?;
+        Ok::<_, chainify_storage::StorageError>(rows)
+    }
+    .await;
+    admin
+        .execute("SET GLOBAL sort_buffer_size = DEFAULT, max_sort_length = DEFAULT")
+        .await
+        .expect("sort settings back");
+    assert_eq!(
+        read.expect("a session"),
+        vec![vec![Value::Int(2 * 1024 * 1024), Value::Int(1024)]]
+    );
 }
 
 /// A DBA's `SET GLOBAL` reaches every new session: with foreign-key and CHECK checks off
