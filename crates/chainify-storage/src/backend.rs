@@ -135,7 +135,9 @@ pub struct DeferForeignKeys {
 /// returned to the pool, so the next user never inherits a half-done transaction.
 pub trait Conn: Send {
     /// Runs a (prepared, cached) statement with parameters already in bind order. Returns the
-    /// rows it affected, or for a query the number of rows it returned.
+    /// rows it affected, or for a query the number of rows it returned: counted one at a time
+    /// as they arrive and dropped undecoded, so that a query holds one row at once however many
+    /// it returns (a transaction's SELECT may return thousands of rows of megabytes each).
     fn execute(
         &mut self,
         sql: &str,
@@ -336,8 +338,12 @@ macro_rules! sqlx_conn {
                     q = bind(q, p);
                 }
                 if returns_rows {
-                    let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
-                    Ok(rows.len() as u64)
+                    use futures_util::TryStreamExt;
+                    // Counted and dropped as they arrive, never decoded: one row at a time.
+                    q.fetch(&mut *self.conn)
+                        .try_fold(0u64, |n, _row| async move { Ok(n + 1) })
+                        .await
+                        .map_err(db_err)
                 } else {
                     let done = q.execute(&mut *self.conn).await.map_err(db_err)?;
                     Ok(done.rows_affected())
