@@ -113,6 +113,13 @@ pub struct ChainifySettings {
     /// Of those, one client's (by its signed identity); a freed slot goes to the waiting
     /// clients in turn, so that one client's slow queries cannot keep everyone else's out.
     pub max_queries_per_client: usize,
+    /// The most bytes a query's answer may hold (each value's size in memory plus its text or
+    /// bytes, counted while the rows are read): past it the query is refused with
+    /// RESOURCE_EXHAUSTED. The analysis bounds an answer's rows, not their width (10 001 rows
+    /// of 4 096 columns of up to 1 MiB). An answer is held about three times while it is
+    /// signed and sent, by each of `max_queries` queries; it must stay well under the 64 MiB
+    /// of a gRPC message (`validate` refuses more).
+    pub max_query_answer_bytes: usize,
 }
 
 impl Default for ChainifySettings {
@@ -138,6 +145,7 @@ impl Default for ChainifySettings {
             query_timeout: Duration::from_secs(10),
             max_queries: 2,
             max_queries_per_client: 1,
+            max_query_answer_bytes: chainify_storage::MAX_ANSWER_BYTES,
         }
     }
 }

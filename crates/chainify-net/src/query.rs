@@ -55,7 +55,11 @@ impl<B: Backend + 'static> Queries<B> {
             QueryAccess::Gate(gate) => {
                 Queries::Local(QueryServer::new(me, key, network, store, gate, settings)?)
             }
-            QueryAccess::Forward(channel) => Queries::Remote(QueryServiceClient::new(channel)),
+            // An answer may be as large as the QueryService sends (tonic's default would
+            // refuse one over 4 MiB here).
+            QueryAccess::Forward(channel) => Queries::Remote(
+                QueryServiceClient::new(channel).max_decoding_message_size(crate::org::MAX_MESSAGE),
+            ),
         })
     }
 
@@ -101,6 +105,8 @@ struct Inner<B: Backend> {
     wait: Duration,
     /// How long a query may run.
     limit: Duration,
+    /// The most bytes a query's answer may hold.
+    max_answer_bytes: usize,
     /// Queries running at once (each holds a connection), shared fairly among clients.
     slots: FairShare<ClientId>,
     max_queries: usize,
@@ -114,8 +120,9 @@ struct Inner<B: Backend> {
 impl<B: Backend + 'static> QueryServer<B> {
     /// Organization `me`'s server over `store` (shared tables registered) behind `gate`: a
     /// query waits up to `query_wait` for an agreed state and for one of `max_queries` slots
-    /// (at most `max_queries_per_client` of them a client's), and runs for at most
-    /// `query_timeout`.
+    /// (at most `max_queries_per_client` of them a client's), runs for at most `query_timeout`
+    /// and answers at most `max_query_answer_bytes`, which must leave an answer room in a gRPC
+    /// message.
     pub fn new(
         me: OrgId,
         key: Arc<SigningKey>,
@@ -124,6 +131,15 @@ impl<B: Backend + 'static> QueryServer<B> {
         gate: ReadGate,
         settings: &ChainifySettings,
     ) -> Result<QueryServer<B>, NetError> {
+        let most = crate::org::MAX_MESSAGE / 2;
+        if !(1..=most).contains(&settings.max_query_answer_bytes) {
+            return Err(NetError::Config(format!(
+                "max_query_answer_bytes = {}: must be between 1 and {most} (half the {} bytes \
+                 of a gRPC message, which also carries the answer's encoding overhead)",
+                settings.max_query_answer_bytes,
+                crate::org::MAX_MESSAGE
+            )));
+        }
         let analyzer = Analyzer::new(store.schema().map_err(NetError::Storage)?);
         Ok(QueryServer {
             inner: Arc::new(Inner {
@@ -135,6 +151,7 @@ impl<B: Backend + 'static> QueryServer<B> {
                 gate,
                 wait: settings.query_wait,
                 limit: settings.query_timeout,
+                max_answer_bytes: settings.max_query_answer_bytes,
                 slots: FairShare::new(FairLimits {
                     places: settings.max_queries,
                     per_key: settings.max_queries_per_client,
@@ -325,6 +342,7 @@ impl<B: Backend + 'static> Inner<B> {
         let height = guard.height.map_or(0, |b| b.0);
         drop(guard);
         let result = snapshot
+            .max_answer_bytes(self.max_answer_bytes)
             .query_rows(plan, params)
             .await
             .map_err(status::query_failed)?;

@@ -114,7 +114,9 @@ pub(crate) fn query_failed(e: StorageError) -> Status {
                 DbErrorKind::Transient | DbErrorKind::Connection => Status::unavailable(message),
             }
         }
-        StorageError::QueryTimeout { .. } => Status::resource_exhausted(e.to_string()),
+        StorageError::QueryTimeout { .. } | StorageError::QueryTooLarge { .. } => {
+            Status::resource_exhausted(e.to_string())
+        }
         other => Status::unavailable(other.to_string()),
     }
 }
@@ -226,6 +228,56 @@ mod tests {
         });
         assert_eq!(timeout.code(), Code::ResourceExhausted);
         assert!(timeout.message().contains("query_timeout"), "{timeout}");
+        let too_large = query_failed(StorageError::QueryTooLarge { limit: 32 << 20 });
+        assert_eq!(too_large.code(), Code::ResourceExhausted);
+        assert!(
+            too_large.message().contains("33554432 bytes (32 MiB)")
+                && too_large.message().contains("max_query_answer_bytes"),
+            "{too_large}"
+        );
+    }
+
+    /// An answer within `max_query_answer_bytes`, as `row_bytes` counts it, fits the gRPC
+    /// message it travels in: no value or row takes more on the wire than it is counted for.
+    #[test]
+    fn an_answer_counted_within_its_bound_fits_its_message() {
+        use chainify_core::{Decimal, Value};
+        use chainify_proto::pb;
+        use prost::Message;
+        let values = [
+            Value::Null,
+            Value::Int(i64::MIN),
+            Value::Int(i64::MAX),
+            Value::Decimal(Decimal::new(-1, 38).expect("a decimal")),
+            Value::Decimal(Decimal::new(-(10i128.pow(38) - 1), 0).expect("a decimal")),
+            Value::Decimal(Decimal::new(-(10i128.pow(38) - 1), 38).expect("a decimal")),
+            Value::Text(String::new()),
+            Value::Text("x".repeat(1 << 20)),
+            Value::Bool(true),
+            Value::Bytes(vec![0xff; 300]),
+        ];
+        for v in &values {
+            let row = [v.clone()];
+            let wire = pb::QueryResponse {
+                rows: vec![pb::Row {
+                    values: vec![pb::Value::from(v)],
+                }],
+                ..Default::default()
+            };
+            assert!(
+                wire.encoded_len() <= chainify_storage::row_bytes(&row),
+                "{v:?}: {} bytes on the wire, counted {}",
+                wire.encoded_len(),
+                chainify_storage::row_bytes(&row)
+            );
+        }
+        let all = values.to_vec();
+        let wire = pb::Row {
+            values: all.iter().map(pb::Value::from).collect(),
+        };
+        assert!(wire.encoded_len() + 6 <= chainify_storage::row_bytes(&all));
+        // The default answer leaves room in a message.
+        const { assert!(chainify_storage::MAX_ANSWER_BYTES <= crate::org::MAX_MESSAGE / 2) };
     }
 
     #[test]

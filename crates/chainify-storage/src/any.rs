@@ -250,6 +250,16 @@ impl Conn for AnyConn {
         each!(AnyConn, self, c => c.query(sql, params, types).await)
     }
 
+    async fn query_bounded(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+        max_bytes: usize,
+    ) -> Result<Option<Vec<Vec<Value>>>, DbError> {
+        each!(AnyConn, self, c => c.query_bounded(sql, params, types, max_bytes).await)
+    }
+
     async fn batch(&mut self, sql: &str) -> Result<(), DbError> {
         each!(AnyConn, self, c => c.batch(sql).await)
     }

@@ -153,6 +153,19 @@ pub trait Conn: Send {
         types: &[ReadType],
     ) -> impl Future<Output = Result<Vec<Vec<Value>>, DbError>> + Send;
 
+    /// Runs a query as [`Conn::query`], reading and decoding one row at a time and counting what
+    /// the decoded rows hold ([`row_bytes`]): once that passes `max_bytes` it stops reading and
+    /// answers `None`, holding at most `max_bytes` and one row. The statement may then still be
+    /// under way: a caller inside a transaction drops the connection (which closes it) rather
+    /// than ending the transaction, so nothing waits for the rest of the rows.
+    fn query_bounded(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+        max_bytes: usize,
+    ) -> impl Future<Output = Result<Option<Vec<Vec<Value>>>, DbError>> + Send;
+
     /// Runs unprepared SQL (DDL); no parameters, no result.
     fn batch(&mut self, sql: &str) -> impl Future<Output = Result<(), DbError>> + Send;
 
@@ -214,6 +227,27 @@ pub trait Conn: Send {
     /// Rolls the open transaction back.
     fn rollback(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
 }
+
+/// What a decoded row holds in memory, counted against a query's byte bound
+/// ([`Conn::query_bounded`]): each value's own size plus the text or bytes it carries (a
+/// decimal: its text on the wire, at most [`DECIMAL_TEXT_BYTES`]), and the row's vector. It
+/// is at least what the row takes in a `QueryResponse` (a value's protobuf tags and lengths
+/// take at most 12 bytes, a row's 6) and in the signed answer's canonical encoding.
+pub fn row_bytes(row: &[Value]) -> usize {
+    row.iter().fold(std::mem::size_of::<Vec<Value>>(), |n, v| {
+        let carried = match v {
+            Value::Text(t) => t.len(),
+            Value::Bytes(b) => b.len(),
+            Value::Decimal(_) => DECIMAL_TEXT_BYTES,
+            Value::Null | Value::Int(_) | Value::Bool(_) => 0,
+        };
+        n.saturating_add(std::mem::size_of::<Value>() + carried)
+    })
+}
+
+/// A decimal's exact text (what a `QueryResponse` carries) takes at most this many bytes: 38
+/// digits, a sign, a point and a leading zero.
+pub const DECIMAL_TEXT_BYTES: usize = 48;
 
 /// Classifies an sqlx error; `engine` maps a database error to its kind and the code to report.
 pub(crate) fn classify(
@@ -362,6 +396,32 @@ macro_rules! sqlx_conn {
                 }
                 let rows = q.fetch_all(&mut *self.conn).await.map_err(db_err)?;
                 rows.iter().map(|r| decode(r, types)).collect()
+            }
+
+            async fn query_bounded(
+                &mut self,
+                sql: &str,
+                params: &[&Value],
+                types: &[ReadType],
+                max_bytes: usize,
+            ) -> Result<Option<Vec<Vec<Value>>>, DbError> {
+                use futures_util::TryStreamExt;
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(statement_text(sql, params)));
+                for p in params {
+                    q = bind(q, p);
+                }
+                let mut rows = q.fetch(&mut *self.conn);
+                let mut out = Vec::new();
+                let mut held = 0usize;
+                while let Some(row) = rows.try_next().await.map_err(db_err)? {
+                    let row = decode(&row, types)?;
+                    held = held.saturating_add($crate::backend::row_bytes(&row));
+                    if held > max_bytes {
+                        return Ok(None);
+                    }
+                    out.push(row);
+                }
+                Ok(Some(out))
             }
 
             async fn batch(&mut self, sql: &str) -> Result<(), DbError> {

@@ -166,6 +166,18 @@ pub enum StorageError {
         /// How long a query may run.
         limit: std::time::Duration,
     },
+    /// A read-only query's answer grew past the most bytes an answer may hold, and was
+    /// dropped (it is counted while it is read, as each row's values take in memory).
+    #[error(
+        "query: the answer is larger than {limit} bytes ({} MiB), the most a query may answer \
+         (max_query_answer_bytes); narrow it (fewer or shorter columns, fix a key in the WHERE \
+         clause, join fewer tables, page with ORDER BY … LIMIT)",
+        limit >> 20
+    )]
+    QueryTooLarge {
+        /// The most bytes an answer may hold.
+        limit: usize,
+    },
     /// One of chainify's own tables holds something chainify never writes.
     #[error("corrupt system table: {0}")]
     Corrupt(String),

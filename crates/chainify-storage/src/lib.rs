@@ -40,7 +40,7 @@ mod value;
 use std::time::Duration;
 
 pub use any::{AnyBackend, AnyConn, database_on, drop_database, recreate_database};
-pub use backend::{Backend, Conn, DeferForeignKeys, PoolUse};
+pub use backend::{Backend, Conn, DECIMAL_TEXT_BYTES, DeferForeignKeys, PoolUse, row_bytes};
 pub use chainify_sql::MAX_QUERY_ROWS;
 pub use checkpoint::CheckpointInfo;
 pub use error::{DbError, DbErrorKind, RegistrationError, StorageError, redact_url};
@@ -48,7 +48,7 @@ pub use exec::{BlockOutcome, ExecBlock, ExecMode, ExecTx, TxFailure};
 pub use integrity::{TriggerFault, TriggerProblem};
 pub use mysql::{MySql, MySqlConn, STATEMENT_CACHE_CLEAR};
 pub use postgres::{PgConn, Postgres};
-pub use query::{QueryConn, QueryResult, ReadSnapshot};
+pub use query::{MAX_ANSWER_BYTES, QueryConn, QueryResult, ReadSnapshot};
 pub use sqlite::{Sqlite, SqliteConn};
 pub use state::{StateCheck, state_digest};
 pub use store::{DefinitionChange, Store};

@@ -9,6 +9,11 @@ use crate::backend::Conn;
 use crate::ddl::ReadType;
 use crate::{Backend, StorageError, Store};
 
+/// The most bytes a query's answer may hold unless the caller says otherwise
+/// ([`ReadSnapshot::max_answer_bytes`]), counted as [`crate::backend::row_bytes`] counts them:
+/// half the 64 MiB of a gRPC message the answer travels in, so its encoding always fits.
+pub const MAX_ANSWER_BYTES: usize = 32 << 20;
+
 /// The result of a query.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueryResult {
@@ -25,6 +30,8 @@ pub struct ReadSnapshot<'s, B: Backend> {
     store: &'s Store<B>,
     conn: B::Conn,
     limit: Duration,
+    /// The most bytes the answer may hold: reading stops past it.
+    max_bytes: usize,
     /// Before the limit began (SQLite's deadline counts from the snapshot, the others' from
     /// each statement).
     taken: Instant,
@@ -35,6 +42,7 @@ impl<B: Backend> std::fmt::Debug for ReadSnapshot<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadSnapshot")
             .field("limit", &self.limit)
+            .field("max_bytes", &self.max_bytes)
             .field("height", &self.height)
             .finish_non_exhaustive()
     }
@@ -91,6 +99,7 @@ impl<'s, B: Backend> QueryConn<'s, B> {
                 store,
                 conn,
                 limit,
+                max_bytes: MAX_ANSWER_BYTES,
                 taken,
                 height,
             })
@@ -103,7 +112,17 @@ impl<B: Backend> ReadSnapshot<'_, B> {
         self.height
     }
 
-    /// Runs a checked read-only query with its parameters (never spliced into the text).
+    /// Sets the most bytes the answer may hold (as [`crate::backend::row_bytes`] counts them;
+    /// [`MAX_ANSWER_BYTES`] unless set): reading stops past it and the query is refused with
+    /// [`StorageError::QueryTooLarge`].
+    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// Runs a checked read-only query with its parameters (never spliced into the text). Its
+    /// rows are read one at a time and counted: an answer past the byte bound is refused as
+    /// soon as it passes it, holding no more than the bound and one row.
     pub async fn query_rows(
         mut self,
         query: &QueryPlan,
@@ -127,8 +146,20 @@ impl<B: Backend> ReadSnapshot<'_, B> {
                 // part of its text), which tells an oversized result from a full one.
                 let types: Vec<ReadType> =
                     query.columns.iter().map(|c| ReadType::of(&c.ty)).collect();
-                let rows = match self.conn.query(&rendered.sql, &bound, &types).await {
-                    Ok(rows) => rows,
+                let rows = match self
+                    .conn
+                    .query_bounded(&rendered.sql, &bound, &types, self.max_bytes)
+                    .await
+                {
+                    Ok(Some(rows)) => rows,
+                    // The rest of the answer is left unread: the connection is dropped with the
+                    // snapshot, which closes it (or, in process, rolls back) instead of waiting
+                    // for the engine to send the rest.
+                    Ok(None) => {
+                        return Err(StorageError::QueryTooLarge {
+                            limit: self.max_bytes,
+                        });
+                    }
                     // Each engine's own word for it, once the limit has passed: PostgreSQL's
                     // query_canceled, MariaDB's and MySQL's statement time, SQLite's interrupt.
                     Err(e)

@@ -571,6 +571,33 @@ impl Conn for SqliteConn {
         self.patiently(|c| c.query_now(sql, params, types)).await
     }
 
+    async fn query_bounded(
+        &mut self,
+        sql: &str,
+        params: &[&Value],
+        types: &[ReadType],
+        max_bytes: usize,
+    ) -> Result<Option<Vec<Vec<Value>>>, DbError> {
+        self.patiently(|c| {
+            let conn = c.conn();
+            let mut stmt = conn.prepare_cached(sql).map_err(db_err)?;
+            bind(&mut stmt, params)?;
+            let mut rows = stmt.raw_query();
+            let mut out = Vec::new();
+            let mut held = 0usize;
+            while let Some(row) = rows.next().map_err(db_err)? {
+                let row = decode(row, types)?;
+                held = held.saturating_add(crate::backend::row_bytes(&row));
+                if held > max_bytes {
+                    return Ok(None);
+                }
+                out.push(row);
+            }
+            Ok(Some(out))
+        })
+        .await
+    }
+
     // Several statements: retrying the whole text after a wait would run again what already
     // ran, so a lock is waited for in place (DDL and savepoints; inside a block's transaction
     // the writer lock is already held).

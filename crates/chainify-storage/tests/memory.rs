@@ -1,11 +1,13 @@
 //! What one client's SELECT costs an organization's memory (THREATS.md: a client must not
 //! "crash, stall or exhaust a process").
 //!
-//! A SELECT inside a transaction is run only to count its rows. Its outputs may be any
-//! portable expression (REPLACE up to 4 MiB each, a TEXT column up to 1 MiB), 4 096 terms of
-//! them, over up to 10 001 rows: counted while they arrive, one row is held at a time, so an
-//! organization's memory does not grow with the rows (before, PostgreSQL and MariaDB held
-//! every row at once: 837 MiB for 400 rows of ~2 MiB, ~21 GB for 10 000).
+//! 1. A SELECT inside a transaction is run only to count its rows. Its outputs may be any
+//!    portable expression (REPLACE up to 4 MiB each, a TEXT column up to 1 MiB), 4 096 terms of
+//!    them, over up to 10 001 rows: counted while they arrive, one row is held at a time, so an
+//!    organization's memory does not grow with the rows (before, PostgreSQL and MariaDB held
+//!    every row at once: 837 MiB for 400 rows of ~2 MiB, ~21 GB for 10 000).
+//! 2. A client query's answer is read one row at a time and counted in bytes; past
+//!    `MAX_ANSWER_BYTES` it is refused, holding at most that and one row.
 //!
 //! Each test measures how far the process's resident set rises at its peak while the engine
 //! answers (VmHWM after resetting it through /proc/self/clear_refs), in a process of its own
@@ -13,11 +15,14 @@
 //! a later test's peak.
 
 use std::future::Future;
+use std::time::Duration;
 
 use chainify_core::tx::{Statement, Transaction};
 use chainify_core::{BlockNumber, Value};
 use chainify_sql::Analyzer;
-use chainify_storage::{Backend, ExecBlock, ExecMode, Store, StoreOptions};
+use chainify_storage::{
+    Backend, ExecBlock, ExecMode, MAX_ANSWER_BYTES, StorageError, Store, StoreOptions,
+};
 use chainify_testkit::conformance::storage::{Fixture, setup};
 use chainify_testkit::engines::{MySqlFixture, PgFixture, SqliteFixture};
 
@@ -189,6 +194,54 @@ async fn text_rows_are_counted_one_at_a_time<F: Fixture>(f: &F, test: &str) {
     );
 }
 
+/// A client query of 16 rows of 16 × 400 KB (~100 MB, a cross join of four rows with
+/// themselves) is refused past `MAX_ANSWER_BYTES` (32 MiB) having held about that much.
+async fn a_query_answer_stops_at_its_bound<F: Fixture>(f: &F, test: &str) {
+    let store = setup(f, test, StoreOptions::default()).await;
+    let note = Value::Text("c".repeat(400_000));
+    let inserts = (1..=4)
+        .map(|sub| {
+            vec![Statement::new(
+                "INSERT INTO awkward (id, sub, note) VALUES ($1, $2, $3)",
+                vec![Value::Int(1), Value::Int(sub), note.clone()],
+            )]
+        })
+        .collect();
+    let b0 = block(&store, 0, inserts);
+    let o0 = store
+        .execute_block(&b0, ExecMode::Parallel(4))
+        .await
+        .expect("inserts");
+    assert!(o0.success.iter().all(|s| *s), "{o0:?}");
+    let analyzer = Analyzer::new(store.schema().expect("schema"));
+    let sql = format!(
+        "SELECT {} FROM awkward a, awkward b",
+        vec!["a.note"; 16].join(", ")
+    );
+    let plan = analyzer.query(&sql, &[]).expect("the query is accepted");
+    let (answer, peak) = peak_during(async {
+        store
+            .read_snapshot(Duration::from_secs(30))
+            .await
+            .expect("snapshot")
+            .query_rows(&plan, &[])
+            .await
+    })
+    .await;
+    eprintln!("{test}: peak {} MiB", peak / MIB);
+    let err = answer.expect_err("~100 MB is past the bound");
+    assert!(
+        matches!(err, StorageError::QueryTooLarge { limit } if limit == MAX_ANSWER_BYTES),
+        "{err}"
+    );
+    assert!(
+        peak < MAX_ANSWER_BYTES + BOUND,
+        "{test}: a refused answer held {} MiB at once (the bound is {} MiB)",
+        peak / MIB,
+        MAX_ANSWER_BYTES / MIB
+    );
+}
+
 #[test]
 fn postgres_wide_rows_of_a_transaction_select_are_counted_one_at_a_time() {
     in_own_process(
@@ -234,5 +287,29 @@ fn sqlite_text_rows_of_a_transaction_select_are_counted_one_at_a_time() {
     in_own_process(
         "sqlite_text_rows_of_a_transaction_select_are_counted_one_at_a_time",
         text_rows_are_counted_one_at_a_time(&SqliteFixture, "memory_lite_text"),
+    );
+}
+
+#[test]
+fn postgres_a_query_answer_stops_at_its_bound() {
+    in_own_process(
+        "postgres_a_query_answer_stops_at_its_bound",
+        a_query_answer_stops_at_its_bound(&PgFixture, "memory_pg_query"),
+    );
+}
+
+#[test]
+fn mariadb_a_query_answer_stops_at_its_bound() {
+    in_own_process(
+        "mariadb_a_query_answer_stops_at_its_bound",
+        a_query_answer_stops_at_its_bound(&MySqlFixture, "memory_my_query"),
+    );
+}
+
+#[test]
+fn sqlite_a_query_answer_stops_at_its_bound() {
+    in_own_process(
+        "sqlite_a_query_answer_stops_at_its_bound",
+        a_query_answer_stops_at_its_bound(&SqliteFixture, "memory_lite_query"),
     );
 }

@@ -78,6 +78,7 @@ macro_rules! storage_conformance_tests {
             ledger_is_a_hash_chain,
             queries_return_typed_rows_alike,
             a_query_runs_in_a_snapshot_within_its_limit,
+            a_query_answer_past_its_byte_bound_is_refused,
             pool_use_counts_connections,
             statements_in_one_text_answer_in_order);
     };
@@ -3781,6 +3782,117 @@ pub async fn a_query_runs_in_a_snapshot_within_its_limit<F: Fixture>(f: &F) {
         .expect("a quick query within the limit");
     assert_eq!(quick.rows, vec![vec![Value::Int(12)]]);
     unlimited(&single, limit).await;
+}
+
+/// Case: a client query's answer is counted in bytes as its rows are read
+/// (`chainify_storage::row_bytes`): an answer of exactly the bound is answered, one byte more
+/// is refused with an error naming the bound and `max_query_answer_bytes`, at the same point on
+/// every engine; a large answer is refused at the default bound; and the connection the
+/// refused query left mid-answer never reaches the next user (one connection in the pool).
+pub async fn a_query_answer_past_its_byte_bound_is_refused<F: Fixture>(f: &F) {
+    let store = setup(f, "query_bytes", StoreOptions::default()).await;
+    let note = Value::Text("n".repeat(400_000));
+    let inserts = (1..=4)
+        .map(|sub| {
+            tx(vec![st(
+                "INSERT INTO awkward (id, sub, amount, note) VALUES ($1, $2, $3, $4)",
+                vec![
+                    Value::Int(1),
+                    Value::Int(sub),
+                    Value::Decimal(Decimal::new(-1_050, 2).expect("a decimal")),
+                    note.clone(),
+                ],
+            )])
+        })
+        .collect();
+    let b = block(&store, 1, inserts);
+    let o = run(&store, &b, ExecMode::Serial).await;
+    assert_eq!(o.success, vec![true; 4]);
+    let analyzer = Analyzer::new(store.schema().expect("schema"));
+    let read = analyzer
+        .query(
+            "SELECT a.sub, a.amount, a.note, a.flag FROM awkward a WHERE a.id = $1 ORDER BY a.sub",
+            &[Value::Int(1)],
+        )
+        .expect("analysed");
+    let whole = ask(&store, &read, &[Value::Int(1)]).await.expect("query");
+    assert_eq!(whole.rows.len(), 4);
+    let exact: usize = whole
+        .rows
+        .iter()
+        .map(|r| chainify_storage::row_bytes(r))
+        .sum();
+    assert!(exact > 1_600_000, "{exact}");
+    let bounded = |bytes| {
+        let store = &store;
+        let read = &read;
+        async move {
+            store
+                .read_snapshot(Duration::from_secs(60))
+                .await
+                .expect("snapshot")
+                .max_answer_bytes(bytes)
+                .query_rows(read, &[Value::Int(1)])
+                .await
+        }
+    };
+    let at = bounded(exact)
+        .await
+        .expect("an answer of exactly the bound");
+    assert_eq!(at, whole);
+    let err = bounded(exact - 1)
+        .await
+        .expect_err("an answer one byte past the bound");
+    assert!(
+        matches!(err, StorageError::QueryTooLarge { limit } if limit == exact - 1),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("larger than {} bytes", exact - 1))
+            && text.contains("max_query_answer_bytes"),
+        "{text}"
+    );
+
+    // One connection, so the next query gets the one the refused query left mid-answer, or
+    // a new one in its place.
+    let one = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::default()
+    };
+    let single = Store::open(f.reconnect("query_bytes", &one).await, one)
+        .await
+        .expect("reopen");
+    let wide = analyzer
+        .query(
+            &format!(
+                "SELECT {} FROM awkward a, awkward b",
+                vec!["a.note"; 16].join(", ")
+            ),
+            &[],
+        )
+        .expect("analysed");
+    for _ in 0..2 {
+        let err = single
+            .read_snapshot(Duration::from_secs(60))
+            .await
+            .expect("snapshot")
+            .query_rows(&wide, &[])
+            .await
+            .expect_err("16 rows of 16 × 400 KB");
+        assert!(
+            matches!(err, StorageError::QueryTooLarge { limit } if limit == chainify_storage::MAX_ANSWER_BYTES),
+            "{err}"
+        );
+        let after = single
+            .read_snapshot(Duration::from_secs(60))
+            .await
+            .expect("snapshot")
+            .query_rows(&read, &[Value::Int(1)])
+            .await
+            .expect("the next query on the pool");
+        assert_eq!(after, whole);
+    }
 }
 
 /// Asserts that the pool's connection carries no statement limit: the engine's setting
