@@ -310,12 +310,16 @@ pub fn trigger_catalog(dialect: Dialect, tables: usize) -> (String, Vec<ReadType
 
 /// PostgreSQL objects a user made that chainify's SQL could resolve to instead of the built-in
 /// ones (rows of [`trigger_catalog`] with an empty table name, the object in the name column):
-/// a cast between built-in types (`CAST(c AS TEXT)` reads every DECIMAL), an operator, a function
-/// or a type named like a built-in one, on built-in types, in a schema on the search path (an
-/// exact match there beats pg_catalog's `text = text` for two VARCHARs, in client statements,
-/// chainify's restores and its digest triggers alike), and a search path that does not start
-/// with pg_catalog. Each could hide a change from the scan or make this organization compute
-/// otherwise, and no restore repairs it. `16384` is PostgreSQL's first object id for users.
+/// a cast between built-in types (`CAST(c AS TEXT)` reads every DECIMAL); an operator chainify's
+/// statements use, on the types it uses them on (an exact match beats pg_catalog's
+/// `text = text` for two VARCHARs, in client statements, chainify's restores and its digest
+/// triggers alike); a function named like a built-in one, on built-in types; a type named
+/// like a built-in one; each in a schema on the search path, pg_catalog included (a superuser
+/// may make objects there), and unless pg_catalog, which must lead the search path (the last
+/// row), has one of the same signature, which then wins. Each could hide a change from the scan
+/// or make this organization compute otherwise, and no restore repairs it. Objects of
+/// extensions on other types or under other names (pg_trgm's `%` on text, citext, hstore) are
+/// not named. `16384` is PostgreSQL's first object id for users.
 const SHADOWING: &str = "\
     SELECT '', 'cast (' || format_type(k.castsource, NULL) || ' AS ' || format_type(k.casttarget, NULL) || ')', 'A', '' \
     FROM pg_cast k WHERE k.oid >= 16384 AND k.castsource < 16384 AND k.casttarget < 16384 \
@@ -324,16 +328,30 @@ const SHADOWING: &str = "\
         || CASE WHEN o.oprleft = 0 THEN 'NONE' ELSE format_type(o.oprleft, NULL) END || ', ' \
         || format_type(o.oprright, NULL) || ')', 'A', '' \
     FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace \
-    WHERE o.oid >= 16384 AND o.oprleft < 16384 AND o.oprright < 16384 \
-      AND n.nspname <> 'pg_catalog' AND n.nspname = ANY (current_schemas(true)) \
+    WHERE o.oid >= 16384 AND n.nspname = ANY (current_schemas(true)) \
+      AND ((o.oprname IN ('=', '<>', '<', '<=', '>', '>=') \
+            AND o.oprleft IN (16, 17, 20, 21, 23, 25, 705, 1042, 1043, 1700, 2276, 2277, 2283, 2776, 5077, 5078, 5079) \
+            AND o.oprright IN (16, 17, 20, 21, 23, 25, 705, 1042, 1043, 1700, 2276, 2277, 2283, 2776, 5077, 5078, 5079)) \
+        OR (o.oprname IN ('+', '-', '*', '/', '%') \
+            AND o.oprleft IN (0, 20, 21, 23, 705, 1700, 2276, 2277, 2283, 2776, 5077, 5078, 5079) \
+            AND o.oprright IN (20, 21, 23, 705, 1700, 2276, 2277, 2283, 2776, 5077, 5078, 5079)) \
+        OR (o.oprname IN ('||', '~~', '!~~', '~~*', '!~~*') \
+            AND o.oprleft IN (17, 25, 705, 1042, 1043, 2276, 2277, 2283, 2776, 5077, 5078, 5079) \
+            AND o.oprright IN (17, 25, 705, 1042, 1043, 2276, 2277, 2283, 2776, 5077, 5078, 5079))) \
+      AND NOT EXISTS (SELECT 1 FROM pg_operator b WHERE b.oid < 16384 \
+                      AND b.oprnamespace = CAST('pg_catalog' AS regnamespace) AND b.oprname = o.oprname \
+                      AND b.oprleft = o.oprleft AND b.oprright = o.oprright) \
     UNION ALL \
     SELECT '', 'function ' || CAST(n.nspname AS TEXT) || '.' || CAST(p.proname AS TEXT) || '(' \
         || pg_get_function_identity_arguments(p.oid) || ')', 'A', '' \
     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-    WHERE p.oid >= 16384 AND n.nspname <> 'pg_catalog' AND n.nspname = ANY (current_schemas(true)) \
+    WHERE p.oid >= 16384 AND n.nspname = ANY (current_schemas(true)) \
       AND NOT EXISTS (SELECT 1 FROM unnest(CAST(p.proargtypes AS oid[])) a WHERE a >= 16384) \
-      AND EXISTS (SELECT 1 FROM pg_proc q WHERE q.pronamespace = CAST('pg_catalog' AS regnamespace) \
-                  AND q.proname = p.proname) \
+      AND EXISTS (SELECT 1 FROM pg_proc q WHERE q.oid < 16384 \
+                  AND q.pronamespace = CAST('pg_catalog' AS regnamespace) AND q.proname = p.proname) \
+      AND NOT EXISTS (SELECT 1 FROM pg_proc q WHERE q.oid < 16384 \
+                      AND q.pronamespace = CAST('pg_catalog' AS regnamespace) AND q.proname = p.proname \
+                      AND q.proargtypes = p.proargtypes) \
     UNION ALL \
     SELECT '', 'type ' || CAST(n.nspname AS TEXT) || '.' || CAST(t.typname AS TEXT), 'A', '' \
     FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \

@@ -413,12 +413,14 @@ const EXTRAS: &str = "\
       WHERE n.nspname = current_schema() AND c.relname = $1 AND a.attnum > 0 AND NOT a.attisdropped \
         AND co.collname NOT IN ('C', 'POSIX', 'ucs_basic', 'default') \
      UNION ALL \
-     SELECT 'REPLICA IDENTITY NOTHING while publication ' || p.pubname::text || ' publishes its updates or deletes: PostgreSQL refuses every UPDATE and DELETE of it here alone; set REPLICA IDENTITY DEFAULT', c.relname::text \
+     SELECT 'no replica identity (REPLICA IDENTITY NOTHING, or USING an index that is gone) while publication ' || p.pubname::text || ' publishes its updates or deletes: PostgreSQL refuses every UPDATE and DELETE of it here alone; set REPLICA IDENTITY DEFAULT', c.relname::text \
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-       JOIN pg_publication p ON p.pubupdate OR p.pubdelete \
-      WHERE n.nspname = current_schema() AND c.relname = $1 AND c.relreplident = 'n' \
-        AND (p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel pr \
-                                        WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid)) \
+       JOIN pg_publication_tables pt ON pt.schemaname = n.nspname AND pt.tablename = c.relname \
+       JOIN pg_publication p ON p.pubname = pt.pubname AND (p.pubupdate OR p.pubdelete) \
+      WHERE n.nspname = current_schema() AND c.relname = $1 \
+        AND (c.relreplident = 'n' \
+             OR (c.relreplident = 'i' AND NOT EXISTS (SELECT 1 FROM pg_index ri \
+                                                      WHERE ri.indrelid = c.oid AND ri.indisreplident))) \
      UNION ALL \
      SELECT 'the database''s default collation ' || d.datcollate::text || ', which compares text linguistically (literals and parameters compare in it); create the database with LC_COLLATE ''C'' or ''C.UTF-8''', current_database()::text \
        FROM pg_database d WHERE d.datname = current_database() \
