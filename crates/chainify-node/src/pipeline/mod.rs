@@ -228,6 +228,9 @@ pub struct Pipeline {
     repair_after: u64,
     /// The block whose damaged record a repair was last started for.
     damage_repaired: Option<BlockNumber>,
+    /// The next repair takes another organization's state, for this reason (a restore did not
+    /// reach the damage).
+    repair_by_transfer: Option<String>,
     /// A fast join is still to be tried (an empty ledger at start).
     join_pending: bool,
     /// Whether any organization may serve a state transfer.
@@ -260,6 +263,7 @@ impl Pipeline {
             repair_pending: false,
             repair_after: 0,
             damage_repaired: None,
+            repair_by_transfer: None,
             has_peers: false,
             job: None,
         }
@@ -446,6 +450,8 @@ impl Pipeline {
         }
         self.state_checked = true;
         self.failed_attempts = 0;
+        // A block ran: any damage is behind.
+        self.repair_by_transfer = None;
         self.chain_to(&ledger);
         if checkpointed {
             out.push(Command::Prune {

@@ -260,9 +260,12 @@ impl Pipeline {
                 tried: Vec::new(),
                 step: RepairStep::Listing,
             }));
-            out.push(Command::ListCheckpoints {
-                before: BlockNumber(agreed.0 + 1),
-            });
+            match self.repair_by_transfer.clone() {
+                Some(local) => self.transfer_for_repair(local, out),
+                None => out.push(Command::ListCheckpoints {
+                    before: BlockNumber(agreed.0 + 1),
+                }),
+            }
             return true;
         }
         false
@@ -272,8 +275,9 @@ impl Pipeline {
     /// and repair at the next clean point instead of running it again, which would fail the
     /// same way for ever. The repair restores a verified checkpoint, which rewrites the
     /// record, and replays to the agreed block; the block then comes again from a reopened
-    /// stream. If the same block meets damage again, the next repair waits
-    /// [`REPAIR_RETRY_MS`] (no busy loop of repairs on damage no restore reaches).
+    /// stream. If the same block meets damage again, a restore did not reach it: the next
+    /// repair waits [`REPAIR_RETRY_MS`] (no busy loop) and takes another organization's state
+    /// instead of restoring a checkpoint again.
     pub(super) fn repair_damage(
         &mut self,
         block: BlockNumber,
@@ -286,11 +290,15 @@ impl Pipeline {
         self.retry = None;
         self.failed_attempts = 0;
         self.repair_pending = true;
-        self.repair_after = if self.damage_repaired == Some(block) {
+        let again = self.damage_repaired == Some(block);
+        self.repair_after = if again {
             self.now + REPAIR_RETRY_MS
         } else {
             self.now
         };
+        self.repair_by_transfer = again.then(|| {
+            format!("a checkpoint restored did not repair block {block}'s damage ({damage})")
+        });
         self.damage_repaired = Some(block);
         self.reopen(REOPEN_AFTER_MS, out);
     }

@@ -775,19 +775,39 @@ fn damage_to_the_record_of_applied_blocks_is_repaired_not_retried() {
     assert_eq!(p.handle(500, Event::Tick), vec![Command::OpenStream(from)]);
     p.handle(500, Event::StreamOpened);
     assert_eq!(p.handle(500, Event::Ordered(n.tb(5))), vec![execute]);
-    // Damage again at the same block: the next repair waits.
+    // Damage again at the same block: the restore did not reach it. The next repair waits,
+    // then takes another organization's state instead.
     p.handle(510, damaged(2));
     assert_eq!(p.handle(511, Event::Tick), vec![]);
+    let by_transfer = vec![
+        Command::Notice(Notice::Repairing {
+            agreed: BlockNumber(4),
+        }),
+        Command::Notice(Notice::NoCheckpointRepairs {
+            reason:
+                "a checkpoint restored did not repair block #5's damage (block #5: chainify_state \
+                     holds a bad accumulator (2))"
+                    .into(),
+        }),
+        Command::TransferState,
+    ];
     assert_eq!(
         p.handle(510 + recovery::REPAIR_RETRY_MS, Event::Tick),
-        vec![
-            Command::Notice(Notice::Repairing {
-                agreed: BlockNumber(4)
-            }),
-            Command::ListCheckpoints {
-                before: BlockNumber(5)
-            },
-        ]
+        by_transfer
+    );
+    // No organization has a state to give: alarm, and a transfer again later, not a restore.
+    let at = 520 + recovery::REPAIR_RETRY_MS;
+    let out = p.handle(
+        at,
+        Event::TransferFailed(peer_failed(2, PeerError::NoOffer)),
+    );
+    assert!(
+        matches!(&out[..], [Command::Commit(commit::Command::Alarm(_))]),
+        "{out:?}"
+    );
+    assert_eq!(
+        p.handle(at + recovery::REPAIR_RETRY_MS, Event::Tick),
+        by_transfer
     );
 }
 
