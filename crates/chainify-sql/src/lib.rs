@@ -45,8 +45,8 @@ use sqlparser::parser::{Parser, ParserError};
 pub use analyze::StatementPlan;
 pub use plan::MAX_KEY_VALUE_BYTES;
 pub use portable::{
-    MAX_BOUND_BYTES, MAX_DEGREE, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_PLACEHOLDERS, MAX_SELECT_ENTRIES,
-    MAX_SORT_KEY_BYTES, MAX_TERMS, Typed, Work,
+    MAX_BOUND_BYTES, MAX_DEGREE, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_PLACEHOLDERS, MAX_ROW_BYTES,
+    MAX_SELECT_ENTRIES, MAX_SORT_KEY_BYTES, MAX_TERMS, Typed, Work,
 };
 pub use query::{MAX_QUERY_ROWS, OutputColumn, QueryPlan};
 pub use reject::{RejectKind, Rejection};

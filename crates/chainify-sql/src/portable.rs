@@ -64,6 +64,22 @@ pub const MAX_SELECT_ENTRIES: usize = 1_000;
 /// A 32nd of the default buffer, under half of what failed.
 pub const MAX_SORT_KEY_BYTES: u64 = (2 << 20) / 32;
 
+/// Most bytes one row of a SELECT may take, each output counted at its bound
+/// ([`Writer::row_bytes`]: a TEXT column [`MAX_STORED_TEXT`], a bytes column and the
+/// parameters together [`MAX_BOUND_BYTES`], VARCHAR(n) 4n, computed text its growth bound, at
+/// most [`MAX_TEXT_EXPR`]). PostgreSQL fails a row whose message (or a tuple it sorts) passes
+/// 1 GB where the others return it, and each organization's driver holds a row it reads several
+/// times over: 1 000 TEXT outputs would be a gigabyte. MariaDB sent rows of 100 MiB, past its
+/// 16 MiB packet (the server splits a row into packets); a query's answer holds 32 MiB.
+pub const MAX_ROW_BYTES: u64 = 16 << 20;
+
+/// A value of a fixed-size type in a row, at most: a DECIMAL(65, 30) spelled as text (67
+/// characters) with its length.
+const FIXED_VALUE_BYTES: u64 = 80;
+
+/// A text or bytes value's length in a row (MariaDB's longest length prefix is 9 bytes).
+const VALUE_FRAMING: u64 = 9;
+
 /// Most placeholders a rendering may bind. MySQL's `?` are positional, so a parameter is bound
 /// again at every place its rendering uses it, and some spellings repeat an operand (MySQL's
 /// guarded subtraction writes its right side three times): nesting multiplies the places.
@@ -2055,6 +2071,26 @@ fn sort_key_bytes(e: &E, ty: Ty) -> u64 {
     }
 }
 
+/// A bound of the bytes a value takes in a row ([`Writer::value_bytes`]).
+#[derive(Clone, Copy)]
+struct ValueBytes {
+    /// From columns, literals and computed text.
+    fixed: u64,
+    /// Whether parameters' values add to it (counted once a row, [`Writer::row_bytes`]).
+    params: bool,
+}
+
+impl ValueBytes {
+    /// The bound with the parameters' [`MAX_BOUND_BYTES`] in it.
+    fn total(self) -> u64 {
+        if self.params {
+            self.fixed.saturating_add(MAX_BOUND_BYTES as u64)
+        } else {
+            self.fixed
+        }
+    }
+}
+
 /// How a message names the SELECT at `depth` (1: the statement's own query).
 fn select_name(depth: usize) -> String {
     match depth {
@@ -2628,6 +2664,111 @@ impl Writer<'_> {
         }
     }
 
+    /// The most bytes one row of `q` takes, its outputs (of types `types`) each counted by
+    /// [`Writer::value_bytes`]; the parameters' values in it together at most
+    /// [`MAX_BOUND_BYTES`], which they add up to at every place the statement uses them.
+    fn row_bytes(&self, q: &Q, types: &[Ty]) -> u64 {
+        let mut row = 0u64;
+        let mut params = false;
+        for (e, ty) in q.items.iter().zip(types) {
+            let v = self.value_bytes(e, *ty);
+            row = row.saturating_add(v.fixed);
+            params |= v.params;
+        }
+        if params {
+            row = row.saturating_add(MAX_BOUND_BYTES as u64);
+        }
+        row
+    }
+
+    /// The most bytes output `e` of type `ty` takes in a row: a fixed-size value
+    /// [`FIXED_VALUE_BYTES`]; text and bytes their bound and [`VALUE_FRAMING`]. A TEXT column
+    /// holds at most [`MAX_STORED_TEXT`] (what chainify stores there is checked), VARCHAR(n) 4n
+    /// bytes, a bytes column what a statement's parameters carry ([`MAX_BOUND_BYTES`]); `||`
+    /// and REPLACE at most [`MAX_TEXT_EXPR`] (their growth is checked). Parameters are not
+    /// counted here but flagged: [`Writer::row_bytes`] counts them once for the whole row.
+    fn value_bytes(&self, e: &E, ty: Ty) -> ValueBytes {
+        match ty {
+            Ty::Text | Ty::Bytes | Ty::Null => {
+                let mut v = self.payload_bytes(e);
+                v.fixed = v.fixed.saturating_add(VALUE_FRAMING);
+                v
+            }
+            Ty::Int | Ty::Dec | Ty::Bool => ValueBytes {
+                fixed: FIXED_VALUE_BYTES,
+                params: false,
+            },
+        }
+    }
+
+    /// The most bytes text or bytes expression `e` holds, parameters flagged ([`Writer::value_bytes`]).
+    fn payload_bytes(&self, e: &E) -> ValueBytes {
+        let fixed = |fixed: u64| ValueBytes {
+            fixed,
+            params: false,
+        };
+        let max_of = |xs: &mut dyn Iterator<Item = &E>| {
+            xs.map(|x| self.payload_bytes(x))
+                .fold(fixed(0), |a, b| ValueBytes {
+                    fixed: a.fixed.max(b.fixed),
+                    params: a.params || b.params,
+                })
+        };
+        match e {
+            E::Lit(v) => fixed(v.payload_bytes() as u64),
+            E::Param(i) => match self.sig.get(*i) {
+                Some(Ty::Text | Ty::Bytes) => ValueBytes {
+                    fixed: 0,
+                    params: true,
+                },
+                _ => fixed(FIXED_VALUE_BYTES),
+            },
+            E::Col(c) => fixed(match (c.ty, c.limit) {
+                (Ty::Text, Limit::Chars(n)) => 4 * u64::from(n),
+                (Ty::Text, _) => MAX_STORED_TEXT,
+                (Ty::Bytes, _) => MAX_BOUND_BYTES as u64,
+                _ => FIXED_VALUE_BYTES,
+            }),
+            // Checked when typed: at most MAX_TEXT_EXPR, whatever the parameters hold.
+            E::Concat(a, b) => {
+                let (a, b) = (self.payload_bytes(a), self.payload_bytes(b));
+                let v = ValueBytes {
+                    fixed: a.fixed.saturating_add(b.fixed),
+                    params: a.params || b.params,
+                };
+                if v.total() > MAX_TEXT_EXPR {
+                    fixed(MAX_TEXT_EXPR)
+                } else {
+                    v
+                }
+            }
+            E::Func(Func::Replace, args) => match args.as_slice() {
+                [a, _, c] => {
+                    let (a, c) = (self.payload_bytes(a), self.payload_bytes(c));
+                    fixed(
+                        a.total()
+                            .saturating_mul(c.total().max(1))
+                            .min(MAX_TEXT_EXPR),
+                    )
+                }
+                _ => fixed(MAX_TEXT_EXPR),
+            },
+            E::Func(Func::Substr | Func::Trim | Func::Ltrim | Func::Rtrim, args) => {
+                args.first().map_or(fixed(0), |a| self.payload_bytes(a))
+            }
+            E::Func(Func::Coalesce | Func::Nullif, args) => max_of(&mut args.iter()),
+            E::Case {
+                whens, otherwise, ..
+            } => max_of(&mut whens.iter().map(|(_, t)| t).chain(otherwise.as_deref())),
+            E::Scalar(q) => match q.items.as_slice() {
+                [item] => self.payload_bytes(item),
+                _ => fixed(MAX_TEXT_EXPR),
+            },
+            E::Agg(Agg::Min | Agg::Max, Some(x)) => self.payload_bytes(x),
+            _ => fixed(MAX_TEXT_EXPR),
+        }
+    }
+
     /// A text value stored into an unbounded TEXT column: at most [`MAX_STORED_TEXT`]. One
     /// computed into VARCHAR(n) provably fits: a longer one does not fail alike (PostgreSQL
     /// cuts excess spaces silently, MariaDB spaces and tabs, SQLite fails; found by the
@@ -2997,6 +3138,20 @@ impl Writer<'_> {
         })();
         self.filter = outer;
         items?;
+        let row = self.row_bytes(q, &types);
+        if row > MAX_ROW_BYTES {
+            return Err(Rejection::limit(format!(
+                "{} returns rows of up to {row} bytes ({}) from its {} outputs (a TEXT column counts {}, bytes {}, VARCHAR(n) 4n bytes, || and REPLACE their bound up to {}, the parameters {} together); at most {MAX_ROW_BYTES} bytes ({}) a row are accepted (PostgreSQL fails a row over 1 GB where the others return it, and every organization holds a row several times while it reads it)",
+                select_name(level + 1),
+                human_bytes(row),
+                q.items.len(),
+                human_bytes(MAX_STORED_TEXT),
+                human_bytes(MAX_BOUND_BYTES as u64),
+                human_bytes(MAX_TEXT_EXPR),
+                human_bytes(MAX_BOUND_BYTES as u64),
+                human_bytes(MAX_ROW_BYTES),
+            )));
+        }
         self.aggregates = false;
         for (i, f) in q.from.iter().enumerate() {
             let table = format!("{} AS {}", quote(&f.occ.table), quote(f.occ.qualifier()));

@@ -9,7 +9,7 @@ use chainify_core::tx::{Statement, Transaction};
 use chainify_sql::render::Dialect;
 use chainify_sql::{
     Analyzer, MAX_BOUND_BYTES, MAX_DEPTH, MAX_FOLDED_BYTES, MAX_KEY_VALUE_BYTES, MAX_PLACEHOLDERS,
-    MAX_SELECT_ENTRIES, MAX_SORT_KEY_BYTES, MAX_TERMS, RejectKind, Schema,
+    MAX_ROW_BYTES, MAX_SELECT_ENTRIES, MAX_SORT_KEY_BYTES, MAX_TERMS, RejectKind, Schema,
 };
 
 const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite];
@@ -1337,14 +1337,15 @@ fn long_keys_are_refused_on_every_engine_alike() {
 }
 
 /// A schema wide enough to reach the engines' own limits: 40 TEXT and 40 VARCHAR(256) columns
-/// in `w`, and a narrow table `o`.
+/// in `w`, a narrow table `o`, and `y` of four BYTEA columns.
 fn wide_analyzer() -> Analyzer {
     let text: Vec<String> = (0..40).map(|i| format!("c{i} TEXT")).collect();
     let short: Vec<String> = (0..40).map(|i| format!("v{i} VARCHAR(256)")).collect();
     Analyzer::new(
         Schema::from_sql(&format!(
             "CREATE TABLE w (k BIGINT PRIMARY KEY, n BIGINT NOT NULL, {}, {});
-             CREATE TABLE o (k BIGINT PRIMARY KEY, n BIGINT NOT NULL);",
+             CREATE TABLE o (k BIGINT PRIMARY KEY, n BIGINT NOT NULL);
+             CREATE TABLE y (k BIGINT PRIMARY KEY, b0 BYTEA, b1 BYTEA, b2 BYTEA, b3 BYTEA);",
             text.join(", "),
             short.join(", ")
         ))
@@ -1514,10 +1515,16 @@ fn sort_keys_are_bounded_by_their_declared_width() {
         p(),
         "sorts on keys",
     );
-    // DISTINCT outputs are keys too; integer keys are narrow.
+    // DISTINCT outputs are keys too (VARCHAR(256): 64 TEXT outputs pass `MAX_ROW_BYTES`
+    // first); integer keys are narrow.
+    a.analyze(&tx(
+        &format!("SELECT DISTINCT {} {from}", keys("v", fit)),
+        p(),
+    ))
+    .unwrap();
     limit_refusal(
         &a,
-        &format!("SELECT DISTINCT {} {from}", keys("c", fit + 1)),
+        &format!("SELECT DISTINCT {} {from}", keys("v", fit + 1)),
         p(),
         "GROUP BY, ORDER BY and DISTINCT outputs",
     );
@@ -1533,6 +1540,136 @@ fn sort_keys_are_bounded_by_their_declared_width() {
         ),
         p(),
         "a SELECT nested 1 level deep sorts on keys",
+    );
+}
+
+/// One row of a SELECT is bounded in bytes (`MAX_ROW_BYTES`, 16 MiB), each output counted
+/// from what the analysis knows: a TEXT column 1 MiB (what chainify stores there is checked), a
+/// bytes column 4 MiB (what a statement's parameters may carry), `||` and REPLACE their growth
+/// bound (at most 4 MiB), the parameters 4 MiB together, 9 bytes of framing for each text or
+/// bytes value. Found in review: 1 000 TEXT outputs made a row of a gigabyte, which PostgreSQL
+/// cannot send (it fails a row over 1 GB where the others return it) and which every
+/// organization's driver holds several times over. Largest accepted and smallest refused for
+/// each kind of output, in a transaction and in a query alike, at every nesting level.
+#[test]
+fn a_selects_row_is_bounded_in_bytes() {
+    let a = wide_analyzer();
+    let cols = |prefix: &str, from: usize, n: usize| -> Vec<String> {
+        (from..from + n).map(|i| format!("{prefix}{i}")).collect()
+    };
+    let select = |outputs: Vec<String>, from: &str| {
+        format!("SELECT {} FROM {from} WHERE k = $1", outputs.join(", "))
+    };
+    let mib = 1u64 << 20;
+    let text = mib + 9;
+    let computed = 4 * mib + 9;
+    let bytes = MAX_BOUND_BYTES as u64 + 9;
+    let replaced = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|i| format!("REPLACE(c{i}, 'a', 'bbbb')"))
+            .collect()
+    };
+    let params = |n: usize| -> Vec<String> { (2..2 + n).map(|i| format!("${i}")).collect() };
+    let with = |mut a: Vec<String>, b: Vec<String>| {
+        a.extend(b);
+        a
+    };
+    let p = |n: usize| -> Vec<Value> {
+        std::iter::once(Value::Int(1))
+            .chain((0..n).map(|_| Value::Text("x".into())))
+            .collect()
+    };
+    // (largest accepted, its bound, smallest refused, its bound, parameters); a query's
+    // outputs are columns and aggregates only.
+    let cases = [
+        // Stored TEXT columns: 15 fit, 16 do not.
+        (
+            select(cols("c", 0, 15), "w"),
+            15 * text,
+            select(cols("c", 0, 16), "w"),
+            16 * text,
+            0,
+        ),
+        // Computed text: REPLACE of a TEXT column by four bytes may take 4 MiB.
+        (
+            select(with(replaced(3), cols("c", 3, 3)), "w"),
+            3 * computed + 3 * text,
+            select(replaced(4), "w"),
+            4 * computed,
+            0,
+        ),
+        // Bytes columns: 4 MiB each.
+        (
+            select(cols("b", 0, 3), "y"),
+            3 * bytes,
+            select(cols("b", 0, 4), "y"),
+            4 * bytes,
+            0,
+        ),
+        // Parameters: 4 MiB together, however many.
+        (
+            select(with(cols("c", 0, 11), params(8)), "w"),
+            11 * text + 8 * 9 + MAX_BOUND_BYTES as u64,
+            select(with(cols("c", 0, 12), params(8)), "w"),
+            12 * text + 8 * 9 + MAX_BOUND_BYTES as u64,
+            8,
+        ),
+    ];
+    for (ok, ok_bytes, refused, refused_bytes, n) in cases {
+        assert!(ok_bytes <= MAX_ROW_BYTES && refused_bytes > MAX_ROW_BYTES);
+        a.analyze(&tx(&ok, p(n)))
+            .unwrap_or_else(|e| panic!("{ok}: {e}"));
+        let why = format!("the SELECT returns rows of up to {refused_bytes} bytes");
+        limit_refusal(&a, &refused, p(n), &why);
+        if ok.contains('(') || n > 0 {
+            continue;
+        }
+        a.query(&ok, &p(n)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        let e = a.query(&refused, &p(n)).unwrap_err();
+        assert_eq!(e.kind, RejectKind::Limit, "{e}");
+        assert!(e.to_string().contains(&why), "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("at most {MAX_ROW_BYTES} bytes (16.0 MiB) a row")),
+            "{e}"
+        );
+    }
+    // A scalar subquery's output counts what it holds; ordinary rows are far below.
+    a.analyze(&tx(
+        &format!(
+            "SELECT (SELECT c0 FROM w WHERE k = 2), {} FROM w WHERE k = $1",
+            cols("c", 1, 14).join(", ")
+        ),
+        p(0),
+    ))
+    .unwrap();
+    limit_refusal(
+        &a,
+        &format!(
+            "SELECT (SELECT c0 FROM w WHERE k = 2), {} FROM w WHERE k = $1",
+            cols("c", 1, 15).join(", ")
+        ),
+        p(0),
+        &format!("returns rows of up to {} bytes", 16 * text),
+    );
+    // At every nesting level, and into INSERT … SELECT.
+    limit_refusal(
+        &a,
+        &format!(
+            "UPDATE o SET n = 1 WHERE k = $1 AND EXISTS (SELECT {} FROM w WHERE k = $1)",
+            cols("c", 0, 16).join(", ")
+        ),
+        p(0),
+        "a SELECT nested 1 level deep returns rows of up to",
+    );
+    limit_refusal(
+        &a,
+        &format!(
+            "INSERT INTO w (k, n, {0}) SELECT k + 1, n, {0} FROM w WHERE k = $1",
+            cols("c", 0, 16).join(", ")
+        ),
+        p(0),
+        "returns rows of up to",
     );
 }
 
