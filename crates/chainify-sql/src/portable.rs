@@ -2080,17 +2080,6 @@ struct ValueBytes {
     params: bool,
 }
 
-impl ValueBytes {
-    /// The bound with the parameters' [`MAX_BOUND_BYTES`] in it.
-    fn total(self) -> u64 {
-        if self.params {
-            self.fixed.saturating_add(MAX_BOUND_BYTES as u64)
-        } else {
-            self.fixed
-        }
-    }
-}
-
 /// How a message names the SELECT at `depth` (1: the statement's own query).
 fn select_name(depth: usize) -> String {
     match depth {
@@ -2610,15 +2599,25 @@ impl Writer<'_> {
     /// (`cap`, or [`MAX_REPLACEMENT`] as a REPLACE's replacement). A TEXT column holds at most
     /// [`MAX_STORED_TEXT`] (what chainify stores there is checked), VARCHAR(n) 4n bytes.
     fn text_bound(&mut self, e: &E, cap: u64) -> u64 {
-        let max_of = |w: &mut Self, xs: &mut dyn Iterator<Item = &E>| {
-            xs.map(|x| w.text_bound(x, cap)).max().unwrap_or(0)
+        let mut checks = Vec::new();
+        let n = self.text_bound_with(e, cap, &mut checks);
+        self.checks.append(&mut checks);
+        n
+    }
+
+    /// [`Writer::text_bound`], the checks it needs put into `checks`.
+    fn text_bound_with(&self, e: &E, cap: u64, checks: &mut Vec<ValueCheck>) -> u64 {
+        let max_of = |checks: &mut Vec<ValueCheck>, xs: &mut dyn Iterator<Item = &E>| {
+            xs.map(|x| self.text_bound_with(x, cap, checks))
+                .max()
+                .unwrap_or(0)
         };
         match e {
             E::Lit(Value::Text(t)) => t.len() as u64,
             E::Lit(_) => 0,
             E::Param(i) => {
                 if self.sig.get(*i) == Some(&Ty::Text) {
-                    self.checks.push(ValueCheck::TextAtMost(*i, cap));
+                    checks.push(ValueCheck::TextAtMost(*i, cap));
                     cap
                 } else {
                     0
@@ -2629,35 +2628,43 @@ impl Writer<'_> {
                 _ => MAX_STORED_TEXT,
             },
             E::Concat(a, b) => {
-                let a = self.text_bound(a, cap);
-                a.saturating_add(self.text_bound(b, cap))
+                let a = self.text_bound_with(a, cap, checks);
+                a.saturating_add(self.text_bound_with(b, cap, checks))
             }
-            E::Func(Func::Replace, args) => self.replace_bound(args, cap),
-            E::Func(Func::Substr | Func::Trim | Func::Ltrim | Func::Rtrim, args) => {
-                args.first().map_or(0, |a| self.text_bound(a, cap))
-            }
-            E::Func(Func::Coalesce | Func::Nullif, args) => max_of(self, &mut args.iter()),
+            E::Func(Func::Replace, args) => self.replace_bound(args, cap, checks),
+            E::Func(Func::Substr | Func::Trim | Func::Ltrim | Func::Rtrim, args) => args
+                .first()
+                .map_or(0, |a| self.text_bound_with(a, cap, checks)),
+            E::Func(Func::Coalesce | Func::Nullif, args) => max_of(checks, &mut args.iter()),
             E::Case {
                 whens, otherwise, ..
             } => max_of(
-                self,
+                checks,
                 &mut whens.iter().map(|(_, t)| t).chain(otherwise.as_deref()),
             ),
             E::Scalar(q) => match q.items.as_slice() {
-                [item] => self.text_bound(item, cap),
+                [item] => self.text_bound_with(item, cap, checks),
                 _ => MAX_STORED_TEXT,
             },
-            E::Agg(Agg::Min | Agg::Max, Some(x)) => self.text_bound(x, cap),
+            E::Agg(Agg::Min | Agg::Max, Some(x)) => self.text_bound_with(x, cap, checks),
             _ => MAX_STORED_TEXT,
         }
     }
 
+    /// [`Writer::replace_bound`] of a REPLACE being typed, its parameters checked.
+    fn replace_bound_checked(&mut self, args: &[E]) -> u64 {
+        let mut checks = Vec::new();
+        let n = self.replace_bound(args, MAX_STORED_TEXT, &mut checks);
+        self.checks.append(&mut checks);
+        n
+    }
+
     /// REPLACE(a, b, c) holds at most |a| · max(1, |c|) bytes (every byte of `a` a match).
-    fn replace_bound(&mut self, args: &[E], cap: u64) -> u64 {
+    fn replace_bound(&self, args: &[E], cap: u64, checks: &mut Vec<ValueCheck>) -> u64 {
         match args {
             [a, _, c] => {
-                let a = self.text_bound(a, cap);
-                let c = self.text_bound(c, MAX_REPLACEMENT.min(cap));
+                let a = self.text_bound_with(a, cap, checks);
+                let c = self.text_bound_with(c, MAX_REPLACEMENT.min(cap), checks);
                 a.saturating_mul(c.max(1))
             }
             _ => u64::MAX,
@@ -2729,30 +2736,12 @@ impl Writer<'_> {
                 (Ty::Bytes, _) => MAX_BOUND_BYTES as u64,
                 _ => FIXED_VALUE_BYTES,
             }),
-            // Checked when typed: at most MAX_TEXT_EXPR, whatever the parameters hold.
-            E::Concat(a, b) => {
-                let (a, b) = (self.payload_bytes(a), self.payload_bytes(b));
-                let v = ValueBytes {
-                    fixed: a.fixed.saturating_add(b.fixed),
-                    params: a.params || b.params,
-                };
-                if v.total() > MAX_TEXT_EXPR {
-                    fixed(MAX_TEXT_EXPR)
-                } else {
-                    v
-                }
-            }
-            E::Func(Func::Replace, args) => match args.as_slice() {
-                [a, _, c] => {
-                    let (a, c) = (self.payload_bytes(a), self.payload_bytes(c));
-                    fixed(
-                        a.total()
-                            .saturating_mul(c.total().max(1))
-                            .min(MAX_TEXT_EXPR),
-                    )
-                }
-                _ => fixed(MAX_TEXT_EXPR),
-            },
+            // Their growth was checked when typed, with the parameters in them checked
+            // (`TextAtMost`) against the caps this bound counts.
+            E::Concat(..) | E::Func(Func::Replace, _) => fixed(
+                self.text_bound_with(e, MAX_STORED_TEXT, &mut Vec::new())
+                    .min(MAX_TEXT_EXPR),
+            ),
             E::Func(Func::Substr | Func::Trim | Func::Ltrim | Func::Rtrim, args) => {
                 args.first().map_or(fixed(0), |a| self.payload_bytes(a))
             }
@@ -4155,7 +4144,7 @@ impl Writer<'_> {
                     self.emit(p);
                 }
                 self.push(") END)");
-                let n = self.replace_bound(args, MAX_STORED_TEXT);
+                let n = self.replace_bound_checked(args);
                 text_growth(n, "REPLACE")?;
                 Ok(Ty::Text)
             }
@@ -4184,7 +4173,7 @@ impl Writer<'_> {
                 }
                 self.push(")");
                 if f == Func::Replace {
-                    let n = self.replace_bound(args, MAX_STORED_TEXT);
+                    let n = self.replace_bound_checked(args);
                     text_growth(n, "REPLACE")?;
                 }
                 Ok(Ty::Text)

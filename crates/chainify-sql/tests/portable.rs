@@ -1598,6 +1598,18 @@ fn a_selects_row_is_bounded_in_bytes() {
             4 * computed,
             0,
         ),
+        // A replacement parameter is checked to 4 KiB: REPLACE of a VARCHAR(256) by one may
+        // take 4 MiB, and the parameter is no part of the row's 4 MiB of parameters.
+        (
+            select(
+                with(vec!["REPLACE(v0, 'a', $2)".to_owned(); 3], cols("c", 0, 3)),
+                "w",
+            ),
+            3 * computed + 3 * text,
+            select(vec!["REPLACE(v0, 'a', $2)".to_owned(); 4], "w"),
+            4 * computed,
+            1,
+        ),
         // Bytes columns: 4 MiB each.
         (
             select(cols("b", 0, 3), "y"),
