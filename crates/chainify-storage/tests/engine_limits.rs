@@ -6,12 +6,19 @@
 //! multiplied MySQL's positional placeholders past the 65 535 MariaDB takes. Here the largest
 //! statement of each shape the analysis accepts runs to the same outcome and digest on
 //! PostgreSQL, MariaDB and SQLite, and the smallest one past the bound is refused by the
-//! analysis (SQL007) before any engine sees it.
+//! analysis (SQL007) before any engine sees it. A row of 1 000 TEXT outputs could take a
+//! gigabyte, which PostgreSQL cannot send: the widest row the analysis accepts (`MAX_ROW_BYTES`,
+//! counted from declared types and growth bounds) runs alike too, in a transaction and as a
+//! query, over a row that holds a few MiB of real text (its bound is 15 MiB: filling it would
+//! only make the test slower; the engines' own limits are far above, see
+//! docs/design/portable-sql.md).
 //! Run: `cargo test -p chainify-storage --test engine_limits`.
 
 use chainify_core::tx::{Statement, Transaction};
 use chainify_core::{BlockNumber, Digest, Value};
-use chainify_sql::{Analyzer, MAX_SELECT_ENTRIES, RejectKind};
+use std::time::Duration;
+
+use chainify_sql::{Analyzer, MAX_ROW_BYTES, MAX_SELECT_ENTRIES, RejectKind};
 use chainify_storage::{ExecBlock, ExecMode, Store, StoreOptions};
 use chainify_testkit::conformance::storage::{Fixture, fixture_ddl, outside};
 use chainify_testkit::engines::{MySqlFixture, PgFixture, SqliteFixture};
@@ -52,6 +59,27 @@ fn placeholders(n: usize) -> String {
     format!("UPDATE w SET n = {e} WHERE k = 2")
 }
 
+/// The widest row accepted: 11 outputs of up to 1 MiB, one REPLACE of up to 4 MiB, 80 bytes
+/// of `k` and 9 of framing for each text value; `extra` more TEXT outputs.
+fn wide_row(extra: usize) -> String {
+    let text: Vec<String> = (1..12 + extra).map(|i| format!("c{i}")).collect();
+    format!(
+        "SELECT k, REPLACE(c0, 'é', 'bbbb'), {} FROM w WHERE k = $1",
+        text.join(", ")
+    )
+}
+
+/// What `wide_row(extra)` may take in bytes, as the analysis counts it.
+fn wide_row_bytes(extra: u64) -> u64 {
+    80 + (4 << 20) + 9 + (11 + extra) * ((1 << 20) + 9)
+}
+
+/// The widest row a query may read (a query's outputs are columns): 15 TEXT columns and `k`.
+fn wide_query(extra: usize) -> String {
+    let text: Vec<String> = (0..15 + extra).map(|i| format!("c{i}")).collect();
+    format!("SELECT k, {} FROM w WHERE k = $1", text.join(", "))
+}
+
 /// The largest accepted statement of each shape (a name, the SQL).
 fn largest() -> Vec<(&'static str, String)> {
     let m = MAX_SELECT_ENTRIES;
@@ -81,10 +109,11 @@ fn largest() -> Vec<(&'static str, String)> {
             format!("SELECT a.k {JOIN4} ORDER BY {}", keys("v", 63)),
         ),
         (
-            "DISTINCT text outputs",
-            format!("SELECT DISTINCT {} {JOIN4}", keys("c", 63)),
+            "DISTINCT VARCHAR(256) outputs",
+            format!("SELECT DISTINCT {} {JOIN4}", keys("v", 63)),
         ),
         ("MySQL placeholders", placeholders(600)),
+        ("the widest row", wide_row(0)),
     ]
 }
 
@@ -117,8 +146,22 @@ fn smallest_refused() -> Vec<(String, &'static str)> {
             "sorts on keys",
         ),
         (
-            format!("SELECT DISTINCT {} {JOIN4}", keys("c", 64)),
+            format!("SELECT DISTINCT {} {JOIN4}", keys("v", 64)),
             "sorts on keys",
+        ),
+        // 64 TEXT outputs pass the row bound before their sort keys are counted.
+        (
+            format!("SELECT DISTINCT {} {JOIN4}", keys("c", 64)),
+            "returns rows of up to",
+        ),
+        (wide_row(1), "returns rows of up to"),
+        (wide_query(1), "returns rows of up to"),
+        (
+            format!(
+                "SELECT {} FROM w WHERE k = $1",
+                list("c0", MAX_SELECT_ENTRIES)
+            ),
+            "returns rows of up to",
         ),
         // What the hunt ran.
         (
@@ -159,17 +202,25 @@ fn deposit() -> Statement {
     .expect_rows(1)
 }
 
-/// Runs every largest statement, each in a block of its own beside a deposit; gives each
-/// block's success bitmap and digest.
-async fn run<F: Fixture>(f: &F, test: &str) -> Vec<(Vec<bool>, Digest)> {
+/// What [`run`] gives: each block's success bitmap and digest, and the widest query's answer.
+type Outcomes = (Vec<(Vec<bool>, Digest)>, Vec<Vec<Value>>);
+
+/// Runs every largest statement, each in a block of its own beside a deposit, then the widest
+/// query; gives each block's success bitmap and digest, and the query's rows.
+async fn run<F: Fixture>(f: &F, test: &str) -> Outcomes {
     let options = StoreOptions::default();
     let backend = f.backend(test, &options).await;
     outside(&backend, &fixture_ddl(f, &ddl())).await;
     let long = "é".repeat(200);
+    // 1 MiB in `c0` and in `c1`. The widest row's REPLACE may make 4 MiB of `c0` but finds
+    // only its 200 `é` (MariaDB's REPLACE is quadratic in the matches: 4 minutes or more for a
+    // MiB of them).
+    let c0 = format!("{long}{}", "a".repeat((1 << 20) - long.len()));
+    let c1 = "b".repeat(1 << 20);
     outside(
         &backend,
         &format!(
-            "INSERT INTO w (k, n, c0, v0) VALUES (1, 1, '{long}', '{long}'), (2, 2, 'b', 'b')"
+            "INSERT INTO w (k, n, c0, c1, v0) VALUES (1, 1, '{c0}', '{c1}', '{long}'), (2, 2, 'b', 'b', 'b')"
         ),
     )
     .await;
@@ -221,7 +272,22 @@ async fn run<F: Fixture>(f: &F, test: &str) -> Vec<(Vec<bool>, Digest)> {
         );
         outcomes.push((o.success, o.digest));
     }
-    outcomes
+    let plan = analyzer
+        .query(&wide_query(0), &[Value::Int(1)])
+        .unwrap_or_else(|e| panic!("{test}: the widest query: {e}"));
+    let answer = store
+        .read_snapshot(Duration::from_secs(60))
+        .await
+        .expect("a snapshot")
+        .query_rows(&plan, &[Value::Int(1)])
+        .await
+        .unwrap_or_else(|e| panic!("{test}: the widest query failed: {e}"));
+    let [row] = answer.rows.as_slice() else {
+        panic!("{test}: {} rows", answer.rows.len());
+    };
+    assert_eq!(row[1], Value::Text(c0), "{test}");
+    assert_eq!(row[2], Value::Text(c1), "{test}");
+    (outcomes, answer.rows)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,8 +295,38 @@ async fn the_largest_accepted_statements_run_alike_on_every_engine() {
     let pg = run(&PgFixture, "limits_pg").await;
     let my = run(&MySqlFixture, "limits_my").await;
     let lite = run(&SqliteFixture, "limits_lite").await;
-    assert_eq!(pg, my, "PostgreSQL and MariaDB");
-    assert_eq!(pg, lite, "PostgreSQL and SQLite");
+    assert_eq!(pg.0, my.0, "PostgreSQL and MariaDB");
+    assert_eq!(pg.0, lite.0, "PostgreSQL and SQLite");
+    // Megabytes of text: compared without printing them.
+    assert!(
+        pg.1 == my.1,
+        "the widest query: PostgreSQL and MariaDB differ"
+    );
+    assert!(
+        pg.1 == lite.1,
+        "the widest query: PostgreSQL and SQLite differ"
+    );
+}
+
+/// The widest row's bound is as close to `MAX_ROW_BYTES` as a TEXT output allows.
+#[test]
+fn the_widest_row_is_one_text_output_below_the_bound() {
+    assert!(wide_row_bytes(0) <= MAX_ROW_BYTES);
+    assert!(wide_row_bytes(1) > MAX_ROW_BYTES);
+    let schema = chainify_sql::Schema::from_sql(&ddl().replace("{text}", "TEXT")).expect("schema");
+    let analyzer = Analyzer::new(schema);
+    let e = analyzer
+        .analyze(&Transaction {
+            statements: vec![Statement::new(wide_row(1), vec![Value::Int(1)])],
+        })
+        .unwrap_err();
+    assert!(
+        e.reason.contains(&format!(
+            "returns rows of up to {} bytes",
+            wide_row_bytes(1)
+        )),
+        "{e}"
+    );
 }
 
 /// The analysis refuses the smallest statement past each bound, so no engine is given it.
