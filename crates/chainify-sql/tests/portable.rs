@@ -1201,16 +1201,14 @@ fn in_lists_on_one_key_column_intersect() {
 fn folding_a_value_rebuilt_under_nested_operators_is_bounded() {
     let a =
         Analyzer::new(Schema::from_sql("CREATE TABLE t (k BIGINT PRIMARY KEY, v TEXT)").unwrap());
+    // Just under the 1 MiB a constant text may take, with room for the `||`s.
     let grown = format!(
         "REPLACE('{}', 'a', '{}')",
         "a".repeat(1024),
-        "b".repeat(1024)
+        "b".repeat(1000)
     );
-    let chain = |depth: usize| {
-        (0..depth).fold(grown.clone(), |inner, _| {
-            format!("REPLACE({inner}, 'c', 'd')")
-        })
-    };
+    let chain =
+        |depth: usize| (0..depth).fold(grown.clone(), |inner, _| format!("({inner} || 'c')"));
     let sql = |depth: usize| format!("UPDATE t SET v = v WHERE k = $1 AND v = {}", chain(depth));
     a.analyze(&tx(&sql(2), vec![Value::Int(1)])).unwrap();
     a.analyze(&tx(&sql(12), vec![Value::Int(1)])).unwrap();
@@ -1564,11 +1562,9 @@ fn a_selects_row_is_bounded_in_bytes() {
     let text = mib + 9;
     let computed = 4 * mib + 9;
     let bytes = MAX_BOUND_BYTES as u64 + 9;
-    let replaced = |n: usize| -> Vec<String> {
-        (0..n)
-            .map(|i| format!("REPLACE(c{i}, 'a', 'bbbb')"))
-            .collect()
-    };
+    // REPLACE's text is bounded (`MAX_REPLACE_SUBJECT`): a VARCHAR(256) by 4 KiB.
+    let replaced =
+        |n: usize| -> Vec<String> { vec![format!("REPLACE(v0, 'a', '{}')", "b".repeat(4096)); n] };
     let params = |n: usize| -> Vec<String> { (2..2 + n).map(|i| format!("${i}")).collect() };
     let with = |mut a: Vec<String>, b: Vec<String>| {
         a.extend(b);
@@ -1590,7 +1586,7 @@ fn a_selects_row_is_bounded_in_bytes() {
             16 * text,
             0,
         ),
-        // Computed text: REPLACE of a TEXT column by four bytes may take 4 MiB.
+        // Computed text: REPLACE of a VARCHAR(256) by 4 KiB may take 4 MiB.
         (
             select(with(replaced(3), cols("c", 3, 3)), "w"),
             3 * computed + 3 * text,
@@ -1713,4 +1709,49 @@ fn mysql_placeholders_are_bounded() {
             "binds its parameters at 67500 places in its MySQL rendering; at most {MAX_PLACEHOLDERS}"
         ),
     );
+}
+
+/// MariaDB's REPLACE takes time quadratic in its matches (64 KiB of them 1.7 s, a TEXT column's
+/// MiB about six minutes, where PostgreSQL and SQLite are linear): its text is bounded at
+/// `MAX_REPLACE_SUBJECT`, a VARCHAR(256), and a parameter there is checked by value.
+#[test]
+fn replace_takes_text_of_at_most_a_kib() {
+    use chainify_sql::portable::MAX_REPLACE_SUBJECT;
+    let a = wide_analyzer();
+    let run = |sql: &str, params: Vec<Value>| {
+        a.analyze(&tx(
+            sql,
+            std::iter::once(Value::Int(1)).chain(params).collect(),
+        ))
+    };
+    run("SELECT REPLACE(v0, 'a', 'bb') FROM w WHERE k = $1", vec![]).unwrap();
+    run(
+        "SELECT REPLACE(SUBSTR(c0, 1, 10), 'a', 'b') FROM w WHERE k = $1",
+        vec![],
+    )
+    .expect_err("SUBSTR keeps its text's bound");
+    for (sql, params) in [
+        ("SELECT REPLACE(c0, 'a', 'b') FROM w WHERE k = $1", vec![]),
+        (
+            "SELECT REPLACE(v0 || v1, 'a', 'b') FROM w WHERE k = $1",
+            vec![],
+        ),
+        (
+            "SELECT REPLACE(REPLACE(v0, 'a', 'bb'), 'b', 'c') FROM w WHERE k = $1",
+            vec![],
+        ),
+    ] {
+        let e = run(sql, params).unwrap_err();
+        assert_eq!(e.kind, RejectKind::Limit, "{sql}: {e}");
+        assert!(
+            e.reason.contains("REPLACE's text may hold")
+                && e.reason.contains("quadratic in its matches"),
+            "{sql}: {e}"
+        );
+    }
+    let by_value = "SELECT REPLACE($2, 'a', 'b') FROM w WHERE k = $1";
+    let kib = usize::try_from(MAX_REPLACE_SUBJECT).unwrap();
+    run(by_value, vec![Value::Text("a".repeat(kib))]).unwrap();
+    let e = run(by_value, vec![Value::Text("a".repeat(kib + 1))]).unwrap_err();
+    assert!(e.reason.contains("$2"), "{e}");
 }

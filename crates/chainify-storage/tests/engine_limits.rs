@@ -59,12 +59,14 @@ fn placeholders(n: usize) -> String {
     format!("UPDATE w SET n = {e} WHERE k = 2")
 }
 
-/// The widest row accepted: 11 outputs of up to 1 MiB, one REPLACE of up to 4 MiB, 80 bytes
-/// of `k` and 9 of framing for each text value; `extra` more TEXT outputs.
+/// The widest row accepted: 11 outputs of up to 1 MiB, one REPLACE of up to 4 MiB (a
+/// VARCHAR(256), the longest text REPLACE takes, by 4 KiB), 80 bytes of `k` and 9 of framing
+/// for each text value; `extra` more TEXT outputs.
 fn wide_row(extra: usize) -> String {
     let text: Vec<String> = (1..12 + extra).map(|i| format!("c{i}")).collect();
     format!(
-        "SELECT k, REPLACE(c0, 'é', 'bbbb'), {} FROM w WHERE k = $1",
+        "SELECT k, REPLACE(v0, 'é', '{}'), {} FROM w WHERE k = $1",
+        "b".repeat(4096),
         text.join(", ")
     )
 }
