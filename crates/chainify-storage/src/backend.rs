@@ -245,6 +245,38 @@ pub fn row_bytes(row: &[Value]) -> usize {
     })
 }
 
+/// Rows decoded against a byte bound ([`Conn::query_bounded`]), counted by [`row_bytes`].
+pub(crate) struct BoundedRows {
+    rows: Vec<Vec<Value>>,
+    held: usize,
+    max: usize,
+}
+
+impl BoundedRows {
+    pub(crate) fn new(max: usize) -> BoundedRows {
+        BoundedRows {
+            rows: Vec::new(),
+            held: 0,
+            max,
+        }
+    }
+
+    /// Keeps `row`; false once the rows would pass the bound (the row is not kept).
+    pub(crate) fn push(&mut self, row: Vec<Value>) -> bool {
+        self.held = self.held.saturating_add(row_bytes(&row));
+        if self.held > self.max {
+            return false;
+        }
+        self.rows.push(row);
+        true
+    }
+
+    /// The rows, or `None` when they passed the bound.
+    pub(crate) fn finish(self) -> Option<Vec<Vec<Value>>> {
+        (self.held <= self.max).then_some(self.rows)
+    }
+}
+
 /// A decimal's exact text (what a `QueryResponse` carries) takes at most this many bytes: 38
 /// digits, a sign, a point and a leading zero.
 pub const DECIMAL_TEXT_BYTES: usize = 48;
@@ -411,17 +443,13 @@ macro_rules! sqlx_conn {
                     q = bind(q, p);
                 }
                 let mut rows = q.fetch(&mut *self.conn);
-                let mut out = Vec::new();
-                let mut held = 0usize;
+                let mut out = $crate::backend::BoundedRows::new(max_bytes);
                 while let Some(row) = rows.try_next().await.map_err(db_err)? {
-                    let row = decode(&row, types)?;
-                    held = held.saturating_add($crate::backend::row_bytes(&row));
-                    if held > max_bytes {
-                        return Ok(None);
+                    if !out.push(decode(&row, types)?) {
+                        break;
                     }
-                    out.push(row);
                 }
-                Ok(Some(out))
+                Ok(out.finish())
             }
 
             async fn batch(&mut self, sql: &str) -> Result<(), DbError> {

@@ -510,11 +510,12 @@ impl SqliteConn {
     }
 
     /// Runs `sql` with `params`, handing each row to `each`; returns the rows it returned.
+    /// `each` tells whether to read on: false leaves the rest unread.
     fn run(
         &mut self,
         sql: &str,
         params: &[&Value],
-        mut each: impl FnMut(&rusqlite::Row<'_>) -> Result<(), DbError>,
+        mut each: impl FnMut(&rusqlite::Row<'_>) -> Result<bool, DbError>,
     ) -> Result<u64, DbError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(sql).map_err(db_err)?;
@@ -522,8 +523,10 @@ impl SqliteConn {
         let mut rows = stmt.raw_query();
         let mut n = 0;
         while let Some(row) = rows.next().map_err(db_err)? {
-            each(row)?;
             n += 1;
+            if !each(row)? {
+                break;
+            }
         }
         Ok(n)
     }
@@ -538,7 +541,7 @@ impl SqliteConn {
         let mut out = Vec::new();
         self.run(sql, params, |row| {
             out.push(decode(row, types)?);
-            Ok(())
+            Ok(true)
         })?;
         Ok(out)
     }
@@ -552,7 +555,7 @@ impl Conn for SqliteConn {
         returns_rows: bool,
     ) -> Result<u64, DbError> {
         self.patiently(|c| {
-            let returned = c.run(sql, params, |_| Ok(()))?;
+            let returned = c.run(sql, params, |_| Ok(true))?;
             Ok(if returns_rows {
                 returned
             } else {
@@ -579,21 +582,9 @@ impl Conn for SqliteConn {
         max_bytes: usize,
     ) -> Result<Option<Vec<Vec<Value>>>, DbError> {
         self.patiently(|c| {
-            let conn = c.conn();
-            let mut stmt = conn.prepare_cached(sql).map_err(db_err)?;
-            bind(&mut stmt, params)?;
-            let mut rows = stmt.raw_query();
-            let mut out = Vec::new();
-            let mut held = 0usize;
-            while let Some(row) = rows.next().map_err(db_err)? {
-                let row = decode(row, types)?;
-                held = held.saturating_add(crate::backend::row_bytes(&row));
-                if held > max_bytes {
-                    return Ok(None);
-                }
-                out.push(row);
-            }
-            Ok(Some(out))
+            let mut out = crate::backend::BoundedRows::new(max_bytes);
+            c.run(sql, params, |row| Ok(out.push(decode(row, types)?)))?;
+            Ok(out.finish())
         })
         .await
     }

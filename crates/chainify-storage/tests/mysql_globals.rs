@@ -34,19 +34,16 @@ async fn global_sort_settings_do_not_reach_chainify_sessions() {
         .expect("sort settings set globally");
     let read = async {
         let backend = MySql::connect(&MySqlFixture::url("global_sort"), &StoreOptions::default())
-            .await?;
-        let mut conn = backend.acquire().await.map_err(|e| {
-            chainify_storage::StorageError::Checkpoint(e.to_string())
-        })?;
-        let rows = conn
-            .query(
-                "SELECT CAST(@@session.sort_buffer_size AS SIGNED), CAST(@@session.max_sort_length AS SIGNED)",
-                &[],
-                &[ReadType::Int, ReadType::Int],
-            )
             .await
-            .map_err(|e| chainify_storage::StorageError::Checkpoint(e.to_string()))?;
-        Ok::<_, chainify_storage::StorageError>(rows)
+            .map_err(|e| e.to_string())?;
+        let mut conn = backend.acquire().await.map_err(|e| e.to_string())?;
+        conn.query(
+            "SELECT CAST(@@session.sort_buffer_size AS SIGNED), CAST(@@session.max_sort_length AS SIGNED)",
+            &[],
+            &[ReadType::Int, ReadType::Int],
+        )
+        .await
+        .map_err(|e| e.to_string())
     }
     .await;
     admin

@@ -153,61 +153,79 @@ async fn a_lock_held_elsewhere_is_waited_for_without_blocking_the_runtime() {
     held.await.expect("holder");
 }
 
-/// Text in a DECIMAL column, written behind chainify's back with the triggers dropped and put
-/// back in one transaction (so no trigger check sees a gap): '100.00' and a no-break space
-/// compares as text, not as 100, in every later statement. The scan must see it (a hunt found
-/// it decoded as 100.00, digesting like the honest row).
-#[tokio::test]
-async fn text_in_a_decimal_column_is_not_the_number_it_resembles() {
-    use chainify_storage::Store;
+/// A store over a fresh SQLite database holding `schema`, its table `table` shared.
+async fn shared_store(
+    test: &str,
+    schema: &str,
+    table: &str,
+) -> chainify_storage::Store<chainify_storage::Sqlite> {
     use chainify_testkit::conformance::storage::{Fixture, outside};
-    let f = SqliteFixture;
-    let backend = f.backend("decimal_text", &StoreOptions::default()).await;
-    outside(
-        &backend,
-        "CREATE TABLE acct (k BIGINT NOT NULL PRIMARY KEY, amount DECIMAL(10,2));\n\
-         INSERT INTO acct (k, amount) VALUES (1, 100.00)",
-    )
-    .await;
-    let store = Store::open(backend, StoreOptions::default())
+    let backend = SqliteFixture.backend(test, &StoreOptions::default()).await;
+    outside(&backend, schema).await;
+    let store = chainify_storage::Store::open(backend, StoreOptions::default())
         .await
         .expect("store opens");
-    store.register(&["acct"]).await.expect("registers");
+    store.register(&[table]).await.expect("registers");
     assert!(store.check_state().await.expect("scan").agrees());
+    store
+}
+
+/// Runs `change` on `table` behind its digest triggers, as a DBA would: every trigger of the
+/// table dropped, the change made, each trigger put back as it was, in one transaction (so no
+/// trigger check sees a gap).
+async fn behind_the_triggers(
+    store: &chainify_storage::Store<chainify_storage::Sqlite>,
+    table: &str,
+    change: &str,
+) {
+    use chainify_testkit::conformance::storage::outside;
     let mut conn = store.backend().acquire().await.expect("a connection");
     let triggers = conn
         .query(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'acct'",
-            &[],
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1",
+            &[&Value::Text(table.to_owned())],
             &[chainify_storage::ddl::ReadType::Text; 2],
         )
         .await
         .expect("the triggers");
     drop(conn);
-    // Every trigger of the table dropped, the row changed, each trigger put back as it was.
-    let triggers: Vec<(String, String)> = triggers
-        .into_iter()
-        .map(|t| match <[Value; 2]>::try_from(t) {
-            Ok([Value::Text(name), Value::Text(sql)]) => (name, sql),
-            other => panic!("a trigger row: {other:?}"),
-        })
-        .collect();
-    assert!(!triggers.is_empty(), "the table has digest triggers");
+    assert!(!triggers.is_empty(), "{table} has digest triggers");
     let mut tamper = String::from("BEGIN;\n");
-    for (name, _) in &triggers {
+    let mut put_back = String::new();
+    for t in triggers {
+        let Ok([Value::Text(name), Value::Text(sql)]) = <[Value; 2]>::try_from(t) else {
+            panic!("a trigger row of {table}");
+        };
         tamper.push_str(&format!("DROP TRIGGER {name};\n"));
+        put_back.push_str(&format!("{sql};\n"));
     }
-    tamper.push_str("UPDATE acct SET amount = '100.00' || char(160) WHERE k = 1;\n");
-    for (_, sql) in &triggers {
-        tamper.push_str(&format!("{sql};\n"));
-    }
-    tamper.push_str("COMMIT");
+    tamper.push_str(&format!("{change};\n{put_back}COMMIT"));
     outside(store.backend(), &tamper).await;
     assert_eq!(
         store.check_triggers().await.expect("catalog"),
         vec![],
         "the triggers are as chainify made them"
     );
+}
+
+/// Text in a DECIMAL column, written behind chainify's back: '100.00' and a no-break space
+/// compares as text, not as 100, in every later statement. The scan must see it (a hunt found
+/// it decoded as 100.00, digesting like the honest row).
+#[tokio::test]
+async fn text_in_a_decimal_column_is_not_the_number_it_resembles() {
+    let store = shared_store(
+        "decimal_text",
+        "CREATE TABLE acct (k BIGINT NOT NULL PRIMARY KEY, amount DECIMAL(10,2));\n\
+         INSERT INTO acct (k, amount) VALUES (1, 100.00)",
+        "acct",
+    )
+    .await;
+    behind_the_triggers(
+        &store,
+        "acct",
+        "UPDATE acct SET amount = '100.00' || char(160) WHERE k = 1",
+    )
+    .await;
     let check = store.check_state().await.expect("scan");
     assert_eq!(check.differing, vec!["acct".to_owned()], "{check:?}");
 }
@@ -257,53 +275,21 @@ async fn text_that_is_not_utf8_stalls_nothing() {
 /// text, which no blob equals.
 #[tokio::test]
 async fn bytes_rewritten_as_text_are_not_the_bytes_they_hold() {
-    use chainify_storage::Store;
-    use chainify_testkit::conformance::storage::{Fixture, outside};
-    let f = SqliteFixture;
-    let backend = f.backend("bytes_text", &StoreOptions::default()).await;
-    outside(
-        &backend,
+    let store = shared_store(
+        "bytes_text",
         "CREATE TABLE blobs (k BIGINT NOT NULL PRIMARY KEY, data BLOB);\n\
          INSERT INTO blobs (k, data) VALUES (1, X'FF00FE'), (2, X'414243')",
+        "blobs",
     )
     .await;
-    let store = Store::open(backend, StoreOptions::default())
-        .await
-        .expect("store opens");
-    store.register(&["blobs"]).await.expect("registers");
-    assert!(store.check_state().await.expect("scan").agrees());
-    let mut conn = store.backend().acquire().await.expect("a connection");
-    let triggers = conn
-        .query(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'blobs'",
-            &[],
-            &[chainify_storage::ddl::ReadType::Text; 2],
-        )
-        .await
-        .expect("the triggers");
-    drop(conn);
-    let triggers: Vec<(String, String)> = triggers
-        .into_iter()
-        .map(|t| match <[Value; 2]>::try_from(t) {
-            Ok([Value::Text(name), Value::Text(sql)]) => (name, sql),
-            other => panic!("a trigger row: {other:?}"),
-        })
-        .collect();
     // Not UTF-8 (k = 1) and UTF-8 (k = 2): each is text now, unequal to its bytes.
     for k in [1, 2] {
-        let mut tamper = String::from("BEGIN;\n");
-        for (name, _) in &triggers {
-            tamper.push_str(&format!("DROP TRIGGER {name};\n"));
-        }
-        tamper.push_str(&format!(
-            "UPDATE blobs SET data = CAST(data AS TEXT) WHERE k = {k};\n"
-        ));
-        for (_, sql) in &triggers {
-            tamper.push_str(&format!("{sql};\n"));
-        }
-        tamper.push_str("COMMIT");
-        outside(store.backend(), &tamper).await;
-        assert_eq!(store.check_triggers().await.expect("catalog"), vec![]);
+        behind_the_triggers(
+            &store,
+            "blobs",
+            &format!("UPDATE blobs SET data = CAST(data AS TEXT) WHERE k = {k}"),
+        )
+        .await;
         let check = store.check_state().await.expect("scan");
         assert_eq!(
             check.differing,
